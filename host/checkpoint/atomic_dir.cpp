@@ -1,0 +1,429 @@
+// Commit protocol and manifest for checkpoint directories (see atomic_dir.h
+// for the protocol, docs/checkpoint_format.md for the manifest format).
+// Why each fsync is where it is: file fsyncs make the bytes durable before
+// the manifest vouches for them; the manifest fsync and the fsync of the
+// pending directory make the manifest and every file's directory entry
+// durable before the rename; the fsync of root makes the rename itself
+// durable. A crash at any point leaves either `<name>.tmp` (ignored by
+// resume) or a complete `<name>` whose manifest verifies.
+// Every filesystem error becomes a CheckpointError naming the path.
+#include "host/checkpoint/atomic_dir.h"
+
+#include <fcntl.h>
+#include <stdio.h>  // renameat2 (glibc >= 2.28)
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <set>
+#include <system_error>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+namespace accel::checkpoint {
+namespace fs = std::filesystem;
+namespace {
+
+[[noreturn]] void fail(const fs::path& where, const std::string& problem) {
+  throw CheckpointError(where.string() + ": " + problem);
+}
+
+[[noreturn]] void fail_errno(const fs::path& where, const std::string& action, int error) {
+  fail(where, action + " failed: " + std::strerror(error));
+}
+
+[[noreturn]] void fail_ec(const fs::path& where, const std::string& action,
+                          const std::error_code& ec) {
+  fail(where, action + " failed: " + ec.message());
+}
+
+// A name that stays inside its directory: no separators, not "." or "..".
+bool is_plain_name(std::string_view name) {
+  return !name.empty() && name != "." && name != ".." &&
+         name.find_first_of(std::string_view("/\0", 2)) == std::string_view::npos;
+}
+
+bool ends_with_pending_suffix(std::string_view name) { return name.ends_with(kPendingSuffix); }
+
+class FdCloser {
+ public:
+  explicit FdCloser(int fd) : fd_(fd) {}
+  FdCloser(const FdCloser&) = delete;
+  FdCloser& operator=(const FdCloser&) = delete;
+  ~FdCloser() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  int get() const { return fd_; }
+  // Closes now so that a deferred write error is reported, not lost.
+  int close_now() { return ::close(std::exchange(fd_, -1)); }
+
+ private:
+  int fd_;
+};
+
+int open_or_fail(const fs::path& path, int flags, mode_t mode = 0) {
+  int fd;
+  do {
+    fd = ::open(path.c_str(), flags | O_CLOEXEC, mode);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) fail_errno(path, "open", errno);
+  return fd;
+}
+
+std::string read_small_file(const fs::path& path, uint64_t max_bytes) {
+  FdCloser fd(open_or_fail(path, O_RDONLY));
+  std::string text;
+  char buffer[64 * 1024];
+  for (;;) {
+    const ssize_t got = ::read(fd.get(), buffer, sizeof(buffer));
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      fail_errno(path, "read", errno);
+    }
+    if (got == 0) return text;
+    text.append(buffer, static_cast<size_t>(got));
+    if (text.size() > max_bytes) fail(path, "larger than " + std::to_string(max_bytes) + " bytes");
+  }
+}
+
+void write_file_durably(const fs::path& path, std::string_view bytes) {
+  FdCloser fd(open_or_fail(path, O_WRONLY | O_CREAT | O_TRUNC, 0644));
+  while (!bytes.empty()) {
+    const ssize_t put = ::write(fd.get(), bytes.data(), bytes.size());
+    if (put < 0) {
+      if (errno == EINTR) continue;
+      fail_errno(path, "write", errno);
+    }
+    bytes.remove_prefix(static_cast<size_t>(put));
+  }
+  if (::fsync(fd.get()) != 0) fail_errno(path, "fsync", errno);
+  if (fd.close_now() != 0) fail_errno(path, "close", errno);
+}
+
+std::string manifest_json(const std::vector<ManifestEntry>& entries) {
+  nlohmann::ordered_json files = nlohmann::ordered_json::array();
+  for (const ManifestEntry& entry : entries) {
+    files.push_back({{"file", entry.file}, {"size", entry.size}, {"crc32", entry.crc32}});
+  }
+  nlohmann::ordered_json root = {{"format", std::string(kManifestFormat)},
+                                 {"format_version", kManifestFormatVersion},
+                                 {"files", std::move(files)}};
+  return root.dump(2) + "\n";
+}
+
+// Cheap checks first (presence, size), so a truncated checkpoint is
+// rejected without reading the rest of it.
+std::string first_problem(const fs::path& dir) {
+  const Manifest manifest = read_manifest(dir);
+  for (const ManifestEntry& entry : manifest.files) {
+    std::error_code ec;
+    const fs::file_status status = fs::symlink_status(dir / entry.file, ec);
+    if (ec || !fs::is_regular_file(status)) return "missing or not a regular file: " + entry.file;
+    const uint64_t size = fs::file_size(dir / entry.file, ec);
+    if (ec) return "cannot stat " + entry.file + ": " + ec.message();
+    if (size != entry.size) {
+      return "size of " + entry.file + " is " + std::to_string(size) + ", manifest says " +
+             std::to_string(entry.size);
+    }
+  }
+  for (const ManifestEntry& entry : manifest.files) {
+    const ManifestEntry actual = describe_file(dir / entry.file);
+    if (actual.size != entry.size) return entry.file + " changed size while being verified";
+    if (actual.crc32 != entry.crc32) {
+      return "crc32 mismatch for " + entry.file + " (file " + std::to_string(actual.crc32) +
+             ", manifest " + std::to_string(entry.crc32) + ")";
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Files and manifests
+// ---------------------------------------------------------------------------
+
+ManifestEntry describe_file(const fs::path& file) {
+  FdCloser fd(open_or_fail(file, O_RDONLY));
+  ManifestEntry entry;
+  entry.file = file.filename().string();
+  uLong crc = ::crc32(0L, Z_NULL, 0);
+  std::vector<unsigned char> buffer(4 << 20);
+  for (;;) {
+    const ssize_t got = ::read(fd.get(), buffer.data(), buffer.size());
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      fail_errno(file, "read", errno);
+    }
+    if (got == 0) break;
+    crc = ::crc32(crc, buffer.data(), static_cast<uInt>(got));
+    entry.size += static_cast<uint64_t>(got);
+  }
+  entry.crc32 = static_cast<uint32_t>(crc);
+  return entry;
+}
+
+void fsync_path(const fs::path& path) {
+  FdCloser fd(open_or_fail(path, O_RDONLY));
+  if (::fsync(fd.get()) != 0) fail_errno(path, "fsync", errno);
+}
+
+Manifest read_manifest(const fs::path& dir) {
+  const fs::path path = dir / kManifestFileName;
+  std::error_code ec;
+  if (!fs::exists(path, ec)) fail(dir, "no " + std::string(kManifestFileName) + " (not committed)");
+  nlohmann::json root;
+  try {
+    root = nlohmann::json::parse(read_small_file(path, 64u << 20));
+  } catch (const nlohmann::json::exception& error) {
+    fail(path, std::string("not valid JSON: ") + error.what());
+  }
+  if (!root.is_object()) fail(path, "not a JSON object");
+  const auto format = root.find("format");
+  if (format == root.end() || !format->is_string() ||
+      format->get_ref<const std::string&>() != kManifestFormat) {
+    fail(path, "\"format\" is not \"" + std::string(kManifestFormat) + "\"");
+  }
+  const auto version = root.find("format_version");
+  if (version == root.end() || !version->is_number_integer()) {
+    fail(path, "\"format_version\" is missing or not an integer");
+  }
+  if (*version != kManifestFormatVersion) {
+    fail(path, "format_version " + version->dump() + " is not supported (this build reads " +
+                   std::to_string(kManifestFormatVersion) + ")");
+  }
+  const auto files = root.find("files");
+  if (files == root.end() || !files->is_array()) fail(path, "\"files\" is not an array");
+
+  Manifest manifest;
+  std::set<std::string> seen;
+  for (const nlohmann::json& item : *files) {
+    const auto file = item.find("file");
+    const auto size = item.find("size");
+    const auto crc = item.find("crc32");
+    if (!item.is_object() || file == item.end() || !file->is_string() || size == item.end() ||
+        !size->is_number_unsigned() || crc == item.end() || !crc->is_number_unsigned() ||
+        crc->get<uint64_t>() > 0xffffffffu) {
+      fail(path, "malformed entry " + item.dump());
+    }
+    ManifestEntry entry{file->get<std::string>(), size->get<uint64_t>(),
+                        static_cast<uint32_t>(crc->get<uint64_t>())};
+    if (!is_plain_name(entry.file) || entry.file == kManifestFileName) {
+      fail(path, "entry names an invalid file " + file->dump());
+    }
+    if (!seen.insert(entry.file).second) fail(path, "file " + entry.file + " listed twice");
+    manifest.files.push_back(std::move(entry));
+  }
+  return manifest;
+}
+
+bool verify_manifest(const fs::path& dir, std::string* why) {
+  std::string problem;
+  try {
+    problem = first_problem(dir);
+  } catch (const CheckpointError& error) {
+    problem = error.what();
+  }
+  if (why != nullptr) *why = problem;
+  return problem.empty();
+}
+
+// ---------------------------------------------------------------------------
+// Resume
+// ---------------------------------------------------------------------------
+
+std::optional<uint64_t> checkpoint_step(std::string_view dir_name, std::string_view prefix) {
+  if (!dir_name.starts_with(prefix)) return std::nullopt;
+  const std::string_view digits = dir_name.substr(prefix.size());
+  if (digits.empty() || digits.size() > 20) return std::nullopt;
+  uint64_t step = 0;
+  for (char c : digits) {
+    if (c < '0' || c > '9') return std::nullopt;
+    if (__builtin_mul_overflow(step, uint64_t{10}, &step) ||
+        __builtin_add_overflow(step, static_cast<uint64_t>(c - '0'), &step)) {
+      return std::nullopt;
+    }
+  }
+  return step;
+}
+
+std::optional<fs::path> find_newest_complete(const fs::path& root, std::string_view prefix,
+                                             std::vector<std::string>* skipped) {
+  std::error_code ec;
+  if (!fs::exists(root, ec)) return std::nullopt;
+  std::vector<std::pair<uint64_t, std::string>> candidates;
+  fs::directory_iterator it(root, ec);
+  if (ec) fail_ec(root, "list", ec);
+  for (; it != fs::directory_iterator(); it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (!it->is_directory(ec)) continue;
+    if (const auto step = checkpoint_step(name, prefix)) {
+      candidates.emplace_back(*step, name);
+    } else if (skipped != nullptr && name.starts_with(prefix) && ends_with_pending_suffix(name)) {
+      skipped->push_back(name + ": not committed (ignored)");
+    }
+  }
+  if (ec) fail_ec(root, "list", ec);
+  std::sort(candidates.begin(), candidates.end(), std::greater<>());
+  for (const auto& [step, name] : candidates) {
+    std::string why;
+    if (verify_manifest(root / name, &why)) return root / name;
+    if (skipped != nullptr) skipped->push_back(name + ": " + why);
+  }
+  return std::nullopt;
+}
+
+// ---------------------------------------------------------------------------
+// PendingCheckpointDir
+// ---------------------------------------------------------------------------
+
+PendingCheckpointDir::PendingCheckpointDir(fs::path root, std::string name)
+    : root_(std::move(root)), name_(std::move(name)) {
+  if (!is_plain_name(name_) || ends_with_pending_suffix(name_)) {
+    throw CheckpointError("checkpoint name '" + name_ +
+                          "' must be a plain directory name not ending in .tmp");
+  }
+  pending_dir_ = root_ / (name_ + std::string(kPendingSuffix));
+  final_dir_ = root_ / name_;
+}
+
+PendingCheckpointDir PendingCheckpointDir::create(const fs::path& root, std::string name) {
+  PendingCheckpointDir pending(root, std::move(name));
+  std::error_code ec;
+  fs::create_directories(root, ec);
+  if (ec) fail_ec(root, "create directory", ec);
+  // A leftover .tmp is a dead run's half-written save: never trusted, and
+  // reusing it could mix its files into ours.
+  fs::remove_all(pending.pending_dir_, ec);
+  if (ec) fail_ec(pending.pending_dir_, "remove stale directory", ec);
+  fs::create_directory(pending.pending_dir_, ec);
+  if (ec) fail_ec(pending.pending_dir_, "create directory", ec);
+  return pending;
+}
+
+PendingCheckpointDir PendingCheckpointDir::attach(const fs::path& root, std::string name) {
+  PendingCheckpointDir pending(root, std::move(name));
+  std::error_code ec;
+  if (!fs::is_directory(pending.pending_dir_, ec)) {
+    fail(pending.pending_dir_, "no such pending checkpoint directory (did rank 0 create it?)");
+  }
+  return pending;
+}
+
+std::vector<ManifestEntry> PendingCheckpointDir::sync_files(
+    const std::vector<std::string>& files) const {
+  std::vector<ManifestEntry> entries;
+  entries.reserve(files.size());
+  for (const std::string& file : files) {
+    if (!is_plain_name(file) || file == kManifestFileName) {
+      fail(pending_dir_, "cannot sync '" + file + "': not a plain data file name");
+    }
+    fsync_path(pending_dir_ / file);
+    entries.push_back(describe_file(pending_dir_ / file));
+  }
+  return entries;
+}
+
+std::vector<std::string> PendingCheckpointDir::list_files() const {
+  std::vector<std::string> files;
+  std::error_code ec;
+  fs::directory_iterator it(pending_dir_, ec);
+  if (ec) fail_ec(pending_dir_, "list", ec);
+  for (; it != fs::directory_iterator(); it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name == kManifestFileName) continue;
+    if (!it->is_regular_file(ec) || it->is_symlink(ec)) {
+      fail(it->path(), "checkpoint directories hold plain files only");
+    }
+    files.push_back(name);
+  }
+  if (ec) fail_ec(pending_dir_, "list", ec);
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+void PendingCheckpointDir::write_manifest(std::vector<ManifestEntry> entries) {
+  if (committed_) fail(final_dir_, "already committed");
+  std::sort(entries.begin(), entries.end(),
+            [](const ManifestEntry& a, const ManifestEntry& b) { return a.file < b.file; });
+  for (size_t i = 1; i < entries.size(); ++i) {
+    if (entries[i].file == entries[i - 1].file) {
+      fail(pending_dir_, "file " + entries[i].file + " reported twice");
+    }
+  }
+  // The manifest must describe the directory exactly: a file no rank
+  // reported was not fsynced by anyone, and a reported file that is gone
+  // would make the checkpoint fail verification forever.
+  const std::vector<std::string> on_disk = list_files();
+  for (const std::string& file : on_disk) {
+    const bool reported = std::binary_search(
+        entries.begin(), entries.end(), ManifestEntry{file, 0, 0},
+        [](const ManifestEntry& a, const ManifestEntry& b) { return a.file < b.file; });
+    if (!reported) fail(pending_dir_ / file, "not reported by any rank's sync_files");
+  }
+  for (const ManifestEntry& entry : entries) {
+    std::error_code ec;
+    const uint64_t size = fs::file_size(pending_dir_ / entry.file, ec);
+    if (ec) fail(pending_dir_ / entry.file, "reported by sync_files but missing");
+    if (size != entry.size) fail(pending_dir_ / entry.file, "changed size after sync_files");
+  }
+  write_file_durably(pending_dir_ / kManifestFileName, manifest_json(entries));
+  fsync_path(pending_dir_);
+}
+
+void PendingCheckpointDir::publish() {
+  if (committed_) fail(final_dir_, "already committed");
+  std::error_code ec;
+  if (!fs::exists(pending_dir_ / kManifestFileName, ec)) {
+    fail(pending_dir_, "publish() before write_manifest()");
+  }
+  if (!fs::exists(fs::symlink_status(final_dir_, ec))) {
+    if (::rename(pending_dir_.c_str(), final_dir_.c_str()) != 0) {
+      fail_errno(final_dir_, "rename from " + pending_dir_.string(), errno);
+    }
+  } else if (::renameat2(AT_FDCWD, pending_dir_.c_str(), AT_FDCWD, final_dir_.c_str(),
+                         RENAME_EXCHANGE) == 0) {
+    // The old checkpoint now sits at pending_dir_; make the swap durable
+    // before deleting it (a crash here leaves a stale .tmp, which is fine).
+    fsync_path(root_);
+    fs::remove_all(pending_dir_, ec);
+    if (ec) fail_ec(pending_dir_, "remove replaced checkpoint", ec);
+  } else if (errno == EINVAL || errno == ENOSYS || errno == ENOTSUP) {
+    const fs::path aside = root_ / (name_ + ".old" + std::string(kPendingSuffix));
+    fs::remove_all(aside, ec);
+    if (ec) fail_ec(aside, "remove stale directory", ec);
+    if (::rename(final_dir_.c_str(), aside.c_str()) != 0) {
+      fail_errno(final_dir_, "rename aside to " + aside.string(), errno);
+    }
+    if (::rename(pending_dir_.c_str(), final_dir_.c_str()) != 0) {
+      fail_errno(final_dir_, "rename from " + pending_dir_.string(), errno);
+    }
+    fsync_path(root_);
+    fs::remove_all(aside, ec);
+    if (ec) fail_ec(aside, "remove replaced checkpoint", ec);
+  } else {
+    fail_errno(final_dir_, "exchange with " + pending_dir_.string(), errno);
+  }
+  fsync_path(root_);
+  committed_ = true;
+}
+
+void PendingCheckpointDir::finalize(std::vector<ManifestEntry> entries) {
+  write_manifest(std::move(entries));
+  publish();
+}
+
+void PendingCheckpointDir::commit() { finalize(sync_files(list_files())); }
+
+void PendingCheckpointDir::abandon() {
+  if (committed_) return;
+  std::error_code ec;
+  fs::remove_all(pending_dir_, ec);
+  if (ec) fail_ec(pending_dir_, "remove", ec);
+}
+
+}  // namespace accel::checkpoint

@@ -1,0 +1,248 @@
+// Boost.Program_options definitions for accel-host (see options.h).
+//
+// Naming: run options are kebab-case (--batch-size); option groups that mirror
+// an Accelerate Kwargs handler use its section and field names
+// (--grad_scaler.init_scale, or [grad_scaler] init_scale=... in --config), the
+// same shape plugin options take (--fsdp.sharding_strategy).
+#include "host/cli/options.h"
+
+#include <boost/program_options.hpp>
+
+#include <fstream>
+#include <sstream>
+
+#include "host/util/strformat.h"
+
+namespace po = boost::program_options;
+
+namespace accel {
+
+const char* to_string(DataOrder order) {
+  return order == DataOrder::shuffled ? "shuffled" : "sequential";
+}
+const char* to_string(LrScheduleKind kind) {
+  switch (kind) {
+    case LrScheduleKind::constant: return "constant";
+    case LrScheduleKind::linear: return "linear";
+    case LrScheduleKind::cosine: return "cosine";
+  }
+  return "?";
+}
+const char* to_string(MixedPrecision precision) {
+  switch (precision) {
+    case MixedPrecision::no: return "no";
+    case MixedPrecision::bf16: return "bf16";
+    case MixedPrecision::fp16: return "fp16";
+  }
+  return "?";
+}
+
+}  // namespace accel
+
+namespace accel::cli {
+namespace {
+
+template <typename Enum>
+Enum parse_choice(const std::string& option, const std::string& value,
+                  std::initializer_list<std::pair<const char*, Enum>> choices) {
+  std::string allowed;
+  for (const auto& [name, e] : choices) {
+    if (value == name) return e;
+    allowed += allowed.empty() ? name : std::string(", ") + name;
+  }
+  throw UsageError(strformat("--%s: '%s' is not one of: %s", option.c_str(), value.c_str(),
+                             allowed.c_str()));
+}
+
+void require(bool ok, const std::string& message) {
+  if (!ok) throw UsageError(message);
+}
+
+struct RawStrings {
+  std::string data_order = "shuffled";
+  std::string schedule = "cosine";
+  std::string mixed_precision = "no";
+  std::string config_file;
+  int64_t n_layer = 0, n_head = 0, n_embd = 0, seq_len = 0, vocab_size = 0;
+};
+
+po::options_description run_options(RunConfig& c, RawStrings& raw) {
+  po::options_description general("General");
+  general.add_options()
+      ("help,h", "print this help and exit")
+      ("version", "print the version and exit")
+      ("config", po::value(&raw.config_file)->value_name("FILE"),
+       "read options from FILE (key=value lines, [section] per plugin or kwargs group)")
+      ("plugin", po::value(&c.plugins)->composing()->value_name("NAME"),
+       "load strategy plugin NAME (repeatable)")
+      ("plugin-path", po::value(&c.plugin_paths)->composing()->value_name("DIR"),
+       "extra directory to search for plugins (repeatable)")
+      ("log-level", po::value(&c.log_level)->default_value(c.log_level),
+       "trace|debug|info|warn|error|off")
+      ("log-every", po::value(&c.log_every)->default_value(c.log_every),
+       "print a progress line every N steps")
+      ("threads", po::value(&c.threads)->default_value(c.threads),
+       "intra-op CPU threads (0: LibTorch's default)");
+
+  po::options_description model("Model");
+  model.add_options()
+      ("model", po::value(&c.model)->default_value(c.model), "gpt-tiny|gpt-small")
+      ("n-layer", po::value(&raw.n_layer), "override: transformer blocks")
+      ("n-head", po::value(&raw.n_head), "override: attention heads")
+      ("n-embd", po::value(&raw.n_embd), "override: embedding width")
+      ("seq-len", po::value(&raw.seq_len), "override: sequence length")
+      ("vocab-size", po::value(&raw.vocab_size), "override: vocabulary size");
+
+  po::options_description data("Data");
+  data.add_options()
+      ("data", po::value(&c.data)->default_value(c.data),
+       "synthetic | text:PATH (bytes as tokens) | tokens:PATH (flat uint16 token ids)")
+      ("data-order", po::value(&raw.data_order)->default_value(raw.data_order),
+       "shuffled (seeded, per epoch) | sequential (batch k is the k-th contiguous slice)");
+
+  po::options_description train("Training");
+  train.add_options()
+      ("steps", po::value(&c.steps)->default_value(c.steps), "total optimizer steps of the run")
+      ("batch-size", po::value(&c.batch_size)->default_value(c.batch_size),
+       "global sequences per optimizer step (split across ranks and micro-steps)")
+      ("grad-accum", po::value(&c.grad_accum)->default_value(c.grad_accum),
+       "micro-steps accumulated per optimizer step")
+      ("seed", po::value(&c.seed)->default_value(c.seed), "seed of weights and data order")
+      ("lr", po::value(&c.optimizer.lr)->default_value(c.optimizer.lr), "peak learning rate")
+      ("min-lr", po::value(&c.optimizer.min_lr)->default_value(c.optimizer.min_lr),
+       "learning rate at the end of a linear/cosine decay")
+      ("lr-schedule", po::value(&raw.schedule)->default_value(raw.schedule),
+       "constant|linear|cosine (after warmup)")
+      ("warmup-steps", po::value(&c.optimizer.warmup_steps)->default_value(c.optimizer.warmup_steps),
+       "linear warmup steps")
+      ("beta1", po::value(&c.optimizer.beta1)->default_value(c.optimizer.beta1), "AdamW beta1")
+      ("beta2", po::value(&c.optimizer.beta2)->default_value(c.optimizer.beta2), "AdamW beta2")
+      ("eps", po::value(&c.optimizer.eps)->default_value(c.optimizer.eps), "AdamW epsilon")
+      ("weight-decay", po::value(&c.optimizer.weight_decay)->default_value(c.optimizer.weight_decay),
+       "AdamW decoupled weight decay (not applied to biases, norms)")
+      ("grad-clip", po::value(&c.optimizer.grad_clip)->default_value(c.optimizer.grad_clip),
+       "clip the global gradient norm to this (0: off)")
+      ("mixed-precision", po::value(&raw.mixed_precision)->default_value(raw.mixed_precision),
+       "no|bf16|fp16 (autocast; fp16 adds the dynamic loss scaler)");
+
+  po::options_description scaler("GradScalerKwargs ([grad_scaler] in --config)");
+  scaler.add_options()
+      ("grad_scaler.enabled", po::value(&c.grad_scaler.enabled)->default_value(c.grad_scaler.enabled),
+       "use the loss scaler with fp16")
+      ("grad_scaler.init_scale", po::value(&c.grad_scaler.init_scale)->default_value(c.grad_scaler.init_scale),
+       "initial loss scale")
+      ("grad_scaler.growth_factor",
+       po::value(&c.grad_scaler.growth_factor)->default_value(c.grad_scaler.growth_factor),
+       "scale multiplier after growth_interval finite steps")
+      ("grad_scaler.backoff_factor",
+       po::value(&c.grad_scaler.backoff_factor)->default_value(c.grad_scaler.backoff_factor),
+       "scale multiplier after a step with inf/nan gradients")
+      ("grad_scaler.growth_interval",
+       po::value(&c.grad_scaler.growth_interval)->default_value(c.grad_scaler.growth_interval),
+       "finite steps between growths");
+
+  po::options_description io("Checkpoints and metrics");
+  io.add_options()
+      ("save", po::value(&c.save_dir)->value_name("DIR"),
+       "save root: checkpoints go to DIR/step_N (atomically)")
+      ("save-every", po::value(&c.save_every)->default_value(c.save_every),
+       "save every N steps (0: only at the end)")
+      ("resume", po::value(&c.resume)->value_name("DIR"),
+       "resume from a checkpoint directory, or the newest complete one in a save root")
+      ("metrics-file", po::value(&c.metrics_file)->value_name("PATH"),
+       "append one JSON line per optimizer step (rank 0)");
+
+  po::options_description all("accel-host options");
+  all.add(general).add(model).add(data).add(train).add(scaler).add(io);
+  return all;
+}
+
+void validate(const RunConfig& c) {
+  require(c.steps >= 0, "--steps must be >= 0");
+  require(c.batch_size > 0, "--batch-size must be > 0");
+  require(c.grad_accum > 0, "--grad-accum must be > 0");
+  require(c.optimizer.lr > 0, "--lr must be > 0");
+  require(c.optimizer.min_lr >= 0 && c.optimizer.min_lr <= c.optimizer.lr,
+          "--min-lr must lie in [0, --lr]");
+  require(c.optimizer.warmup_steps >= 0, "--warmup-steps must be >= 0");
+  require(c.optimizer.beta1 >= 0 && c.optimizer.beta1 < 1, "--beta1 must lie in [0, 1)");
+  require(c.optimizer.beta2 >= 0 && c.optimizer.beta2 < 1, "--beta2 must lie in [0, 1)");
+  require(c.optimizer.eps > 0, "--eps must be > 0");
+  require(c.optimizer.weight_decay >= 0, "--weight-decay must be >= 0");
+  require(c.optimizer.grad_clip >= 0, "--grad-clip must be >= 0");
+  require(c.save_every >= 0, "--save-every must be >= 0");
+  require(c.save_every == 0 || !c.save_dir.empty(), "--save-every needs --save DIR");
+  require(c.log_every > 0, "--log-every must be > 0");
+  require(c.threads >= 0, "--threads must be >= 0");
+  require(c.grad_scaler.init_scale > 0, "--grad_scaler.init_scale must be > 0");
+  require(c.grad_scaler.growth_factor > 1, "--grad_scaler.growth_factor must be > 1");
+  require(c.grad_scaler.backoff_factor > 0 && c.grad_scaler.backoff_factor < 1,
+          "--grad_scaler.backoff_factor must lie in (0, 1)");
+  require(c.grad_scaler.growth_interval > 0, "--grad_scaler.growth_interval must be > 0");
+  require(c.data == "synthetic" || c.data.rfind("text:", 0) == 0 || c.data.rfind("tokens:", 0) == 0,
+          "--data: '" + c.data + "' is not synthetic, text:PATH or tokens:PATH");
+}
+
+}  // namespace
+
+ParsedCommandLine parse_command_line(const std::vector<std::string>& args) {
+  ParsedCommandLine parsed;
+  RunConfig& c = parsed.config;
+  RawStrings raw;
+  const po::options_description description = run_options(c, raw);
+
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(args).options(description).run(), vm);
+    if (vm.count("config")) {
+      const std::string path = vm["config"].as<std::string>();
+      std::ifstream file(path);
+      if (!file) throw UsageError("--config: cannot open '" + path + "'");
+      po::store(po::parse_config_file(file, description), vm);
+    }
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw UsageError(e.what());
+  }
+
+  if (vm.count("help")) {
+    std::ostringstream out;
+    out << "Usage: accel-host [options]\n       mpirun -n N accel-host [options]\n\n" << description;
+    parsed.action = Action::help;
+    parsed.help_text = out.str();
+    return parsed;
+  }
+  if (vm.count("version")) {
+    parsed.action = Action::version;
+    return parsed;
+  }
+
+  c.data_order = parse_choice<DataOrder>("data-order", raw.data_order,
+                                         {{"shuffled", DataOrder::shuffled},
+                                          {"sequential", DataOrder::sequential}});
+  c.optimizer.schedule = parse_choice<LrScheduleKind>(
+      "lr-schedule", raw.schedule,
+      {{"constant", LrScheduleKind::constant},
+       {"linear", LrScheduleKind::linear},
+       {"cosine", LrScheduleKind::cosine}});
+  c.mixed_precision = parse_choice<MixedPrecision>(
+      "mixed-precision", raw.mixed_precision,
+      {{"no", MixedPrecision::no}, {"bf16", MixedPrecision::bf16}, {"fp16", MixedPrecision::fp16}});
+  if (vm.count("n-layer")) c.model_overrides.n_layer = raw.n_layer;
+  if (vm.count("n-head")) c.model_overrides.n_head = raw.n_head;
+  if (vm.count("n-embd")) c.model_overrides.n_embd = raw.n_embd;
+  if (vm.count("seq-len")) c.model_overrides.seq_len = raw.seq_len;
+  if (vm.count("vocab-size")) c.model_overrides.vocab_size = raw.vocab_size;
+  validate(c);
+  return parsed;
+}
+
+void validate_for_world(const RunConfig& c, int data_parallel_size) {
+  const int64_t parts = c.grad_accum * data_parallel_size;
+  require(c.batch_size % parts == 0,
+          strformat("--batch-size %lld does not split evenly into %d rank(s) x %lld micro-step(s)",
+                    static_cast<long long>(c.batch_size), data_parallel_size,
+                    static_cast<long long>(c.grad_accum)));
+}
+
+}  // namespace accel::cli

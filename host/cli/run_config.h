@@ -1,0 +1,74 @@
+// Everything one run of accel-host is configured with, as parsed from the
+// command line and --config file. Plain data: validated by cli/options.cpp,
+// read by the trainer; nothing here knows about Boost or LibTorch.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace accel {
+
+struct ModelOverrides {
+  std::optional<int64_t> n_layer, n_head, n_embd, seq_len, vocab_size;
+};
+
+enum class DataOrder { shuffled, sequential };
+enum class LrScheduleKind { constant, linear, cosine };
+enum class MixedPrecision { no, bf16, fp16 };
+
+// GradScalerKwargs: the dynamic loss scaler used with fp16.
+struct GradScalerOptions {
+  bool enabled = true;
+  double init_scale = 65536.0;
+  double growth_factor = 2.0;
+  double backoff_factor = 0.5;
+  int64_t growth_interval = 2000;
+};
+
+struct OptimizerOptions {
+  double lr = 1e-3;
+  double min_lr = 0.0;
+  LrScheduleKind schedule = LrScheduleKind::cosine;
+  int64_t warmup_steps = 0;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;
+  double grad_clip = 1.0;  // max global grad norm; 0 disables clipping
+};
+
+struct RunConfig {
+  std::vector<std::string> plugins;
+  std::vector<std::string> plugin_paths;
+
+  std::string model = "gpt-tiny";
+  ModelOverrides model_overrides;
+
+  std::string data = "synthetic";
+  DataOrder data_order = DataOrder::shuffled;
+
+  int64_t steps = 100;
+  int64_t batch_size = 8;   // global sequences per optimizer step
+  int64_t grad_accum = 1;
+  uint64_t seed = 1234;
+  OptimizerOptions optimizer;
+  MixedPrecision mixed_precision = MixedPrecision::no;
+  GradScalerOptions grad_scaler;
+
+  std::string save_dir;
+  int64_t save_every = 0;   // 0: save only at the end (when --save is given)
+  std::string resume;
+
+  std::string metrics_file;
+  std::string log_level = "info";
+  int64_t log_every = 10;
+  int threads = 0;          // intra-op threads; 0 keeps LibTorch's default
+};
+
+const char* to_string(DataOrder order);
+const char* to_string(LrScheduleKind kind);
+const char* to_string(MixedPrecision precision);
+
+}  // namespace accel

@@ -1,0 +1,38 @@
+// MPI bootstrap (see mpi_session.h).
+#include "host/comm/mpi_session.h"
+
+#include <mpi.h>
+
+#include <cstdlib>
+#include <stdexcept>
+
+namespace accel::comm {
+
+MpiSession::MpiSession(int* argc, char*** argv) {
+  int provided = 0;
+  // MULTIPLE: the communication layer's watchdog and async collectives run on
+  // their own threads.
+  if (MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
+    throw std::runtime_error("MPI_Init_thread failed");
+  }
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size_);
+  MPI_Comm node_comm = MPI_COMM_NULL;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node_comm);
+  MPI_Comm_rank(node_comm, &local_rank_);
+  MPI_Comm_size(node_comm, &local_world_size_);
+  MPI_Comm_free(&node_comm);
+}
+
+MpiSession::~MpiSession() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+void MpiSession::abort_job(int exit_code) const {
+  MPI_Abort(MPI_COMM_WORLD, exit_code);
+  std::_Exit(exit_code);  // MPI_Abort should not return; be certain.
+}
+
+}  // namespace accel::comm

@@ -1,0 +1,35 @@
+// The process's MPI lifetime: MPI_Init at construction, MPI_Finalize at
+// destruction, and the identity every other layer asks for (rank, world size,
+// node-local rank). Launched without mpirun, Open MPI's singleton mode gives a
+// world of one: the embedded default.
+//
+// Exactly one MpiSession exists per process, owned by main(); it is passed by
+// reference, never reached through a global. Not thread-safe to construct.
+#pragma once
+
+namespace accel::comm {
+
+class MpiSession {
+ public:
+  MpiSession(int* argc, char*** argv);
+  ~MpiSession();
+  MpiSession(const MpiSession&) = delete;
+  MpiSession& operator=(const MpiSession&) = delete;
+
+  int rank() const { return rank_; }
+  int world_size() const { return world_size_; }
+  int local_rank() const { return local_rank_; }
+  int local_world_size() const { return local_world_size_; }
+
+  // Ends every rank of the job at once: the way out when one rank fails and
+  // the others might otherwise wait on it forever. Does not return.
+  [[noreturn]] void abort_job(int exit_code) const;
+
+ private:
+  int rank_ = 0;
+  int world_size_ = 1;
+  int local_rank_ = 0;
+  int local_world_size_ = 1;
+};
+
+}  // namespace accel::comm

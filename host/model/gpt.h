@@ -1,0 +1,58 @@
+// The built-in model: GPT-2's architecture (learned positions, pre-LayerNorm
+// blocks, causal multi-head attention, tanh-GELU MLP of 4x width, final
+// LayerNorm, head tied to the token embedding), as an ordered list of units:
+//   [embedding (wte, wpe), block.0 .. block.{n-1}, head (ln_f; uses wte)].
+//
+// Parameter names follow GPT-2's (h.{i}.attn.c_attn.weight, ...) with
+// torch.nn.Linear's [out, in] layout, so a checkpoint loads into a torch.nn
+// reference directly. Not thread-safe.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <vector>
+
+#include "host/model/gpt_config.h"
+#include "host/model/unit.h"
+
+namespace accel::model {
+
+class GptModel {
+ public:
+  explicit GptModel(const GptConfig& config);
+
+  const GptConfig& config() const { return config_; }
+  std::vector<Unit>& units() { return units_; }
+  const std::vector<Unit>& units() const { return units_; }
+  int64_t num_parameters() const;
+
+  void initialise(uint64_t seed);
+  void zero_grads();
+
+  // Runs unit `index` on its input: token ids [B, T] (int64) for the
+  // embedding, hidden states [B, T, C] for blocks; the head returns logits
+  // [B, T, V]. Composable over any unit range (pipeline stages).
+  at::Tensor forward_unit(size_t index, const at::Tensor& input) const;
+  at::Tensor forward(const at::Tensor& tokens) const;  // all units: logits
+
+  // Mean cross-entropy of next-token prediction over all B*T positions.
+  at::Tensor loss(const at::Tensor& tokens, const at::Tensor& targets) const;
+
+ private:
+  at::Tensor embed(const Unit& unit, const at::Tensor& tokens) const;
+  at::Tensor block(const Unit& unit, const at::Tensor& x) const;
+  at::Tensor head(const Unit& unit, const at::Tensor& x) const;
+
+  // Positions of each block parameter within a block unit's params().
+  struct BlockLayout {
+    size_t ln_1_weight, ln_1_bias, attn_weight, attn_bias, attn_proj_weight, attn_proj_bias;
+    size_t ln_2_weight, ln_2_bias, fc_weight, fc_bias, mlp_proj_weight, mlp_proj_bias;
+    static BlockLayout resolve(const Unit& block);
+  };
+
+  GptConfig config_;
+  std::vector<Unit> units_;
+  BlockLayout block_layout_{};
+};
+
+}  // namespace accel::model

@@ -1,0 +1,32 @@
+// Parameter descriptions (see parameter.h).
+#include "host/model/parameter.h"
+
+namespace accel::model {
+
+int64_t ParamSpec::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+const char* to_string(ParamRole role) {
+  switch (role) {
+    case ParamRole::linear_weight: return "linear_weight";
+    case ParamRole::bias: return "bias";
+    case ParamRole::norm: return "norm";
+    case ParamRole::embedding: return "embedding";
+  }
+  return "?";
+}
+
+const char* to_string(ParallelHint hint) {
+  switch (hint) {
+    case ParallelHint::replicated: return "replicated";
+    case ParallelHint::column: return "column";
+    case ParallelHint::row: return "row";
+    case ParallelHint::vocab: return "vocab";
+  }
+  return "?";
+}
+
+}  // namespace accel::model

@@ -1,0 +1,47 @@
+// AdamW over flat buffers, with torch.optim.AdamW's exact semantics
+// (decoupled weight decay, bias correction, eps added after the bias-corrected
+// square root), one call per unit instead of one per parameter.
+//
+// Weight decay applies to the prefix [0, decay_numel) of each flat buffer
+// (Unit's layout puts decayed parameters first). The same function steps a
+// shard: pass the shard's buffers and the part of the decay range it holds.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "host/cli/run_config.h"
+#include "host/model/unit.h"
+
+namespace accel::train {
+
+struct AdamWHyper {
+  double lr, beta1, beta2, eps, weight_decay;
+};
+
+// One AdamW step on flat fp32 tensors of equal length; `step` counts from 1.
+void adamw_step_flat(at::Tensor& param, const at::Tensor& grad, at::Tensor& exp_avg,
+                     at::Tensor& exp_avg_sq, int64_t decay_numel, int64_t step, const AdamWHyper& h);
+
+// The optimizer state of a whole model: moment buffers per unit, and the step count.
+class FlatAdamW {
+ public:
+  explicit FlatAdamW(const std::vector<model::Unit>& units);
+
+  void step(std::vector<model::Unit>& units, const OptimizerOptions& options, double lr);
+
+  int64_t step_count() const { return step_count_; }
+  void set_step_count(int64_t steps) { step_count_ = steps; }
+  std::vector<at::Tensor>& exp_avg() { return exp_avg_; }
+  std::vector<at::Tensor>& exp_avg_sq() { return exp_avg_sq_; }
+  size_t state_bytes() const;
+
+ private:
+  std::vector<at::Tensor> exp_avg_;
+  std::vector<at::Tensor> exp_avg_sq_;
+  int64_t step_count_ = 0;
+};
+
+}  // namespace accel::train

@@ -1,0 +1,39 @@
+// JSON-lines metrics (see metrics_writer.h).
+#include "host/train/metrics_writer.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+
+namespace accel::train {
+
+MetricsWriter::MetricsWriter(const std::string& path) {
+  if (path.empty()) return;
+  file_ = std::fopen(path.c_str(), "a");
+  if (!file_) {
+    throw std::runtime_error("--metrics-file: cannot open '" + path + "': " + std::strerror(errno));
+  }
+}
+
+MetricsWriter::~MetricsWriter() {
+  if (file_) std::fclose(file_);
+}
+
+void MetricsWriter::write(const StepMetrics& m) {
+  if (!file_) return;
+  nlohmann::json line = {{"step", m.step},
+                         {"loss", m.loss},
+                         {"lr", m.lr},
+                         {"grad_norm", m.grad_norm},
+                         {"tokens_per_s", m.tokens_per_s},
+                         {"peak_mem_bytes", m.peak_mem_bytes}};
+  if (m.loss_scale != 1.0) line["loss_scale"] = m.loss_scale;
+  if (m.skipped) line["skipped"] = true;
+  const std::string text = line.dump() + "\n";
+  std::fwrite(text.data(), 1, text.size(), file_);
+  std::fflush(file_);
+}
+
+}  // namespace accel::train

@@ -1,0 +1,37 @@
+// --metrics-file: one JSON object per optimizer step, one per line, flushed
+// as written so a run that dies keeps every step it finished.
+// Written by rank 0 only. Not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+namespace accel::train {
+
+struct StepMetrics {
+  int64_t step = 0;  // 1-based: the number of optimizer steps done
+  double loss = 0.0;  // mean over the whole global batch
+  double lr = 0.0;
+  double grad_norm = 0.0;
+  double tokens_per_s = 0.0;
+  int64_t peak_mem_bytes = 0;
+  double loss_scale = 1.0;
+  bool skipped = false;  // fp16 overflow: the optimizer step was skipped
+};
+
+class MetricsWriter {
+ public:
+  // Appends to `path` (a resumed run continues the same file). Empty: disabled.
+  explicit MetricsWriter(const std::string& path);
+  ~MetricsWriter();
+  MetricsWriter(const MetricsWriter&) = delete;
+  MetricsWriter& operator=(const MetricsWriter&) = delete;
+
+  void write(const StepMetrics& m);
+
+ private:
+  std::FILE* file_ = nullptr;
+};
+
+}  // namespace accel::train
