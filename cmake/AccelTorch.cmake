@@ -41,7 +41,13 @@ if(ACCEL_TORCH_CUDA_LIB)
   list(APPEND _torch_libs ${ACCEL_TORCH_CUDA_LIB})
   set(ACCEL_TORCH_HAS_CUDA ON)
 endif()
-target_link_libraries(accel_torch INTERFACE "-Wl,--no-as-needed" ${_torch_libs} "-Wl,--as-needed")
+# libstdc++ is named BEFORE the torch libraries on purpose: libtorch.so exports
+# its own copies of std::filesystem (remove_all, ...), and whichever library
+# comes first in NEEDED wins symbol resolution. Torch's copy of remove_all
+# jumps through a null pointer when called from our code (found by
+# tests/host/trainer_checkpoint_test.cpp); with libstdc++ first, the standard
+# library resolves to itself. tests/host/link_order_test.cpp pins this.
+target_link_libraries(accel_torch INTERFACE "-Wl,--no-as-needed" stdc++ ${_torch_libs} "-Wl,--as-needed")
 # RUNPATH to the wheel: the binaries find libtorch where the venv keeps it.
 target_link_options(accel_torch INTERFACE "-Wl,-rpath,${ACCEL_TORCH_LIB_DIR}")
 message(STATUS "accel: LibTorch from ${ACCEL_TORCH_DIR} (CUDA build: ${ACCEL_TORCH_HAS_CUDA})")

@@ -417,7 +417,10 @@ void PendingCheckpointDir::finalize(std::vector<ManifestEntry> entries) {
   publish();
 }
 
-void PendingCheckpointDir::commit() { finalize(sync_files(list_files())); }
+void PendingCheckpointDir::commit() {
+  if (committed_) fail(final_dir_, "already committed");
+  finalize(sync_files(list_files()));
+}
 
 void PendingCheckpointDir::abandon() {
   if (committed_) return;

@@ -212,7 +212,7 @@ TensorInfo parse_entry(const std::string& name, const OrderedJson& entry,
   if (!dtype_it->is_string()) throw CheckpointError(who + "\"dtype\" is not a string");
   const auto dtype = dtype_from_name(dtype_it->get_ref<const std::string&>());
   if (!dtype) {
-    throw CheckpointError(who + "unknown dtype " +
+    throw CheckpointError(who + "unsupported dtype " +
                           quote_name(dtype_it->get_ref<const std::string&>()));
   }
 

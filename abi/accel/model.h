@@ -1,0 +1,339 @@
+/* accel/model.h — the model as plugins see it: units, parameters, storage.
+ *
+ * Defines: unit kinds, parameter roles and parallel hints; AccelModelInfo,
+ * AccelUnitInfo, AccelParamInfo; and AccelModelServices: inspect, plan
+ * (split parameters, assign pipeline stages, take over a unit's storage,
+ * activation checkpointing), materialise/release a unit's full storage, and
+ * run forward/backward over a unit range.
+ *
+ * A model is an ordered list of units (embedding, blocks, head), indexed from
+ * 0. Each unit keeps its parameters in one flat buffer, and its gradients in
+ * a second flat buffer of the same layout: parameter p of the unit occupies
+ * elements [flat_offset, flat_offset + numel) of both, in row-major order of
+ * its local shape. Parameter values are a function of the run's seed and
+ * the parameter's name, so any strategy starts from bit-identical weights.
+ *
+ * Phases (the services say which they allow):
+ *   inspect  from `create` on           — model info; names, global shapes
+ *   plan     inside `plan_model` only   — split params, stages, storage,
+ *                                         checkpointing; recorded, resolved
+ *                                         by the host after every plugin's
+ *                                         plan_model returned
+ *   run      from `setup` on            — local shapes final; materialise,
+ *                                         release, views, run_forward/backward
+ * Info pointers are host-owned and valid until teardown, but their contents
+ * (local shapes, stages, flags) are final only from `setup` on.
+ *
+ * Storage. By default the host materialises every unit of this rank's
+ * pipeline stage before setup and keeps it. A unit a plugin takes over
+ * (plan_manage_storage) is not materialised by the host: the plugin calls
+ * materialise before the unit runs (usually in unit_forward_pre /
+ * unit_backward_pre, filling the buffer from its shards) and release after
+ * (unit_forward_post / unit_backward_post). Running a unit whose storage is
+ * not materialised fails with ACCEL_ERROR_FAILED_PRECONDITION naming it.
+ *
+ * Thread-safety: loop thread only. */
+#ifndef ACCEL_ABI_MODEL_H_
+#define ACCEL_ABI_MODEL_H_
+
+#include "accel/comm.h"
+#include "accel/memory.h"
+#include "accel/status.h"
+#include "accel/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* -------------------------------- Enums ---------------------------------- */
+
+typedef enum AccelUnitKind {
+  ACCEL_UNIT_OTHER = 0,
+  ACCEL_UNIT_EMBEDDING = 1,  /* token (+ position) embedding; first unit */
+  ACCEL_UNIT_BLOCK = 2,      /* a transformer block */
+  ACCEL_UNIT_HEAD = 3,       /* final norm, output projection and loss */
+  ACCEL_UNIT_KIND_FORCE_32BIT = 0x7fffffff
+} AccelUnitKind;
+
+typedef enum AccelParamRole {
+  ACCEL_PARAM_OTHER = 0,
+  ACCEL_PARAM_LINEAR_WEIGHT = 1,  /* [out_features, in_features] */
+  ACCEL_PARAM_BIAS = 2,
+  ACCEL_PARAM_NORM = 3,           /* norm scale (and shift) */
+  ACCEL_PARAM_EMBEDDING = 4,      /* [vocab or positions, hidden] */
+  ACCEL_PARAM_ROLE_FORCE_32BIT = 0x7fffffff
+} AccelParamRole;
+
+/* How tensor parallelism would split the parameter (Megatron's layers). */
+typedef enum AccelParallelHint {
+  ACCEL_PARALLEL_REPLICATED = 0,  /* never split (norms, row-linear biases) */
+  ACCEL_PARALLEL_COLUMN = 1,      /* split output features: dim 0 (and the
+                                     bias); ColumnParallelLinear */
+  ACCEL_PARALLEL_ROW = 2,         /* split input features: dim 1;
+                                     RowParallelLinear */
+  ACCEL_PARALLEL_VOCAB = 3,       /* split the vocabulary: dim 0;
+                                     VocabParallelEmbedding / output layer */
+  ACCEL_PARALLEL_HINT_FORCE_32BIT = 0x7fffffff
+} AccelParallelHint;
+
+/* --------------------------------- Info ---------------------------------- */
+
+typedef struct AccelModelInfo {
+  size_t struct_size;
+  AccelExtensionBase* extensions;
+  const char* name;                /* "gpt-small" */
+  int32_t num_units;
+  int32_t activation_ndim;
+  const int64_t* activation_shape; /* the tensor passed between units for one
+                                      micro-batch, before any split:
+                                      [micro_batch, seq_len, hidden] */
+  DLDataType activation_dtype;     /* compute dtype of activations */
+  DLDataType param_dtype;          /* dtype of host-owned flat buffers */
+  DLDataType compute_dtype;        /* the run's mixed precision (autocast) */
+  uint32_t reserved;               /* 0 */
+  int64_t num_params;              /* elements of all global parameters */
+  int64_t flops_per_token;         /* forward+backward, for MFU reports */
+  int64_t hidden_size;
+  int64_t vocab_size;
+  int64_t seq_len;
+  int64_t micro_batch_size;        /* sequences per micro-batch and rank */
+} AccelModelInfo;
+
+/* Flags of AccelUnitInfo.flags (state; read them from setup on). */
+#define ACCEL_UNIT_LOCAL (UINT32_C(1) << 0)           /* on this rank's stage */
+#define ACCEL_UNIT_PLUGIN_MANAGED (UINT32_C(1) << 1)  /* storage taken over */
+#define ACCEL_UNIT_CHECKPOINTED (UINT32_C(1) << 2)    /* activations recomputed */
+#define ACCEL_UNIT_PARAMS_MATERIALIZED (UINT32_C(1) << 3)
+#define ACCEL_UNIT_GRADS_MATERIALIZED (UINT32_C(1) << 4)
+
+typedef struct AccelUnitInfo {
+  size_t struct_size;
+  AccelExtensionBase* extensions;
+  const char* name;            /* "embedding", "blocks.3", "head" */
+  int32_t index;
+  AccelUnitKind kind;
+  int32_t num_params;
+  int32_t pipeline_stage;      /* owning stage; 0 before plans resolve */
+  int64_t numel;               /* elements of the flat buffers (local) */
+  uint32_t flags;              /* ACCEL_UNIT_*, current */
+  DLDataType param_dtype;      /* dtype of the host's storage for the unit */
+} AccelUnitInfo;
+
+typedef struct AccelParamInfo {
+  size_t struct_size;
+  AccelExtensionBase* extensions;
+  const char* name;             /* "blocks.3.attn.qkv.weight": unique, stable
+                                   across strategies; the checkpoint name */
+  int32_t unit;
+  int32_t index;                /* within the unit, 0..num_params-1 */
+  AccelParamRole role;
+  AccelParallelHint hint;
+  int32_t ndim;
+  DLDataType dtype;             /* dtype of the host's storage */
+  const int64_t* global_shape;  /* ndim entries */
+  const int64_t* local_shape;   /* ndim entries: this rank's slice after
+                                   tensor-parallel splits (= global if none) */
+  const int64_t* local_offset;  /* ndim entries: where the slice starts in
+                                   the global tensor */
+  int64_t flat_offset;          /* element offset in the unit's flat buffers;
+                                   -1 for a tied reference (below) */
+  int64_t numel;                /* elements of the local slice */
+  int32_t split_dim;            /* dimension split by the plan, -1 if none */
+  AccelGroupKind split_group;   /* the group it is split over */
+  int32_t tied_unit;            /* a tied reference (output layer sharing the
+                                   embedding): the unit and index whose storage
+                                   it uses and whose gradient it accumulates
+                                   into; -1, -1 if not tied */
+  int32_t tied_index;
+} AccelParamInfo;
+
+/* Sets *info (out) to the model's description. Phase: inspect. */
+typedef AccelStatus AccelModelGetInfoFn(AccelHost* host,
+                                        const AccelModelInfo** info);
+
+/* Sets *info (out) to unit `unit`'s description. Phase: inspect. */
+typedef AccelStatus AccelModelGetUnitFn(AccelHost* host, int32_t unit,
+                                        const AccelUnitInfo** info);
+
+/* Sets *info (out) to parameter `index` of unit `unit`. Phase: inspect. */
+typedef AccelStatus AccelModelGetParamFn(AccelHost* host, int32_t unit,
+                                         int32_t index,
+                                         const AccelParamInfo** info);
+
+/* Finds a parameter by `name` (borrowed) into *unit, *index (out).
+ * ACCEL_ERROR_NOT_FOUND if absent. Phase: inspect. */
+typedef AccelStatus AccelModelFindParamFn(AccelHost* host, const char* name,
+                                          int32_t* unit, int32_t* index);
+
+/* --------------------------------- Plan ---------------------------------- */
+
+/* Splits dimension `dim` of a parameter evenly over the standard group
+ * `over` (ACCEL_GROUP_TENSOR for Megatron); rank i of that group holds the
+ * i-th slice. The host splits a COLUMN weight's bias with it and computes
+ * local shapes, offsets and flat layouts when plans resolve; an uneven split
+ * fails then, naming the parameter. Phase: plan. */
+typedef AccelStatus AccelModelPlanSplitParamFn(AccelHost* host, int32_t unit,
+                                               int32_t index, int32_t dim,
+                                               AccelGroupKind over);
+
+/* Assigns units to pipeline stages: `stage_of_unit` (borrowed) has
+ * num_units entries, each in [0, pipeline_size). A stage may own several
+ * non-adjacent ranges (interleaved / virtual pipeline schedules). Without
+ * a call, every unit belongs to stage 0. Phase: plan. */
+typedef AccelStatus AccelModelPlanStagesFn(AccelHost* host,
+                                           const int32_t* stage_of_unit,
+                                           int32_t num_units);
+
+/* Takes over the storage of `unit` (FSDP, ZeRO-3): the host will not
+ * materialise it; the calling plugin materialises and releases it around
+ * each use. Taking over a unit twice (two plugins) fails. Phase: plan. */
+typedef AccelStatus AccelModelPlanManageStorageFn(AccelHost* host,
+                                                  int32_t unit);
+
+/* Turns activation checkpointing of `unit` on or off: its activations are
+ * dropped after forward and recomputed in backward (the unit's forward
+ * hooks run again, with `recompute` set). Phase: plan, or between steps
+ * (step_end to the next step_begin). */
+typedef AccelStatus AccelModelSetCheckpointingFn(AccelHost* host, int32_t unit,
+                                                 bool enabled);
+
+/* -------------------------------- Storage -------------------------------- */
+
+/* Flags selecting buffers (AccelMaterializeArgs.what, release). */
+#define ACCEL_STORAGE_PARAMS (UINT32_C(1) << 0)
+#define ACCEL_STORAGE_GRADS (UINT32_C(1) << 1)
+
+typedef enum AccelStorageInit {
+  ACCEL_INIT_UNDEFINED = 0,  /* contents undefined: you will fill them */
+  ACCEL_INIT_ZERO = 1,       /* zeros (gradients) */
+  ACCEL_INIT_FROM_SEED = 2,  /* initial parameter values (seed + name) */
+  ACCEL_STORAGE_INIT_FORCE_32BIT = 0x7fffffff
+} AccelStorageInit;
+
+typedef struct AccelMaterializeArgs {
+  size_t struct_size;
+  AccelExtensionBase* extensions;
+  int32_t unit;
+  uint32_t what;              /* ACCEL_STORAGE_* */
+  AccelStorageInit init;      /* for the parameter buffer; grads: ZERO or
+                                 UNDEFINED */
+  DLDataType param_dtype;     /* unset = AccelUnitInfo.param_dtype; bf16 for
+                                 FSDP's mixed-precision param_dtype */
+  DLDataType grad_dtype;      /* unset = param_dtype */
+  uint32_t reserved;          /* 0 */
+  AccelStream stream;         /* allocation and init are ordered here */
+  const DLTensor* params;     /* out: flat 1-D view; host-owned, valid until
+                                 released; NULL if not requested */
+  const DLTensor* grads;      /* out: likewise */
+} AccelMaterializeArgs;
+
+/* Allocates the full flat storage of a unit (accounted as PARAMS / GRADS)
+ * and makes the unit runnable; a buffer already materialised is returned as
+ * it is. Only the manager of the unit (the host, or the plugin that took it
+ * over) calls it. Phase: run (and inside setup, to fill shards from the
+ * seed-initialised full buffer). */
+typedef AccelStatus AccelModelMaterializeFn(AccelHost* host,
+                                            AccelMaterializeArgs* args);
+
+/* Frees the selected full buffers of `unit` once the work enqueued on
+ * `stream` is done; their views become invalid. Only the unit's manager.
+ * Phase: run. */
+typedef AccelStatus AccelModelReleaseFn(AccelHost* host, int32_t unit,
+                                        uint32_t what, AccelStream stream);
+
+/* Sets *params and *grads (out, either may be NULL to skip) to views of the
+ * unit's current flat buffers, NULL where not materialised. Host-owned,
+ * valid until released. Phase: run. */
+typedef AccelStatus AccelModelGetStorageFn(AccelHost* host, int32_t unit,
+                                           const DLTensor** params,
+                                           const DLTensor** grads);
+
+/* Sets *view (out) to a view of one parameter (`what` =
+ * ACCEL_STORAGE_PARAMS) or its gradient (ACCEL_STORAGE_GRADS) with its local
+ * shape, inside the flat buffer. Host-owned, valid until released.
+ * Phase: run. */
+typedef AccelStatus AccelModelGetParamViewFn(AccelHost* host, int32_t unit,
+                                             int32_t index, uint32_t what,
+                                             const DLTensor** view);
+
+/* ---------------------------------- Run ---------------------------------- */
+
+/* Flags of AccelRunForwardArgs.flags. */
+#define ACCEL_RUN_NO_GRAD (UINT32_C(1) << 0)  /* evaluation: keep nothing */
+
+typedef struct AccelRunForwardArgs {
+  size_t struct_size;
+  AccelExtensionBase* extensions;
+  int32_t first_unit;         /* the range [first_unit, end_unit), all local */
+  int32_t end_unit;
+  int32_t micro_batch;        /* 0..num_micro_batches-1 of this step */
+  uint32_t flags;             /* ACCEL_RUN_* */
+  const DLTensor* input;      /* activation from the previous stage (borrowed
+                                 for the call); NULL when first_unit is 0:
+                                 the host feeds the micro-batch's tokens */
+  AccelStream stream;
+  const DLTensor* output;     /* out: the range's output activation;
+                                 host-owned, valid until run_backward of the
+                                 same range and micro-batch returned (with
+                                 NO_GRAD: until the next run call) */
+  const DLTensor* loss;       /* out: fp32 scalar when the range ends with
+                                 the last unit, else NULL; same lifetime */
+} AccelRunForwardArgs;
+
+/* Runs forward over a unit range for one micro-batch, calling every
+ * plugin's unit hooks and linear chain on the way, and keeping what backward
+ * needs. Used by plugins that take over the train step (pipeline
+ * schedules). Phase: run, inside the train_step hook. */
+typedef AccelStatus AccelModelRunForwardFn(AccelHost* host,
+                                           AccelRunForwardArgs* args);
+
+typedef struct AccelRunBackwardArgs {
+  size_t struct_size;
+  AccelExtensionBase* extensions;
+  int32_t first_unit;          /* a range run_forward ran for micro_batch */
+  int32_t end_unit;
+  int32_t micro_batch;
+  uint32_t reserved;           /* 0 */
+  const DLTensor* grad_output; /* gradient of the range's output, from the
+                                  next stage (borrowed); NULL when the range
+                                  ends with the last unit: the loss, divided
+                                  by num_micro_batches, is the root */
+  AccelStream stream;
+  const DLTensor* grad_input;  /* out: gradient of the range's input, to send
+                                  to the previous stage; host-owned, valid
+                                  until the next run call for this
+                                  micro-batch; NULL when first_unit is 0 */
+} AccelRunBackwardArgs;
+
+/* Runs backward over the range for the micro-batch, accumulating parameter
+ * gradients into the units' grad buffers and calling every plugin's unit
+ * hooks (and gradients_ready on the last micro-batch). Frees what the
+ * forward kept. Phase: run, inside the train_step hook. */
+typedef AccelStatus AccelModelRunBackwardFn(AccelHost* host,
+                                            AccelRunBackwardArgs* args);
+
+/* The model area of the services table. */
+typedef struct AccelModelServices {
+  size_t struct_size;
+  AccelExtensionBase* extensions;
+  AccelModelGetInfoFn* get_info;
+  AccelModelGetUnitFn* get_unit;
+  AccelModelGetParamFn* get_param;
+  AccelModelFindParamFn* find_param;
+  AccelModelPlanSplitParamFn* plan_split_param;
+  AccelModelPlanStagesFn* plan_stages;
+  AccelModelPlanManageStorageFn* plan_manage_storage;
+  AccelModelSetCheckpointingFn* set_checkpointing;
+  AccelModelMaterializeFn* materialize;
+  AccelModelReleaseFn* release;
+  AccelModelGetStorageFn* get_storage;
+  AccelModelGetParamViewFn* get_param_view;
+  AccelModelRunForwardFn* run_forward;
+  AccelModelRunBackwardFn* run_backward;
+} AccelModelServices;
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* ACCEL_ABI_MODEL_H_ */

@@ -1,0 +1,123 @@
+/* accel/trace.h — trace events and per-step metrics.
+ *
+ * Defines: AccelTraceEvent (what observers receive), AccelMetricReduce and
+ * AccelTraceServices (begin/end/instant/counter, metric recording).
+ *
+ * Producers: the host (units, collectives, copies, checkpoint phases) and
+ * every plugin, through the services below. Consumers: observer plugins
+ * (the profiler) through their trace_event hook, and the host's metric log.
+ * When no consumer is active an emit costs one branch; `trace_enabled` lets a
+ * producer skip building names.
+ *
+ * Strings passed to these functions are borrowed for the call; the host
+ * copies what it keeps. Emitting never fails and never blocks on I/O.
+ *
+ * Thread-safety: every function here may be called from any thread. Ranges
+ * (begin/end) nest LIFO per thread, or per stream for device ranges. */
+#ifndef ACCEL_ABI_TRACE_H_
+#define ACCEL_ABI_TRACE_H_
+
+#include "accel/memory.h"
+#include "accel/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* -------------------------------- Events --------------------------------- */
+
+typedef enum AccelTraceEventType {
+  ACCEL_TRACE_BEGIN = 0,    /* a range opens */
+  ACCEL_TRACE_END = 1,      /* the innermost open range closes */
+  ACCEL_TRACE_INSTANT = 2,  /* a point in time */
+  ACCEL_TRACE_COUNTER = 3,  /* a named value at a point in time */
+  ACCEL_TRACE_EVENT_TYPE_FORCE_32BIT = 0x7fffffff
+} AccelTraceEventType;
+
+/* One event as delivered to an observer's trace_event hook. Filled by the
+ * host; borrowed by the hook for the duration of the call (copy what you
+ * keep). */
+typedef struct AccelTraceEvent {
+  size_t struct_size;
+  AccelExtensionBase* extensions;
+  AccelTraceEventType type;
+  int32_t rank;              /* the emitting rank (always this rank) */
+  const char* name;          /* "forward", "all_gather" */
+  const char* category;      /* "host", "comm", "memory", or a plugin name */
+  const char* source;        /* the emitter: "host" or the plugin's name */
+  int64_t timestamp_ns;      /* CLOCK_MONOTONIC of this process; device
+                                ranges are mapped onto the same clock */
+  int64_t step;              /* training step, -1 outside the loop */
+  int32_t unit;              /* the unit concerned, -1 if none */
+  int32_t micro_batch;       /* the micro-batch, -1 if none */
+  double value;              /* COUNTER: the value; else 0 */
+  uint64_t thread_id;        /* emitting thread (host numbering) */
+  AccelStream stream;        /* device range: its stream; else NULL */
+  int64_t bytes;             /* comm/memory events: bytes moved or held;
+                                else 0 */
+} AccelTraceEvent;
+
+/* --------------------------------- Emit ---------------------------------- */
+
+/* Returns whether any consumer wants events of `category` now (the profiler
+ * may record only some steps). Cheap; call it before building a name. */
+typedef bool AccelTraceEnabledFn(AccelHost* host, const char* category);
+
+/* Opens a range named `name`. `stream` NULL: a host-time range on this
+ * thread. `stream` set: a device range timed by events recorded on that
+ * stream; it is delivered once the device reached its end (at the latest at
+ * step end). */
+typedef void AccelTraceBeginFn(AccelHost* host, const char* name,
+                               const char* category, AccelStream stream);
+
+/* Closes the innermost range opened with the same `stream` (or on this
+ * thread). `name` must match the begin's (checked in debug builds). */
+typedef void AccelTraceEndFn(AccelHost* host, const char* name,
+                             const char* category, AccelStream stream);
+
+/* Records a point event. */
+typedef void AccelTraceInstantFn(AccelHost* host, const char* name,
+                                 const char* category);
+
+/* Records the value of a counter (a queue depth, bytes in flight, a loss
+ * scale). */
+typedef void AccelTraceCounterFn(AccelHost* host, const char* name,
+                                 const char* category, double value);
+
+/* -------------------------------- Metrics -------------------------------- */
+
+/* How repeated records of one metric within a step combine. */
+typedef enum AccelMetricReduce {
+  ACCEL_METRIC_LAST = 0,
+  ACCEL_METRIC_SUM = 1,
+  ACCEL_METRIC_MEAN = 2,
+  ACCEL_METRIC_MAX = 3,
+  ACCEL_METRIC_MIN = 4,
+  ACCEL_METRIC_REDUCE_FORCE_32BIT = 0x7fffffff
+} AccelMetricReduce;
+
+/* Records `value` for metric `name` ("fp8/amax_max", "ddp/bucket_count") in
+ * the current step. The host combines records of a step with `reduce` (the
+ * first record's reduce wins), and at step end writes one value per metric
+ * and rank to the metric log, prefixed with the plugin's name. Also
+ * delivered to observers as a COUNTER event. */
+typedef void AccelMetricRecordFn(AccelHost* host, const char* name,
+                                 double value, AccelMetricReduce reduce);
+
+/* The trace and metrics area of the services table. */
+typedef struct AccelTraceServices {
+  size_t struct_size;
+  AccelExtensionBase* extensions;
+  AccelTraceEnabledFn* enabled;
+  AccelTraceBeginFn* begin;
+  AccelTraceEndFn* end;
+  AccelTraceInstantFn* instant;
+  AccelTraceCounterFn* counter;
+  AccelMetricRecordFn* metric;
+} AccelTraceServices;
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* ACCEL_ABI_TRACE_H_ */

@@ -1,0 +1,69 @@
+// The GPT model: presets, unit composition, causality, initial loss.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "host/model/gpt.h"
+
+using namespace accel::model;
+
+namespace {
+
+TEST(GptConfig, PresetsAndOverrides) {
+  EXPECT_EQ(count_parameters(make_gpt_config("gpt-small", {})), 124439808);  // GPT-2 small
+  accel::ModelOverrides o;
+  o.n_layer = 3;
+  EXPECT_EQ(make_gpt_config("gpt-tiny", o).n_layer, 3);
+  o.n_head = 5;  // 64 is not a multiple of 5
+  EXPECT_THROW(make_gpt_config("gpt-tiny", o), std::invalid_argument);
+  EXPECT_THROW(make_gpt_config("gpt-huge", {}), std::invalid_argument);
+}
+
+TEST(Gpt, UnitByUnitEqualsWholeForward) {
+  GptModel model(GptConfig{3, 2, 16, 8, 40});
+  model.initialise(11);
+  const at::Tensor tokens = at::randint(0, 40, {3, 8}, at::kLong);
+  at::Tensor x = tokens;
+  for (size_t i = 0; i < model.units().size(); ++i) x = model.forward_unit(i, x);
+  EXPECT_TRUE(at::equal(x, model.forward(tokens)));
+  EXPECT_EQ(x.sizes(), (at::IntArrayRef{3, 8, 40}));
+}
+
+TEST(Gpt, AttentionIsCausal) {
+  GptModel model(GptConfig{2, 2, 16, 8, 40});
+  model.initialise(5);
+  at::Tensor a = at::randint(0, 40, {1, 8}, at::kLong);
+  at::Tensor b = a.clone();
+  b.index_put_({0, 7}, (a.index({0, 7}).item<int64_t>() + 1) % 40);  // change only the last token
+  const at::Tensor la = model.forward(a), lb = model.forward(b);
+  EXPECT_TRUE(at::allclose(la.narrow(1, 0, 7), lb.narrow(1, 0, 7)));
+  EXPECT_FALSE(at::allclose(la.narrow(1, 7, 1), lb.narrow(1, 7, 1)));
+}
+
+TEST(Gpt, InitialLossIsNearUniform) {
+  GptModel model(GptConfig{2, 4, 64, 32, 256});
+  model.initialise(1);
+  const at::Tensor tokens = at::randint(0, 256, {4, 32}, at::kLong);
+  // Independent targets: with a tied head, the input token itself would score high.
+  const at::Tensor targets = at::randint(0, 256, {4, 32}, at::kLong);
+  const double loss = model.loss(tokens, targets).item<double>();
+  EXPECT_NEAR(loss, std::log(256.0), 0.1);
+}
+
+TEST(Gpt, SameSeedSameWeights) {
+  GptModel a(GptConfig{}), b(GptConfig{}), c(GptConfig{});
+  a.initialise(9);
+  b.initialise(9);
+  c.initialise(10);
+  for (size_t i = 0; i < a.units().size(); ++i) {
+    EXPECT_TRUE(at::equal(a.units()[i].flat_params(), b.units()[i].flat_params()));
+  }
+  EXPECT_FALSE(at::equal(a.units()[1].flat_params(), c.units()[1].flat_params()));
+}
+
+TEST(Gpt, RejectsSequencesLongerThanTheModel) {
+  GptModel model(GptConfig{1, 1, 8, 4, 16});
+  EXPECT_THROW(model.forward(at::zeros({1, 5}, at::kLong)), std::invalid_argument);
+}
+
+}  // namespace

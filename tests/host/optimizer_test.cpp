@@ -1,0 +1,90 @@
+// AdamW on flat buffers, LR schedules, clipping and the loss scaler.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "host/train/flat_adamw.h"
+#include "host/train/grad_clip.h"
+#include "host/train/loss_scaler.h"
+#include "host/train/lr_schedule.h"
+
+using namespace accel::train;
+
+namespace {
+
+// Scalar AdamW as torch.optim.AdamW documents it, in double.
+struct ScalarAdamW {
+  double p, m = 0, v = 0;
+  void step(double g, int t, const AdamWHyper& h, bool decay) {
+    if (decay) p *= 1 - h.lr * h.weight_decay;
+    m = h.beta1 * m + (1 - h.beta1) * g;
+    v = h.beta2 * v + (1 - h.beta2) * g * g;
+    const double m_hat = m / (1 - std::pow(h.beta1, t)), v_hat = v / (1 - std::pow(h.beta2, t));
+    p -= h.lr * m_hat / (std::sqrt(v_hat) + h.eps);
+  }
+};
+
+TEST(FlatAdamW, MatchesTheScalarDefinitionAndDecaysOnlyThePrefix) {
+  const AdamWHyper h{1e-2, 0.9, 0.95, 1e-8, 0.1};
+  at::Tensor param = at::tensor({0.5f, -1.0f, 2.0f, 0.25f});
+  at::Tensor m = at::zeros({4}), v = at::zeros({4});
+  std::vector<ScalarAdamW> ref = {{0.5}, {-1.0}, {2.0}, {0.25}};
+  const float grads[3][4] = {{0.1f, -0.2f, 0.3f, 0.0f}, {0.05f, 0.2f, -0.1f, 1.0f}, {-0.3f, 0.0f, 0.1f, 0.5f}};
+  for (int t = 1; t <= 3; ++t) {
+    at::Tensor g = at::tensor(std::vector<float>(grads[t - 1], grads[t - 1] + 4));
+    adamw_step_flat(param, g, m, v, /*decay_numel=*/2, t, h);
+    for (int i = 0; i < 4; ++i) ref[i].step(grads[t - 1][i], t, h, i < 2);
+  }
+  for (int i = 0; i < 4; ++i) EXPECT_NEAR(param[i].item<double>(), ref[i].p, 1e-6) << i;
+}
+
+TEST(LrSchedule, WarmupThenDecayToMinLr) {
+  accel::OptimizerOptions o;
+  o.lr = 1.0;
+  o.min_lr = 0.1;
+  o.warmup_steps = 4;
+  o.schedule = accel::LrScheduleKind::cosine;
+  EXPECT_DOUBLE_EQ(learning_rate_at(o, 0, 20), 0.25);
+  EXPECT_DOUBLE_EQ(learning_rate_at(o, 3, 20), 1.0);
+  EXPECT_DOUBLE_EQ(learning_rate_at(o, 4, 20), 1.0);
+  EXPECT_NEAR(learning_rate_at(o, 19, 20), 0.1, 1e-12);
+  // 21 steps: decay over steps 4..20, halfway (cos = 0) at step 12.
+  EXPECT_NEAR(learning_rate_at(o, 12, 21), 0.55, 1e-12);
+  o.schedule = accel::LrScheduleKind::linear;
+  EXPECT_NEAR(learning_rate_at(o, 19, 20), 0.1, 1e-12);
+  o.schedule = accel::LrScheduleKind::constant;
+  EXPECT_DOUBLE_EQ(learning_rate_at(o, 19, 20), 1.0);
+}
+
+TEST(GradClip, ScalesOnlyAboveTheThreshold) {
+  std::vector<at::Tensor> grads = {at::tensor({3.0f}), at::tensor({4.0f, 0.0f})};
+  EXPECT_NEAR(global_grad_norm(grads), 5.0, 1e-9);
+  EXPECT_NEAR(clip_grad_norm(grads, 10.0), 5.0, 1e-9);
+  EXPECT_FLOAT_EQ(grads[0].item<float>(), 3.0f);
+  EXPECT_NEAR(clip_grad_norm(grads, 1.0), 5.0, 1e-9);
+  EXPECT_NEAR(global_grad_norm(grads), 1.0, 1e-5);
+}
+
+TEST(LossScaler, BacksOffOnOverflowAndGrowsAfterTheInterval) {
+  accel::GradScalerOptions o;
+  o.init_scale = 8;
+  o.growth_interval = 2;
+  LossScaler scaler(o, /*active=*/true);
+  std::vector<at::Tensor> grads = {at::tensor({8.0f, 16.0f})};
+  EXPECT_FALSE(scaler.unscale_and_check(grads));
+  EXPECT_FLOAT_EQ(grads[0][1].item<float>(), 2.0f);
+  scaler.update(false);
+  scaler.update(false);
+  EXPECT_DOUBLE_EQ(scaler.scale(), 16);
+  std::vector<at::Tensor> bad = {at::tensor({1.0f, INFINITY})};
+  EXPECT_TRUE(scaler.unscale_and_check(bad));
+  scaler.update(true);
+  EXPECT_DOUBLE_EQ(scaler.scale(), 8);
+  EXPECT_EQ(scaler.growth_tracker(), 0);
+
+  LossScaler inactive(o, /*active=*/false);
+  EXPECT_DOUBLE_EQ(inactive.scale(), 1.0);
+  EXPECT_FALSE(inactive.unscale_and_check(bad));
+}
+
+}  // namespace

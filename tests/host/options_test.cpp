@@ -1,0 +1,90 @@
+// Command-line parsing: defaults, kwargs sections, and one clear error per bad input.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "host/cli/options.h"
+
+using accel::cli::parse_command_line;
+using accel::cli::UsageError;
+
+namespace {
+
+accel::RunConfig parse(std::vector<std::string> args) { return parse_command_line(args).config; }
+
+std::string error_of(std::vector<std::string> args) {
+  try {
+    parse_command_line(args);
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Options, DefaultsAreTheTinyModelOnSyntheticData) {
+  const accel::RunConfig c = parse({});
+  EXPECT_EQ(c.model, "gpt-tiny");
+  EXPECT_EQ(c.data, "synthetic");
+  EXPECT_EQ(c.mixed_precision, accel::MixedPrecision::no);
+  EXPECT_EQ(c.optimizer.schedule, accel::LrScheduleKind::cosine);
+}
+
+TEST(Options, ParsesRunAndKwargsOptions) {
+  const accel::RunConfig c = parse({"--steps", "7", "--batch-size=12", "--grad-accum", "3", "--lr", "0.5",
+                                    "--lr-schedule", "linear", "--mixed-precision", "fp16",
+                                    "--grad_scaler.init_scale", "1024", "--plugin", "a", "--plugin", "b",
+                                    "--data-order", "sequential", "--n-layer", "3"});
+  EXPECT_EQ(c.steps, 7);
+  EXPECT_EQ(c.batch_size, 12);
+  EXPECT_EQ(c.grad_accum, 3);
+  EXPECT_DOUBLE_EQ(c.optimizer.lr, 0.5);
+  EXPECT_EQ(c.optimizer.schedule, accel::LrScheduleKind::linear);
+  EXPECT_EQ(c.mixed_precision, accel::MixedPrecision::fp16);
+  EXPECT_DOUBLE_EQ(c.grad_scaler.init_scale, 1024);
+  EXPECT_EQ(c.plugins, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(c.data_order, accel::DataOrder::sequential);
+  ASSERT_TRUE(c.model_overrides.n_layer.has_value());
+  EXPECT_EQ(*c.model_overrides.n_layer, 3);
+  EXPECT_FALSE(c.model_overrides.n_head.has_value());
+}
+
+TEST(Options, ConfigFileSectionsMapToKwargsOptions) {
+  const std::string path = ::testing::TempDir() + "accel_options_test.cfg";
+  std::ofstream(path) << "steps = 5\n[grad_scaler]\ngrowth_interval = 17\n";
+  const accel::RunConfig c = parse({"--config", path});
+  EXPECT_EQ(c.steps, 5);
+  EXPECT_EQ(c.grad_scaler.growth_interval, 17);
+  // The command line wins over the file.
+  EXPECT_EQ(parse({"--config", path, "--steps", "9"}).steps, 9);
+  std::remove(path.c_str());
+}
+
+TEST(Options, HelpAndVersionAreActions) {
+  EXPECT_EQ(parse_command_line({"--help"}).action, accel::cli::Action::help);
+  EXPECT_NE(parse_command_line({"--help"}).help_text.find("--batch-size"), std::string::npos);
+  EXPECT_EQ(parse_command_line({"--version"}).action, accel::cli::Action::version);
+}
+
+TEST(Options, BadInputGivesOneLineNamingTheOption) {
+  EXPECT_NE(error_of({"--no-such-option"}).find("no-such-option"), std::string::npos);
+  EXPECT_NE(error_of({"--steps", "many"}).find("steps"), std::string::npos);
+  EXPECT_NE(error_of({"--lr", "-1"}).find("--lr"), std::string::npos);
+  EXPECT_NE(error_of({"--mixed-precision", "fp64"}).find("no, bf16, fp16"), std::string::npos);
+  EXPECT_NE(error_of({"--data", "csv:x"}).find("--data"), std::string::npos);
+  EXPECT_NE(error_of({"--save-every", "5"}).find("--save"), std::string::npos);
+  EXPECT_NE(error_of({"--config", "/nonexistent/accel.cfg"}).find("cannot open"), std::string::npos);
+  for (const auto& args : {std::vector<std::string>{"--no-such-option"}, {"--steps", "x"}}) {
+    EXPECT_EQ(error_of(args).find('\n'), std::string::npos);
+  }
+}
+
+TEST(Options, GlobalBatchMustSplitAcrossRanksAndMicroSteps) {
+  accel::RunConfig c = parse({"--batch-size", "12", "--grad-accum", "2"});
+  EXPECT_NO_THROW(accel::cli::validate_for_world(c, 3));
+  EXPECT_THROW(accel::cli::validate_for_world(c, 4), UsageError);
+  c.batch_size = 11;  // odd: not divisible by 2 micro-steps
+  EXPECT_THROW(accel::cli::validate_for_world(c, 1), UsageError);
+}
+
+}  // namespace
