@@ -18,7 +18,7 @@
  * is put by the replica whose data index is 0. The host checks at commit that
  * the slices of each tensor tile its global shape, without gap or overlap,
  * and fails the save naming the tensor otherwise. Files, manifest, fsync and
- * atomic rename are the host's (docs/checkpoint.md).
+ * atomic rename are the host's (docs/checkpoint_format.md).
  *
  * A flat shard that cuts a tensor mid-row is put as up to three rectangles
  * per cut dimension (the partial leading row, the whole rows, the partial

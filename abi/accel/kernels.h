@@ -122,7 +122,9 @@ typedef struct AccelClipScaleArgs {
   int32_t num_tensors;
   uint32_t reserved;                  /* must be 0 */
   const DLTensor* total_squared_norm; /* fp32 scalar, global over all ranks */
-  double max_norm;                    /* > 0 */
+  const DLTensor* total_norm;         /* out: fp32 scalar, its square root
+                                         (for AccelClipArgs); NULL */
+  double max_norm;                    /* > 0; +infinity: scale nothing */
   double eps;                         /* 0 = 1e-6 */
   AccelStream stream;
 } AccelClipScaleArgs;

@@ -15,8 +15,8 @@
  * synchronously, streams and events are tokens, and every wait returns at
  * once — code written for streams is correct on both.
  *
- * Thread-safety: allocate, deallocate, copy and the stream/event functions may be
- * called from any thread (the host serialises internally); stats are
+ * Thread-safety: allocate, deallocate, copy and the stream/event functions
+ * may be called from any thread (the host serialises internally); stats are
  * per-rank totals read atomically. */
 #ifndef ACCEL_ABI_MEMORY_H_
 #define ACCEL_ABI_MEMORY_H_
@@ -67,7 +67,7 @@ typedef enum AccelMemoryCategory {
 
 /* Where an allocation lives. */
 typedef enum AccelMemoryPlace {
-  ACCEL_MEMORY_DEVICE = 0,       /* the rank's device (host memory on CPU runs) */
+  ACCEL_MEMORY_DEVICE = 0,       /* the rank's device (host on CPU runs) */
   ACCEL_MEMORY_HOST = 1,         /* pageable host memory */
   ACCEL_MEMORY_HOST_PINNED = 2,  /* page-locked host memory, async copies */
   ACCEL_MEMORY_PLACE_FORCE_32BIT = 0x7fffffff
@@ -76,7 +76,7 @@ typedef enum AccelMemoryPlace {
 /* ------------------------------- Alloc ----------------------------------- */
 
 /* Flags of AccelAllocateArgs.flags. */
-#define ACCEL_ALLOCATE_ZERO_FILL (UINT32_C(1) << 0)  /* zeroed, ordered on stream */
+#define ACCEL_ALLOCATE_ZERO_FILL (UINT32_C(1) << 0)  /* zeroed on `stream` */
 
 typedef struct AccelAllocateArgs {
   size_t struct_size;
@@ -89,7 +89,7 @@ typedef struct AccelAllocateArgs {
   uint32_t flags;                    /* ACCEL_ALLOCATE_* */
   uint32_t alignment;                /* bytes, power of two; 0 = 256 */
   AccelStream stream;                /* the memory is usable on this stream */
-  const char* label;                 /* for memory reports; copied; may be NULL */
+  const char* label;                 /* for memory reports; copied; NULL ok */
   AccelBuffer* buffer;               /* out: pass to deallocate */
   const DLTensor* tensor;            /* out: compact row-major view of the whole
                                         buffer; owned by the buffer, valid until
@@ -102,14 +102,17 @@ typedef struct AccelAllocateArgs {
  * Errors: ACCEL_ERROR_OUT_OF_MEMORY (the message gives bytes requested and
  * the rank's usage by category), ACCEL_ERROR_INVALID_ARGUMENT.
  * When: from the `create` hook until teardown. Thread: any. */
-typedef AccelStatus AccelMemoryAllocateFn(AccelHost* host, AccelAllocateArgs* args);
+typedef AccelStatus AccelMemoryAllocateFn(AccelHost* host,
+                                          AccelAllocateArgs* args);
 
 /* Frees `buffer` (NULL is a no-op) once the work already enqueued on
  * `stream` is done; the memory may be reused by work enqueued on any stream
  * after that point. Every view of the buffer is invalid after the call.
- * Only the plugin that allocated a buffer frees it. Thread: any. */
-typedef AccelStatus AccelMemoryDeallocateFn(AccelHost* host, AccelBuffer* buffer,
-                                      AccelStream stream);
+ * Only a buffer's owner frees it: whoever allocated it, unless a field
+ * passed ownership on (accel/plugin.h says where). Thread: any. */
+typedef AccelStatus AccelMemoryDeallocateFn(AccelHost* host,
+                                            AccelBuffer* buffer,
+                                            AccelStream stream);
 
 /* -------------------------------- Copy ----------------------------------- */
 
@@ -204,8 +207,8 @@ typedef struct AccelMemoryServices {
   size_t struct_size;
   AccelExtensionBase* extensions;
   AccelMemoryAllocateFn* allocate;
-  AccelMemoryDeallocateFn* deallocate;   /* not `free`: a malloc-debug macro would
-                                      rewrite the call */
+  /* Not named `free`: a malloc-debugging macro would rewrite the call. */
+  AccelMemoryDeallocateFn* deallocate;
   AccelMemoryCopyFn* copy;
   AccelMemoryStatsFn* stats;
   AccelMemoryResetPeakFn* reset_peak;

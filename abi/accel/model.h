@@ -24,13 +24,15 @@
  * Info pointers are host-owned and valid until teardown, but their contents
  * (local shapes, stages, flags) are final only from `setup` on.
  *
- * Storage. By default the host materialises every unit of this rank's
- * pipeline stage before setup and keeps it. A unit a plugin takes over
+ * Storage. By default the host materialises both buffers of every unit of
+ * this rank's pipeline stage before setup, keeps them, and zeroes the
+ * gradients after each optimizer step. A buffer a plugin takes over
  * (plan_manage_storage) is not materialised by the host: the plugin calls
- * materialise before the unit runs (usually in unit_forward_pre /
- * unit_backward_pre, filling the buffer from its shards) and release after
- * (unit_forward_post / unit_backward_post). Running a unit whose storage is
- * not materialised fails with ACCEL_ERROR_FAILED_PRECONDITION naming it.
+ * materialize before the unit runs (usually in unit_forward_pre /
+ * unit_backward_pre, filling parameters from its shards, zeroing gradients)
+ * and release after (unit_forward_post / unit_backward_post). Running a unit
+ * whose buffers are not materialised fails with
+ * ACCEL_ERROR_FAILED_PRECONDITION naming it.
  *
  * Thread-safety: loop thread only. */
 #ifndef ACCEL_ABI_MODEL_H_
@@ -64,7 +66,11 @@ typedef enum AccelParamRole {
   ACCEL_PARAM_ROLE_FORCE_32BIT = 0x7fffffff
 } AccelParamRole;
 
-/* How tensor parallelism would split the parameter (Megatron's layers). */
+/* How tensor parallelism would split the parameter (Megatron's layers).
+ * Linears get their communication from the linear chain (accel/plugin.h).
+ * The embedding lookup and the loss are not linears: when a VOCAB parameter
+ * is split, the host runs them vocab-parallel over the split group itself
+ * (masked lookup + all_reduce; vocab-parallel cross entropy). */
 typedef enum AccelParallelHint {
   ACCEL_PARALLEL_REPLICATED = 0,  /* never split (norms, row-linear biases) */
   ACCEL_PARALLEL_COLUMN = 1,      /* split output features: dim 0 (and the
@@ -86,7 +92,11 @@ typedef struct AccelModelInfo {
   int32_t activation_ndim;
   const int64_t* activation_shape; /* the tensor passed between units for one
                                       micro-batch, before any split:
-                                      [micro_batch, seq_len, hidden] */
+                                      [seq_len, micro_batch, hidden],
+                                      sequence-major (Megatron's layout) so
+                                      a sequence-parallel shard is a leading
+                                      slice; linears see it as [tokens,
+                                      hidden] */
   DLDataType activation_dtype;     /* compute dtype of activations */
   DLDataType param_dtype;          /* dtype of host-owned flat buffers */
   DLDataType compute_dtype;        /* the run's mixed precision (autocast) */
@@ -100,11 +110,12 @@ typedef struct AccelModelInfo {
 } AccelModelInfo;
 
 /* Flags of AccelUnitInfo.flags (state; read them from setup on). */
-#define ACCEL_UNIT_LOCAL (UINT32_C(1) << 0)           /* on this rank's stage */
-#define ACCEL_UNIT_PLUGIN_MANAGED (UINT32_C(1) << 1)  /* storage taken over */
-#define ACCEL_UNIT_CHECKPOINTED (UINT32_C(1) << 2)    /* activations recomputed */
-#define ACCEL_UNIT_PARAMS_MATERIALIZED (UINT32_C(1) << 3)
-#define ACCEL_UNIT_GRADS_MATERIALIZED (UINT32_C(1) << 4)
+#define ACCEL_UNIT_FLAG_LOCAL (UINT32_C(1) << 0)          /* on our stage */
+#define ACCEL_UNIT_FLAG_PLUGIN_PARAMS (UINT32_C(1) << 1)  /* params managed */
+#define ACCEL_UNIT_FLAG_PLUGIN_GRADS (UINT32_C(1) << 2)   /* grads managed */
+#define ACCEL_UNIT_FLAG_CHECKPOINTED (UINT32_C(1) << 3)   /* recomputes acts */
+#define ACCEL_UNIT_FLAG_PARAMS_MATERIALIZED (UINT32_C(1) << 4)
+#define ACCEL_UNIT_FLAG_GRADS_MATERIALIZED (UINT32_C(1) << 5)
 
 typedef struct AccelUnitInfo {
   size_t struct_size;
@@ -115,7 +126,7 @@ typedef struct AccelUnitInfo {
   int32_t num_params;
   int32_t pipeline_stage;      /* owning stage; 0 before plans resolve */
   int64_t numel;               /* elements of the flat buffers (local) */
-  uint32_t flags;              /* ACCEL_UNIT_*, current */
+  uint32_t flags;              /* ACCEL_UNIT_FLAG_*, current */
   DLDataType param_dtype;      /* dtype of the host's storage for the unit */
 } AccelUnitInfo;
 
@@ -136,14 +147,19 @@ typedef struct AccelParamInfo {
   const int64_t* local_offset;  /* ndim entries: where the slice starts in
                                    the global tensor */
   int64_t flat_offset;          /* element offset in the unit's flat buffers;
-                                   -1 for a tied reference (below) */
+                                   -1 for a tied reference (tied_unit) */
   int64_t numel;                /* elements of the local slice */
   int32_t split_dim;            /* dimension split by the plan, -1 if none */
   AccelGroupKind split_group;   /* the group it is split over */
-  int32_t tied_unit;            /* a tied reference (output layer sharing the
-                                   embedding): the unit and index whose storage
-                                   it uses and whose gradient it accumulates
-                                   into; -1, -1 if not tied */
+  /* A tied parameter (the output layer sharing the embedding): the unit
+   * and index of the storage owner; -1, -1 if not tied. When the owner is
+   * on this rank, the reference has flat_offset -1 and uses (and
+   * accumulates its gradient into) the owner's storage. When it is not
+   * (pipeline: embedding on the first stage, head on the last), the
+   * reference gets its own identically initialised copy in its unit, and
+   * keeping the copies equal (all_reduce of their gradients over the ranks
+   * holding one: Megatron's embedding group) is the pipeline plugin's job. */
+  int32_t tied_unit;
   int32_t tied_index;
 } AccelParamInfo;
 
@@ -167,6 +183,11 @@ typedef AccelStatus AccelModelFindParamFn(AccelHost* host, const char* name,
 
 /* --------------------------------- Plan ---------------------------------- */
 
+/* Flags selecting a unit's buffers (plan_manage_storage, materialize,
+ * release, get_param_view). */
+#define ACCEL_STORAGE_PARAMS (UINT32_C(1) << 0)
+#define ACCEL_STORAGE_GRADS (UINT32_C(1) << 1)
+
 /* Splits dimension `dim` of a parameter evenly over the standard group
  * `over` (ACCEL_GROUP_TENSOR for Megatron); rank i of that group holds the
  * i-th slice. The host splits a COLUMN weight's bias with it and computes
@@ -184,11 +205,14 @@ typedef AccelStatus AccelModelPlanStagesFn(AccelHost* host,
                                            const int32_t* stage_of_unit,
                                            int32_t num_units);
 
-/* Takes over the storage of `unit` (FSDP, ZeRO-3): the host will not
- * materialise it; the calling plugin materialises and releases it around
- * each use. Taking over a unit twice (two plugins) fails. Phase: plan. */
+/* Takes over the full storage of `unit` selected by `what`
+ * (ACCEL_STORAGE_PARAMS and/or _GRADS): the host will not materialise it;
+ * the calling plugin materialises and releases it around each use. FSDP
+ * and ZeRO-3 take both, ZeRO-2 only the gradients. Two plugins taking the
+ * same buffer of a unit is a configuration error. Phase: plan. */
 typedef AccelStatus AccelModelPlanManageStorageFn(AccelHost* host,
-                                                  int32_t unit);
+                                                  int32_t unit,
+                                                  uint32_t what);
 
 /* Turns activation checkpointing of `unit` on or off: its activations are
  * dropped after forward and recomputed in backward (the unit's forward
@@ -198,10 +222,6 @@ typedef AccelStatus AccelModelSetCheckpointingFn(AccelHost* host, int32_t unit,
                                                  bool enabled);
 
 /* -------------------------------- Storage -------------------------------- */
-
-/* Flags selecting buffers (AccelMaterializeArgs.what, release). */
-#define ACCEL_STORAGE_PARAMS (UINT32_C(1) << 0)
-#define ACCEL_STORAGE_GRADS (UINT32_C(1) << 1)
 
 typedef enum AccelStorageInit {
   ACCEL_INIT_UNDEFINED = 0,  /* contents undefined: you will fill them */
@@ -215,8 +235,8 @@ typedef struct AccelMaterializeArgs {
   AccelExtensionBase* extensions;
   int32_t unit;
   uint32_t what;              /* ACCEL_STORAGE_* */
-  AccelStorageInit init;      /* for the parameter buffer; grads: ZERO or
-                                 UNDEFINED */
+  AccelStorageInit init;      /* for every requested buffer; FROM_SEED
+                                 only with PARAMS alone */
   DLDataType param_dtype;     /* unset = AccelUnitInfo.param_dtype; bf16 for
                                  FSDP's mixed-precision param_dtype */
   DLDataType grad_dtype;      /* unset = param_dtype */
@@ -227,16 +247,16 @@ typedef struct AccelMaterializeArgs {
   const DLTensor* grads;      /* out: likewise */
 } AccelMaterializeArgs;
 
-/* Allocates the full flat storage of a unit (accounted as PARAMS / GRADS)
- * and makes the unit runnable; a buffer already materialised is returned as
- * it is. Only the manager of the unit (the host, or the plugin that took it
- * over) calls it. Phase: run (and inside setup, to fill shards from the
- * seed-initialised full buffer). */
+/* Allocates the selected full flat buffers of a unit (accounted as PARAMS
+ * / GRADS); a buffer already materialised is returned as it is. Only a
+ * buffer's manager (the plugin that took it over) calls it; in setup, with
+ * ACCEL_INIT_FROM_SEED, to cut its shards from the initial values.
+ * Phase: run. */
 typedef AccelStatus AccelModelMaterializeFn(AccelHost* host,
                                             AccelMaterializeArgs* args);
 
 /* Frees the selected full buffers of `unit` once the work enqueued on
- * `stream` is done; their views become invalid. Only the unit's manager.
+ * `stream` is done; their views become invalid. Only a buffer's manager.
  * Phase: run. */
 typedef AccelStatus AccelModelReleaseFn(AccelHost* host, int32_t unit,
                                         uint32_t what, AccelStream stream);

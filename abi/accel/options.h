@@ -28,7 +28,7 @@ typedef enum AccelOptionType {
   ACCEL_OPTION_BOOL = 1,    /* true/false, 1/0, yes/no, on/off */
   ACCEL_OPTION_INT = 2,     /* int64 decimal */
   ACCEL_OPTION_DOUBLE = 3,  /* C locale floating point */
-  ACCEL_OPTION_STRING = 4,  /* free text (lists: comma-separated by convention) */
+  ACCEL_OPTION_STRING = 4,  /* free text; lists are comma-separated */
   ACCEL_OPTION_ENUM = 5,    /* one of allowed_values, case-sensitive */
   ACCEL_OPTION_TYPE_FORCE_32BIT = 0x7fffffff
 } AccelOptionType;

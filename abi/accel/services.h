@@ -1,4 +1,4 @@
-/* accel/services.h — the services table: everything a plugin gets from the host.
+/* accel/services.h — the services table: all a plugin gets from the host.
  *
  * Defines: AccelIdentity, AccelLogLevel, the core services (errors, logging,
  * identity) and AccelHostServices, which aggregates the areas declared in
@@ -12,8 +12,9 @@
  * Growth: each area is its own table with its own struct_size, so areas grow
  * independently. A NULL area pointer means the host offers none of it; a NULL
  * function pointer means that function is not supported by this host (use
- * ACCEL_HAS_FN). A v1.0 host offers every area and function declared in 1.0,
- * except where a function's comment says it may be missing.
+ * ACCEL_HAS_FN). A v1.0 host offers every area and function declared in
+ * 1.0, except in an info-only load (ACCEL_HOST_INFO_ONLY: --list-plugins,
+ * --help, checks), where only the core below is guaranteed.
  *
  * Logging: a plugin writes nothing to stdout/stderr itself, and never logs
  * before the entry call handed it this table — there is no log function

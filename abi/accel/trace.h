@@ -3,10 +3,11 @@
  * Defines: AccelTraceEvent (what observers receive), AccelMetricReduce and
  * AccelTraceServices (begin/end/instant/counter, metric recording).
  *
- * Producers: the host (units, collectives, copies, checkpoint phases) and
- * every plugin, through the services below. Consumers: observer plugins
- * (the profiler) through their trace_event hook, and the host's metric log.
- * When no consumer is active an emit costs one branch; `trace_enabled` lets a
+ * Producers: the host (units, linears, collectives, copies, allocations,
+ * checkpoint phases) and every plugin, through the services below.
+ * Consumers: plugins that capture (the profiler) through their trace_event
+ * hook, and the host's metric log.
+ * When no consumer is active an emit costs one branch; `enabled` lets a
  * producer skip building names.
  *
  * Strings passed to these functions are borrowed for the call; the host
@@ -55,12 +56,14 @@ typedef struct AccelTraceEvent {
   AccelStream stream;        /* device range: its stream; else NULL */
   int64_t bytes;             /* comm/memory events: bytes moved or held;
                                 else 0 */
+  const char* detail;        /* "key=value; ..." for the trace viewer's args
+                                (shapes, dtypes, peers); NULL if none */
 } AccelTraceEvent;
 
 /* --------------------------------- Emit ---------------------------------- */
 
 /* Returns whether any consumer wants events of `category` now (the profiler
- * may record only some steps). Cheap; call it before building a name. */
+ * may capture only some steps). Cheap; call it before building a name. */
 typedef bool AccelTraceEnabledFn(AccelHost* host, const char* category);
 
 /* Opens a range named `name`. `stream` NULL: a host-time range on this
@@ -104,6 +107,14 @@ typedef enum AccelMetricReduce {
 typedef void AccelMetricRecordFn(AccelHost* host, const char* name,
                                  double value, AccelMetricReduce reduce);
 
+/* ------------------------------- Consumers ------------------------------- */
+
+/* Turns delivery of every event to the calling plugin's trace_event hook on
+ * or off (off initially). While no plugin captures, `enabled` is false and
+ * the host records no device timings. The profiler turns it on for the
+ * steps its schedule records. Thread: loop thread. */
+typedef AccelStatus AccelTraceSetCaptureFn(AccelHost* host, bool capture);
+
 /* The trace and metrics area of the services table. */
 typedef struct AccelTraceServices {
   size_t struct_size;
@@ -114,6 +125,7 @@ typedef struct AccelTraceServices {
   AccelTraceInstantFn* instant;
   AccelTraceCounterFn* counter;
   AccelMetricRecordFn* metric;
+  AccelTraceSetCaptureFn* set_capture;
 } AccelTraceServices;
 
 #ifdef __cplusplus

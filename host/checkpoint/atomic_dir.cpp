@@ -294,8 +294,11 @@ PendingCheckpointDir::PendingCheckpointDir(fs::path root, std::string name)
 PendingCheckpointDir PendingCheckpointDir::create(const fs::path& root, std::string name) {
   PendingCheckpointDir pending(root, std::move(name));
   std::error_code ec;
-  fs::create_directories(root, ec);
+  const bool created_root = fs::create_directories(root, ec);
   if (ec) fail_ec(root, "create directory", ec);
+  // A root made by this run must itself survive a crash, or every
+  // checkpoint in it could vanish with it.
+  if (created_root) fsync_path(fs::absolute(root).parent_path());
   // A leftover .tmp is a dead run's half-written save: never trusted, and
   // reusing it could mix its files into ours.
   fs::remove_all(pending.pending_dir_, ec);

@@ -284,9 +284,13 @@ SafetensorsHeader parse_safetensors_header(std::string_view file_prefix, uint64_
     fail(source, "file has " + std::to_string(file_size) +
                      " bytes, fewer than the 8-byte header length");
   }
-  if (file_prefix.size() < 8 || file_prefix.size() > file_size) {
-    fail(source, "given " + std::to_string(file_prefix.size()) + " bytes of a " +
-                     std::to_string(file_size) + "-byte file; need at least the first 8");
+  if (file_prefix.size() > file_size) {
+    fail(source, "given " + std::to_string(file_prefix.size()) + " bytes of a file said to have " +
+                     std::to_string(file_size));
+  }
+  if (file_prefix.size() < 8) {
+    fail(source, "given only " + std::to_string(file_prefix.size()) +
+                     " bytes; need at least the 8-byte header length");
   }
   const uint64_t header_bytes = read_u64_le(file_prefix.data());
   if (header_bytes > kMaxSafetensorsHeaderBytes) {

@@ -48,6 +48,7 @@ TrainerState read_state(const fs::path& path) {
     TrainerState s;
     s.step = j.at("step").get<int64_t>();
     s.data_position = j.at("data_position").get<int64_t>();
+    s.optimizer_steps = j.at("optimizer_steps").get<int64_t>();
     s.data_seed = j.at("rng").at("data_seed").get<uint64_t>();
     s.loss_scale = j.at("loss_scaler").at("scale").get<double>();
     s.loss_scale_growth_tracker = j.at("loss_scaler").at("growth_tracker").get<int64_t>();
@@ -115,7 +116,7 @@ fs::path save_trainer_checkpoint(const fs::path& root, const model::GptModel& mo
       {"format_version", kStateFormatVersion},
       {"step", state.step},
       {"data_position", state.data_position},
-      {"optimizer_steps", optimizer.step_count()},
+      {"optimizer_steps", state.optimizer_steps},
       {"rng", {{"kind", "counter"}, {"data_seed", state.data_seed}}},
       {"loss_scaler", {{"scale", state.loss_scale}, {"growth_tracker", state.loss_scale_growth_tracker}}},
       {"model", to_json(state.model)}};
@@ -159,7 +160,8 @@ TrainerState load_trainer_checkpoint(const fs::path& dir, model::GptModel& model
     }
   }
   restore_all(restores);
-  optimizer.set_step_count(state.step);
+  // Not state.step: skipped fp16 steps do not advance AdamW's bias correction.
+  optimizer.set_step_count(state.optimizer_steps);
   return state;
 }
 

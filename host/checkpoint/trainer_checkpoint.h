@@ -19,7 +19,8 @@
 namespace accel::checkpoint {
 
 struct TrainerState {
-  int64_t step = 0;           // optimizer steps completed
+  int64_t step = 0;           // training steps completed
+  int64_t optimizer_steps = 0;  // AdamW steps taken: fewer than `step` when fp16 overflow skipped some
   int64_t data_position = 0;  // global sequences consumed
   uint64_t data_seed = 0;     // seeds the data order (no other RNG is stateful)
   double loss_scale = 1.0;

@@ -115,6 +115,8 @@ po::options_description run_options(RunConfig& c, RawStrings& raw) {
        "constant|linear|cosine (after warmup)")
       ("warmup-steps", po::value(&c.optimizer.warmup_steps)->default_value(c.optimizer.warmup_steps),
        "linear warmup steps")
+      ("lr-decay-steps", po::value(&c.optimizer.decay_steps)->default_value(c.optimizer.decay_steps),
+       "steps over which linear/cosine decay runs (0: --steps)")
       ("beta1", po::value(&c.optimizer.beta1)->default_value(c.optimizer.beta1), "AdamW beta1")
       ("beta2", po::value(&c.optimizer.beta2)->default_value(c.optimizer.beta2), "AdamW beta2")
       ("eps", po::value(&c.optimizer.eps)->default_value(c.optimizer.eps), "AdamW epsilon")
@@ -165,6 +167,7 @@ void validate(const RunConfig& c) {
   require(c.optimizer.min_lr >= 0 && c.optimizer.min_lr <= c.optimizer.lr,
           "--min-lr must lie in [0, --lr]");
   require(c.optimizer.warmup_steps >= 0, "--warmup-steps must be >= 0");
+  require(c.optimizer.decay_steps >= 0, "--lr-decay-steps must be >= 0");
   require(c.optimizer.beta1 >= 0 && c.optimizer.beta1 < 1, "--beta1 must lie in [0, 1)");
   require(c.optimizer.beta2 >= 0 && c.optimizer.beta2 < 1, "--beta2 must lie in [0, 1)");
   require(c.optimizer.eps > 0, "--eps must be > 0");

@@ -32,6 +32,9 @@ struct OptimizerOptions {
   double min_lr = 0.0;
   LrScheduleKind schedule = LrScheduleKind::cosine;
   int64_t warmup_steps = 0;
+  // The schedule's horizon: decay ends here. 0 means --steps. Set it when a
+  // run is split into legs (train 10, resume to 20) so every leg sees one curve.
+  int64_t decay_steps = 0;
   double beta1 = 0.9;
   double beta2 = 0.95;
   double eps = 1e-8;

@@ -7,7 +7,8 @@
 
 namespace accel::train {
 
-double learning_rate_at(const OptimizerOptions& o, int64_t step, int64_t total_steps) {
+double learning_rate_at(const OptimizerOptions& o, int64_t step, int64_t run_steps) {
+  const int64_t total_steps = o.decay_steps > 0 ? o.decay_steps : run_steps;
   if (step < o.warmup_steps) {
     return o.lr * static_cast<double>(step + 1) / static_cast<double>(o.warmup_steps);
   }

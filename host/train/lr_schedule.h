@@ -14,6 +14,7 @@ namespace accel::train {
 //  then p = (step - warmup) / max(1, total - warmup - 1), clamped to [0, 1]:
 //  linear:  min_lr + (lr - min_lr) * (1 - p)
 //  cosine:  min_lr + (lr - min_lr) * (1 + cos(pi p)) / 2
-double learning_rate_at(const OptimizerOptions& options, int64_t step, int64_t total_steps);
+// total_steps is options.decay_steps when set, else the run's --steps.
+double learning_rate_at(const OptimizerOptions& options, int64_t step, int64_t run_steps);
 
 }  // namespace accel::train

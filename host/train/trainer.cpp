@@ -107,6 +107,7 @@ void Trainer::save_checkpoint() {
   checkpoint::TrainerState state;
   state.step = completed_steps_;
   state.data_position = completed_steps_ * config_.batch_size;
+  state.optimizer_steps = optimizer_.step_count();
   state.data_seed = config_.seed;
   state.loss_scale = loss_scaler_.scale();
   state.loss_scale_growth_tracker = loss_scaler_.growth_tracker();

@@ -52,6 +52,9 @@ TEST(LrSchedule, WarmupThenDecayToMinLr) {
   EXPECT_NEAR(learning_rate_at(o, 12, 21), 0.55, 1e-12);
   o.schedule = accel::LrScheduleKind::linear;
   EXPECT_NEAR(learning_rate_at(o, 19, 20), 0.1, 1e-12);
+  o.decay_steps = 40;  // the horizon wins over the run's length
+  EXPECT_GT(learning_rate_at(o, 19, 20), 0.5);
+  o.decay_steps = 0;
   o.schedule = accel::LrScheduleKind::constant;
   EXPECT_DOUBLE_EQ(learning_rate_at(o, 19, 20), 1.0);
 }

@@ -22,6 +22,7 @@ struct Fixture : ::testing::Test {
     checkpoint::TrainerState s;
     s.step = step;
     s.data_position = step * 8;
+    s.optimizer_steps = step - 1;  // one skipped step
     s.data_seed = 77;
     s.loss_scale = 512;
     s.model = m.config();
@@ -56,7 +57,7 @@ TEST_F(Fixture, RoundTripRestoresWeightsMomentsAndState) {
   EXPECT_EQ(s.step, 5);
   EXPECT_EQ(s.data_seed, 77u);
   EXPECT_DOUBLE_EQ(s.loss_scale, 512);
-  EXPECT_EQ(opt_b.step_count(), 5);
+  EXPECT_EQ(opt_b.step_count(), 4);
   for (size_t u = 0; u < a.units().size(); ++u) {
     EXPECT_TRUE(at::equal(a.units()[u].flat_params(), b.units()[u].flat_params()));
     EXPECT_TRUE(at::equal(opt_a.exp_avg()[u], opt_b.exp_avg()[u]));

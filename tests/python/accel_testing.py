@@ -1,0 +1,44 @@
+"""Helpers for the Python-driven tests: run accel-host, read its metrics,
+write token files. ACCEL_HOST names the binary (set by ctest)."""
+import json
+import os
+import subprocess
+import tempfile
+
+import numpy as np
+
+ACCEL_HOST = os.environ.get("ACCEL_HOST", os.path.join(os.path.dirname(__file__), "../../build/bin/accel-host"))
+
+
+def run_host(*args, check=True, timeout=300):
+    """Runs accel-host with args; returns the CompletedProcess (text mode)."""
+    proc = subprocess.run([ACCEL_HOST, *map(str, args)], capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"accel-host {' '.join(map(str, args))} failed ({proc.returncode}):\n{proc.stderr}")
+    return proc
+
+
+def read_metrics(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def write_tokens(path, count, vocab, seed=0):
+    """A learnable uint16 token file: a noisy walk, so losses move."""
+    rng = np.random.default_rng(seed)
+    steps = rng.integers(1, 4, size=count)
+    tokens = (np.cumsum(steps) + rng.integers(0, 2, size=count) * rng.integers(0, vocab, size=count)) % vocab
+    tokens.astype("<u2").tofile(path)
+    return tokens.astype(np.int64)
+
+
+class TempDirMixin:
+    def setUp(self):
+        self._tmp = tempfile.TemporaryDirectory(prefix="accel_test_")
+        self.tmp = self._tmp.name
+
+    def tearDown(self):
+        self._tmp.cleanup()
+
+    def path(self, name):
+        return os.path.join(self.tmp, name)

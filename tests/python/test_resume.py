@@ -1,0 +1,60 @@
+"""Resume is bit-exact: N steps straight equal K steps, save, resume, N-K
+steps — same losses to the last bit and byte-identical final checkpoints."""
+import filecmp
+import os
+import shutil
+import unittest
+
+from accel_testing import TempDirMixin, read_metrics, run_host
+
+COMMON = ["--model", "gpt-tiny", "--batch-size", 8, "--lr", 3e-3, "--warmup-steps", 3]
+
+
+class BitExactResume(TempDirMixin, unittest.TestCase):
+    def check_resume(self, *extra, steps=20, split=10):
+        straight, resumed = self.path("straight"), self.path("resumed")
+        # Both legs follow the 20-step schedule: --lr-decay-steps is its horizon.
+        extra = (*extra, "--lr-decay-steps", steps, "--log-level", "warn")
+        run_host(*COMMON, *extra, "--steps", steps, "--save", straight, "--metrics-file", self.path("a.jsonl"))
+        run_host(*COMMON, *extra, "--steps", split, "--save", resumed, "--metrics-file", self.path("b.jsonl"))
+        run_host(*COMMON, *extra, "--steps", steps, "--save", resumed, "--resume", resumed,
+                 "--metrics-file", self.path("b.jsonl"))
+        a, b = read_metrics(self.path("a.jsonl")), read_metrics(self.path("b.jsonl"))
+        self.assertEqual([m["step"] for m in b], list(range(1, steps + 1)))
+        self.assertEqual([m["loss"] for m in a], [m["loss"] for m in b])
+        self.assertEqual([m["grad_norm"] for m in a], [m["grad_norm"] for m in b])
+        for name in ("model.safetensors", "optimizer.safetensors"):
+            self.assertTrue(filecmp.cmp(os.path.join(straight, f"step_{steps}", name),
+                                        os.path.join(resumed, f"step_{steps}", name), shallow=False), name)
+        shutil.rmtree(straight)
+        shutil.rmtree(resumed)
+        os.remove(self.path("a.jsonl"))
+        os.remove(self.path("b.jsonl"))
+
+    def test_fp32_shuffled_synthetic(self):
+        self.check_resume()
+
+    def test_grad_accumulation_and_clipping(self):
+        self.check_resume("--grad-accum", 2, "--grad-clip", 0.5)
+
+    def test_fp16_restores_the_loss_scaler(self):
+        self.check_resume("--mixed-precision", "fp16", "--grad_scaler.growth_interval", 3)
+
+    def test_bf16(self):
+        self.check_resume("--mixed-precision", "bf16", steps=8, split=5)
+
+    def test_resume_from_a_root_takes_the_newest_complete_checkpoint(self):
+        root = self.path("root")
+        run_host(*COMMON, "--steps", 6, "--save", root, "--save-every", 2, "--log-level", "warn")
+        self.assertEqual(sorted(os.listdir(root)), ["step_2", "step_4", "step_6"])
+        # A save that died half-way, and a damaged newest checkpoint: both skipped.
+        os.makedirs(os.path.join(root, "step_8.tmp"))
+        with open(os.path.join(root, "step_6", "model.safetensors"), "r+b") as f:
+            f.truncate(100)
+        proc = run_host(*COMMON, "--steps", 6, "--resume", root, "--log-level", "info")
+        self.assertIn("resumed from", proc.stderr)
+        self.assertIn("step_4", proc.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
