@@ -1,0 +1,55 @@
+"""The host loads exactly one CUDA runtime and one libnccl: the ones the
+torch wheel ships (docs/dependencies.md). Two copies of either in one
+process break NCCL communicators and CUDA contexts in ways that only show
+on a GPU machine, so this is checked here, where there is none."""
+import os
+import re
+import subprocess
+import unittest
+
+from accel_testing import ACCEL_HOST
+
+import torch
+
+
+def loaded_libraries(binary):
+    out = subprocess.run(["ldd", binary], capture_output=True, text=True, check=True).stdout
+    return {m.group(1): m.group(2) for m in re.finditer(r"^\s*(\S+) => (\S+)", out, re.M)}
+
+
+class OneCudaRuntimeOneNccl(unittest.TestCase):
+    def setUp(self):
+        self.libs = loaded_libraries(ACCEL_HOST)
+        self.wheel_dir = os.path.realpath(os.path.join(os.path.dirname(torch.__file__), ".."))
+        if not torch.version.cuda:
+            self.skipTest("CPU-only torch wheel: no CUDA libraries to check")
+
+    def only_one(self, prefix):
+        found = {name: path for name, path in self.libs.items() if name.startswith(prefix)}
+        self.assertEqual(len(found), 1, f"{prefix}: {found}")
+        (path,) = found.values()
+        self.assertTrue(os.path.realpath(path).startswith(self.wheel_dir), f"{path} is not the torch wheel's")
+        return path
+
+    def test_single_cuda_runtime_from_the_wheel(self):
+        self.only_one("libcudart.so")
+
+    def test_single_nccl_from_the_wheel(self):
+        self.only_one("libnccl.so")
+
+    def test_nothing_unresolved(self):
+        out = subprocess.run(["ldd", ACCEL_HOST], capture_output=True, text=True).stdout
+        self.assertNotIn("not found", out)
+
+    def test_toolkit_nccl_header_matches_the_runtime_library(self):
+        header = "/usr/local/cuda/include/nccl.h"
+        if not os.path.exists(header):
+            self.skipTest("no CUDA toolkit NCCL header on this machine")
+        text = open(header).read()
+        version = tuple(int(re.search(rf"#define NCCL_{k} (\d+)", text).group(1)) for k in ("MAJOR", "MINOR", "PATCH"))
+        self.assertEqual(version, torch.cuda.nccl.version(),
+                         "the NCCL backend compiles against the toolkit header but runs the wheel's library")
+
+
+if __name__ == "__main__":
+    unittest.main()
