@@ -57,9 +57,12 @@ typedef struct AccelAbiVersion {
  * `type` already had `field`. Use it before reading a field the other side
  * filled when the field was appended after the struct was introduced: a
  * struct_size is never smaller than the struct's size in the minor that
- * introduced it (the host refuses a plugin whose descriptor, hooks or option
- * specs are smaller, and never passes smaller structs itself), so the fields
- * of 1.0 structs may be read by any 1.x reader without the check. */
+ * introduced it (the host refuses a plugin whose descriptor or option specs
+ * are smaller, and never passes smaller structs itself), so the fields of
+ * 1.0 structs may be read by any 1.x reader without the check. The one
+ * exception is a plugin's hook table (AccelHooks): it may end early, and
+ * every hook past its struct_size reads as NULL ("not mine") — that is how a
+ * plugin built against 1.0 runs on a host whose table gained hooks. */
 #define ACCEL_STRUCT_HAS_FIELD(ptr, type, field) \
   ((ptr) != NULL && (ptr)->struct_size >= ACCEL_FIELD_END(type, field))
 

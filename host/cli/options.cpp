@@ -71,6 +71,7 @@ po::options_description run_options(RunConfig& c, RawStrings& raw) {
   general.add_options()
       ("help,h", "print this help and exit")
       ("version", "print the version and exit")
+      ("list-plugins", "list every plugin found on the search path and exit")
       ("config", po::value(&raw.config_file)->value_name("FILE"),
        "read options from FILE (key=value lines, [section] per plugin or kwargs group)")
       ("plugin", po::value(&c.plugins)->composing()->value_name("NAME"),
@@ -188,11 +189,36 @@ void validate(const RunConfig& c) {
 
 }  // namespace
 
-ParsedCommandLine parse_command_line(const std::vector<std::string>& args) {
+PluginRequest scan_plugin_request(const std::vector<std::string>& args) {
+  PluginRequest request;
+  po::options_description wanted;
+  std::string config_file;
+  wanted.add_options()
+      ("plugin", po::value(&request.plugins)->composing())
+      ("plugin-path", po::value(&request.plugin_paths)->composing())
+      ("config", po::value(&config_file));
+  try {
+    po::variables_map vm;
+    po::store(po::command_line_parser(args).options(wanted).allow_unregistered().run(), vm);
+    if (vm.count("config")) {
+      std::ifstream file(vm["config"].as<std::string>());
+      if (!file) throw UsageError("--config: cannot open '" + vm["config"].as<std::string>() + "'");
+      po::store(po::parse_config_file(file, wanted, /*allow_unregistered=*/true), vm);
+    }
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw UsageError(e.what());
+  }
+  return request;
+}
+
+ParsedCommandLine parse_command_line(const std::vector<std::string>& args,
+                                     const po::options_description* plugin_options) {
   ParsedCommandLine parsed;
   RunConfig& c = parsed.config;
   RawStrings raw;
-  const po::options_description description = run_options(c, raw);
+  po::options_description description = run_options(c, raw);
+  if (plugin_options) description.add(*plugin_options);
 
   po::variables_map vm;
   try {
@@ -207,6 +233,12 @@ ParsedCommandLine parse_command_line(const std::vector<std::string>& args) {
   } catch (const po::error& e) {
     throw UsageError(e.what());
   }
+  if (plugin_options) {
+    for (const auto& option : plugin_options->options()) {
+      const std::string& key = option->long_name();
+      if (vm.count(key) && !vm[key].defaulted()) parsed.plugin_values[key] = vm[key].as<std::string>();
+    }
+  }
 
   if (vm.count("help")) {
     std::ostringstream out;
@@ -217,6 +249,10 @@ ParsedCommandLine parse_command_line(const std::vector<std::string>& args) {
   }
   if (vm.count("version")) {
     parsed.action = Action::version;
+    return parsed;
+  }
+  if (vm.count("list-plugins")) {
+    parsed.action = Action::list_plugins;
     return parsed;
   }
 

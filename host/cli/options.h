@@ -4,6 +4,9 @@
 // UsageError carrying one line that names the bad option and why.
 #pragma once
 
+#include <boost/program_options/options_description.hpp>
+
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -16,15 +19,30 @@ struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-enum class Action { run, help, version };
+enum class Action { run, help, version, list_plugins };
 
 struct ParsedCommandLine {
   Action action = Action::run;
   RunConfig config;
   std::string help_text;  // filled for Action::help
+  // Plugin options the user gave ("fsdp.sharding_strategy" -> text), from
+  // the command line or the config file's [fsdp] section.
+  std::map<std::string, std::string> plugin_values;
 };
 
-ParsedCommandLine parse_command_line(const std::vector<std::string>& args);
+// What must be known before plugins load: which ones, from where, and the
+// config file (which may name plugins too, as `plugin = NAME` lines).
+// Tolerates every other option, known or not. Throws UsageError.
+struct PluginRequest {
+  std::vector<std::string> plugins;
+  std::vector<std::string> plugin_paths;
+};
+PluginRequest scan_plugin_request(const std::vector<std::string>& args);
+
+// The full, strict parse. `plugin_options`: the loaded plugins' sections
+// (plugin/plugin_options.h), or null when no plugin is loaded.
+ParsedCommandLine parse_command_line(const std::vector<std::string>& args,
+                                     const boost::program_options::options_description* plugin_options = nullptr);
 
 // Checks the cross-option rules that need the data-parallel world size
 // (e.g. the global batch must split evenly across ranks and micro-steps).

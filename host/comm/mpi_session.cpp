@@ -30,6 +30,13 @@ MpiSession::~MpiSession() {
   if (!finalized) MPI_Finalize();
 }
 
+bool MpiSession::all_succeeded(bool local_ok) const {
+  int local = local_ok ? 1 : 0;
+  int global = 0;
+  MPI_Allreduce(&local, &global, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
+  return global != 0;
+}
+
 void MpiSession::abort_job(int exit_code) const {
   MPI_Abort(MPI_COMM_WORLD, exit_code);
   std::_Exit(exit_code);  // MPI_Abort should not return; be certain.

@@ -21,6 +21,10 @@ class MpiSession {
   int local_rank() const { return local_rank_; }
   int local_world_size() const { return local_world_size_; }
 
+  // True on every rank when `local_ok` is true on every rank (a collective:
+  // all ranks must call it). How ranks agree to stop together.
+  bool all_succeeded(bool local_ok) const;
+
   // Ends every rank of the job at once: the way out when one rank fails and
   // the others might otherwise wait on it forever. Does not return.
   [[noreturn]] void abort_job(int exit_code) const;

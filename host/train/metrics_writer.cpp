@@ -31,6 +31,7 @@ void MetricsWriter::write(const StepMetrics& m) {
                          {"peak_mem_bytes", m.peak_mem_bytes}};
   if (m.loss_scale != 1.0) line["loss_scale"] = m.loss_scale;
   if (m.skipped) line["skipped"] = true;
+  for (const auto& [name, value] : m.plugin_metrics) line[name] = value;
   const std::string text = line.dump() + "\n";
   std::fwrite(text.data(), 1, text.size(), file_);
   std::fflush(file_);

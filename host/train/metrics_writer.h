@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <map>
 #include <string>
 
 namespace accel::train {
@@ -18,6 +19,7 @@ struct StepMetrics {
   int64_t peak_mem_bytes = 0;
   double loss_scale = 1.0;
   bool skipped = false;  // fp16 overflow: the optimizer step was skipped
+  std::map<std::string, double> plugin_metrics;  // "PLUGIN.name" -> value (trace->metric)
 };
 
 class MetricsWriter {

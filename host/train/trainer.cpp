@@ -1,11 +1,18 @@
 // The step loop (see trainer.h).
 #include "host/train/trainer.h"
 
+#include <torch/csrc/autograd/autograd.h>
+
 #include <chrono>
+#include <limits>
+#include <optional>
 #include <filesystem>
 #include <stdexcept>
 
 #include "host/checkpoint/trainer_checkpoint.h"
+#include "host/plugin/hook_dispatch.h"
+#include "host/runtime/host_context.h"
+#include "host/train/dl_view.h"
 #include "host/train/autocast_scope.h"
 #include "host/train/grad_clip.h"
 #include "host/train/lr_schedule.h"
@@ -30,7 +37,8 @@ std::vector<at::Tensor> flat_grads_of(model::GptModel& model) {
 
 }  // namespace
 
-Trainer::Trainer(const RunConfig& config, int rank, int world_size)
+Trainer::Trainer(const RunConfig& config, int rank, int world_size, plugin::HookDispatcher* hooks,
+                 runtime::HostContext* context)
     : config_(config),
       rank_(rank),
       world_size_(world_size),
@@ -39,7 +47,11 @@ Trainer::Trainer(const RunConfig& config, int rank, int world_size)
       sampler_(dataset_->num_windows(), config.data_order, config.seed),
       optimizer_(model_.units()),
       loss_scaler_(config.grad_scaler, config.mixed_precision == MixedPrecision::fp16),
-      metrics_(rank == 0 ? config.metrics_file : std::string()) {}
+      metrics_(rank == 0 ? config.metrics_file : std::string()),
+      hooks_(hooks && !hooks->empty() ? hooks : nullptr),
+      context_(context) {
+  if (context_) context_->model = &model_;
+}
 
 at::Tensor Trainer::load_batch(const std::vector<int64_t>& windows) const {
   const int64_t length = dataset_->window_length();
@@ -51,40 +63,172 @@ at::Tensor Trainer::load_batch(const std::vector<int64_t>& windows) const {
   return batch;
 }
 
+namespace {
+
+AccelUnitHookArgs unit_args(size_t unit, int64_t micro, uint32_t flags, const DLTensor* activation) {
+  AccelUnitHookArgs args{};
+  args.struct_size = sizeof(args);
+  args.unit = static_cast<int32_t>(unit);
+  args.micro_batch = static_cast<int32_t>(micro);
+  args.flags = flags;
+  args.activation = activation;
+  return args;
+}
+
+}  // namespace
+
+double Trainer::forward_backward(const at::Tensor& batch, int64_t micro, double loss_multiplier, bool last_micro) {
+  const int64_t T = batch.size(1) - 1;
+  const at::Tensor inputs = batch.narrow(1, 0, T);
+  const at::Tensor targets = batch.narrow(1, 1, T);
+  const size_t num_units = model_.units().size();
+  const uint32_t flags = last_micro ? ACCEL_UNIT_HOOK_LAST_MICRO_BATCH : 0;
+  const bool unit_hooks = hooks_ && hooks_->has_unit_hooks();
+
+  // Forward, one unit at a time. Each unit's input is a detached leaf, so
+  // backward below can run unit by unit, newest first.
+  std::vector<at::Tensor> unit_inputs(num_units), unit_outputs(num_units);
+  at::Tensor loss;
+  {
+    AutocastScope autocast(config_.mixed_precision, at::kCPU);
+    at::Tensor x = inputs;
+    for (size_t u = 0; u < num_units; ++u) {
+      unit_inputs[u] = u == 0 ? x : x.detach().requires_grad_(true);
+      if (unit_hooks) {
+        std::optional<DlView> view;
+        if (u > 0) view.emplace(unit_inputs[u]);
+        AccelUnitHookArgs args = unit_args(u, micro, flags, view ? view->get() : nullptr);
+        hooks_->unit_forward_pre(args);
+      }
+      unit_outputs[u] = model_.forward_unit(u, unit_inputs[u]);
+      if (unit_hooks) {
+        DlView view(unit_outputs[u]);
+        AccelUnitHookArgs args = unit_args(u, micro, flags, view.get());
+        hooks_->unit_forward_post(args);
+      }
+      x = unit_outputs[u];
+    }
+    const at::Tensor& logits = unit_outputs.back();
+    loss = at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}).to(at::kFloat), targets.reshape({-1}));
+  }
+
+  // Backward, newest unit first: the gradient of each unit's output is the
+  // gradient its successor left on its own input leaf.
+  at::Tensor grad_output =
+      torch::autograd::grad({loss * loss_multiplier}, {unit_outputs.back()}, /*grad_outputs=*/{}, /*retain_graph=*/true)[0];
+  for (size_t k = 0; k < num_units; ++k) {
+    const size_t u = num_units - 1 - k;
+    if (unit_hooks) {
+      DlView view(grad_output);
+      AccelUnitHookArgs args = unit_args(u, micro, flags, view.get());
+      hooks_->unit_backward_pre(args);
+    }
+    unit_outputs[u].backward(grad_output);
+    const at::Tensor grad_input = u > 0 ? unit_inputs[u].grad() : at::Tensor();
+    if (unit_hooks) {
+      std::optional<DlView> view;
+      if (grad_input.defined()) view.emplace(grad_input);
+      AccelUnitHookArgs args = unit_args(u, micro, flags, view ? view->get() : nullptr);
+      hooks_->unit_backward_post(args);
+      if (last_micro) {
+        DlView grads(model_.units()[u].flat_grads());
+        AccelGradientsReadyArgs ready{};
+        ready.struct_size = sizeof(ready);
+        ready.unit = static_cast<int32_t>(u);
+        ready.micro_batch = static_cast<int32_t>(micro);
+        ready.grads = grads.get();
+        hooks_->gradients_ready(ready);
+      }
+    }
+    grad_output = grad_input;
+  }
+  return loss.item<double>();
+}
+
+double Trainer::clip_or_measure(std::vector<at::Tensor>& grads) {
+  const double max_norm = config_.optimizer.grad_clip;
+  if (hooks_) {
+    at::Tensor total_norm = at::zeros({}, at::kFloat);
+    DlView norm_view(total_norm);
+    AccelClipArgs args{};
+    args.struct_size = sizeof(args);
+    args.max_norm = max_norm > 0 ? max_norm : std::numeric_limits<double>::infinity();
+    args.norm_type = 2.0;
+    args.total_norm = norm_view.get();
+    if (hooks_->clip_gradients(args)) return total_norm.item<double>();
+  }
+  return max_norm > 0 ? clip_grad_norm(grads, max_norm) : global_grad_norm(grads);
+}
+
 StepOutcome Trainer::train_step(int64_t step) {
   StepOutcome outcome;
   outcome.lr = learning_rate_at(config_.optimizer, step, config_.steps);
   model_.zero_grads();
-
   const int64_t micro_steps = config_.grad_accum;
+
+  AccelStepArgs step_args{};
+  step_args.struct_size = sizeof(step_args);
+  step_args.step = optimizer_.step_count();
+  step_args.num_micro_batches = static_cast<int32_t>(micro_steps);
+  step_args.lr = outcome.lr;
+  if (hooks_) hooks_->step_begin(step_args);
+
+  AccelTrainStepArgs take_over{};
+  take_over.struct_size = sizeof(take_over);
+  take_over.step = step_args.step;
+  take_over.num_micro_batches = step_args.num_micro_batches;
   double loss_sum = 0.0;
-  for (int64_t micro = 0; micro < micro_steps; ++micro) {
-    const at::Tensor batch =
-        load_batch(sampler_.micro_batch(step, config_.batch_size, rank_, world_size_, micro, micro_steps));
-    const int64_t T = batch.size(1) - 1;
-    const at::Tensor inputs = batch.narrow(1, 0, T);
-    const at::Tensor targets = batch.narrow(1, 1, T);
-    at::Tensor loss;
-    {
-      AutocastScope autocast(config_.mixed_precision, at::kCPU);
-      loss = model_.loss(inputs, targets);
+  if (hooks_ && hooks_->train_step(take_over)) {
+    // A pipeline schedule ran the micro-batches; the loss reaches the host
+    // through run_forward of the head unit, which this host does not offer
+    // yet (docs/abi.md §11), so it is reported as NaN.
+    loss_sum = std::numeric_limits<double>::quiet_NaN();
+  } else {
+    for (int64_t micro = 0; micro < micro_steps; ++micro) {
+      const at::Tensor batch =
+          load_batch(sampler_.micro_batch(step, config_.batch_size, rank_, world_size_, micro, micro_steps));
+      // Each micro-batch holds an equal share, so the mean of micro-step means
+      // is the global-batch mean, and so is the accumulated gradient.
+      loss_sum += forward_backward(batch, micro, loss_scaler_.scale() / static_cast<double>(micro_steps),
+                                   micro + 1 == micro_steps);
     }
-    // Each micro-batch holds an equal share, so the mean of micro-step means
-    // is the global-batch mean, and so is the accumulated gradient.
-    (loss * (loss_scaler_.scale() / static_cast<double>(micro_steps))).backward();
-    loss_sum += loss.item<double>();
   }
   outcome.loss = loss_sum / static_cast<double>(micro_steps);
 
-  std::vector<at::Tensor> grads = flat_grads_of(model_);
   at::NoGradGuard no_grad;
+  if (hooks_) hooks_->gradients_finalize(step_args);
+  std::vector<at::Tensor> grads = flat_grads_of(model_);
   outcome.skipped = loss_scaler_.unscale_and_check(grads);
   if (!outcome.skipped) {
-    outcome.grad_norm = config_.optimizer.grad_clip > 0 ? clip_grad_norm(grads, config_.optimizer.grad_clip)
-                                                        : global_grad_norm(grads);
-    optimizer_.step(model_.units(), config_.optimizer, outcome.lr);
+    outcome.grad_norm = clip_or_measure(grads);
+    bool stepped_by_plugin = false;
+    if (hooks_) {
+      AccelOptimizerStepArgs args{};
+      args.struct_size = sizeof(args);
+      args.step = optimizer_.step_count() + 1;
+      args.kind = ACCEL_OPTIMIZER_ADAMW;
+      args.no_decay_roles = (1u << ACCEL_PARAM_BIAS) | (1u << ACCEL_PARAM_NORM);
+      args.lr = outcome.lr;
+      args.beta1 = config_.optimizer.beta1;
+      args.beta2 = config_.optimizer.beta2;
+      args.eps = config_.optimizer.eps;
+      args.weight_decay = config_.optimizer.weight_decay;
+      stepped_by_plugin = hooks_->optimizer_step(args);
+      if (stepped_by_plugin) optimizer_.set_step_count(optimizer_.step_count() + 1);
+    }
+    if (!stepped_by_plugin) optimizer_.step(model_.units(), config_.optimizer, outcome.lr);
   }
   loss_scaler_.update(outcome.skipped);
+
+  if (hooks_) {
+    const at::Tensor loss = at::full({}, outcome.loss, at::kFloat);
+    const at::Tensor norm = at::full({}, outcome.grad_norm, at::kFloat);
+    DlView loss_view(loss), norm_view(norm);
+    step_args.flags = outcome.skipped ? ACCEL_STEP_SKIPPED : 0;
+    step_args.loss = loss_view.get();
+    step_args.grad_norm = outcome.skipped ? nullptr : norm_view.get();
+    hooks_->step_end(step_args);
+  }
   return outcome;
 }
 
@@ -100,7 +244,26 @@ void Trainer::resume_from(const std::string& dir) {
   }
   loss_scaler_.restore(state.loss_scale, state.loss_scale_growth_tracker);
   completed_steps_ = state.step;
+  resumed_from_ = checkpoint.string();
   log::info(strformat("resumed from %s at step %lld", checkpoint.c_str(), static_cast<long long>(state.step)));
+}
+
+void Trainer::start_plugins() {
+  if (!hooks_) return;
+  hooks_->create_all();
+  hooks_->plan_model();
+  const runtime::ModelPlan& plan = context_->plan;
+  if (!plan.splits.empty() || !plan.unit_stage.empty() || !plan.managed_storage.empty()) {
+    // Resolving splits, stages and plugin-managed storage is the work of the
+    // strategies that need it (Megatron, pipeline, FSDP); until a host
+    // version resolves them, a plan that asks for them is refused here
+    // rather than silently ignored.
+    throw std::runtime_error("the plugins' model plan splits parameters, assigns pipeline stages or takes over "
+                             "unit storage, which this host version does not resolve yet");
+  }
+  const bool resuming = !resumed_from_.empty();
+  hooks_->setup(completed_steps_, static_cast<int32_t>(config_.grad_accum), resuming);
+  if (resuming) load_plugin_state();
 }
 
 void Trainer::save_checkpoint() {
@@ -118,6 +281,7 @@ void Trainer::save_checkpoint() {
 
 void Trainer::run() {
   if (!config_.resume.empty()) resume_from(config_.resume);
+  start_plugins();
   log::info(strformat("model %s: %s, %lld parameters", config_.model.c_str(), model_.config().describe().c_str(),
                       static_cast<long long>(model_.num_parameters())));
   log::info(strformat("data %s, order %s; %lld steps of %lld sequences (x%lld accumulation), %s precision",
@@ -141,6 +305,10 @@ void Trainer::run() {
     m.peak_mem_bytes = peak_rss_bytes();
     m.loss_scale = loss_scaler_.scale();
     m.skipped = outcome.skipped;
+    if (context_) {
+      std::lock_guard<std::mutex> lock(context_->mutex);
+      m.plugin_metrics.swap(context_->step_metrics);
+    }
     metrics_.write(m);
     if (completed_steps_ % config_.log_every == 0 || completed_steps_ == config_.steps || completed_steps_ == 1) {
       log::info(strformat("step %5lld/%lld  loss %.4f  lr %.3e  grad_norm %.3f  %.0f tok/s  mem %s%s",

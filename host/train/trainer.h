@@ -19,8 +19,11 @@
 #include "host/train/loss_scaler.h"
 #include "host/train/metrics_writer.h"
 
-namespace accel::comm {
-class MpiSession;
+namespace accel::plugin {
+class HookDispatcher;
+}
+namespace accel::runtime {
+class HostContext;
 }
 
 namespace accel::train {
@@ -34,7 +37,10 @@ struct StepOutcome {
 
 class Trainer {
  public:
-  Trainer(const RunConfig& config, int rank, int world_size);
+  // `hooks` and `context` are the run's plugins (both null: none). The
+  // trainer calls every hook at the points accel/plugin.h defines.
+  Trainer(const RunConfig& config, int rank, int world_size, plugin::HookDispatcher* hooks = nullptr,
+          runtime::HostContext* context = nullptr);
 
   // Restores from --resume (if given), then trains steps [start, --steps).
   void run();
@@ -48,8 +54,14 @@ class Trainer {
 
  private:
   void resume_from(const std::string& dir);
+  void start_plugins();
+  void load_plugin_state();
   void save_checkpoint();
   at::Tensor load_batch(const std::vector<int64_t>& windows) const;
+  // Forward and backward of one micro-batch, unit by unit (so unit hooks run
+  // at unit boundaries); returns the unscaled loss.
+  double forward_backward(const at::Tensor& batch, int64_t micro, double loss_multiplier, bool last_micro);
+  double clip_or_measure(std::vector<at::Tensor>& grads);
 
   RunConfig config_;
   int rank_;
@@ -60,6 +72,9 @@ class Trainer {
   FlatAdamW optimizer_;
   LossScaler loss_scaler_;
   MetricsWriter metrics_;
+  plugin::HookDispatcher* hooks_;
+  runtime::HostContext* context_;
+  std::string resumed_from_;  // the checkpoint directory, when resuming
   int64_t completed_steps_ = 0;
 };
 

@@ -1,0 +1,173 @@
+// Hook dispatch in the order accel/plugin.h defines (see hook_dispatch.h).
+#include "host/plugin/hook_dispatch.h"
+
+#include "host/plugin/plugin_error.h"
+
+namespace accel::plugin {
+namespace {
+
+// Generic forward (opening) and reverse (closing) iteration over a hook.
+template <typename Fn, typename... Args>
+void call_each(const std::vector<LoadedPlugin*>& plugins, Fn AccelHooks::* hook, const char* name, bool reverse,
+               Args&&... args) {
+  const size_t n = plugins.size();
+  for (size_t k = 0; k < n; ++k) {
+    LoadedPlugin& p = *plugins[reverse ? n - 1 - k : k];
+    if (Fn fn = p.hooks().*hook) {
+      runtime::take_pending_error();
+      HookDispatcher::check(p, name, fn(p.self, std::forward<Args>(args)...));
+    }
+  }
+}
+
+}  // namespace
+
+HookDispatcher::HookDispatcher(PluginRegistry& registry, runtime::HostContext& context) : context_(context) {
+  for (const auto& p : registry.plugins()) plugins_.push_back(p.get());
+}
+
+void HookDispatcher::check(const LoadedPlugin& plugin, const char* hook, AccelStatus status) {
+  if (status == ACCEL_OK) return;
+  const runtime::PendingError error = runtime::take_pending_error();
+  throw PluginError("plugin " + plugin.name() + ": " + hook + " failed (" + accel_status_name(status) + ")" +
+                    (error.message.empty() ? std::string() : ": " + error.message));
+}
+
+void HookDispatcher::create_all() {
+  for (LoadedPlugin* p : plugins_) {
+    const AccelHooks& hooks = p->hooks();
+    if (hooks.create) {
+      AccelCreateArgs args{};
+      args.struct_size = sizeof(args);
+      args.host = p->host();
+      args.services = runtime::host_services();
+      runtime::take_pending_error();
+      check(*p, "create", hooks.create(&args));
+      p->self = args.self;
+      if (args.hooks) {
+        // A run's table may only drop hooks the descriptor offers.
+        const AccelHooks narrowed = normalise_hooks(args.hooks);
+        const auto* offered = reinterpret_cast<void* const*>(&hooks.create);
+        const auto* wanted = reinterpret_cast<void* const*>(&narrowed.create);
+        const size_t count = (sizeof(AccelHooks) - offsetof(AccelHooks, create)) / sizeof(void*);
+        for (size_t i = 0; i < count; ++i) {
+          if (wanted[i] && !offered[i]) {
+            p->created = true;  // teardown is still owed
+            throw PluginError("plugin " + p->name() + ": create returned a hook table with hooks its descriptor lacks");
+          }
+        }
+        p->narrow_hooks(args.hooks);
+      }
+    }
+    p->created = true;
+  }
+  // Take-overs have at most one owner; the linear chain runs outermost first.
+  auto claim = [&](LoadedPlugin*& owner, bool has, LoadedPlugin* p, const char* hook) {
+    if (!has) return;
+    if (owner) throw PluginError("plugins " + owner->name() + " and " + p->name() + " both take over " + hook);
+    owner = p;
+  };
+  for (LoadedPlugin* p : plugins_) {
+    const AccelHooks& h = p->hooks();
+    claim(clip_owner_, h.clip_gradients != nullptr, p, "clip_gradients");
+    claim(optimizer_owner_, h.optimizer_step != nullptr, p, "optimizer_step");
+    claim(train_step_owner_, h.train_step != nullptr, p, "train_step");
+    if (h.linear_forward) linear_links_.push_back(p);
+    has_unit_hooks_ = has_unit_hooks_ || h.unit_forward_pre || h.unit_forward_post || h.unit_backward_pre ||
+                      h.unit_backward_post || h.gradients_ready;
+  }
+}
+
+void HookDispatcher::plan_model() {
+  AccelModelInfo const* info = nullptr;
+  if (context_.model && runtime::host_services()->model && runtime::host_services()->model->get_info &&
+      !plugins_.empty()) {
+    runtime::host_services()->model->get_info(plugins_.front()->host(), &info);
+  }
+  AccelPlanArgs args{};
+  args.struct_size = sizeof(args);
+  args.model = info;
+  context_.planning = true;
+  try {
+    call_each(plugins_, &AccelHooks::plan_model, "plan_model", false, &args);
+  } catch (...) {
+    context_.planning = false;
+    throw;
+  }
+  context_.planning = false;
+}
+
+void HookDispatcher::setup(int64_t first_step, int32_t micro_batches, bool resuming) {
+  AccelSetupArgs args{};
+  args.struct_size = sizeof(args);
+  args.first_step = first_step;
+  args.num_micro_batches = micro_batches;
+  args.flags = resuming ? ACCEL_SETUP_RESUMING : 0;
+  context_.running = true;
+  call_each(plugins_, &AccelHooks::setup, "setup", false, &args);
+}
+
+void HookDispatcher::load_state(int64_t step, int32_t saved_world_size, const char* saved_plugins) {
+  AccelStateArgs args{};
+  args.struct_size = sizeof(args);
+  args.step = step;
+  args.saved_world_size = saved_world_size;
+  args.saved_plugins = saved_plugins;
+  call_each(plugins_, &AccelHooks::load_state, "load_state", false, &args);
+}
+
+void HookDispatcher::save_state(int64_t step, int32_t world_size) {
+  AccelStateArgs args{};
+  args.struct_size = sizeof(args);
+  args.step = step;
+  args.saved_world_size = world_size;
+  call_each(plugins_, &AccelHooks::save_state, "save_state", false, &args);
+}
+
+void HookDispatcher::step_begin(const AccelStepArgs& args) {
+  call_each(plugins_, &AccelHooks::step_begin, "step_begin", false, &args);
+}
+void HookDispatcher::step_end(const AccelStepArgs& args) {
+  call_each(plugins_, &AccelHooks::step_end, "step_end", true, &args);
+}
+void HookDispatcher::unit_forward_pre(AccelUnitHookArgs& args) {
+  call_each(plugins_, &AccelHooks::unit_forward_pre, "unit_forward_pre", false, &args);
+}
+void HookDispatcher::unit_forward_post(AccelUnitHookArgs& args) {
+  call_each(plugins_, &AccelHooks::unit_forward_post, "unit_forward_post", true, &args);
+}
+void HookDispatcher::unit_backward_pre(AccelUnitHookArgs& args) {
+  call_each(plugins_, &AccelHooks::unit_backward_pre, "unit_backward_pre", false, &args);
+}
+void HookDispatcher::unit_backward_post(AccelUnitHookArgs& args) {
+  call_each(plugins_, &AccelHooks::unit_backward_post, "unit_backward_post", true, &args);
+}
+void HookDispatcher::gradients_ready(const AccelGradientsReadyArgs& args) {
+  call_each(plugins_, &AccelHooks::gradients_ready, "gradients_ready", false, &args);
+}
+void HookDispatcher::gradients_finalize(const AccelStepArgs& args) {
+  call_each(plugins_, &AccelHooks::gradients_finalize, "gradients_finalize", false, &args);
+}
+
+bool HookDispatcher::clip_gradients(const AccelClipArgs& args) {
+  if (!clip_owner_) return false;
+  runtime::take_pending_error();
+  check(*clip_owner_, "clip_gradients", clip_owner_->hooks().clip_gradients(clip_owner_->self, &args));
+  return true;
+}
+
+bool HookDispatcher::optimizer_step(const AccelOptimizerStepArgs& args) {
+  if (!optimizer_owner_) return false;
+  runtime::take_pending_error();
+  check(*optimizer_owner_, "optimizer_step", optimizer_owner_->hooks().optimizer_step(optimizer_owner_->self, &args));
+  return true;
+}
+
+bool HookDispatcher::train_step(const AccelTrainStepArgs& args) {
+  if (!train_step_owner_) return false;
+  runtime::take_pending_error();
+  check(*train_step_owner_, "train_step", train_step_owner_->hooks().train_step(train_step_owner_->self, &args));
+  return true;
+}
+
+}  // namespace accel::plugin

@@ -1,0 +1,67 @@
+// Calls the hooks of a run's plugins in the order accel/plugin.h defines:
+// opening hooks in plugin order (parallel, precision, observer), closing
+// hooks (step_end, unit_*_post) in reverse, so wrappers nest. Take-over hooks
+// (clip_gradients, optimizer_step, train_step) have at most one owner each,
+// checked after every plugin's create.
+//
+// A hook that fails ends the run: the dispatcher throws PluginError with
+// "plugin NAME: HOOK failed (STATUS): message" and the registry still tears
+// every created plugin down. Knows no LibTorch: tensors arrive as DLTensor
+// views made by the caller. Loop thread only.
+#pragma once
+
+#include <accel/accel.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "host/plugin/plugin_registry.h"
+
+namespace accel::plugin {
+
+class HookDispatcher {
+ public:
+  HookDispatcher(PluginRegistry& registry, runtime::HostContext& context);
+
+  bool empty() const { return plugins_.empty(); }
+
+  // ---- lifecycle
+  void create_all();
+  void plan_model();
+  void setup(int64_t first_step, int32_t micro_batches, bool resuming);
+  void load_state(int64_t step, int32_t saved_world_size, const char* saved_plugins);
+  void save_state(int64_t step, int32_t world_size);
+
+  // ---- steps
+  void step_begin(const AccelStepArgs& args);
+  void step_end(const AccelStepArgs& args);
+  bool has_unit_hooks() const { return has_unit_hooks_; }
+  void unit_forward_pre(AccelUnitHookArgs& args);
+  void unit_forward_post(AccelUnitHookArgs& args);
+  void unit_backward_pre(AccelUnitHookArgs& args);
+  void unit_backward_post(AccelUnitHookArgs& args);
+  void gradients_ready(const AccelGradientsReadyArgs& args);
+  void gradients_finalize(const AccelStepArgs& args);
+
+  // ---- take-overs: each returns false when no plugin owns it (host default runs)
+  bool clip_gradients(const AccelClipArgs& args);
+  bool optimizer_step(const AccelOptimizerStepArgs& args);
+  bool train_step(const AccelTrainStepArgs& args);
+
+  // ---- the linear chain: the plugins that join it, outermost first
+  const std::vector<LoadedPlugin*>& linear_links() const { return linear_links_; }
+
+  // Throws PluginError for a failed hook call of `plugin`.
+  static void check(const LoadedPlugin& plugin, const char* hook, AccelStatus status);
+
+ private:
+  runtime::HostContext& context_;
+  std::vector<LoadedPlugin*> plugins_;
+  std::vector<LoadedPlugin*> linear_links_;
+  LoadedPlugin* clip_owner_ = nullptr;
+  LoadedPlugin* optimizer_owner_ = nullptr;
+  LoadedPlugin* train_step_owner_ = nullptr;
+  bool has_unit_hooks_ = false;
+};
+
+}  // namespace accel::plugin

@@ -1,0 +1,220 @@
+// Loading and validating one plugin library (see loaded_plugin.h).
+#include "host/plugin/loaded_plugin.h"
+
+#include <boost/dll/library_info.hpp>
+#include <boost/dll/shared_library.hpp>
+
+#include <cstring>
+#include <regex>
+#include <set>
+
+#include "host/plugin/discovery.h"
+#include "host/plugin/option_values.h"
+#include "host/plugin/plugin_error.h"
+
+namespace accel::plugin {
+namespace {
+
+constexpr const char* kEntryPrefix = "accel_plugin_init_v";
+
+bool valid_name(const char* name) {
+  static const std::regex pattern("[a-z][a-z0-9_]*");
+  return name && std::regex_match(name, pattern);
+}
+
+// The ABI majors a file exports entry symbols for, read from its ELF
+// dynamic symbol table without loading it.
+std::set<int> exported_majors(const std::filesystem::path& file) {
+  std::vector<std::string> symbols;
+  try {
+    boost::dll::library_info info(file.string());
+    symbols = info.symbols();
+  } catch (const std::exception& e) {
+    throw PluginError(file.string() + ": not a loadable shared library (" + e.what() + ")");
+  }
+  std::set<int> majors;
+  for (const std::string& symbol : symbols) {
+    if (symbol.rfind(kEntryPrefix, 0) != 0) continue;
+    const std::string digits = symbol.substr(std::strlen(kEntryPrefix));
+    if (!digits.empty() && digits.find_first_not_of("0123456789") == std::string::npos && digits.size() < 6) {
+      majors.insert(std::stoi(digits));
+    }
+  }
+  return majors;
+}
+
+void check_option_spec(const AccelOptionSpec* spec, std::set<std::string>& names) {
+  if (!spec) throw std::invalid_argument("option schema has a NULL entry");
+  if (spec->struct_size < ACCEL_FIELD_END(AccelOptionSpec, max_value)) {
+    throw std::invalid_argument("option spec struct_size " + std::to_string(spec->struct_size) +
+                                " is smaller than ABI 1.0's " +
+                                std::to_string(ACCEL_FIELD_END(AccelOptionSpec, max_value)));
+  }
+  const std::string label = spec->name ? spec->name : "(null)";
+  if (!valid_name(spec->name)) throw std::invalid_argument("option name '" + label + "' is not [a-z][a-z0-9_]*");
+  if (!names.insert(label).second) throw std::invalid_argument("option '" + label + "' is declared twice");
+  if (spec->type < ACCEL_OPTION_BOOL || spec->type > ACCEL_OPTION_ENUM) {
+    throw std::invalid_argument("option '" + label + "' has unknown type " + std::to_string(spec->type));
+  }
+  if (spec->num_allowed_values > 0 && !spec->allowed_values) {
+    throw std::invalid_argument("option '" + label + "' counts allowed values but gives none");
+  }
+  for (size_t i = 0; i < spec->num_allowed_values; ++i) {
+    if (!spec->allowed_values[i]) throw std::invalid_argument("option '" + label + "' has a NULL allowed value");
+  }
+  if (spec->type == ACCEL_OPTION_ENUM && spec->num_allowed_values == 0) {
+    throw std::invalid_argument("enum option '" + label + "' lists no allowed values");
+  }
+  if ((spec->min_value || spec->max_value) && spec->type != ACCEL_OPTION_INT && spec->type != ACCEL_OPTION_DOUBLE) {
+    throw std::invalid_argument("option '" + label + "' has bounds but is not numeric");
+  }
+  for (const char* bound : {spec->min_value, spec->max_value}) {
+    char* end = nullptr;
+    if (bound && (std::strtod(bound, &end), *end != '\0' || end == bound)) {
+      throw std::invalid_argument("option '" + label + "' has a non-numeric bound '" + bound + "'");
+    }
+  }
+  const bool required = spec->flags & ACCEL_OPTION_FLAG_REQUIRED;
+  if (required && spec->default_value) {
+    throw std::invalid_argument("option '" + label + "' is required but has a default");
+  }
+  if (!spec->default_value && !required && spec->type != ACCEL_OPTION_STRING) {
+    throw std::invalid_argument("option '" + label + "' has no default and is not required");
+  }
+  if (spec->default_value) {
+    std::string why;
+    if (!parse_option_value(*spec, spec->default_value, &why)) {
+      throw std::invalid_argument("option '" + label + "' has an invalid default: " + why);
+    }
+  }
+}
+
+void check_descriptor(const AccelPluginDescriptor& d, const AccelHooks* raw_hooks, const AccelHooks& hooks,
+                      const std::filesystem::path& file, const std::string& expected_name) {
+  if (d.abi_version.major != ACCEL_ABI_VERSION_MAJOR) {
+    throw std::invalid_argument("descriptor declares ABI major " + std::to_string(d.abi_version.major) +
+                                " but was returned by accel_plugin_init_v1");
+  }
+  if (!valid_name(d.name)) {
+    throw std::invalid_argument(std::string("plugin name '") + (d.name ? d.name : "(null)") +
+                                "' is not [a-z][a-z0-9_]*");
+  }
+  if (!expected_name.empty() && expected_name != d.name) {
+    throw std::invalid_argument("descriptor names the plugin '" + std::string(d.name) + "', but '" + expected_name +
+                                "' was requested");
+  }
+  if (file.filename() != plugin_file_name(d.name)) {
+    throw std::invalid_argument("plugin '" + std::string(d.name) + "' must be in a file named " +
+                                plugin_file_name(d.name));
+  }
+  if (!d.version || !d.description) throw std::invalid_argument("descriptor lacks a version or description");
+  if (d.kind != ACCEL_PLUGIN_PARALLEL && d.kind != ACCEL_PLUGIN_PRECISION && d.kind != ACCEL_PLUGIN_OBSERVER) {
+    throw std::invalid_argument("descriptor has unknown kind " + std::to_string(d.kind));
+  }
+  if (d.num_conflicts > 0 && !d.conflicts) throw std::invalid_argument("descriptor counts conflicts but gives none");
+  for (size_t i = 0; i < d.num_conflicts; ++i) {
+    if (!valid_name(d.conflicts[i])) throw std::invalid_argument("descriptor lists an invalid conflict name");
+  }
+  if (d.num_options > 0 && !d.options) throw std::invalid_argument("descriptor counts options but gives none");
+  std::set<std::string> option_names;
+  for (size_t i = 0; i < d.num_options; ++i) check_option_spec(d.options[i], option_names);
+
+  if (!raw_hooks || raw_hooks->struct_size < ACCEL_FIELD_END(AccelHooks, extensions)) {
+    throw std::invalid_argument("descriptor has no hook table");
+  }
+  const bool takes_over = hooks.plan_model || hooks.clip_gradients || hooks.optimizer_step || hooks.train_step ||
+                          hooks.linear_forward || hooks.linear_backward;
+  if (d.kind == ACCEL_PLUGIN_OBSERVER && takes_over) {
+    throw std::invalid_argument("an observer plugin may not plan the model, take over a step or join the linear chain");
+  }
+  if (!hooks.linear_forward != !hooks.linear_backward) {
+    throw std::invalid_argument("linear_forward and linear_backward must be implemented together");
+  }
+  if ((d.capabilities & (ACCEL_CAP_SHARDS_GRADS | ACCEL_CAP_SHARDS_OPTIMIZER)) &&
+      (!hooks.clip_gradients || !hooks.optimizer_step)) {
+    throw std::invalid_argument("a plugin that shards gradients or optimizer state must implement clip_gradients "
+                                "and optimizer_step");
+  }
+}
+
+}  // namespace
+
+struct LoadedPlugin::Library {
+  boost::dll::shared_library handle;
+};
+
+AccelHooks normalise_hooks(const AccelHooks* table) {
+  AccelHooks hooks{};
+  if (table) std::memcpy(&hooks, table, std::min(table->struct_size, sizeof(AccelHooks)));
+  hooks.struct_size = sizeof(AccelHooks);
+  return hooks;
+}
+
+std::unique_ptr<LoadedPlugin> LoadedPlugin::load(const std::filesystem::path& file, const std::string& expected_name,
+                                                 runtime::HostContext& context, bool info_only) {
+  check_trusted(file);
+  const std::set<int> majors = exported_majors(file);
+  if (majors.empty()) throw PluginError(file.string() + ": not an Accel plugin (no accel_plugin_init_v<N> symbol)");
+  if (!majors.count(ACCEL_ABI_VERSION_MAJOR)) {
+    throw PluginError(file.string() + ": built for ABI major " + std::to_string(*majors.rbegin()) +
+                      ", this host supports " + std::to_string(ACCEL_ABI_VERSION_MAJOR));
+  }
+
+  std::unique_ptr<LoadedPlugin> plugin(new LoadedPlugin());
+  plugin->path_ = file;
+  plugin->library_ = std::make_unique<Library>();
+  try {
+    plugin->library_->handle.load(file.string(), boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local);
+  } catch (const std::exception& e) {
+    throw PluginError(file.string() + ": dlopen failed: " + e.what());
+  }
+  auto& entry = plugin->library_->handle.get<AccelPluginInitV1Fn>(ACCEL_PLUGIN_ENTRY_V1_NAME);
+
+  plugin->host_ = std::make_unique<AccelHost>();
+  plugin->host_->context = &context;
+  plugin->host_->plugin_name = file.filename().string();
+  AccelHostInfo info{};
+  info.struct_size = sizeof(info);
+  info.abi_version = {ACCEL_ABI_VERSION_MAJOR, ACCEL_ABI_VERSION_MINOR};
+  info.host_name = "accel-host";
+  info.host_version = ACCEL_VERSION;
+  info.host = plugin->host_.get();
+  info.services = runtime::host_services();
+  info.plugin_path = file.c_str();
+  info.flags = info_only ? ACCEL_HOST_INFO_ONLY : 0;
+
+  const AccelPluginDescriptor* raw = nullptr;
+  runtime::take_pending_error();
+  const AccelStatus status = entry(&info, &raw);
+  if (status != ACCEL_OK || !raw) {
+    const runtime::PendingError error = runtime::take_pending_error();
+    throw PluginError(file.string() + ": " + ACCEL_PLUGIN_ENTRY_V1_NAME + " failed (" +
+                      accel_status_name(status == ACCEL_OK ? ACCEL_ERROR_INTERNAL : status) + ")" +
+                      (error.message.empty() ? (raw ? "" : ": returned no descriptor") : ": " + error.message));
+  }
+  if (raw->struct_size < ACCEL_FIELD_END(AccelPluginDescriptor, hooks)) {
+    throw PluginError(file.string() + ": descriptor struct_size " + std::to_string(raw->struct_size) +
+                      " is smaller than ABI 1.0's " +
+                      std::to_string(ACCEL_FIELD_END(AccelPluginDescriptor, hooks)));
+  }
+  std::memcpy(&plugin->descriptor_, raw, std::min(raw->struct_size, sizeof(AccelPluginDescriptor)));
+  plugin->descriptor_.struct_size = sizeof(AccelPluginDescriptor);
+  plugin->hooks_ = normalise_hooks(raw->hooks);
+  try {
+    check_descriptor(plugin->descriptor_, raw->hooks, plugin->hooks_, file, expected_name);
+  } catch (const std::invalid_argument& e) {
+    throw PluginError(file.string() + ": " + e.what());
+  }
+  plugin->name_ = plugin->descriptor_.name;
+  plugin->host_->plugin_name = plugin->name_;
+  for (size_t i = 0; i < plugin->descriptor_.num_options; ++i) plugin->options_.push_back(plugin->descriptor_.options[i]);
+  return plugin;
+}
+
+void LoadedPlugin::narrow_hooks(const AccelHooks* table) {
+  if (table) hooks_ = normalise_hooks(table);
+}
+
+LoadedPlugin::~LoadedPlugin() = default;
+
+}  // namespace accel::plugin

@@ -1,0 +1,67 @@
+// One plugin library, loaded and validated: the file, its descriptor and
+// hook table (normalised copies: fields beyond the plugin's struct_size read
+// as zero/NULL), its AccelHost handle and, once created, its instance.
+//
+// Loading order (DESIGN.md "Loading"): trust check, ELF inspection with
+// Boost.DLL's library_info (a truncated .so can SIGBUS inside dlopen), then
+// dlopen with RTLD_NOW | RTLD_LOCAL, then the entry symbol of the newest ABI
+// major this host knows, then descriptor validation. The library stays
+// mapped until this object is destroyed, which the registry does only after
+// teardown. Not thread-safe.
+#pragma once
+
+#include <accel/accel.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "host/runtime/host_context.h"
+
+namespace accel::plugin {
+
+class LoadedPlugin {
+ public:
+  // Throws PluginError("<file>: <reason>"). `expected_name`: the name the
+  // user asked for (empty when loaded by path); it must match the descriptor.
+  // `info_only`: --list-plugins/--help; the plugin is told no hook will run.
+  static std::unique_ptr<LoadedPlugin> load(const std::filesystem::path& file, const std::string& expected_name,
+                                            runtime::HostContext& context, bool info_only);
+  ~LoadedPlugin();
+  LoadedPlugin(const LoadedPlugin&) = delete;
+  LoadedPlugin& operator=(const LoadedPlugin&) = delete;
+
+  const std::string& name() const { return name_; }
+  const std::filesystem::path& path() const { return path_; }
+  const AccelPluginDescriptor& descriptor() const { return descriptor_; }
+  const std::vector<const AccelOptionSpec*>& options() const { return options_; }
+  AccelAbiVersion abi_version() const { return descriptor_.abi_version; }
+  AccelHost* host() { return host_.get(); }
+
+  // The hooks of this run: the descriptor's, or the narrower table `create`
+  // returned. Always a full-size, normalised copy.
+  const AccelHooks& hooks() const { return hooks_; }
+  void narrow_hooks(const AccelHooks* table);
+
+  AccelPlugin* self = nullptr;  // set by create
+  bool created = false;         // create returned OK: teardown is owed
+
+ private:
+  LoadedPlugin() = default;
+  struct Library;
+
+  std::filesystem::path path_;
+  std::string name_;
+  std::unique_ptr<Library> library_;
+  std::unique_ptr<AccelHost> host_;
+  AccelPluginDescriptor descriptor_{};
+  AccelHooks hooks_{};
+  std::vector<const AccelOptionSpec*> options_;
+};
+
+// Copies a plugin-owned hook table into a full-size one; hooks beyond its
+// struct_size are NULL. Exposed for tests.
+AccelHooks normalise_hooks(const AccelHooks* table);
+
+}  // namespace accel::plugin

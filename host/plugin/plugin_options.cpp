@@ -1,0 +1,108 @@
+// Plugin option flags, config sections and validation (see plugin_options.h).
+#include "host/plugin/plugin_options.h"
+
+#include <boost/program_options.hpp>
+
+#include "host/cli/options.h"
+#include "host/plugin/option_values.h"
+#include "host/util/log.h"
+#include "host/util/strformat.h"
+
+namespace po = boost::program_options;
+
+namespace accel::plugin {
+namespace {
+
+std::string describe(const AccelOptionSpec& spec) {
+  std::string text = spec.help ? spec.help : "";
+  text += std::string(" [") + option_type_name(spec.type);
+  if (spec.num_allowed_values > 0) {
+    text += ": ";
+    for (size_t i = 0; i < spec.num_allowed_values; ++i) text += (i ? "|" : "") + std::string(spec.allowed_values[i]);
+  }
+  if (spec.min_value || spec.max_value) {
+    text += std::string(", ") + (spec.min_value ? spec.min_value : "") + ".." + (spec.max_value ? spec.max_value : "");
+  }
+  text += "]";
+  if (spec.flags & ACCEL_OPTION_FLAG_REQUIRED) text += " (required)";
+  if (spec.flags & ACCEL_OPTION_FLAG_DEPRECATED) text += " (deprecated)";
+  return text;
+}
+
+runtime::OptionValue host_value(AccelOptionType type, const std::string& text, double number = 0.0,
+                                int64_t integer = 0) {
+  runtime::OptionValue v;
+  v.type = type;
+  v.text = text;
+  v.given = true;
+  v.as_double = number;
+  v.as_int = integer;
+  return v;
+}
+
+}  // namespace
+
+po::options_description describe_plugin_options(const PluginRegistry& registry) {
+  po::options_description all;
+  for (const auto& plugin : registry.plugins()) {
+    po::options_description section("Plugin " + plugin->name() + " (" + plugin->descriptor().description +
+                                    "; [" + plugin->name() + "] in --config)");
+    for (const AccelOptionSpec* spec : plugin->options()) {
+      auto* value = po::value<std::string>()->value_name(option_type_name(spec->type));
+      if (spec->default_value) value->default_value(spec->default_value);
+      if (spec->type == ACCEL_OPTION_BOOL) value->implicit_value("true");
+      section.add_options()((plugin->name() + "." + spec->name).c_str(), value, describe(*spec).c_str());
+    }
+    all.add(section);
+  }
+  return all;
+}
+
+void fill_option_store(const PluginRegistry& registry, const std::map<std::string, std::string>& given,
+                       const RunConfig& config, runtime::OptionStore& store) {
+  for (const auto& plugin : registry.plugins()) {
+    for (const AccelOptionSpec* spec : plugin->options()) {
+      const std::string key = plugin->name() + "." + spec->name;
+      const auto it = given.find(key);
+      runtime::OptionValue value;
+      if (it != given.end()) {
+        std::string why;
+        auto parsed = parse_option_value(*spec, it->second, &why);
+        if (!parsed) throw cli::UsageError("--" + key + ": " + why);
+        value = *parsed;
+        value.given = true;
+        if (spec->flags & ACCEL_OPTION_FLAG_DEPRECATED) {
+          log::warn("--" + key + " is deprecated: " + std::string(spec->help ? spec->help : ""));
+        }
+      } else if (spec->default_value) {
+        std::string why;
+        value = *parse_option_value(*spec, spec->default_value, &why);  // validated at load
+      } else if (spec->flags & ACCEL_OPTION_FLAG_REQUIRED) {
+        throw cli::UsageError("--" + key + " is required by plugin " + plugin->name());
+      } else {
+        value.type = spec->type;
+        value.has_value = false;
+      }
+      store.put(plugin->name(), spec->name, value);
+    }
+  }
+  const auto& o = config.optimizer;
+  const int64_t micro = config.batch_size / config.grad_accum;  // per rank once DP splits it
+  store.put("train", "grad_accum_steps", host_value(ACCEL_OPTION_INT, std::to_string(config.grad_accum),
+                                                    static_cast<double>(config.grad_accum), config.grad_accum));
+  store.put("train", "micro_batch_size",
+            host_value(ACCEL_OPTION_INT, std::to_string(micro), static_cast<double>(micro), micro));
+  store.put("train", "max_grad_norm", host_value(ACCEL_OPTION_DOUBLE, strformat("%g", o.grad_clip), o.grad_clip));
+  store.put("train", "lr", host_value(ACCEL_OPTION_DOUBLE, strformat("%g", o.lr), o.lr));
+  store.put("train", "weight_decay", host_value(ACCEL_OPTION_DOUBLE, strformat("%g", o.weight_decay), o.weight_decay));
+  store.put("train", "seed", host_value(ACCEL_OPTION_INT, std::to_string(config.seed), static_cast<double>(config.seed),
+                                        static_cast<int64_t>(config.seed)));
+  runtime::OptionValue precision = host_value(ACCEL_OPTION_ENUM, to_string(config.mixed_precision));
+  precision.enum_index = static_cast<int32_t>(config.mixed_precision);
+  store.put("train", "mixed_precision", precision);
+  runtime::OptionValue optimizer = host_value(ACCEL_OPTION_ENUM, "adamw");
+  optimizer.enum_index = 0;
+  store.put("train", "optimizer", optimizer);
+}
+
+}  // namespace accel::plugin

@@ -1,0 +1,160 @@
+// The host state that the services table (services.cpp and friends) reaches
+// on behalf of plugins, and the opaque AccelHost handle each plugin holds.
+//
+// Ownership: one HostContext per process, owned by main()'s run (via the
+// plugin registry); every AccelHost points into it and lives as long as its
+// plugin is loaded. The trainer fills `model` before any `create` hook runs
+// and sets `state_writer` / `state_reader` only for the duration of the
+// save_state / load_state hook calls.
+//
+// Thread-safety: the loop thread owns everything here, except what the ABI
+// marks "Thread: any" (logging, errors, trace, metrics), which is guarded by
+// `mutex` or thread-local.
+#pragma once
+
+#include <accel/accel.h>
+
+#include <atomic>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "host/model/gpt.h"
+#include "host/util/log.h"
+
+namespace accel::runtime {
+
+class PluginStateWriter;  // plugin_state.h: checkpoint put target
+class PluginStateReader;  // plugin_state.h: checkpoint get source
+class MemoryAccounting;   // memory_services.h
+class ModelView;          // model_services.h: the ABI's model info structs
+
+// One option's parsed value (a plugin's or the host's), by "section.name".
+struct OptionValue {
+  AccelOptionType type = ACCEL_OPTION_STRING;
+  std::string text;          // the given or default text
+  bool given = false;        // set by the user (flag or config file)
+  bool has_value = true;     // false: a STRING without default, not given
+  bool as_bool = false;
+  int64_t as_int = 0;
+  double as_double = 0.0;
+  int32_t enum_index = -1;   // ENUM: index into the spec's allowed_values
+};
+
+class OptionStore {
+ public:
+  void put(const std::string& section, const std::string& name, OptionValue value) {
+    values_[section + "." + name] = std::move(value);
+  }
+  const OptionValue* find(std::string_view section, std::string_view name) const {
+    auto it = values_.find(std::string(section) + "." + std::string(name));
+    return it == values_.end() ? nullptr : &it->second;
+  }
+  const std::map<std::string, OptionValue>& all() const { return values_; }
+
+ private:
+  std::map<std::string, OptionValue> values_;
+};
+
+// What plugins recorded during plan_model; resolved by the host afterwards
+// (strategies that split or stage the model land with later issues).
+struct ModelPlan {
+  struct Split {
+    int32_t unit, param, dim;
+    std::string group;
+  };
+  std::vector<Split> splits;
+  std::vector<int32_t> unit_stage;           // empty: one stage
+  std::map<int32_t, uint32_t> managed_storage;  // unit -> ACCEL_STORAGE_* bits
+  std::map<int32_t, bool> checkpointing;        // unit -> recompute in backward
+  std::map<int32_t, std::string> managed_by;    // unit -> plugin that took storage
+  // (unit, one ACCEL_STORAGE_* bit) -> the plugin managing that buffer, so two
+  // plugins taking the same buffer are refused naming both.
+  std::map<std::pair<int32_t, uint32_t>, std::string> buffer_manager;
+};
+
+// What the model services report that GptModel itself does not know; the
+// trainer fills it with the model (defaults describe a plain fp32 run).
+struct ModelRunInfo {
+  std::string name = "gpt";        // the preset ("gpt-tiny"), for reports
+  int64_t micro_batch_size = 1;    // sequences per micro-batch and rank
+  DLDataType compute_dtype{kDLFloat, 32, 1};  // autocast dtype (bf16, f16)
+  int32_t pipeline_stage = 0;      // this rank's stage once plans resolve
+};
+
+// How repeated trace->metric records of one name combine within a step
+// (accel/trace.h: the first record's reduce wins). Guarded by HostContext::mutex.
+struct MetricRecord {
+  AccelMetricReduce reduce = ACCEL_METRIC_LAST;
+  double sum = 0.0;
+  int64_t count = 0;
+};
+
+class HostContext {
+ public:
+  HostContext();
+  ~HostContext();
+  HostContext(const HostContext&) = delete;
+  HostContext& operator=(const HostContext&) = delete;
+
+  AccelIdentity identity{};
+  OptionStore options;
+  model::GptModel* model = nullptr;  // set before any create hook
+  ModelPlan plan;
+  bool planning = false;             // true only while plan_model hooks run
+  bool running = false;              // true from setup on
+  std::unique_ptr<MemoryAccounting> memory;
+
+  // Checkpoint put/get targets, set around save_state / load_state calls.
+  PluginStateWriter* state_writer = nullptr;
+  PluginStateReader* state_reader = nullptr;
+
+  // Called for every trace event while at least one plugin captures; set by
+  // the plugin registry (it forwards to the capturing plugins' trace_event).
+  std::function<void(const AccelTraceEvent&)> trace_listener;
+
+  // Plugin metrics of the current step (trace->metric); the trainer drains
+  // them into the metrics line. Guarded by mutex.
+  std::mutex mutex;
+  std::map<std::string, double> step_metrics;
+  std::map<std::string, bool> capturing;  // plugin name -> set_capture(true)
+
+  // --- added with the services implementation (host/runtime/*_services.cpp) ---
+  ModelRunInfo model_run;                 // set by the trainer with `model`
+  std::unique_ptr<ModelView> model_view;  // built lazily by the model services
+  // The training step stamped on trace events; -1 outside the loop. Written by
+  // the loop thread, read by any thread.
+  std::atomic<int64_t> step{-1};
+  // True from step_begin to step_end: set_checkpointing is refused inside.
+  bool in_step = false;
+  // Per-metric combine state behind step_metrics; an entry whose name is no
+  // longer in step_metrics (drained by the trainer) starts afresh.
+  std::map<std::string, MetricRecord> metric_records;
+};
+
+// The services table handed to every plugin: static, immutable, valid for
+// the whole process.
+const AccelHostServices* host_services();
+
+// Thread-local error of the last failed service call or set_error, for the
+// calling thread (accel/status.h's rule). The registry reads it after a hook
+// fails, to build "plugin NAME: hook: message".
+struct PendingError {
+  AccelStatus status = ACCEL_OK;
+  std::string message;
+};
+PendingError take_pending_error();
+void set_pending_error(AccelStatus status, std::string message);
+
+}  // namespace accel::runtime
+
+// The opaque handle of accel/version.h, one per loaded plugin.
+struct AccelHost {
+  accel::runtime::HostContext* context = nullptr;
+  std::string plugin_name;  // prefixed to its log lines and errors
+};

@@ -1,0 +1,523 @@
+// The model area of the services table (accel/model.h): inspect (info,
+// units, parameters), plan (splits, stages, storage, checkpointing — checked
+// and recorded into HostContext::plan, resolved by the host later), and run
+// (storage and parameter views).
+//
+// What this host version does not do yet: materialise or release storage a
+// plugin took over (the sharding strategies' issue brings the trainer's side
+// of it), and run_forward / run_backward (NULL in the table: they arrive with
+// the pipeline strategy). materialize / release of host-kept storage succeed
+// as no-ops returning the kept buffers.
+//
+// Phases: inspect needs HostContext::model; plan needs HostContext::planning;
+// run needs HostContext::running. A call in the wrong phase is
+// ACCEL_ERROR_FAILED_PRECONDITION. Thread-safety: loop thread only.
+#include "host/runtime/model_services.h"
+
+#include <string>
+
+#include "host/runtime/service_support.h"
+#include "host/util/strformat.h"
+
+namespace accel::runtime {
+
+// ---------------------------------------------------------------------------
+// ModelView
+// ---------------------------------------------------------------------------
+namespace {
+
+constexpr uint32_t kStorageBits = ACCEL_STORAGE_PARAMS | ACCEL_STORAGE_GRADS;
+constexpr const char* kTiedHeadName = "lm_head.weight";
+
+AccelUnitKind to_abi(model::UnitKind kind) {
+  switch (kind) {
+    case model::UnitKind::embedding: return ACCEL_UNIT_EMBEDDING;
+    case model::UnitKind::block: return ACCEL_UNIT_BLOCK;
+    case model::UnitKind::head: return ACCEL_UNIT_HEAD;
+  }
+  return ACCEL_UNIT_OTHER;
+}
+
+AccelParamRole to_abi(model::ParamRole role) {
+  switch (role) {
+    case model::ParamRole::linear_weight: return ACCEL_PARAM_LINEAR_WEIGHT;
+    case model::ParamRole::bias: return ACCEL_PARAM_BIAS;
+    case model::ParamRole::norm: return ACCEL_PARAM_NORM;
+    case model::ParamRole::embedding: return ACCEL_PARAM_EMBEDDING;
+  }
+  return ACCEL_PARAM_OTHER;
+}
+
+AccelParallelHint to_abi(model::ParallelHint hint) {
+  switch (hint) {
+    case model::ParallelHint::replicated: return ACCEL_PARALLEL_REPLICATED;
+    case model::ParallelHint::column: return ACCEL_PARALLEL_COLUMN;
+    case model::ParallelHint::row: return ACCEL_PARALLEL_ROW;
+    case model::ParallelHint::vocab: return ACCEL_PARALLEL_VOCAB;
+  }
+  return ACCEL_PARALLEL_REPLICATED;
+}
+
+}  // namespace
+
+ModelView::ModelView(const HostContext& context) : model_(context.model) {
+  const model::GptModel& model = *context.model;
+  const model::GptConfig& config = model.config();
+  const auto& units = model.units();
+
+  name_ = context.model_run.name;
+  activation_shape_ = {config.seq_len, context.model_run.micro_batch_size, config.n_embd};
+  info_.struct_size = sizeof(AccelModelInfo);
+  info_.name = name_.c_str();
+  info_.num_units = static_cast<int32_t>(units.size());
+  info_.activation_ndim = 3;
+  info_.activation_shape = activation_shape_.data();
+  info_.activation_dtype = context.model_run.compute_dtype;
+  info_.param_dtype = accel_dtype(kDLFloat, 32);
+  info_.compute_dtype = context.model_run.compute_dtype;
+  info_.num_params = model.num_parameters();
+  // nanoGPT's estimate (PaLM appendix B): 6 N per token for the matmuls of
+  // forward and backward, plus attention's 12 L C T.
+  info_.flops_per_token = 6 * info_.num_params + 12 * config.n_layer * config.n_embd * config.seq_len;
+  info_.hidden_size = config.n_embd;
+  info_.vocab_size = config.vocab_size;
+  info_.seq_len = config.seq_len;
+  info_.micro_batch_size = context.model_run.micro_batch_size;
+
+  std::optional<std::pair<int32_t, int32_t>> wte;
+  for (size_t u = 0; u < units.size(); ++u) {
+    auto entry = std::make_unique<UnitEntry>();
+    entry->name = units[u].name();
+    const auto& params = units[u].params();
+    for (size_t p = 0; p < params.size(); ++p) {
+      const model::Param& param = params[p];
+      auto pe = std::make_unique<ParamEntry>();
+      pe->name = param.spec.name;
+      pe->global_shape = param.spec.shape;
+      pe->local_shape = param.spec.shape;
+      pe->local_offset.assign(param.spec.shape.size(), 0);
+      pe->info.role = to_abi(param.spec.role);
+      pe->info.hint = to_abi(param.spec.hint);
+      pe->info.flat_offset = param.offset;
+      pe->info.numel = param.spec.numel();
+      pe->info.tied_unit = -1;
+      pe->info.tied_index = -1;
+      if (pe->name == "wte.weight") wte = std::pair{static_cast<int32_t>(u), static_cast<int32_t>(p)};
+      entry->params.push_back(std::move(pe));
+    }
+    units_.push_back(std::move(entry));
+  }
+  // The head's tied output projection (see model_services.h).
+  for (size_t u = 0; u < units.size() && wte; ++u) {
+    if (units[u].kind() != model::UnitKind::head) continue;
+    const ParamEntry& owner = *units_[wte->first]->params[wte->second];
+    auto pe = std::make_unique<ParamEntry>();
+    pe->name = kTiedHeadName;
+    pe->global_shape = owner.global_shape;
+    pe->local_shape = owner.local_shape;
+    pe->local_offset = owner.local_offset;
+    pe->info.role = ACCEL_PARAM_EMBEDDING;
+    pe->info.hint = ACCEL_PARALLEL_VOCAB;
+    pe->info.flat_offset = -1;
+    pe->info.numel = owner.info.numel;
+    pe->info.tied_unit = wte->first;
+    pe->info.tied_index = wte->second;
+    units_[u]->params.push_back(std::move(pe));
+  }
+
+  for (size_t u = 0; u < units_.size(); ++u) {
+    UnitEntry& entry = *units_[u];
+    entry.info.struct_size = sizeof(AccelUnitInfo);
+    entry.info.name = entry.name.c_str();
+    entry.info.index = static_cast<int32_t>(u);
+    entry.info.kind = to_abi(units[u].kind());
+    entry.info.num_params = static_cast<int32_t>(entry.params.size());
+    entry.info.numel = units[u].numel();
+    entry.info.param_dtype = accel_dtype(kDLFloat, 32);
+    for (size_t p = 0; p < entry.params.size(); ++p) {
+      ParamEntry& pe = *entry.params[p];
+      AccelParamInfo& info = pe.info;
+      info.struct_size = sizeof(AccelParamInfo);
+      info.name = pe.name.c_str();
+      info.unit = static_cast<int32_t>(u);
+      info.index = static_cast<int32_t>(p);
+      info.ndim = static_cast<int32_t>(pe.global_shape.size());
+      info.dtype = accel_dtype(kDLFloat, 32);
+      info.global_shape = pe.global_shape.data();
+      info.local_shape = pe.local_shape.data();
+      info.local_offset = pe.local_offset.data();
+      info.split_dim = -1;
+      info.split_group = ACCEL_GROUP_WORLD;
+      by_name_[pe.name] = {info.unit, info.index};
+    }
+  }
+}
+
+int32_t ModelView::num_params(int32_t unit) const {
+  return static_cast<int32_t>(units_.at(static_cast<size_t>(unit))->params.size());
+}
+
+const AccelUnitInfo* ModelView::unit(int32_t unit, const HostContext& context) {
+  UnitEntry& entry = *units_.at(static_cast<size_t>(unit));
+  const ModelPlan& plan = context.plan;
+  const auto managed_it = plan.managed_storage.find(unit);
+  const uint32_t managed = managed_it == plan.managed_storage.end() ? 0u : managed_it->second;
+  const auto ckpt_it = plan.checkpointing.find(unit);
+  const bool resolved = !context.planning && plan.unit_stage.size() == units_.size();
+  entry.info.pipeline_stage = resolved ? plan.unit_stage[static_cast<size_t>(unit)] : 0;
+  uint32_t flags = 0;
+  if (entry.info.pipeline_stage == context.model_run.pipeline_stage) flags |= ACCEL_UNIT_FLAG_LOCAL;
+  if ((managed & ACCEL_STORAGE_PARAMS) != 0) flags |= ACCEL_UNIT_FLAG_PLUGIN_PARAMS;
+  if ((managed & ACCEL_STORAGE_GRADS) != 0) flags |= ACCEL_UNIT_FLAG_PLUGIN_GRADS;
+  if (ckpt_it != plan.checkpointing.end() && ckpt_it->second) flags |= ACCEL_UNIT_FLAG_CHECKPOINTED;
+  // Host-kept buffers exist from construction on (managed ones are never
+  // materialised by this host version).
+  if ((managed & ACCEL_STORAGE_PARAMS) == 0) flags |= ACCEL_UNIT_FLAG_PARAMS_MATERIALIZED;
+  if ((managed & ACCEL_STORAGE_GRADS) == 0) flags |= ACCEL_UNIT_FLAG_GRADS_MATERIALIZED;
+  entry.info.flags = flags;
+  return &entry.info;
+}
+
+const AccelParamInfo* ModelView::param(int32_t unit, int32_t index) const {
+  return &units_.at(static_cast<size_t>(unit))->params.at(static_cast<size_t>(index))->info;
+}
+
+std::optional<std::pair<int32_t, int32_t>> ModelView::find(std::string_view name) const {
+  const auto it = by_name_.find(name);
+  if (it == by_name_.end()) return std::nullopt;
+  return it->second;
+}
+
+const DLTensor* ModelView::storage_view(model::GptModel& model, int32_t unit, uint32_t what) {
+  UnitEntry& entry = *units_.at(static_cast<size_t>(unit));
+  model::Unit& host_unit = model.units().at(static_cast<size_t>(unit));
+  if (what == ACCEL_STORAGE_PARAMS) {
+    entry.params_view.reset(host_unit.flat_params());
+    return entry.params_view.get();
+  }
+  entry.grads_view.reset(host_unit.flat_grads());
+  return entry.grads_view.get();
+}
+
+const DLTensor* ModelView::param_view(model::GptModel& model, int32_t unit, int32_t index, uint32_t what) {
+  ParamEntry& entry = *units_.at(static_cast<size_t>(unit))->params.at(static_cast<size_t>(index));
+  if (entry.info.tied_unit >= 0) {
+    return param_view(model, entry.info.tied_unit, entry.info.tied_index, what);
+  }
+  model::Unit& host_unit = model.units().at(static_cast<size_t>(unit));
+  const model::Param& param = host_unit.params().at(static_cast<size_t>(index));
+  if (what == ACCEL_STORAGE_PARAMS) {
+    entry.value_view.reset(host_unit.flat_params().narrow(0, param.offset, entry.info.numel).view(param.spec.shape));
+    return entry.value_view.get();
+  }
+  entry.grad_view.reset(host_unit.flat_grads().narrow(0, param.offset, entry.info.numel).view(param.spec.shape));
+  return entry.grad_view.get();
+}
+
+// ---------------------------------------------------------------------------
+// Services
+// ---------------------------------------------------------------------------
+namespace {
+
+// Inspect phase: the model exists. Builds the view on first use (and again
+// should the trainer replace the model).
+ModelView& view_of(HostContext& context) {
+  if (context.model == nullptr) fail(ACCEL_ERROR_FAILED_PRECONDITION, "the model does not exist yet");
+  if (!context.model_view || context.model_view->model() != context.model) {
+    context.model_view = std::make_unique<ModelView>(context);
+  }
+  return *context.model_view;
+}
+
+void require_planning(const HostContext& context) {
+  if (!context.planning) fail(ACCEL_ERROR_FAILED_PRECONDITION, "allowed only inside the plan_model hook");
+}
+
+void require_running(const HostContext& context) {
+  if (!context.running) fail(ACCEL_ERROR_FAILED_PRECONDITION, "allowed only from the setup hook on");
+}
+
+void check_unit(ModelView& view, int32_t unit) {
+  if (unit < 0 || unit >= view.num_units()) {
+    fail(ACCEL_ERROR_INVALID_ARGUMENT, strformat("unit %d does not exist (the model has %d)", unit, view.num_units()));
+  }
+}
+
+void check_param(ModelView& view, int32_t unit, int32_t index) {
+  check_unit(view, unit);
+  if (index < 0 || index >= view.num_params(unit)) {
+    fail(ACCEL_ERROR_INVALID_ARGUMENT,
+         strformat("unit %d has no parameter %d (it has %d)", unit, index, view.num_params(unit)));
+  }
+}
+
+void check_storage_bits(uint32_t what, bool exactly_one) {
+  const bool valid = what != 0 && (what & ~kStorageBits) == 0 &&
+                     (!exactly_one || what == ACCEL_STORAGE_PARAMS || what == ACCEL_STORAGE_GRADS);
+  if (!valid) {
+    fail(ACCEL_ERROR_INVALID_ARGUMENT,
+         strformat("what = 0x%x is not %s", what,
+                   exactly_one ? "ACCEL_STORAGE_PARAMS or ACCEL_STORAGE_GRADS" : "a non-empty set of ACCEL_STORAGE_* bits"));
+  }
+}
+
+uint32_t managed_bits(const HostContext& context, int32_t unit) {
+  const auto it = context.plan.managed_storage.find(unit);
+  return it == context.plan.managed_storage.end() ? 0u : it->second;
+}
+
+const char* group_name(AccelGroupKind kind) {
+  switch (kind) {
+    case ACCEL_GROUP_WORLD: return "world";
+    case ACCEL_GROUP_DATA: return "data";
+    case ACCEL_GROUP_TENSOR: return "tensor";
+    case ACCEL_GROUP_PIPELINE: return "pipeline";
+    case ACCEL_GROUP_SHARDING: return "sharding";
+    case ACCEL_GROUP_REPLICA: return "replica";
+    case ACCEL_GROUP_NODE: return "node";
+    default: return nullptr;
+  }
+}
+
+// --- inspect ---
+
+AccelStatus get_info(AccelHost* host, const AccelModelInfo** info) {
+  return call_service("get_info", [&] {
+    ModelView& view = view_of(context_of(host));
+    if (info == nullptr) fail(ACCEL_ERROR_INVALID_ARGUMENT, "info is NULL");
+    *info = view.info();
+  });
+}
+
+AccelStatus get_unit(AccelHost* host, int32_t unit, const AccelUnitInfo** info) {
+  return call_service("get_unit", [&] {
+    HostContext& context = context_of(host);
+    ModelView& view = view_of(context);
+    check_unit(view, unit);
+    if (info == nullptr) fail(ACCEL_ERROR_INVALID_ARGUMENT, "info is NULL");
+    *info = view.unit(unit, context);
+  });
+}
+
+AccelStatus get_param(AccelHost* host, int32_t unit, int32_t index, const AccelParamInfo** info) {
+  return call_service("get_param", [&] {
+    ModelView& view = view_of(context_of(host));
+    check_param(view, unit, index);
+    if (info == nullptr) fail(ACCEL_ERROR_INVALID_ARGUMENT, "info is NULL");
+    *info = view.param(unit, index);
+  });
+}
+
+AccelStatus find_param(AccelHost* host, const char* name, int32_t* unit, int32_t* index) {
+  return call_service("find_param", [&] {
+    ModelView& view = view_of(context_of(host));
+    if (name == nullptr || unit == nullptr || index == nullptr) {
+      fail(ACCEL_ERROR_INVALID_ARGUMENT, "name, unit and index must not be NULL");
+    }
+    const auto found = view.find(name);
+    if (!found) fail(ACCEL_ERROR_NOT_FOUND, std::string("no parameter named '") + name + "'");
+    *unit = found->first;
+    *index = found->second;
+  });
+}
+
+// --- plan ---
+
+AccelStatus plan_split_param(AccelHost* host, int32_t unit, int32_t index, int32_t dim, AccelGroupKind over) {
+  return call_service("plan_split_param", [&] {
+    HostContext& context = context_of(host);
+    require_planning(context);
+    ModelView& view = view_of(context);
+    check_param(view, unit, index);
+    const AccelParamInfo& info = *view.param(unit, index);
+    if (info.tied_unit >= 0) {
+      fail(ACCEL_ERROR_INVALID_ARGUMENT,
+           std::string(info.name) + " is a tied reference; split its owner " + view.param(info.tied_unit, info.tied_index)->name);
+    }
+    if (dim < 0 || dim >= info.ndim) {
+      fail(ACCEL_ERROR_INVALID_ARGUMENT, strformat("%s has %d dimensions; cannot split dimension %d", info.name, info.ndim, dim));
+    }
+    const char* group = group_name(over);
+    if (group == nullptr) fail(ACCEL_ERROR_INVALID_ARGUMENT, strformat("unknown group kind %d", static_cast<int>(over)));
+    for (const ModelPlan::Split& split : context.plan.splits) {
+      if (split.unit != unit || split.param != index) continue;
+      if (split.dim == dim && split.group == group) return;  // the same request twice
+      fail(ACCEL_ERROR_ALREADY_EXISTS,
+           strformat("%s is already split along dimension %d over %s", info.name, split.dim, split.group.c_str()));
+    }
+    context.plan.splits.push_back(ModelPlan::Split{unit, index, dim, group});
+  });
+}
+
+AccelStatus plan_stages(AccelHost* host, const int32_t* stage_of_unit, int32_t num_units) {
+  return call_service("plan_stages", [&] {
+    HostContext& context = context_of(host);
+    require_planning(context);
+    ModelView& view = view_of(context);
+    if (stage_of_unit == nullptr || num_units != view.num_units()) {
+      fail(ACCEL_ERROR_INVALID_ARGUMENT,
+           strformat("stage_of_unit must list all %d units, got %d%s", view.num_units(), num_units,
+                     stage_of_unit == nullptr ? " (NULL)" : ""));
+    }
+    std::vector<int32_t> stages(stage_of_unit, stage_of_unit + num_units);
+    for (int32_t u = 0; u < num_units; ++u) {
+      if (stages[u] < 0) fail(ACCEL_ERROR_INVALID_ARGUMENT, strformat("unit %d gets negative stage %d", u, stages[u]));
+    }
+    if (!context.plan.unit_stage.empty() && context.plan.unit_stage != stages) {
+      fail(ACCEL_ERROR_ALREADY_EXISTS, "another plan_stages call assigned different stages");
+    }
+    context.plan.unit_stage = std::move(stages);
+  });
+}
+
+AccelStatus plan_manage_storage(AccelHost* host, int32_t unit, uint32_t what) {
+  return call_service("plan_manage_storage", [&] {
+    HostContext& context = context_of(host);
+    require_planning(context);
+    ModelView& view = view_of(context);
+    check_unit(view, unit);
+    check_storage_bits(what, false);
+    const std::string& me = plugin_name_of(host);
+    for (uint32_t bit : {ACCEL_STORAGE_PARAMS, ACCEL_STORAGE_GRADS}) {
+      if ((what & bit) == 0) continue;
+      const auto it = context.plan.buffer_manager.find({unit, bit});
+      if (it != context.plan.buffer_manager.end() && it->second != me) {
+        fail(ACCEL_ERROR_ALREADY_EXISTS,
+             strformat("the %s of unit %s are already managed by plugin %s",
+                       bit == ACCEL_STORAGE_PARAMS ? "parameters" : "gradients", view.unit(unit, context)->name,
+                       it->second.c_str()));
+      }
+    }
+    for (uint32_t bit : {ACCEL_STORAGE_PARAMS, ACCEL_STORAGE_GRADS}) {
+      if ((what & bit) != 0) context.plan.buffer_manager[{unit, bit}] = me;
+    }
+    context.plan.managed_storage[unit] |= what;
+    context.plan.managed_by[unit] = me;
+  });
+}
+
+AccelStatus set_checkpointing(AccelHost* host, int32_t unit, bool enabled) {
+  return call_service("set_checkpointing", [&] {
+    HostContext& context = context_of(host);
+    if (!context.planning && !(context.running && !context.in_step)) {
+      fail(ACCEL_ERROR_FAILED_PRECONDITION, "allowed inside plan_model, or between steps (step_end to step_begin)");
+    }
+    check_unit(view_of(context), unit);
+    context.plan.checkpointing[unit] = enabled;
+  });
+}
+
+// --- run ---
+
+[[noreturn]] void managed_storage_unsupported(ModelView& view, HostContext& context, int32_t unit) {
+  fail(ACCEL_ERROR_UNSUPPORTED,
+       std::string("unit ") + view.unit(unit, context)->name +
+           ": storage taken over by a plugin cannot be materialised or released by this host version "
+           "(arrives with the sharding strategies)");
+}
+
+AccelStatus materialize(AccelHost* host, AccelMaterializeArgs* args) {
+  return call_service("materialize", [&] {
+    ACCEL_REQUIRE_ARGS(args, AccelMaterializeArgs, grads);
+    HostContext& context = context_of(host);
+    require_running(context);
+    ModelView& view = view_of(context);
+    check_unit(view, args->unit);
+    check_storage_bits(args->what, false);
+    if (args->reserved != 0) fail(ACCEL_ERROR_INVALID_ARGUMENT, "reserved must be 0");
+    if (args->init < ACCEL_INIT_UNDEFINED || args->init > ACCEL_INIT_FROM_SEED) {
+      fail(ACCEL_ERROR_INVALID_ARGUMENT, strformat("unknown init %d", static_cast<int>(args->init)));
+    }
+    if (args->init == ACCEL_INIT_FROM_SEED && args->what != ACCEL_STORAGE_PARAMS) {
+      fail(ACCEL_ERROR_INVALID_ARGUMENT, "ACCEL_INIT_FROM_SEED is for ACCEL_STORAGE_PARAMS alone");
+    }
+    if ((managed_bits(context, args->unit) & args->what) != 0) managed_storage_unsupported(view, context, args->unit);
+    // Host-kept buffers are always materialised, in the unit's dtype: they
+    // are returned as they are (accel/model.h), whatever `init` asks.
+    const DLDataType kept = view.unit(args->unit, context)->param_dtype;
+    for (const DLDataType& wanted : {args->param_dtype, args->grad_dtype}) {
+      if (!accel_dtype_is_unset(wanted) && !accel_dtype_equal(wanted, kept)) {
+        fail(ACCEL_ERROR_UNSUPPORTED, "host-kept storage is " + describe_dtype(kept) + "; cannot materialise it as " +
+                                          describe_dtype(wanted));
+      }
+    }
+    const bool params = (args->what & ACCEL_STORAGE_PARAMS) != 0;
+    const bool grads = (args->what & ACCEL_STORAGE_GRADS) != 0;
+    args->params = params ? view.storage_view(*context.model, args->unit, ACCEL_STORAGE_PARAMS) : nullptr;
+    args->grads = grads ? view.storage_view(*context.model, args->unit, ACCEL_STORAGE_GRADS) : nullptr;
+  });
+}
+
+AccelStatus release(AccelHost* host, int32_t unit, uint32_t what, AccelStream /*stream*/) {
+  return call_service("release", [&] {
+    HostContext& context = context_of(host);
+    require_running(context);
+    ModelView& view = view_of(context);
+    check_unit(view, unit);
+    check_storage_bits(what, false);
+    if ((managed_bits(context, unit) & what) != 0) managed_storage_unsupported(view, context, unit);
+    // Host-kept storage stays: nothing to free.
+  });
+}
+
+AccelStatus get_storage(AccelHost* host, int32_t unit, const DLTensor** params, const DLTensor** grads) {
+  return call_service("get_storage", [&] {
+    HostContext& context = context_of(host);
+    require_running(context);
+    ModelView& view = view_of(context);
+    check_unit(view, unit);
+    const uint32_t managed = managed_bits(context, unit);
+    if (params != nullptr) {
+      *params = (managed & ACCEL_STORAGE_PARAMS) != 0 ? nullptr
+                                                      : view.storage_view(*context.model, unit, ACCEL_STORAGE_PARAMS);
+    }
+    if (grads != nullptr) {
+      *grads = (managed & ACCEL_STORAGE_GRADS) != 0 ? nullptr
+                                                    : view.storage_view(*context.model, unit, ACCEL_STORAGE_GRADS);
+    }
+  });
+}
+
+AccelStatus get_param_view(AccelHost* host, int32_t unit, int32_t index, uint32_t what, const DLTensor** out) {
+  return call_service("get_param_view", [&] {
+    HostContext& context = context_of(host);
+    require_running(context);
+    ModelView& view = view_of(context);
+    check_param(view, unit, index);
+    check_storage_bits(what, true);
+    if (out == nullptr) fail(ACCEL_ERROR_INVALID_ARGUMENT, "view is NULL");
+    const AccelParamInfo& info = *view.param(unit, index);
+    const int32_t owner_unit = info.tied_unit >= 0 ? info.tied_unit : unit;
+    if ((managed_bits(context, owner_unit) & what) != 0) {
+      fail(ACCEL_ERROR_FAILED_PRECONDITION,
+           std::string(info.name) + ": its unit's storage is managed by a plugin and not materialised");
+    }
+    *out = view.param_view(*context.model, unit, index, what);
+  });
+}
+
+}  // namespace
+
+// run_forward / run_backward are NULL: they arrive with the pipeline
+// strategy, which brings the trainer's per-unit-range execution.
+const AccelModelServices* model_services_table() {
+  static const AccelModelServices table{sizeof(AccelModelServices),
+                                        nullptr,
+                                        &get_info,
+                                        &get_unit,
+                                        &get_param,
+                                        &find_param,
+                                        &plan_split_param,
+                                        &plan_stages,
+                                        &plan_manage_storage,
+                                        &set_checkpointing,
+                                        &materialize,
+                                        &release,
+                                        &get_storage,
+                                        &get_param_view,
+                                        nullptr,
+                                        nullptr};
+  return &table;
+}
+
+}  // namespace accel::runtime

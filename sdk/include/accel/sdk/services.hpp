@@ -1,0 +1,262 @@
+// accel/sdk/services.hpp — a C++ face on the services table
+// (accel/services.h): identity, logging (printf-style or streamed), typed
+// option lookup, metrics and trace ranges, and check() that turns a failed
+// service call into an accel::sdk::Error.
+//
+// Services is a value (the plugin's AccelHost* and the host's table); copy it
+// freely. It is valid from the entry call until the plugin's teardown
+// returned, like the table itself. Lookups that fail throw Error; logging,
+// metrics and trace never fail and never throw (a missing optional service is
+// a no-op). Thread-safety: as the underlying service — logging, options,
+// metrics and trace may be called from any thread.
+#pragma once
+
+#include <accel/accel.h>
+
+#include <cstdarg>
+#include <cstdio>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <type_traits>
+
+#include "accel/sdk/error.hpp"
+
+namespace accel::sdk {
+
+class LogLine;
+
+class Services {
+ public:
+  Services(AccelHost* host, const AccelHostServices* table) noexcept
+      : host_(host), table_(table) {}
+
+  AccelHost* host() const noexcept { return host_; }
+  const AccelHostServices* table() const noexcept { return table_; }
+
+  // ---------------------------------------------------------------- errors
+  // Throws Error(status, context) unless status is ACCEL_OK. The service's
+  // own message is pending in the host; `context` (optional) is prepended.
+  void check(AccelStatus status, const std::string& context = {}) const {
+    if (status != ACCEL_OK) throw Error(status, context);
+  }
+  void set_error(AccelStatus status, const char* message) const noexcept {
+    if (table_ != nullptr && table_->set_error != nullptr)
+      table_->set_error(host_, status, message);
+  }
+  // The message of this thread's last failed service call ("" if none).
+  std::string last_error() const {
+    const char* m = table_ != nullptr && table_->last_error != nullptr
+                        ? table_->last_error(host_)
+                        : nullptr;
+    return m != nullptr ? m : "";
+  }
+
+  // -------------------------------------------------------------- identity
+  const AccelIdentity& identity() const {
+    const AccelIdentity* id = nullptr;
+    check(table_->get_identity(host_, &id), "get_identity");
+    return *id;
+  }
+  int rank() const { return identity().rank; }
+  int world_size() const { return identity().world_size; }
+
+  // --------------------------------------------------------------- logging
+  bool log_enabled(AccelLogLevel level) const noexcept {
+    return table_ != nullptr && table_->log != nullptr &&
+           (table_->log_enabled == nullptr ||
+            table_->log_enabled(host_, level));
+  }
+  void log(AccelLogLevel level, const char* message) const noexcept {
+    if (table_ != nullptr && table_->log != nullptr)
+      table_->log(host_, level, message);
+  }
+  void log(AccelLogLevel level, const std::string& message) const noexcept {
+    log(level, message.c_str());
+  }
+#if defined(__GNUC__) || defined(__clang__)
+  __attribute__((format(printf, 3, 4)))
+#endif
+  void logf(AccelLogLevel level, const char* fmt, ...) const noexcept {
+    if (!log_enabled(level)) return;
+    char line[2048];  // longer lines are cut, never allocated
+    va_list args;
+    va_start(args, fmt);
+    std::vsnprintf(line, sizeof(line), fmt, args);
+    va_end(args);
+    log(level, line);
+  }
+  // Streamed: services.warn() << "x = " << x;  (one line, written at ';')
+  inline LogLine stream(AccelLogLevel level) const;
+  inline LogLine debug() const;
+  inline LogLine info() const;
+  inline LogLine warn() const;
+  inline LogLine error() const;
+
+  // --------------------------------------------------------------- options
+  // option<T>("name") reads an option of this plugin ("name") or another
+  // section ("train.max_grad_norm"). T: bool, any integer type (range
+  // checked), float/double, std::string ("" when unset) or const char*
+  // (host-owned, NULL when unset). Throws Error on a missing option, a type
+  // mismatch, or a host without option lookup.
+  template <typename T>
+  T option(const char* name) const {
+    const AccelOptionServices* o = table_ != nullptr ? table_->options
+                                                     : nullptr;
+    const std::string context = std::string("option '") + name + "'";
+    if constexpr (std::is_same_v<T, bool>) {
+      bool value = false;
+      check(need(o, ACCEL_HAS_FN(o, AccelOptionServices, get_bool), name)
+                ->get_bool(host_, name, &value), context);
+      return value;
+    } else if constexpr (std::is_integral_v<T>) {
+      int64_t value = 0;
+      check(need(o, ACCEL_HAS_FN(o, AccelOptionServices, get_int), name)
+                ->get_int(host_, name, &value), context);
+      if (value < static_cast<int64_t>(std::numeric_limits<T>::min()) ||
+          (value > 0 && static_cast<uint64_t>(value) >
+                            static_cast<uint64_t>(
+                                std::numeric_limits<T>::max()))) {
+        throw Error(ACCEL_ERROR_INVALID_ARGUMENT,
+                    context + format(": %lld is out of range",
+                                     static_cast<long long>(value)));
+      }
+      return static_cast<T>(value);
+    } else if constexpr (std::is_floating_point_v<T>) {
+      double value = 0.0;
+      check(need(o, ACCEL_HAS_FN(o, AccelOptionServices, get_double), name)
+                ->get_double(host_, name, &value), context);
+      return static_cast<T>(value);
+    } else if constexpr (std::is_same_v<T, const char*> ||
+                         std::is_same_v<T, std::string>) {
+      const char* value = nullptr;
+      check(need(o, ACCEL_HAS_FN(o, AccelOptionServices, get_string), name)
+                ->get_string(host_, name, &value), context);
+      if constexpr (std::is_same_v<T, std::string>) {
+        return value != nullptr ? value : "";
+      } else {
+        return value;
+      }
+    } else {
+      static_assert(std::is_same_v<T, bool>, "unsupported option type");
+    }
+  }
+  // An ENUM option as the index of its value in the allowed values.
+  int32_t option_index(const char* name) const {
+    const AccelOptionServices* o = table_ != nullptr ? table_->options
+                                                     : nullptr;
+    int32_t index = -1;
+    check(need(o, ACCEL_HAS_FN(o, AccelOptionServices, get_enum), name)
+              ->get_enum(host_, name, &index),
+          std::string("option '") + name + "'");
+    return index;
+  }
+  // Whether the user gave the option (flag or config) rather than its default.
+  bool option_is_set(const char* name) const {
+    const AccelOptionServices* o = table_ != nullptr ? table_->options
+                                                     : nullptr;
+    bool is_set = false;
+    check(need(o, ACCEL_HAS_FN(o, AccelOptionServices, is_set), name)
+              ->is_set(host_, name, &is_set),
+          std::string("option '") + name + "'");
+    return is_set;
+  }
+
+  // ----------------------------------------------------------- trace, metrics
+  // Records a per-step metric (accel/trace.h); a no-op on a host without one.
+  void metric(const char* name, double value,
+              AccelMetricReduce reduce = ACCEL_METRIC_LAST) const noexcept {
+    const AccelTraceServices* t = table_ != nullptr ? table_->trace : nullptr;
+    if (ACCEL_HAS_FN(t, AccelTraceServices, metric))
+      t->metric(host_, name, value, reduce);
+  }
+  void counter(const char* name, const char* category,
+               double value) const noexcept {
+    const AccelTraceServices* t = table_ != nullptr ? table_->trace : nullptr;
+    if (ACCEL_HAS_FN(t, AccelTraceServices, counter))
+      t->counter(host_, name, category, value);
+  }
+
+ private:
+  const AccelOptionServices* need(const AccelOptionServices* o, bool present,
+                                  const char* name) const {
+    if (!present) {
+      throw Error(ACCEL_ERROR_UNSUPPORTED,
+                  std::string("option '") + name +
+                      "': this host offers no option lookup of that type");
+    }
+    return o;
+  }
+
+  AccelHost* host_;
+  const AccelHostServices* table_;
+};
+
+// One log line built with <<, written when the statement ends. Formatting is
+// skipped entirely when the level is disabled.
+class LogLine {
+ public:
+  LogLine(const Services& services, AccelLogLevel level)
+      : services_(services), level_(level),
+        enabled_(services.log_enabled(level)) {}
+  LogLine(const LogLine&) = delete;
+  LogLine& operator=(const LogLine&) = delete;
+  ~LogLine() {
+    if (!enabled_) return;
+    try {
+      services_.log(level_, text_.str());
+    } catch (...) {  // std::bad_alloc from str(): drop the line
+    }
+  }
+  template <typename V>
+  LogLine& operator<<(const V& value) {
+    if (enabled_) text_ << value;
+    return *this;
+  }
+
+ private:
+  const Services& services_;
+  AccelLogLevel level_;
+  bool enabled_;
+  std::ostringstream text_;
+};
+
+inline LogLine Services::stream(AccelLogLevel level) const {
+  return LogLine(*this, level);
+}
+inline LogLine Services::debug() const { return stream(ACCEL_LOG_DEBUG); }
+inline LogLine Services::info() const { return stream(ACCEL_LOG_INFO); }
+inline LogLine Services::warn() const { return stream(ACCEL_LOG_WARN); }
+inline LogLine Services::error() const { return stream(ACCEL_LOG_ERROR); }
+
+// A trace range, open for the lifetime of the object. `name` and `category`
+// must outlive it (string literals).
+class TraceRange {
+ public:
+  TraceRange(const Services& services, const char* name,
+             const char* category, AccelStream stream = nullptr) noexcept
+      : services_(services), name_(name), category_(category),
+        stream_(stream) {
+    const AccelTraceServices* t = trace();
+    if (ACCEL_HAS_FN(t, AccelTraceServices, begin))
+      t->begin(services_.host(), name_, category_, stream_);
+  }
+  TraceRange(const TraceRange&) = delete;
+  TraceRange& operator=(const TraceRange&) = delete;
+  ~TraceRange() {
+    const AccelTraceServices* t = trace();
+    if (ACCEL_HAS_FN(t, AccelTraceServices, end))
+      t->end(services_.host(), name_, category_, stream_);
+  }
+
+ private:
+  const AccelTraceServices* trace() const noexcept {
+    return services_.table() != nullptr ? services_.table()->trace : nullptr;
+  }
+  Services services_;
+  const char* name_;
+  const char* category_;
+  AccelStream stream_;
+};
+
+}  // namespace accel::sdk

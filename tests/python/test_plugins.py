@@ -1,0 +1,207 @@
+"""Plugins end to end: the recorder plugin sees every hook in the documented
+order with its options; each deliberately broken plugin is refused with one
+line naming the file and the reason, exit non-zero, no crash."""
+import json
+import os
+import shutil
+import stat
+import subprocess
+import unittest
+
+from accel_testing import ACCEL_HOST, TempDirMixin, read_metrics, run_host
+
+PLUGINS = os.environ.get("ACCEL_TEST_PLUGINS", os.path.join(os.path.dirname(__file__), "../../build/test_plugins"))
+GOOD = os.path.join(PLUGINS, "good")
+TINY = ["--steps", 2, "--batch-size", 4, "--log-level", "warn"]
+
+
+def plugin_dir(name):
+    return os.path.join(PLUGINS, name)
+
+
+class Recorder(TempDirMixin, unittest.TestCase):
+    def run_recorder(self, *extra, check=True):
+        log = self.path("hooks.log")
+        proc = run_host("--plugin-path", GOOD, "--plugin", "recorder", "--recorder.log_file", log, *extra, check=check)
+        lines = open(log).read().splitlines() if os.path.exists(log) else []
+        return proc, lines
+
+    def test_every_hook_in_order(self):
+        _, lines = self.run_recorder(*TINY, "--grad-accum", 2)
+        names = [line.split()[0] for line in lines]
+        self.assertEqual(names[:3], ["create", "plan_model", "setup"])
+        self.assertIn("units=4", lines[1])
+        self.assertIn("first_step=0 micro=2 resuming=0", lines[2])
+        units = range(4)
+        forward = [f"unit_forward_pre unit={u}" for u in units]
+        one_micro = []
+        for u in units:
+            one_micro += [f"unit_forward_pre unit={u}", f"unit_forward_post unit={u}"]
+        for u in reversed(units):
+            one_micro += [f"unit_backward_pre unit={u}", f"unit_backward_post unit={u}"]
+        step = [l for l in lines[3:] if not l.startswith("teardown")]
+        # step 0: begin, micro 0, micro 1 (+ gradients_ready), finalize, end
+        self.assertTrue(step[0].startswith("step_begin step=0"))
+        unit_lines = [" ".join(l.split()[:2]) for l in step if l.startswith("unit_")]
+        self.assertEqual(unit_lines[:len(one_micro)], one_micro)
+        self.assertEqual(unit_lines[len(one_micro):2 * len(one_micro)], one_micro)
+        ready = [l for l in step if l.startswith("gradients_ready")]
+        self.assertEqual([l.split()[1] for l in ready[:4]], [f"unit={u}" for u in reversed(units)])
+        self.assertEqual(len(ready), 8)  # last micro-batch only, 2 steps x 4 units
+        first_end = names.index("step_end")
+        self.assertEqual(names[first_end - 1], "gradients_finalize")
+        self.assertIn("loss=", lines[first_end])
+        self.assertNotIn("loss=-1", lines[first_end])
+        self.assertEqual(names[-1], "teardown")
+        self.assertEqual(names.count("step_begin"), 2)
+        self.assertTrue(all("last=1" in l for l in lines if l.startswith("unit_") and "micro=1" in l))
+        self.assertTrue(all("last=0" in l for l in lines if l.startswith("unit_") and "micro=0" in l))
+        self.assertIn("act=null", [l for l in lines if l.startswith("unit_forward_pre unit=0")][0])
+        del forward
+
+    def test_options_reach_the_plugin_typed(self):
+        _, lines = self.run_recorder(*TINY, "--recorder.scale", 2.5, "--recorder.verbose", "--recorder.mode", "loud",
+                                     "--recorder.every", 7, "--lr", 0.002)
+        self.assertIn("lr=0.002 scale=2.5 verbose=1 mode=1 every=7", lines[0])
+
+    def test_config_file_section(self):
+        cfg = self.path("run.cfg")
+        with open(cfg, "w") as f:
+            f.write("[recorder]\nscale = 3\nmode = loud\n")
+        _, lines = self.run_recorder(*TINY, "--config", cfg)
+        self.assertIn("scale=3 verbose=0 mode=1", lines[0])
+
+    def test_bad_plugin_options(self):
+        for args, words in [(["--recorder.every", 0], ["every", "minimum"]),
+                            (["--recorder.mode", "shouty"], ["mode", "quiet, loud"]),
+                            (["--recorder.scale", "abc"], ["scale", "not a number"]),
+                            (["--recorder.verbose=maybe"], ["verbose", "bool"]),
+                            (["--recorder.nope", 1], ["recorder.nope"])]:
+            proc, _ = self.run_recorder(*TINY, *args, check=False)
+            self.assertEqual(proc.returncode, 2, proc.stderr)
+            err = [l for l in proc.stderr.splitlines() if l.strip()]
+            self.assertEqual(len(err), 1, proc.stderr)
+            for word in words:
+                self.assertIn(word, err[0])
+
+    def test_failing_hook_ends_the_run_but_teardown_runs(self):
+        proc, lines = self.run_recorder(*TINY, "--recorder.fail_in", "step_end", check=False)
+        self.assertEqual(proc.returncode, 1)
+        self.assertIn("plugin recorder: step_end failed (ACCEL_ERROR_FAILED_PRECONDITION): recorder was told to fail here",
+                      proc.stderr)
+        self.assertEqual(lines[-1], "teardown")
+
+    def test_metrics_carry_plugin_metrics(self):
+        metrics = self.path("m.jsonl")
+        self.run_recorder(*TINY, "--metrics-file", metrics)
+        rows = read_metrics(metrics)
+        self.assertEqual([r.get("recorder.steps_seen") for r in rows], [1.0, 2.0])
+
+    def test_plugin_state_is_saved_and_restored(self):
+        root = self.path("ckpt")
+        self.run_recorder(*TINY, "--save", root)
+        _, lines = self.run_recorder("--steps", 3, "--batch-size", 4, "--log-level", "warn", "--resume", root)
+        load = [l for l in lines if l.startswith("load_state")]
+        self.assertEqual(len(load), 1, lines)
+        self.assertIn("step=2 steps_seen=2 plugins=recorder", load[0])
+        setup = [l for l in lines if l.startswith("setup")][-1]
+        self.assertIn("first_step=2 micro=1 resuming=1", setup)
+
+    def test_help_shows_plugin_options(self):
+        out = run_host("--plugin-path", GOOD, "--plugin", "recorder", "--help").stdout
+        self.assertIn("--recorder.mode", out)
+        self.assertIn("quiet|loud", out)
+
+
+class BrokenPlugins(TempDirMixin, unittest.TestCase):
+    def refused(self, *args, mentions, code=2):
+        proc = run_host(*args, *TINY, check=False, timeout=120)
+        self.assertEqual(proc.returncode, code, proc.stderr)
+        err = [l for l in proc.stderr.splitlines() if l.strip()]
+        self.assertEqual(len(err), 1, proc.stderr)
+        for word in mentions:
+            self.assertIn(word, err[0])
+        return err[0]
+
+    def test_missing_entry_symbol(self):
+        self.refused("--plugin-path", plugin_dir("no_entry"), "--plugin", "no_entry",
+                     mentions=["libaccel_no_entry.so", "no accel_plugin_init_v"])
+
+    def test_unknown_abi_major(self):
+        self.refused("--plugin-path", plugin_dir("abi2"), "--plugin", "abi2", mentions=["ABI major 2", "supports 1"])
+
+    def test_wrong_struct_size(self):
+        self.refused("--plugin-path", plugin_dir("struct_size"), "--plugin", "struct_size",
+                     mentions=["struct_size 16", "smaller than ABI 1.0"])
+
+    def test_bad_option_schema(self):
+        self.refused("--plugin-path", plugin_dir("bad_option"), "--plugin", "bad_option",
+                     mentions=["libaccel_bad_option.so", "strategy"])
+
+    def test_declared_conflict(self):
+        self.refused("--plugin-path", GOOD, "--plugin-path", plugin_dir("conflict"), "--plugin", "recorder",
+                     "--plugin", "conflicting", mentions=["conflicts with 'recorder'"])
+
+    def test_duplicate_name(self):
+        self.refused("--plugin", os.path.join(plugin_dir("dup_a"), "libaccel_dup.so"),
+                     "--plugin", os.path.join(plugin_dir("dup_b"), "libaccel_dup.so"), mentions=["'dup' is already loaded"])
+
+    def test_name_mismatch(self):
+        self.refused("--plugin-path", plugin_dir("misnamed"), "--plugin", "other", mentions=["'misnamed'", "'other'"])
+
+    def test_plugin_not_found(self):
+        self.refused("--plugin-path", GOOD, "--plugin", "nonesuch", mentions=["libaccel_nonesuch.so not found"])
+
+    def test_setup_failure(self):
+        self.refused("--plugin-path", plugin_dir("setup_fails"), "--plugin", "setup_fails", code=1,
+                     mentions=["plugin setup_fails: setup failed (ACCEL_ERROR_FAILED_PRECONDITION)"])
+
+    def test_truncated_library(self):
+        d = self.path("trunc")
+        os.makedirs(d)
+        src = os.path.join(GOOD, "libaccel_recorder.so")
+        with open(src, "rb") as f, open(os.path.join(d, "libaccel_recorder.so"), "wb") as g:
+            g.write(f.read()[:2000])
+        self.refused("--plugin-path", d, "--plugin", "recorder", mentions=["libaccel_recorder.so", "not a loadable"])
+
+    def test_world_writable_directory_and_file(self):
+        d = self.path("open")
+        os.makedirs(d)
+        shutil.copy(os.path.join(GOOD, "libaccel_recorder.so"), d)
+        os.chmod(d, 0o777)
+        self.refused("--plugin-path", d, "--plugin", "recorder", mentions=["writable by other users"])
+        os.chmod(d, 0o755)
+        os.chmod(os.path.join(d, "libaccel_recorder.so"), 0o666)
+        self.refused("--plugin-path", d, "--plugin", "recorder", mentions=["file is writable by other users"])
+
+    def test_relative_plugin_path_entries_are_never_searched(self):
+        env = dict(os.environ, ACCEL_PLUGIN_PATH="relative/dir::")
+        proc = subprocess.run([ACCEL_HOST, "--plugin", "recorder", *map(str, TINY)], capture_output=True, text=True,
+                              cwd=GOOD, env=env)
+        self.assertEqual(proc.returncode, 2)
+        self.assertIn("not found", proc.stderr)
+
+    def test_older_minor_hook_table_loads_and_runs(self):
+        run_host("--plugin-path", GOOD, "--plugin", "older_minor", *TINY)
+
+    def test_list_plugins_shows_good_and_unloadable(self):
+        out = run_host("--plugin-path", GOOD, "--plugin-path", plugin_dir("abi2"), "--list-plugins").stdout
+        self.assertIn("recorder", out)
+        self.assertIn("records every hook call", out)
+        self.assertIn("older_minor", out)
+        self.assertRegex(out, r"libaccel_abi2.so\s+-\s+unloadable.*ABI major 2")
+
+    def test_every_rank_stops_on_a_bad_plugin(self):
+        mpirun = shutil.which("mpirun")
+        if not mpirun:
+            self.skipTest("no mpirun")
+        env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+                   OMPI_MCA_rmaps_base_oversubscribe="1")
+        proc = subprocess.run([mpirun, "-n", "2", ACCEL_HOST, "--plugin-path", plugin_dir("abi2"), "--plugin", "abi2",
+                               *map(str, TINY)], capture_output=True, text=True, env=env, timeout=120)
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertIn("ABI major 2", proc.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
