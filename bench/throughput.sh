@@ -80,7 +80,8 @@ seconds = [batch * seq / m["tokens_per_s"] for m in lines if m["step"] > warmup]
 med, mean = statistics.median(seconds), statistics.fmean(seconds)
 print(json.dumps({"contender": "accel-host", "statistic": "median", "tokens_per_s": batch * seq / med,
                   "ms_per_step": 1e3 * med, "mean_tokens_per_s": batch * seq / mean,
-                  "timed_steps": len(seconds), "final_loss": lines[-1]["loss"]}))
+                  "timed_steps": len(seconds), "batch_size": batch, "seq_len": seq,
+                  "final_loss": lines[-1]["loss"]}))
 EOF
 )" ;;
     plain-libtorch)
@@ -97,6 +98,10 @@ EOF
 
 CONTENDERS=(accel-host plain-libtorch python-reference)
 echo "throughput: models [$MODELS], $REPEATS repeats, $THREADS threads; raw results in $OUT_DIR" >&2
+# Other work on the cores skews everything (with THREADS = all cores, OpenMP
+# threads that wait on a descheduled peer can slow a step 10x): the load is
+# printed with the table so a noisy run is recognisable.
+LOAD_BEFORE="$(cut -d' ' -f1-3 /proc/loadavg)"
 for ((r = 0; r < REPEATS; ++r)); do
   for model in $MODELS; do
     for ((i = 0; i < ${#CONTENDERS[@]}; ++i)); do
@@ -105,16 +110,19 @@ for ((r = 0; r < REPEATS; ++r)); do
   done
 done
 
-# The table: median over repeats; step time relative to plain LibTorch
-# (positive: slower). For accel-host that is the framework's overhead.
-"$PYTHON" - "$RESULTS" "$THREADS" "$MODELS" <<'EOF'
-import json, platform, statistics, sys
+# The table: median over repeats (use an odd REPEATS); step time relative to
+# plain LibTorch (positive: slower). For accel-host that is the framework's
+# overhead.
+"$PYTHON" - "$RESULTS" "$THREADS" "$MODELS" "$LOAD_BEFORE" "$(cut -d' ' -f1-3 /proc/loadavg)" <<'EOF'
+import json, os, platform, statistics, sys
 import torch
-path, threads, models = sys.argv[1], sys.argv[2], sys.argv[3].split()
+path, threads, models, load_before, load_after = sys.argv[1], sys.argv[2], sys.argv[3].split(), sys.argv[4], sys.argv[5]
 rows = [json.loads(l) for l in open(path) if l.strip()]
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.machine())
-print(f"CPU: {cpu}; {threads} threads; torch {torch.__version__}\n")
-print("| model | contender | batch x seq | tokens/s (median of repeats) | range over repeats | ms/step | step time vs plain LibTorch |")
+print(f"CPU: {cpu} ({os.cpu_count()} cores); {threads} threads; torch {torch.__version__}; "
+      f"load average {load_before} before, {load_after} after\n")
+print("| model | contender | batch x seq | tokens/s (median of repeats) | range over repeats | ms/step "
+      "| step time vs plain LibTorch (+: slower) |")
 print("|---|---|---|---:|---:|---:|---:|")
 for model in models:
     def runs(c): return [r for r in rows if r["model"] == model and r["contender"] == c]
@@ -126,11 +134,11 @@ for model in models:
             continue
         tps = [r["tokens_per_s"] for r in rs]
         med = statistics.median(tps)
-        shape = next((f'{r["batch_size"]} x {r["seq_len"]}' for r in rows
-                      if r["model"] == model and "batch_size" in r), "")
+        batch, seq = rs[0]["batch_size"], rs[0]["seq_len"]
         rel = "baseline" if c == "plain-libtorch" else (f"{100 * (base / med - 1):+.1f}%" if base else "n/a")
         if c == "accel-host" and base:
             rel += " (overhead)"
-        print(f"| {model} | {c} | {shape} | {med:,.0f} | {min(tps):,.0f}–{max(tps):,.0f} | "
-              f"{statistics.median(r['ms_per_step'] for r in rs):.1f} | {rel} |")
+        # ms/step of the median tokens/s, so the two columns always agree.
+        print(f"| {model} | {c} | {batch} x {seq} | {med:,.0f} | {min(tps):,.0f}–{max(tps):,.0f} | "
+              f"{1e3 * batch * seq / med:.1f} | {rel} |")
 EOF

@@ -53,6 +53,7 @@ TrainerState read_state(const fs::path& path) {
     s.loss_scale = j.at("loss_scaler").at("scale").get<double>();
     s.loss_scale_growth_tracker = j.at("loss_scaler").at("growth_tracker").get<int64_t>();
     s.model = gpt_config_from_json(j.at("model"));
+    s.plugins = j.value("plugins", std::string());
     return s;
   } catch (const nlohmann::json::exception& e) {
     throw CheckpointError("'" + path.string() + "' is not a valid trainer state: " + e.what());
@@ -91,7 +92,8 @@ void restore_all(const std::vector<TensorRestore>& restores) {
 }  // namespace
 
 fs::path save_trainer_checkpoint(const fs::path& root, const model::GptModel& model,
-                                 train::FlatAdamW& optimizer, const TrainerState& state) {
+                                 train::FlatAdamW& optimizer, const TrainerState& state,
+                                 const ExtraFilesWriter& write_extra) {
   PendingCheckpointDir pending = PendingCheckpointDir::create(root, "step_" + std::to_string(state.step));
 
   SafetensorsWriter weights;
@@ -119,8 +121,10 @@ fs::path save_trainer_checkpoint(const fs::path& root, const model::GptModel& mo
       {"optimizer_steps", state.optimizer_steps},
       {"rng", {{"kind", "counter"}, {"data_seed", state.data_seed}}},
       {"loss_scaler", {{"scale", state.loss_scale}, {"growth_tracker", state.loss_scale_growth_tracker}}},
-      {"model", to_json(state.model)}};
+      {"model", to_json(state.model)},
+      {"plugins", state.plugins}};
   write_text_file(pending.dir() / "trainer_state.json", j.dump(2) + "\n");
+  if (write_extra) write_extra(pending.dir());
   pending.commit();
   return pending.final_dir();
 }

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
 
 #include "host/model/gpt.h"
@@ -26,12 +27,18 @@ struct TrainerState {
   double loss_scale = 1.0;
   int64_t loss_scale_growth_tracker = 0;
   model::GptConfig model;
+  std::string plugins;        // comma-separated names of the plugins of the saving run
 };
+
+// Writes extra files (the plugins' state) into the pending directory before
+// the checkpoint is committed, so they are covered by its manifest.
+using ExtraFilesWriter = std::function<void(const std::filesystem::path& pending_dir)>;
 
 // Writes ROOT/step_<state.step> atomically; returns its path.
 std::filesystem::path save_trainer_checkpoint(const std::filesystem::path& root,
                                               const model::GptModel& model,
-                                              train::FlatAdamW& optimizer, const TrainerState& state);
+                                              train::FlatAdamW& optimizer, const TrainerState& state,
+                                              const ExtraFilesWriter& write_extra = {});
 
 // --resume DIR: DIR itself when it is a checkpoint (holds a manifest), else the
 // newest complete step_N under DIR. Throws CheckpointError when there is none.

@@ -26,6 +26,12 @@ HookDispatcher::HookDispatcher(PluginRegistry& registry, runtime::HostContext& c
   for (const auto& p : registry.plugins()) plugins_.push_back(p.get());
 }
 
+std::vector<std::string> HookDispatcher::plugin_names() const {
+  std::vector<std::string> names;
+  for (const LoadedPlugin* p : plugins_) names.push_back(p->name());
+  return names;
+}
+
 void HookDispatcher::check(const LoadedPlugin& plugin, const char* hook, AccelStatus status) {
   if (status == ACCEL_OK) return;
   const runtime::PendingError error = runtime::take_pending_error();

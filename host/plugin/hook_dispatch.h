@@ -24,6 +24,7 @@ class HookDispatcher {
   HookDispatcher(PluginRegistry& registry, runtime::HostContext& context);
 
   bool empty() const { return plugins_.empty(); }
+  std::vector<std::string> plugin_names() const;
 
   // ---- lifecycle
   void create_all();

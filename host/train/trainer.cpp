@@ -12,6 +12,7 @@
 #include "host/checkpoint/trainer_checkpoint.h"
 #include "host/plugin/hook_dispatch.h"
 #include "host/runtime/host_context.h"
+#include "host/runtime/plugin_state.h"
 #include "host/train/dl_view.h"
 #include "host/train/autocast_scope.h"
 #include "host/train/grad_clip.h"
@@ -22,6 +23,9 @@
 
 namespace accel::train {
 namespace {
+
+// The plugins' tensors and strings (runtime/plugin_state.h), beside the model's.
+constexpr const char* kPluginStateFile = "plugin_state.safetensors";
 
 model::GptModel build_model(const RunConfig& config) {
   model::GptModel model(model::make_gpt_config(config.model, config.model_overrides));
@@ -245,6 +249,7 @@ void Trainer::resume_from(const std::string& dir) {
   loss_scaler_.restore(state.loss_scale, state.loss_scale_growth_tracker);
   completed_steps_ = state.step;
   resumed_from_ = checkpoint.string();
+  saved_plugins_ = state.plugins;
   log::info(strformat("resumed from %s at step %lld", checkpoint.c_str(), static_cast<long long>(state.step)));
 }
 
@@ -266,6 +271,21 @@ void Trainer::start_plugins() {
   if (resuming) load_plugin_state();
 }
 
+void Trainer::load_plugin_state() {
+  runtime::PluginStateReader reader;
+  const std::filesystem::path file = std::filesystem::path(resumed_from_) / kPluginStateFile;
+  const bool present = std::filesystem::exists(file);
+  if (present) reader.open(file);
+  context_->state_reader = present ? &reader : nullptr;
+  try {
+    hooks_->load_state(completed_steps_, /*saved_world_size=*/1, saved_plugins_.c_str());
+  } catch (...) {
+    context_->state_reader = nullptr;
+    throw;
+  }
+  context_->state_reader = nullptr;
+}
+
 void Trainer::save_checkpoint() {
   checkpoint::TrainerState state;
   state.step = completed_steps_;
@@ -275,7 +295,25 @@ void Trainer::save_checkpoint() {
   state.loss_scale = loss_scaler_.scale();
   state.loss_scale_growth_tracker = loss_scaler_.growth_tracker();
   state.model = model_.config();
-  const auto path = checkpoint::save_trainer_checkpoint(config_.save_dir, model_, optimizer_, state);
+  std::string plugins;
+  if (hooks_) {
+    for (const std::string& name : hooks_->plugin_names()) plugins += (plugins.empty() ? "" : ",") + name;
+  }
+  state.plugins = plugins;
+  const auto write_plugin_state = [&](const std::filesystem::path& dir) {
+    if (!hooks_) return;
+    runtime::PluginStateWriter writer;
+    context_->state_writer = &writer;
+    try {
+      hooks_->save_state(completed_steps_, world_size_);
+    } catch (...) {
+      context_->state_writer = nullptr;
+      throw;
+    }
+    context_->state_writer = nullptr;
+    if (!writer.empty()) writer.write(dir / kPluginStateFile);
+  };
+  const auto path = checkpoint::save_trainer_checkpoint(config_.save_dir, model_, optimizer_, state, write_plugin_state);
   log::info("saved checkpoint " + path.string());
 }
 

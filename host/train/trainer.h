@@ -75,6 +75,7 @@ class Trainer {
   plugin::HookDispatcher* hooks_;
   runtime::HostContext* context_;
   std::string resumed_from_;  // the checkpoint directory, when resuming
+  std::string saved_plugins_;  // the plugins of the run that wrote it
   int64_t completed_steps_ = 0;
 };
 

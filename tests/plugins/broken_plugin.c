@@ -10,11 +10,13 @@
 #define PLUGIN_NAME "broken"
 #endif
 
+#if defined(BROKEN_SETUP_FAILS)
 static AccelStatus on_setup_fails(AccelPlugin* self, const AccelSetupArgs* args) {
   (void)self;
   (void)args;
   return ACCEL_ERROR_FAILED_PRECONDITION;  /* no set_error: the host still names the plugin and hook */
 }
+#endif
 
 static AccelStatus on_step_end_noop(AccelPlugin* self, const AccelStepArgs* args) {
   (void)self;
@@ -71,7 +73,7 @@ static const AccelPluginDescriptor kDescriptor = {
 
 #if defined(BROKEN_NO_ENTRY)
 /* Exports something, but not the entry symbol. */
-ACCEL_PLUGIN_EXPORT int accel_plugin_something_else(void) { return 1; }
+ACCEL_PLUGIN_EXPORT int accel_plugin_something_else(void) { return kDescriptor.struct_size != 0; }
 #elif defined(BROKEN_ABI_MAJOR_2)
 ACCEL_PLUGIN_EXPORT AccelStatus accel_plugin_init_v2(const AccelHostInfo* info,
                                                      const AccelPluginDescriptor** descriptor) {

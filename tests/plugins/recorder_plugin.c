@@ -83,7 +83,7 @@ static AccelStatus on_step_end(AccelPlugin* self, const AccelStepArgs* args) {
   snprintf(detail, sizeof detail, "step=%lld loss=%.4f", (long long)args->step, loss);
   self->steps_seen++;
   if (self->services->trace && self->services->trace->metric) {
-    self->services->trace->metric(self->host, "steps_seen", (double)self->steps_seen);
+    self->services->trace->metric(self->host, "steps_seen", (double)self->steps_seen, ACCEL_METRIC_LAST);
   }
   return record(self, "step_end", detail);
 }
@@ -117,7 +117,7 @@ static AccelStatus on_save(AccelPlugin* self, const AccelStateArgs* args) {
   if (self->services->checkpoint && self->services->checkpoint->put_string) {
     char value[32];
     snprintf(value, sizeof value, "%lld", (long long)self->steps_seen);
-    AccelStatus status = self->services->checkpoint->put_string(self->host, "steps_seen", value);
+    AccelStatus status = self->services->checkpoint->put_string(self->host, ACCEL_CHECKPOINT_PLUGIN, "steps_seen", value);
     if (status != ACCEL_OK) return status;
   }
   return record(self, "save_state", detail);
@@ -127,7 +127,7 @@ static AccelStatus on_load(AccelPlugin* self, const AccelStateArgs* args) {
   char detail[96];
   const char* value = NULL;
   if (self->services->checkpoint && self->services->checkpoint->get_string) {
-    AccelStatus status = self->services->checkpoint->get_string(self->host, "steps_seen", &value);
+    AccelStatus status = self->services->checkpoint->get_string(self->host, ACCEL_CHECKPOINT_PLUGIN, "steps_seen", &value);
     if (status != ACCEL_OK) return status;
   }
   snprintf(detail, sizeof detail, "step=%lld steps_seen=%s plugins=%s", (long long)args->step, value ? value : "?",

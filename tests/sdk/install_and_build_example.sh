@@ -65,7 +65,7 @@ set +e
 rc=$?
 set -e
 cat "$work/run.log"
-if grep -q "plugin loading is not available" "$work/run.log"; then
+if grep -Eq "plugin loading is not available|unrecognised option '--(loss_spike_guard|c_minimal)\." "$work/run.log"; then
   fail "this accel-host cannot load plugins yet (host/plugin/ has not landed)"
 fi
 [[ $rc -eq 0 ]] || fail "accel-host exited with $rc"

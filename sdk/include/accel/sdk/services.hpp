@@ -24,6 +24,20 @@
 
 namespace accel::sdk {
 
+// ACCEL_HAS_FN in C++: whether `table`, filled by the other side, is long
+// enough to hold `field` (its struct_size) and has it set. A NULL table or
+// function means "not supported".
+//   if (has_fn(services.table()->comm, &AccelCommServices::all_reduce)) ...
+template <typename Table, typename Fn>
+bool has_fn(const Table* table, Fn Table::*field) noexcept {
+  if (table == nullptr) return false;
+  const auto* begin = reinterpret_cast<const char*>(table);
+  const auto* member = reinterpret_cast<const char*>(&(table->*field));
+  return static_cast<size_t>(member - begin) + sizeof(Fn) <=
+             table->struct_size &&
+         table->*field != nullptr;
+}
+
 class LogLine;
 
 class Services {
@@ -101,18 +115,16 @@ class Services {
   // mismatch, or a host without option lookup.
   template <typename T>
   T option(const char* name) const {
-    const AccelOptionServices* o = table_ != nullptr ? table_->options
-                                                     : nullptr;
     const std::string context = std::string("option '") + name + "'";
     if constexpr (std::is_same_v<T, bool>) {
       bool value = false;
-      check(need(o, ACCEL_HAS_FN(o, AccelOptionServices, get_bool), name)
-                ->get_bool(host_, name, &value), context);
+      check(option_fn(&AccelOptionServices::get_bool, name)(host_, name, &value),
+            context);
       return value;
     } else if constexpr (std::is_integral_v<T>) {
       int64_t value = 0;
-      check(need(o, ACCEL_HAS_FN(o, AccelOptionServices, get_int), name)
-                ->get_int(host_, name, &value), context);
+      check(option_fn(&AccelOptionServices::get_int, name)(host_, name, &value),
+            context);
       if (value < static_cast<int64_t>(std::numeric_limits<T>::min()) ||
           (value > 0 && static_cast<uint64_t>(value) >
                             static_cast<uint64_t>(
@@ -124,14 +136,16 @@ class Services {
       return static_cast<T>(value);
     } else if constexpr (std::is_floating_point_v<T>) {
       double value = 0.0;
-      check(need(o, ACCEL_HAS_FN(o, AccelOptionServices, get_double), name)
-                ->get_double(host_, name, &value), context);
+      check(option_fn(&AccelOptionServices::get_double, name)(host_, name,
+                                                               &value),
+            context);
       return static_cast<T>(value);
     } else if constexpr (std::is_same_v<T, const char*> ||
                          std::is_same_v<T, std::string>) {
       const char* value = nullptr;
-      check(need(o, ACCEL_HAS_FN(o, AccelOptionServices, get_string), name)
-                ->get_string(host_, name, &value), context);
+      check(option_fn(&AccelOptionServices::get_string, name)(host_, name,
+                                                               &value),
+            context);
       if constexpr (std::is_same_v<T, std::string>) {
         return value != nullptr ? value : "";
       } else {
@@ -143,21 +157,15 @@ class Services {
   }
   // An ENUM option as the index of its value in the allowed values.
   int32_t option_index(const char* name) const {
-    const AccelOptionServices* o = table_ != nullptr ? table_->options
-                                                     : nullptr;
     int32_t index = -1;
-    check(need(o, ACCEL_HAS_FN(o, AccelOptionServices, get_enum), name)
-              ->get_enum(host_, name, &index),
+    check(option_fn(&AccelOptionServices::get_enum, name)(host_, name, &index),
           std::string("option '") + name + "'");
     return index;
   }
   // Whether the user gave the option (flag or config) rather than its default.
   bool option_is_set(const char* name) const {
-    const AccelOptionServices* o = table_ != nullptr ? table_->options
-                                                     : nullptr;
     bool is_set = false;
-    check(need(o, ACCEL_HAS_FN(o, AccelOptionServices, is_set), name)
-              ->is_set(host_, name, &is_set),
+    check(option_fn(&AccelOptionServices::is_set, name)(host_, name, &is_set),
           std::string("option '") + name + "'");
     return is_set;
   }
@@ -167,25 +175,28 @@ class Services {
   void metric(const char* name, double value,
               AccelMetricReduce reduce = ACCEL_METRIC_LAST) const noexcept {
     const AccelTraceServices* t = table_ != nullptr ? table_->trace : nullptr;
-    if (ACCEL_HAS_FN(t, AccelTraceServices, metric))
+    if (has_fn(t, &AccelTraceServices::metric))
       t->metric(host_, name, value, reduce);
   }
   void counter(const char* name, const char* category,
                double value) const noexcept {
     const AccelTraceServices* t = table_ != nullptr ? table_->trace : nullptr;
-    if (ACCEL_HAS_FN(t, AccelTraceServices, counter))
+    if (has_fn(t, &AccelTraceServices::counter))
       t->counter(host_, name, category, value);
   }
 
  private:
-  const AccelOptionServices* need(const AccelOptionServices* o, bool present,
-                                  const char* name) const {
-    if (!present) {
+  // The option lookup `field` of this host, or throws UNSUPPORTED.
+  template <typename Fn>
+  Fn* option_fn(Fn* AccelOptionServices::*field, const char* name) const {
+    const AccelOptionServices* o = table_ != nullptr ? table_->options
+                                                     : nullptr;
+    if (!has_fn(o, field)) {
       throw Error(ACCEL_ERROR_UNSUPPORTED,
                   std::string("option '") + name +
                       "': this host offers no option lookup of that type");
     }
-    return o;
+    return o->*field;
   }
 
   AccelHost* host_;
@@ -238,14 +249,14 @@ class TraceRange {
       : services_(services), name_(name), category_(category),
         stream_(stream) {
     const AccelTraceServices* t = trace();
-    if (ACCEL_HAS_FN(t, AccelTraceServices, begin))
+    if (has_fn(t, &AccelTraceServices::begin))
       t->begin(services_.host(), name_, category_, stream_);
   }
   TraceRange(const TraceRange&) = delete;
   TraceRange& operator=(const TraceRange&) = delete;
   ~TraceRange() {
     const AccelTraceServices* t = trace();
-    if (ACCEL_HAS_FN(t, AccelTraceServices, end))
+    if (has_fn(t, &AccelTraceServices::end))
       t->end(services_.host(), name_, category_, stream_);
   }
 

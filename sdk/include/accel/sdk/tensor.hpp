@@ -107,8 +107,8 @@ T read_scalar(const Services& services, const DLTensor& t,
   }
   if (is_host(t)) return *data<T>(t);
   const AccelMemoryServices* memory = services.table()->memory;
-  if (!ACCEL_HAS_FN(memory, AccelMemoryServices, copy) ||
-      !ACCEL_HAS_FN(memory, AccelMemoryServices, stream_synchronize)) {
+  if (!has_fn(memory, &AccelMemoryServices::copy) ||
+      !has_fn(memory, &AccelMemoryServices::stream_synchronize)) {
     throw Error(ACCEL_ERROR_UNSUPPORTED, "reading " + describe(t) +
                                              ": the host offers no copy");
   }
@@ -145,7 +145,7 @@ class Buffer {
          AccelStream stream = nullptr, const char* label = nullptr)
       : services_(services), stream_(stream) {
     const AccelMemoryServices* memory = services.table()->memory;
-    if (!ACCEL_HAS_FN(memory, AccelMemoryServices, allocate)) {
+    if (!has_fn(memory, &AccelMemoryServices::allocate)) {
       throw Error(ACCEL_ERROR_UNSUPPORTED, "the host offers no allocate");
     }
     AccelAllocateArgs args{};
@@ -196,7 +196,7 @@ class Buffer {
   void reset() noexcept {
     if (buffer_ == nullptr) return;
     const AccelMemoryServices* memory = services_.table()->memory;
-    if (ACCEL_HAS_FN(memory, AccelMemoryServices, deallocate))
+    if (has_fn(memory, &AccelMemoryServices::deallocate))
       (void)memory->deallocate(services_.host(), buffer_, stream_);
     buffer_ = nullptr;
     tensor_ = nullptr;

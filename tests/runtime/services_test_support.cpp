@@ -1,0 +1,34 @@
+// The shared fixture of the services tests (see services_test_support.h).
+#include "tests/runtime/services_test_support.h"
+
+#include "host/runtime/tensor_views.h"
+
+namespace accel::runtime::testing {
+
+View::View(const at::Tensor& tensor) : tensor_(tensor) {
+  shape_.assign(tensor.sizes().begin(), tensor.sizes().end());
+  strides_.assign(tensor.strides().begin(), tensor.strides().end());
+  dl_.data = tensor.data_ptr();
+  dl_.device = DLDevice{kDLCPU, 0};
+  dl_.ndim = static_cast<int32_t>(shape_.size());
+  dl_.dtype = to_dl_dtype(tensor.scalar_type());
+  dl_.shape = shape_.data();
+  dl_.strides = strides_.data();
+  dl_.byte_offset = 0;
+}
+
+ServicesTest::ServicesTest()
+    : model(std::make_unique<model::GptModel>(model::GptConfig{2, 2, 16, 8, 32})),
+      services(host_services()) {
+  model->initialise(1234);
+  context.model = model.get();
+  host.context = &context;
+  host.plugin_name = "tester";
+  other_host.context = &context;
+  other_host.plugin_name = "other";
+  take_pending_error();  // each test starts with a clean thread
+}
+
+ServicesTest::~ServicesTest() { take_pending_error(); }
+
+}  // namespace accel::runtime::testing

@@ -1,0 +1,136 @@
+// The trace area: events reach the listener only while a plugin captures,
+// carry type, names, source, step and a monotonic timestamp; metrics combine
+// per step with the first record's reduce, from any thread.
+#include <gtest/gtest.h>
+
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/runtime/services_test_support.h"
+
+namespace accel::runtime::testing {
+namespace {
+
+struct Seen {
+  AccelTraceEventType type;
+  std::string name, category, source;
+  int64_t timestamp_ns, step;
+  double value;
+  uint64_t thread_id;
+};
+
+class TraceServicesTest : public ServicesTest {
+ protected:
+  TraceServicesTest() {
+    context.trace_listener = [this](const AccelTraceEvent& e) {
+      std::lock_guard<std::mutex> lock(seen_mutex);
+      seen.push_back({e.type, e.name, e.category, e.source, e.timestamp_ns, e.step, e.value, e.thread_id});
+    };
+  }
+  const AccelTraceServices* trace() { return services->trace; }
+
+  std::mutex seen_mutex;
+  std::vector<Seen> seen;
+};
+
+TEST_F(TraceServicesTest, NothingIsDeliveredUntilAPluginCaptures) {
+  EXPECT_FALSE(trace()->enabled(&host, "host"));
+  trace()->instant(&host, "ignored", nullptr);
+  EXPECT_TRUE(seen.empty());
+
+  ASSERT_EQ(trace()->set_capture(&other_host, true), ACCEL_OK);
+  EXPECT_TRUE(trace()->enabled(&host, "host"));
+  context.step = 12;
+  trace()->begin(&host, "shard", nullptr, nullptr);
+  trace()->counter(&host, "bytes_in_flight", "comm", 4096.0);
+  trace()->end(&host, "shard", nullptr, nullptr);
+  ASSERT_EQ(seen.size(), 3u);
+  EXPECT_EQ(seen[0].type, ACCEL_TRACE_BEGIN);
+  EXPECT_EQ(seen[0].name, "shard");
+  EXPECT_EQ(seen[0].category, "tester");  // defaults to the plugin's name
+  EXPECT_EQ(seen[0].source, "tester");
+  EXPECT_EQ(seen[0].step, 12);
+  EXPECT_EQ(seen[1].type, ACCEL_TRACE_COUNTER);
+  EXPECT_EQ(seen[1].category, "comm");
+  EXPECT_EQ(seen[1].value, 4096.0);
+  EXPECT_EQ(seen[2].type, ACCEL_TRACE_END);
+  EXPECT_LE(seen[0].timestamp_ns, seen[2].timestamp_ns);
+  EXPECT_GT(seen[0].timestamp_ns, 0);
+
+  ASSERT_EQ(trace()->set_capture(&other_host, false), ACCEL_OK);
+  trace()->instant(&host, "after", nullptr);
+  EXPECT_EQ(seen.size(), 3u);
+}
+
+TEST_F(TraceServicesTest, HostAllocationsAreMemoryEvents) {
+  ASSERT_EQ(trace()->set_capture(&other_host, true), ACCEL_OK);
+  const int64_t shape[] = {8};
+  AccelAllocateArgs args{};
+  args.struct_size = sizeof(args);
+  args.category = ACCEL_MEMORY_WORKSPACE;
+  args.dtype = accel_dtype(kDLFloat, 32);
+  args.ndim = 1;
+  args.shape = shape;
+  ASSERT_EQ(services->memory->allocate(&host, &args), ACCEL_OK);
+  ASSERT_EQ(services->memory->deallocate(&host, args.buffer, nullptr), ACCEL_OK);
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[0].name, "allocate");
+  EXPECT_EQ(seen[0].category, "memory");
+  EXPECT_EQ(seen[1].name, "deallocate");
+}
+
+TEST_F(TraceServicesTest, MetricsCombineWithTheFirstReduce) {
+  trace()->metric(&host, "bucket_count", 2.0, ACCEL_METRIC_SUM);
+  trace()->metric(&host, "bucket_count", 3.0, ACCEL_METRIC_MAX);  // SUM wins
+  trace()->metric(&host, "latency", 1.0, ACCEL_METRIC_MEAN);
+  trace()->metric(&host, "latency", 4.0, ACCEL_METRIC_MEAN);
+  trace()->metric(&host, "peak", 5.0, ACCEL_METRIC_MAX);
+  trace()->metric(&host, "peak", 3.0, ACCEL_METRIC_MAX);
+  trace()->metric(&other_host, "peak", 1.0, ACCEL_METRIC_MIN);
+  trace()->metric(&other_host, "peak", 0.5, ACCEL_METRIC_MIN);
+  trace()->metric(&host, "last", 1.0, ACCEL_METRIC_LAST);
+  trace()->metric(&host, "last", 9.0, ACCEL_METRIC_LAST);
+  EXPECT_EQ(context.step_metrics["tester.bucket_count"], 5.0);
+  EXPECT_EQ(context.step_metrics["tester.latency"], 2.5);
+  EXPECT_EQ(context.step_metrics["tester.peak"], 5.0);
+  EXPECT_EQ(context.step_metrics["other.peak"], 0.5);
+  EXPECT_EQ(context.step_metrics["tester.last"], 9.0);
+
+  // The trainer drains the step; the next step starts afresh.
+  context.step_metrics.clear();
+  trace()->metric(&host, "latency", 7.0, ACCEL_METRIC_MEAN);
+  EXPECT_EQ(context.step_metrics["tester.latency"], 7.0);
+}
+
+TEST_F(TraceServicesTest, MetricsAreDeliveredAsCountersFromAnyThread) {
+  ASSERT_EQ(trace()->set_capture(&other_host, true), ACCEL_OK);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([this] {
+      for (int i = 0; i < 250; ++i) trace()->metric(&host, "count", 1.0, ACCEL_METRIC_SUM);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(context.step_metrics["tester.count"], 1000.0);
+  ASSERT_EQ(seen.size(), 1000u);
+  EXPECT_EQ(seen[0].type, ACCEL_TRACE_COUNTER);
+  EXPECT_EQ(seen[0].category, "metric");
+  EXPECT_EQ(seen[0].name, "count");
+}
+
+TEST_F(TraceServicesTest, EmittingNeverFailsOnOddInput) {
+  ASSERT_EQ(trace()->set_capture(&other_host, true), ACCEL_OK);
+  trace()->instant(&host, nullptr, nullptr);
+  trace()->metric(&host, nullptr, 1.0, ACCEL_METRIC_SUM);
+  trace()->metric(&host, "odd_reduce", 1.0, static_cast<AccelMetricReduce>(77));
+  trace()->instant(nullptr, "no host", nullptr);
+  EXPECT_FALSE(trace()->enabled(nullptr, "host"));
+  AccelHost info_only;
+  EXPECT_EQ(trace()->set_capture(&info_only, true), ACCEL_ERROR_FAILED_PRECONDITION);
+  EXPECT_EQ(seen.size(), 2u);  // the instant and odd_reduce's counter
+}
+
+}  // namespace
+}  // namespace accel::runtime::testing
