@@ -31,7 +31,7 @@ test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
 
 bench: build
-	bash bench/run_all.sh $(BUILD_DIR)
+	bash bench/throughput.sh $(BUILD_DIR)
 
 clean:
 	rm -rf $(BUILD_DIR)

@@ -6,7 +6,8 @@
 #   plain-libtorch    bench/plain_libtorch_gpt.cpp, torch::nn + torch::optim
 #   python-reference  bench/python_reference_bench.py, tests/python/gpt_reference.py
 # All three time each step on its own and drop the first WARMUP steps; process
-# start, model construction and data generation are outside the clock. A
+# start and model construction are outside the clock (so is data generation
+# for the two baselines; accel-host's synthetic batches take microseconds). A
 # contender's number for one run is its median step; the table shows the
 # median over REPEATS runs, which are interleaved (contender order rotates per
 # repeat) so drift in the machine's load spreads over all three.
@@ -17,6 +18,7 @@
 #   TINY_BATCH [8]   TINY_STEPS [30]  TINY_WARMUP [5]
 #   SMALL_BATCH [1]  SMALL_STEPS [5]  SMALL_WARMUP [2]
 #   PYTHON [.venv/bin/python]  OUT_DIR [a fresh temporary directory; raw results stay there]
+#   ACCEL_HOST [BUILD_DIR/bin/accel-host]  PLAIN [BUILD_DIR/bin/bench_plain_libtorch_gpt]
 # Needs: accel-host and bench_plain_libtorch_gpt built (ACCEL_BUILD_BENCH=ON).
 set -euo pipefail
 
@@ -47,6 +49,8 @@ shape_of() {
     *) echo "throughput.sh: unknown model $1" >&2; exit 2 ;;
   esac
 }
+
+for model in $MODELS; do shape_of "$model" > /dev/null; done
 
 # failed TAG CONTENDER: why a contender's run stopped the benchmark.
 failed() {

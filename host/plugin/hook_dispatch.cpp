@@ -67,6 +67,25 @@ void HookDispatcher::create_all() {
     }
     p->created = true;
   }
+  // Trace events reach the plugins that asked to capture them (any thread).
+  std::vector<LoadedPlugin*> listeners;
+  for (LoadedPlugin* p : plugins_) {
+    if (p->hooks().trace_event) listeners.push_back(p);
+  }
+  if (!listeners.empty()) {
+    runtime::HostContext* context = &context_;
+    context_.trace_listener = [context, listeners](const AccelTraceEvent& event) {
+      for (LoadedPlugin* p : listeners) {
+        bool capturing = false;
+        {
+          std::lock_guard<std::mutex> lock(context->mutex);
+          const auto it = context->capturing.find(p->name());
+          capturing = it != context->capturing.end() && it->second;
+        }
+        if (capturing) p->hooks().trace_event(p->self, &event);
+      }
+    };
+  }
   // Take-overs have at most one owner; the linear chain runs outermost first.
   auto claim = [&](LoadedPlugin*& owner, bool has, LoadedPlugin* p, const char* hook) {
     if (!has) return;

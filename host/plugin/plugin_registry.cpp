@@ -6,6 +6,7 @@
 
 #include "host/plugin/discovery.h"
 #include "host/plugin/plugin_error.h"
+#include "host/runtime/memory_services.h"
 #include "host/util/log.h"
 
 namespace accel::plugin {
@@ -93,12 +94,19 @@ void PluginRegistry::teardown_all() noexcept {
     LoadedPlugin& p = **it;
     if (!p.created) continue;
     p.created = false;
-    if (!p.hooks().teardown) continue;
-    runtime::take_pending_error();
-    const AccelStatus status = p.hooks().teardown(p.self);
-    if (status != ACCEL_OK) {
-      log::error("plugin " + p.name() + ": teardown failed (" + accel_status_name(status) +
-                 "): " + runtime::take_pending_error().message);
+    if (p.hooks().teardown) {
+      runtime::take_pending_error();
+      const AccelStatus status = p.hooks().teardown(p.self);
+      if (status != ACCEL_OK) {
+        log::error("plugin " + p.name() + ": teardown failed (" + accel_status_name(status) +
+                   "): " + runtime::take_pending_error().message);
+      }
+    }
+    // What the plugin allocated through the host and did not free is
+    // reclaimed here, and reported: it is a leak in the plugin.
+    if (context_.memory) {
+      const int64_t leaked = context_.memory->free_leaked(p.name());
+      if (leaked > 0) log::warn("plugin " + p.name() + " leaked " + std::to_string(leaked) + " buffer(s) (reclaimed)");
     }
   }
 }

@@ -8,8 +8,10 @@ namespace accel::train {
 double global_grad_norm(const std::vector<at::Tensor>& flat_grads) {
   double sum_squares = 0.0;
   for (const at::Tensor& g : flat_grads) {
-    // Per-buffer fp32 reduction, summed across buffers in double.
-    sum_squares += g.to(at::kFloat).square().sum().item<double>();
+    // Per-buffer fp32 dot product (no temporary the size of the buffer),
+    // summed across buffers in double.
+    const at::Tensor flat = g.scalar_type() == at::kFloat ? g.reshape({-1}) : g.to(at::kFloat).reshape({-1});
+    sum_squares += at::dot(flat, flat).item<double>();
   }
   return std::sqrt(sum_squares);
 }

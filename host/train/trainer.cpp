@@ -54,7 +54,14 @@ Trainer::Trainer(const RunConfig& config, int rank, int world_size, plugin::Hook
       metrics_(rank == 0 ? config.metrics_file : std::string()),
       hooks_(hooks && !hooks->empty() ? hooks : nullptr),
       context_(context) {
-  if (context_) context_->model = &model_;
+  if (context_) {
+    context_->model = &model_;
+    context_->model_run.name = config_.model;
+    context_->model_run.micro_batch_size = config_.batch_size / (world_size_ * config_.grad_accum);
+    context_->model_run.compute_dtype = config_.mixed_precision == MixedPrecision::bf16   ? DLDataType{kDLBfloat, 16, 1}
+                                        : config_.mixed_precision == MixedPrecision::fp16 ? DLDataType{kDLFloat, 16, 1}
+                                                                                          : DLDataType{kDLFloat, 32, 1};
+  }
 }
 
 at::Tensor Trainer::load_batch(const std::vector<int64_t>& windows) const {
@@ -175,6 +182,10 @@ StepOutcome Trainer::train_step(int64_t step) {
   step_args.step = optimizer_.step_count();
   step_args.num_micro_batches = static_cast<int32_t>(micro_steps);
   step_args.lr = outcome.lr;
+  if (context_) {
+    context_->step = step;
+    context_->in_step = true;
+  }
   if (hooks_) hooks_->step_begin(step_args);
 
   AccelTrainStepArgs take_over{};
@@ -233,6 +244,7 @@ StepOutcome Trainer::train_step(int64_t step) {
     step_args.grad_norm = outcome.skipped ? nullptr : norm_view.get();
     hooks_->step_end(step_args);
   }
+  if (context_) context_->in_step = false;
   return outcome;
 }
 

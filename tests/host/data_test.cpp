@@ -73,6 +73,24 @@ TEST(Sampler, SequentialIsContiguousAndShuffledIsAPermutationPerEpoch) {
   EXPECT_NE(other_seed.window_at(0) * 1000 + other_seed.window_at(1), first[0] * 1000 + first[1]);
 }
 
+TEST(Sampler, ShuffleIsAPermutationAtAwkwardSizes) {
+  for (int64_t n : {1, 2, 3, 5, 17, 1000, 4097}) {
+    BatchSampler sampler(n, accel::DataOrder::shuffled, 9);
+    std::set<int64_t> seen;
+    for (int64_t p = 0; p < n; ++p) {
+      const int64_t w = sampler.window_at(p);
+      ASSERT_TRUE(w >= 0 && w < n) << n;
+      seen.insert(w);
+    }
+    EXPECT_EQ(static_cast<int64_t>(seen.size()), n);
+  }
+  // Not the identity: a shuffle actually happens.
+  BatchSampler sampler(1000, accel::DataOrder::shuffled, 9);
+  int fixed_points = 0;
+  for (int64_t p = 0; p < 1000; ++p) fixed_points += sampler.window_at(p) == p;
+  EXPECT_LT(fixed_points, 20);
+}
+
 TEST(Dataset, SyntheticIsDeterministicAndInVocabulary) {
   auto a = open_dataset("synthetic", 16, 50, 3);
   auto b = open_dataset("synthetic", 16, 50, 3);

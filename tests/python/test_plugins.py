@@ -113,6 +113,36 @@ class Recorder(TempDirMixin, unittest.TestCase):
         self.assertIn("quiet|loud", out)
 
 
+class TakeOver(TempDirMixin, unittest.TestCase):
+    """clip_gradients and optimizer_step taken over by an SDK plugin that
+    works through the host's services must reproduce the host's own run."""
+
+    def test_takeover_reproduces_the_host_optimizer(self):
+        args = ["--steps", 8, "--batch-size", 4, "--grad-clip", 0.5, "--warmup-steps", 2, "--log-level", "warn"]
+        run_host(*args, "--metrics-file", self.path("host.jsonl"))
+        run_host(*args, "--plugin-path", GOOD, "--plugin", "takeover", "--metrics-file", self.path("plugin.jsonl"))
+        host, plugin = read_metrics(self.path("host.jsonl")), read_metrics(self.path("plugin.jsonl"))
+        for a, b in zip(host, plugin):
+            self.assertLess(abs(a["loss"] - b["loss"]) / a["loss"], 1e-6, (a, b))
+            self.assertLess(abs(a["grad_norm"] - b["grad_norm"]) / a["grad_norm"], 1e-5, (a, b))
+        self.assertEqual([r["takeover.clips"] for r in plugin], [float(i) for i in range(1, 9)])
+        self.assertLess(plugin[-1]["loss"], plugin[0]["loss"])
+
+    def test_exceptions_are_contained_by_the_sdk(self):
+        for hook in ("create", "step_begin"):
+            proc = run_host(*TINY, "--plugin-path", GOOD, "--plugin", "takeover", "--takeover.throw_in", hook,
+                            check=False)
+            self.assertEqual(proc.returncode, 1, proc.stderr)
+            self.assertIn(f"plugin takeover: {hook} failed (ACCEL_ERROR_INTERNAL)", proc.stderr)
+            self.assertIn(f"takeover was told to throw in {hook}", proc.stderr)
+
+    def test_two_plugins_cannot_take_over_the_same_hook(self):
+        proc = run_host(*TINY, "--plugin-path", GOOD, "--plugin-path", plugin_dir("takeover2"), "--plugin", "takeover",
+                        "--plugin", "takeover2", check=False)
+        self.assertEqual(proc.returncode, 1, proc.stderr)
+        self.assertIn("plugins takeover and takeover2 both take over clip_gradients", proc.stderr)
+
+
 class BrokenPlugins(TempDirMixin, unittest.TestCase):
     def refused(self, *args, mentions, code=2):
         proc = run_host(*args, *TINY, check=False, timeout=120)
