@@ -115,19 +115,24 @@ at::Tensor GptModel::embed(const Unit& unit, const at::Tensor& tokens) const {
 at::Tensor GptModel::block(const Unit& unit, const at::Tensor& x) const {
   const auto& p = unit.params();
   const BlockLayout& L = block_layout_;
+  const auto unit_index = static_cast<int32_t>(&unit - units_.data());
+  auto linear = [&](const at::Tensor& in, size_t weight, size_t bias) {
+    if (!linear_) return at::linear(in, p[weight].value, p[bias].value);
+    return linear_(in, p[weight].value, p[bias].value, unit_index, static_cast<int32_t>(weight));
+  };
   const int64_t B = x.size(0), T = x.size(1), C = config_.n_embd, H = config_.n_head;
   at::Tensor h = at::layer_norm(x, {C}, p[L.ln_1_weight].value, p[L.ln_1_bias].value, kLayerNormEps);
-  at::Tensor qkv = at::linear(h, p[L.attn_weight].value, p[L.attn_bias].value);
+  at::Tensor qkv = linear(h, L.attn_weight, L.attn_bias);
   auto parts = qkv.split(C, 2);
   auto heads = [&](const at::Tensor& t) { return t.view({B, T, H, C / H}).transpose(1, 2); };
   at::Tensor y = at::scaled_dot_product_attention(heads(parts[0]), heads(parts[1]), heads(parts[2]),
                                                   /*attn_mask=*/{}, /*dropout_p=*/0.0,
                                                   /*is_causal=*/true);
   y = y.transpose(1, 2).reshape({B, T, C});
-  at::Tensor out = x + at::linear(y, p[L.attn_proj_weight].value, p[L.attn_proj_bias].value);
+  at::Tensor out = x + linear(y, L.attn_proj_weight, L.attn_proj_bias);
   h = at::layer_norm(out, {C}, p[L.ln_2_weight].value, p[L.ln_2_bias].value, kLayerNormEps);
-  h = at::gelu(at::linear(h, p[L.fc_weight].value, p[L.fc_bias].value), "tanh");
-  return out + at::linear(h, p[L.mlp_proj_weight].value, p[L.mlp_proj_bias].value);
+  h = at::gelu(linear(h, L.fc_weight, L.fc_bias), "tanh");
+  return out + linear(h, L.mlp_proj_weight, L.mlp_proj_bias);
 }
 
 at::Tensor GptModel::head(const Unit& unit, const at::Tensor& x) const {

@@ -10,6 +10,7 @@
 
 #include <ATen/ATen.h>
 
+#include <functional>
 #include <vector>
 
 #include "host/model/gpt_config.h"
@@ -38,6 +39,13 @@ class GptModel {
   // Mean cross-entropy of next-token prediction over all B*T positions.
   at::Tensor loss(const at::Tensor& tokens, const at::Tensor& targets) const;
 
+  // Routes the blocks' linear layers (y = x W^T + b) through `linear`, given
+  // the unit index and the weight's index within the unit: how plugins'
+  // linear chains (tensor parallel, FP8) reach them. Empty: at::linear.
+  using LinearFn = std::function<at::Tensor(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                                            int32_t unit, int32_t param)>;
+  void set_linear(LinearFn linear) { linear_ = std::move(linear); }
+
  private:
   at::Tensor embed(const Unit& unit, const at::Tensor& tokens) const;
   at::Tensor block(const Unit& unit, const at::Tensor& x) const;
@@ -53,6 +61,7 @@ class GptModel {
   GptConfig config_;
   std::vector<Unit> units_;
   BlockLayout block_layout_{};
+  LinearFn linear_;
 };
 
 }  // namespace accel::model

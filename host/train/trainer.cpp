@@ -14,6 +14,7 @@
 #include "host/runtime/host_context.h"
 #include "host/runtime/plugin_state.h"
 #include "host/train/dl_view.h"
+#include "host/train/linear_chain.h"
 #include "host/train/autocast_scope.h"
 #include "host/train/grad_clip.h"
 #include "host/train/lr_schedule.h"
@@ -64,6 +65,8 @@ Trainer::Trainer(const RunConfig& config, int rank, int world_size, plugin::Hook
   }
 }
 
+Trainer::~Trainer() = default;
+
 at::Tensor Trainer::load_batch(const std::vector<int64_t>& windows) const {
   const int64_t length = dataset_->window_length();
   at::Tensor batch = at::empty({static_cast<int64_t>(windows.size()), length}, at::kLong);
@@ -95,6 +98,7 @@ double Trainer::forward_backward(const at::Tensor& batch, int64_t micro, double 
   const size_t num_units = model_.units().size();
   const uint32_t flags = last_micro ? ACCEL_UNIT_HOOK_LAST_MICRO_BATCH : 0;
   const bool unit_hooks = hooks_ && hooks_->has_unit_hooks();
+  if (linear_chain_) linear_chain_->set_micro_batch(static_cast<int32_t>(micro));
 
   // Forward, one unit at a time. Each unit's input is a detached leaf, so
   // backward below can run unit by unit, newest first.
@@ -268,6 +272,13 @@ void Trainer::resume_from(const std::string& dir) {
 void Trainer::start_plugins() {
   if (!hooks_) return;
   hooks_->create_all();
+  if (!hooks_->linear_links().empty()) {
+    linear_chain_ = std::make_unique<LinearChain>(hooks_->linear_links(), *context_);
+    model_.set_linear([chain = linear_chain_.get()](const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
+                                                    int32_t unit, int32_t param) {
+      return chain->apply(x, w, b, unit, param);
+    });
+  }
   hooks_->plan_model();
   const runtime::ModelPlan& plan = context_->plan;
   if (!plan.splits.empty() || !plan.unit_stage.empty() || !plan.managed_storage.empty()) {

@@ -28,6 +28,8 @@ class HostContext;
 
 namespace accel::train {
 
+class LinearChain;
+
 struct StepOutcome {
   double loss = 0.0;
   double grad_norm = 0.0;
@@ -41,6 +43,7 @@ class Trainer {
   // trainer calls every hook at the points accel/plugin.h defines.
   Trainer(const RunConfig& config, int rank, int world_size, plugin::HookDispatcher* hooks = nullptr,
           runtime::HostContext* context = nullptr);
+  ~Trainer();
 
   // Restores from --resume (if given), then trains steps [start, --steps).
   void run();
@@ -76,6 +79,7 @@ class Trainer {
   runtime::HostContext* context_;
   std::string resumed_from_;  // the checkpoint directory, when resuming
   std::string saved_plugins_;  // the plugins of the run that wrote it
+  std::unique_ptr<LinearChain> linear_chain_;  // when a plugin joins the linear chain
   int64_t completed_steps_ = 0;
 };
 

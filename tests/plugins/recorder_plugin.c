@@ -111,6 +111,26 @@ static AccelStatus on_gradients_finalize(AccelPlugin* self, const AccelStepArgs*
   return record(self, "gradients_finalize", NULL);
 }
 
+/* A pass-through link of the linear chain: counts and forwards. */
+static AccelStatus on_linear_forward(AccelPlugin* self, AccelLinearForwardArgs* args, const AccelLinearNext* next) {
+  char detail[64];
+  snprintf(detail, sizeof detail, "unit=%d param=%d rows=%lld", (int)args->unit, (int)args->param,
+           (long long)args->input->shape[0]);
+  AccelStatus status = record(self, "linear_forward", detail);
+  if (status != ACCEL_OK) return status;
+  *args->saved = self; /* this link's slot comes back in backward */
+  return next->forward(next, args);
+}
+
+static AccelStatus on_linear_backward(AccelPlugin* self, AccelLinearBackwardArgs* args, const AccelLinearNext* next) {
+  char detail[64];
+  snprintf(detail, sizeof detail, "unit=%d param=%d slot=%s", (int)args->unit, (int)args->param,
+           args->saved == self ? "ok" : "lost");
+  AccelStatus status = record(self, "linear_backward", detail);
+  if (status != ACCEL_OK) return status;
+  return next->backward(next, args);
+}
+
 static AccelStatus on_save(AccelPlugin* self, const AccelStateArgs* args) {
   char detail[64];
   snprintf(detail, sizeof detail, "step=%lld", (long long)args->step);
@@ -143,13 +163,14 @@ static AccelStatus on_teardown(AccelPlugin* self) {
 }
 
 static const char* const kFailChoices[] = {"none", "create", "plan_model", "setup", "step_begin", "step_end",
-                                           "unit_forward_pre", "unit_backward_post", "save_state", "load_state"};
+                                           "unit_forward_pre", "unit_backward_post", "save_state", "load_state",
+                                           "linear_forward", "linear_backward"};
 static const char* const kModes[] = {"quiet", "loud"};
 
 static const AccelOptionSpec kLogFile = {sizeof(AccelOptionSpec), NULL, "log_file", ACCEL_OPTION_STRING, 0, NULL,
                                          "append one line per hook call here", NULL, 0, NULL, NULL};
 static const AccelOptionSpec kFailIn = {sizeof(AccelOptionSpec), NULL, "fail_in", ACCEL_OPTION_ENUM, 0, "none",
-                                        "make this hook fail", kFailChoices, 10, NULL, NULL};
+                                        "make this hook fail", kFailChoices, 12, NULL, NULL};
 static const AccelOptionSpec kEvery = {sizeof(AccelOptionSpec), NULL, "every", ACCEL_OPTION_INT, 0, "1",
                                        "an integer option with bounds", NULL, 0, "1", "100"};
 static const AccelOptionSpec kScale = {sizeof(AccelOptionSpec), NULL, "scale", ACCEL_OPTION_DOUBLE, 0, "0.5",
@@ -173,6 +194,8 @@ static const AccelHooks kHooks = {
     .unit_backward_post = on_bwd_post,
     .gradients_ready = on_gradients_ready,
     .gradients_finalize = on_gradients_finalize,
+    .linear_forward = on_linear_forward,
+    .linear_backward = on_linear_backward,
     .save_state = on_save,
     .load_state = on_load,
     .teardown = on_teardown,

@@ -59,6 +59,26 @@ class Recorder(TempDirMixin, unittest.TestCase):
         self.assertIn("act=null", [l for l in lines if l.startswith("unit_forward_pre unit=0")][0])
         del forward
 
+    def test_linear_chain_passes_through_every_block_linear(self):
+        metrics = self.path("m.jsonl")
+        _, lines = self.run_recorder(*TINY, "--metrics-file", metrics)
+        forward = [l for l in lines if l.startswith("linear_forward")]
+        backward = [l for l in lines if l.startswith("linear_backward")]
+        self.assertEqual(len(forward), 2 * 2 * 4)  # steps x blocks x linears
+        self.assertEqual(len(backward), len(forward))
+        self.assertTrue(all("slot=ok" in l for l in backward))
+        self.assertIn("rows=256", forward[0])  # tokens of one micro-batch: 4 sequences x 64
+        run_host(*TINY, "--metrics-file", self.path("plain.jsonl"))
+        chained, plain = read_metrics(metrics), read_metrics(self.path("plain.jsonl"))
+        for a, b in zip(chained, plain):
+            self.assertLess(abs(a["loss"] - b["loss"]) / b["loss"], 1e-5)
+            self.assertLess(abs(a["grad_norm"] - b["grad_norm"]) / b["grad_norm"], 1e-4)
+
+    def test_failing_linear_link(self):
+        proc, _ = self.run_recorder(*TINY, "--recorder.fail_in", "linear_backward", check=False)
+        self.assertEqual(proc.returncode, 1)
+        self.assertIn("plugin recorder: linear_backward failed", proc.stderr)
+
     def test_options_reach_the_plugin_typed(self):
         _, lines = self.run_recorder(*TINY, "--recorder.scale", 2.5, "--recorder.verbose", "--recorder.mode", "loud",
                                      "--recorder.every", 7, "--lr", 0.002)
