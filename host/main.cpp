@@ -1,123 +1,33 @@
-// accel-host: parse the command line, start MPI, load plugins, train. The
-// one place that turns an error into a message and an exit code.
+// accel-host: the one place that turns an error into a message and an exit
+// code. Subcommands: `check-plugin PATH` (host/app/check_plugin.h); anything
+// else is a run (host/app/run.h).
 //
 // Exit codes: 0 success, 1 runtime failure, 2 usage error (bad option or
 // value, a plugin that cannot be loaded).
-#include <ATen/Parallel.h>
-
-#include <cstdio>
-#include <cstdlib>
 #include <exception>
 #include <string>
 #include <vector>
 
+#include "host/app/check_plugin.h"
+#include "host/app/run.h"
 #include "host/cli/options.h"
 #include "host/comm/mpi_session.h"
-#include "host/plugin/discovery.h"
-#include "host/plugin/hook_dispatch.h"
 #include "host/plugin/plugin_error.h"
-#include "host/plugin/plugin_list.h"
-#include "host/plugin/plugin_options.h"
-#include "host/plugin/plugin_registry.h"
-#include "host/runtime/host_context.h"
-#include "host/train/trainer.h"
 #include "host/util/log.h"
-#include "host/util/strformat.h"
-
-namespace {
-
-using accel::cli::UsageError;
-
-void fill_identity(AccelIdentity& identity, const accel::comm::MpiSession& mpi) {
-  identity.struct_size = sizeof(identity);
-  identity.rank = mpi.rank();
-  identity.world_size = mpi.world_size();
-  identity.local_rank = mpi.local_rank();
-  identity.local_world_size = mpi.local_world_size();
-  identity.node_rank = mpi.rank() / mpi.local_world_size();
-  identity.num_nodes = (mpi.world_size() + mpi.local_world_size() - 1) / mpi.local_world_size();
-  identity.device = DLDevice{kDLCPU, 0};
-}
-
-// Every rank loads the same plugins; if any rank fails, all stop (no rank is
-// left waiting in a collective for one that exited).
-void load_plugins_everywhere(accel::plugin::PluginRegistry& registry, const accel::cli::PluginRequest& request,
-                             const std::vector<std::filesystem::path>& dirs, const accel::comm::MpiSession& mpi) {
-  std::string error;
-  try {
-    registry.load(request.plugins, dirs);
-  } catch (const accel::plugin::PluginError& e) {
-    error = e.what();
-  }
-  if (!mpi.all_succeeded(error.empty())) {
-    throw UsageError(error.empty() ? "plugin loading failed on another rank" : error);
-  }
-}
-
-int run(const std::vector<std::string>& args, const accel::comm::MpiSession& mpi) {
-  accel::log::init(mpi.rank(), accel::log::Level::info);
-  const accel::cli::PluginRequest request = accel::cli::scan_plugin_request(args);
-  const auto dirs = accel::plugin::plugin_search_dirs(request.plugin_paths, std::getenv("ACCEL_PLUGIN_PATH"),
-                                                      accel::plugin::current_executable_dir());
-  accel::runtime::HostContext context;
-  fill_identity(context.identity, mpi);
-  accel::plugin::PluginRegistry registry(context);
-  load_plugins_everywhere(registry, request, dirs, mpi);
-
-  const auto plugin_options = accel::plugin::describe_plugin_options(registry);
-  const accel::cli::ParsedCommandLine parsed =
-      accel::cli::parse_command_line(args, registry.empty() ? nullptr : &plugin_options);
-  switch (parsed.action) {
-    case accel::cli::Action::help:
-      if (mpi.rank() == 0) std::fputs(parsed.help_text.c_str(), stdout);
-      return 0;
-    case accel::cli::Action::version:
-      if (mpi.rank() == 0) std::printf("accel-host %s (plugin ABI %d.%d)\n", ACCEL_VERSION, ACCEL_ABI_VERSION_MAJOR,
-                                       ACCEL_ABI_VERSION_MINOR);
-      return 0;
-    case accel::cli::Action::list_plugins:
-      if (mpi.rank() == 0) accel::plugin::print_plugin_list(dirs, context, stdout);
-      return 0;
-    case accel::cli::Action::run:
-      break;
-  }
-
-  accel::RunConfig config = parsed.config;
-  accel::log::init(mpi.rank(), accel::log::parse_level(config.log_level));
-  accel::plugin::fill_option_store(registry, parsed.plugin_values, config, context.options);
-  if (mpi.world_size() > 1) {
-    // Averaging gradients across ranks is the data-parallel strategy's job;
-    // without one, N ranks would silently train N separate models.
-    throw UsageError(accel::strformat(
-        "%d ranks launched, but no data-parallel strategy is available to combine them; run one process",
-        mpi.world_size()));
-  }
-  accel::cli::validate_for_world(config, mpi.world_size());
-  if (config.threads > 0) at::set_num_threads(config.threads);
-  for (const auto& p : registry.plugins()) {
-    accel::log::info(accel::strformat("plugin %s %s (%s) from %s", p->name().c_str(), p->descriptor().version,
-                                      accel::plugin::kind_name(p->descriptor().kind), p->path().c_str()));
-  }
-  accel::plugin::HookDispatcher hooks(registry, context);
-  accel::train::Trainer trainer(config, mpi.rank(), mpi.world_size(), &hooks, &context);
-  trainer.run();
-  return 0;
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   const std::vector<std::string> args(argv + 1, argv + argc);
   accel::comm::MpiSession mpi(&argc, &argv);
   int code = 0;
   try {
-    code = run(args, mpi);
-  } catch (const UsageError& e) {
+    if (!args.empty() && args.front() == "check-plugin") {
+      code = accel::app::check_plugin({args.begin() + 1, args.end()}, mpi);
+    } else {
+      code = accel::app::run_accel(args, mpi);
+    }
+  } catch (const accel::cli::UsageError& e) {
     accel::log::error(e.what());
     code = 2;
-  } catch (const accel::plugin::PluginError& e) {
-    accel::log::error(e.what());
-    code = 1;
   } catch (const std::exception& e) {
     accel::log::error(e.what());
     code = 1;

@@ -6,93 +6,99 @@
 #include "host/util/strformat.h"
 
 namespace accel::comm::validate {
+namespace {
 
-std::string buffer(const char* role, const Buffer& b) {
-  if (!dtype_valid(b.dtype)) return strformat("%s has an invalid dtype (%d)", role, static_cast<int>(b.dtype));
-  if (b.count < 0) return strformat("%s has a negative element count (%lld)", role, static_cast<long long>(b.count));
+Status invalid(std::string message) { return Status::error(ErrorCode::invalid_argument, std::move(message)); }
+
+}  // namespace
+
+Status buffer(const char* role, const Buffer& b) {
+  if (!dtype_valid(b.dtype)) return invalid(strformat("%s has an invalid dtype (%d)", role, static_cast<int>(b.dtype)));
+  if (b.count < 0) return invalid(strformat("%s has a negative element count (%lld)", role, static_cast<long long>(b.count)));
   if (b.count > 0 && b.data == nullptr) {
-    return strformat("%s is NULL but has %lld elements", role, static_cast<long long>(b.count));
+    return invalid(strformat("%s is NULL but has %lld elements", role, static_cast<long long>(b.count)));
   }
-  if (b.on_cuda && b.device < 0) return strformat("%s is on CUDA device %d", role, b.device);
-  return {};
+  if (b.on_cuda && b.device < 0) return invalid(strformat("%s is on CUDA device %d", role, b.device));
+  return Status{};
 }
 
-std::string reduction(ReduceOp op, DType dtype) {
-  if (!reduce_op_valid(op)) return strformat("invalid reduce op (%d)", static_cast<int>(op));
+Status reduction(ReduceOp op, DType dtype) {
+  if (!reduce_op_valid(op)) return invalid(strformat("invalid reduce op (%d)", static_cast<int>(op)));
   if (op == ReduceOp::avg && dtype_is_integer(dtype)) {
-    return strformat("avg of integer dtype %s is not supported (integer division would truncate; "
-                     "reduce with sum and divide in a float type)",
-                     dtype_name(dtype));
+    return Status::error(ErrorCode::unsupported,
+                         strformat("avg of integer dtype %s is not supported (integer division would "
+                                   "truncate; reduce with sum and divide in a float type)",
+                                   dtype_name(dtype)));
   }
-  return {};
+  return Status{};
 }
 
-std::string same_kind(const Buffer& a, const Buffer& b) {
+Status same_kind(const Buffer& a, const Buffer& b) {
   if (a.dtype != b.dtype) {
-    return strformat("input dtype %s differs from output dtype %s", dtype_name(a.dtype), dtype_name(b.dtype));
+    return invalid(strformat("input dtype %s differs from output dtype %s", dtype_name(a.dtype), dtype_name(b.dtype)));
   }
   if (a.on_cuda != b.on_cuda || (a.on_cuda && a.device != b.device)) {
-    return "input and output are on different devices";
+    return invalid("input and output are on different devices");
   }
-  return {};
+  return Status{};
 }
 
-std::string all_reduce(const Buffer& input, const Buffer& output, ReduceOp op) {
-  std::string problem = buffer("input", input);
-  if (problem.empty()) problem = buffer("output", output);
-  if (problem.empty()) problem = same_kind(input, output);
-  if (problem.empty()) problem = reduction(op, input.dtype);
-  if (problem.empty() && input.count != output.count) {
-    problem = strformat("output has %lld elements, input %lld (they must be equal)",
-                        static_cast<long long>(output.count), static_cast<long long>(input.count));
+Status all_reduce(const Buffer& input, const Buffer& output, ReduceOp op) {
+  Status problem = buffer("input", input);
+  if (problem.ok()) problem = buffer("output", output);
+  if (problem.ok()) problem = same_kind(input, output);
+  if (problem.ok()) problem = reduction(op, input.dtype);
+  if (problem.ok() && input.count != output.count) {
+    problem = invalid(strformat("output has %lld elements, input %lld (they must be equal)",
+                        static_cast<long long>(output.count), static_cast<long long>(input.count)));
   }
   return problem;
 }
 
-std::string all_gather(const Buffer& input, const Buffer& output, int size) {
-  std::string problem = buffer("input", input);
-  if (problem.empty()) problem = buffer("output", output);
-  if (problem.empty()) problem = same_kind(input, output);
-  if (problem.empty() && output.count != input.count * size) {
-    problem = strformat("output has %lld elements; all_gather needs group size (%d) x input (%lld) = %lld",
+Status all_gather(const Buffer& input, const Buffer& output, int size) {
+  Status problem = buffer("input", input);
+  if (problem.ok()) problem = buffer("output", output);
+  if (problem.ok()) problem = same_kind(input, output);
+  if (problem.ok() && output.count != input.count * size) {
+    problem = invalid(strformat("output has %lld elements; all_gather needs group size (%d) x input (%lld) = %lld",
                         static_cast<long long>(output.count), size, static_cast<long long>(input.count),
-                        static_cast<long long>(input.count * size));
+                        static_cast<long long>(input.count * size)));
   }
   return problem;
 }
 
-std::string reduce_scatter(const Buffer& input, const Buffer& output, ReduceOp op, int size) {
-  std::string problem = buffer("input", input);
-  if (problem.empty()) problem = buffer("output", output);
-  if (problem.empty()) problem = same_kind(input, output);
-  if (problem.empty()) problem = reduction(op, input.dtype);
-  if (problem.empty() && input.count != output.count * size) {
-    problem = strformat("input has %lld elements; reduce_scatter needs group size (%d) x output (%lld) = %lld "
+Status reduce_scatter(const Buffer& input, const Buffer& output, ReduceOp op, int size) {
+  Status problem = buffer("input", input);
+  if (problem.ok()) problem = buffer("output", output);
+  if (problem.ok()) problem = same_kind(input, output);
+  if (problem.ok()) problem = reduction(op, input.dtype);
+  if (problem.ok() && input.count != output.count * size) {
+    problem = invalid(strformat("input has %lld elements; reduce_scatter needs group size (%d) x output (%lld) = %lld "
                         "(pad the input to a multiple of the group size)",
                         static_cast<long long>(input.count), size, static_cast<long long>(output.count),
-                        static_cast<long long>(output.count * size));
+                        static_cast<long long>(output.count * size)));
   }
   return problem;
 }
 
-std::string all_to_all(const Buffer& input, const Buffer& output, int size) {
-  std::string problem = buffer("input", input);
-  if (problem.empty()) problem = buffer("output", output);
-  if (problem.empty()) problem = same_kind(input, output);
-  if (problem.empty() && input.count != output.count) {
-    problem = strformat("output has %lld elements, input %lld (they must be equal)",
-                        static_cast<long long>(output.count), static_cast<long long>(input.count));
+Status all_to_all(const Buffer& input, const Buffer& output, int size) {
+  Status problem = buffer("input", input);
+  if (problem.ok()) problem = buffer("output", output);
+  if (problem.ok()) problem = same_kind(input, output);
+  if (problem.ok() && input.count != output.count) {
+    problem = invalid(strformat("output has %lld elements, input %lld (they must be equal)",
+                        static_cast<long long>(output.count), static_cast<long long>(input.count)));
   }
-  if (problem.empty() && input.count % size != 0) {
-    problem = strformat("%lld elements do not split into group size (%d) equal chunks",
-                        static_cast<long long>(input.count), size);
+  if (problem.ok() && input.count % size != 0) {
+    problem = invalid(strformat("%lld elements do not split into group size (%d) equal chunks",
+                        static_cast<long long>(input.count), size));
   }
   return problem;
 }
 
-std::string rank_in_group(const char* role, int rank, int size) {
-  if (rank < 0 || rank >= size) return strformat("%s %d is not a rank of this group (size %d)", role, rank, size);
-  return {};
+Status rank_in_group(const char* role, int rank, int size) {
+  if (rank < 0 || rank >= size) return invalid(strformat("%s %d is not a rank of this group (size %d)", role, rank, size));
+  return Status{};
 }
 
 }  // namespace accel::comm::validate

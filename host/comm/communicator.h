@@ -112,18 +112,20 @@ class Communicator {
 
 // ------------------------------------------------------------ validation --
 // Shared by the backends, so both reject the same requests with the same
-// words. Each returns "" when the request is valid, else the problem (the
-// caller prefixes the rank and operation). `size` is the group size.
+// words. Each returns OK when the request is valid, else the code
+// (INVALID_ARGUMENT, or UNSUPPORTED for a valid request no backend does) and
+// the problem; the caller prefixes the rank and operation. `size` is the
+// group size.
 namespace validate {
 
-std::string buffer(const char* role, const Buffer& b);
-std::string reduction(ReduceOp op, DType dtype);
-std::string same_kind(const Buffer& a, const Buffer& b);
-std::string all_reduce(const Buffer& input, const Buffer& output, ReduceOp op);
-std::string all_gather(const Buffer& input, const Buffer& output, int size);
-std::string reduce_scatter(const Buffer& input, const Buffer& output, ReduceOp op, int size);
-std::string all_to_all(const Buffer& input, const Buffer& output, int size);
-std::string rank_in_group(const char* role, int rank, int size);
+Status buffer(const char* role, const Buffer& b);
+Status reduction(ReduceOp op, DType dtype);
+Status same_kind(const Buffer& a, const Buffer& b);
+Status all_reduce(const Buffer& input, const Buffer& output, ReduceOp op);
+Status all_gather(const Buffer& input, const Buffer& output, int size);
+Status reduce_scatter(const Buffer& input, const Buffer& output, ReduceOp op, int size);
+Status all_to_all(const Buffer& input, const Buffer& output, int size);
+Status rank_in_group(const char* role, int rank, int size);
 
 }  // namespace validate
 

@@ -163,6 +163,48 @@ class TakeOver(TempDirMixin, unittest.TestCase):
         self.assertIn("plugins takeover and takeover2 both take over clip_gradients", proc.stderr)
 
 
+class CheckPlugin(unittest.TestCase):
+    """accel-host check-plugin: one PASS/FAIL line per check, exit 0 only if all pass."""
+
+    def check(self, path, *extra):
+        return run_host("check-plugin", path, *extra, check=False)
+
+    def test_good_plugins_pass_every_check(self):
+        for name in ("recorder", "takeover", "older_minor"):
+            proc = self.check(os.path.join(GOOD, f"libaccel_{name}.so"))
+            self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+            for check in ("file", "exports", "descriptor", "lifecycle", "resume"):
+                self.assertRegex(proc.stdout, rf"PASS\s+{check}\b")
+            self.assertIn("5 passed, 0 failed, 0 skipped", proc.stdout)
+
+    def test_failures_are_reported_per_check(self):
+        proc = self.check(os.path.join(plugin_dir("setup_fails"), "libaccel_setup_fails.so"))
+        self.assertEqual(proc.returncode, 1)
+        self.assertRegex(proc.stdout, r"FAIL\s+lifecycle\s+plugin setup_fails: setup failed")
+        proc = self.check(os.path.join(plugin_dir("abi2"), "libaccel_abi2.so"))
+        self.assertEqual(proc.returncode, 1)
+        self.assertRegex(proc.stdout, r"FAIL\s+exports\s+does not export accel_plugin_init_v1")
+        self.assertRegex(proc.stdout, r"FAIL\s+descriptor.*ABI major 2")
+
+    def test_missing_path_is_a_usage_error(self):
+        proc = run_host("check-plugin", check=False)
+        self.assertEqual(proc.returncode, 2)
+        self.assertIn("usage: accel-host check-plugin PATH", proc.stderr)
+
+    def test_two_ranks(self):
+        mpirun = shutil.which("mpirun")
+        if not mpirun:
+            self.skipTest("no mpirun")
+        env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+                   OMPI_MCA_rmaps_base_oversubscribe="1")
+        proc = subprocess.run([mpirun, "-n", "2", ACCEL_HOST, "check-plugin", os.path.join(GOOD, "libaccel_recorder.so")],
+                              capture_output=True, text=True, env=env, timeout=120)
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        self.assertIn("(2 ranks)", proc.stdout)
+        self.assertRegex(proc.stdout, r"PASS\s+descriptor")
+        self.assertRegex(proc.stdout, r"SKIP\s+lifecycle")
+
+
 class BrokenPlugins(TempDirMixin, unittest.TestCase):
     def refused(self, *args, mentions, code=2):
         proc = run_host(*args, *TINY, check=False, timeout=120)

@@ -1,0 +1,148 @@
+// The plugin conformance checker (see check_plugin.h).
+#include "host/app/check_plugin.h"
+
+#include <boost/dll/library_info.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+
+#include "host/app/run.h"
+#include "host/cli/options.h"
+#include "host/plugin/discovery.h"
+#include "host/plugin/loaded_plugin.h"
+#include "host/plugin/plugin_error.h"
+#include "host/runtime/host_context.h"
+#include "host/util/log.h"
+#include "host/util/strformat.h"
+
+namespace accel::app {
+namespace {
+
+namespace fs = std::filesystem;
+
+class Report {
+ public:
+  explicit Report(bool print) : print_(print) {}
+
+  // Runs one check; `body` returns the detail for PASS or throws for FAIL.
+  bool check(const char* name, const std::function<std::string()>& body) {
+    try {
+      line("PASS", name, body());
+      ++passed_;
+      return true;
+    } catch (const std::exception& e) {
+      line("FAIL", name, e.what());
+      ++failed_;
+      return false;
+    }
+  }
+  void skip(const char* name, const std::string& why) {
+    line("SKIP", name, why);
+    ++skipped_;
+  }
+  int finish() const {
+    if (print_) std::printf("%d passed, %d failed, %d skipped\n", passed_, failed_, skipped_);
+    return failed_ == 0 ? 0 : 1;
+  }
+
+ private:
+  void line(const char* verdict, const char* name, const std::string& detail) const {
+    if (print_) std::printf("  %-4s  %-12s %s\n", verdict, name, detail.c_str());
+    std::fflush(stdout);
+  }
+  bool print_;
+  int passed_ = 0, failed_ = 0, skipped_ = 0;
+};
+
+std::string make_temp_dir() {
+  std::string pattern = (fs::temp_directory_path() / "accel-check-XXXXXX").string();
+  if (!::mkdtemp(pattern.data())) throw std::runtime_error("cannot create a temporary directory");
+  return pattern;
+}
+
+}  // namespace
+
+int check_plugin(const std::vector<std::string>& args, const comm::MpiSession& mpi) {
+  if (args.empty() || args.front().rfind("--", 0) == 0) {
+    throw cli::UsageError("usage: accel-host check-plugin PATH [run options...]");
+  }
+  const fs::path file = fs::absolute(args.front()).lexically_normal();
+  const std::vector<std::string> extra(args.begin() + 1, args.end());
+  log::init(mpi.rank(), log::Level::warn);
+  Report report(mpi.rank() == 0);
+  if (mpi.rank() == 0) std::printf("check-plugin %s (%d rank%s)\n", file.c_str(), mpi.world_size(),
+                                   mpi.world_size() == 1 ? "" : "s");
+
+  if (!report.check("file", [&] {
+        if (!fs::is_regular_file(file)) throw std::runtime_error("no such file");
+        plugin::check_trusted(file);
+        return std::string("exists; neither it nor its directory is writable by other users");
+      })) {
+    return report.finish();
+  }
+  report.check("exports", [&] {
+    boost::dll::library_info info(file.string());
+    std::string others;
+    bool has_entry = false;
+    for (const std::string& symbol : info.symbols()) {
+      if (symbol == ACCEL_PLUGIN_ENTRY_V1_NAME) {
+        has_entry = true;
+      } else if (symbol.rfind("accel_plugin_init_v", 0) != 0) {
+        others += (others.empty() ? "" : ", ") + symbol;
+      }
+    }
+    if (!has_entry) throw std::runtime_error("does not export " ACCEL_PLUGIN_ENTRY_V1_NAME);
+    if (!others.empty()) {
+      throw std::runtime_error("exports more than its entry symbols (build with -fvisibility=hidden): " +
+                               others.substr(0, 200));
+    }
+    return std::string(ACCEL_PLUGIN_ENTRY_V1_NAME " only");
+  });
+
+  runtime::HostContext context;
+  std::unique_ptr<plugin::LoadedPlugin> loaded;
+  if (!report.check("descriptor", [&] {
+        loaded = plugin::LoadedPlugin::load(file, "", context, /*info_only=*/true);
+        const AccelPluginDescriptor& d = loaded->descriptor();
+        return strformat("'%s' %s, ABI %u.%u, %zu option(s), loads RTLD_NOW|RTLD_LOCAL and validates", d.name,
+                         d.version, d.abi_version.major, d.abi_version.minor, d.num_options);
+      })) {
+    return report.finish();
+  }
+  loaded.reset();
+
+  // Whole runs with the plugin: a tiny model, accumulation, a checkpoint,
+  // then a resume that must hand the plugin its state back.
+  const std::string dir = mpi.rank() == 0 ? make_temp_dir() : std::string();
+  std::vector<std::string> base = {"--plugin",  file.string(), "--model",      "gpt-tiny", "--n-layer", "1",
+                                   "--seq-len", "16",          "--batch-size", "4",        "--grad-accum", "2",
+                                   "--log-level", "error"};
+  base.insert(base.end(), extra.begin(), extra.end());
+  if (mpi.world_size() > 1) {
+    report.skip("lifecycle", "multi-rank training needs a data-parallel strategy, which this host does not have yet");
+  } else {
+    std::vector<std::string> first = base;
+    first.insert(first.end(), {"--steps", "3", "--save", dir});
+    if (report.check("lifecycle", [&] {
+          run_accel(first, mpi);
+          return std::string("create, plan_model, setup, 3 steps x 2 micro-batches, save_state, teardown");
+        })) {
+      std::vector<std::string> second = base;
+      second.insert(second.end(), {"--steps", "5", "--resume", dir});
+      report.check("resume", [&] {
+        run_accel(second, mpi);
+        return std::string("setup (resuming), load_state, 2 more steps, teardown");
+      });
+    }
+  }
+  if (!dir.empty()) {
+    std::error_code ignored;
+    fs::remove_all(dir, ignored);
+  }
+  log::init(mpi.rank(), log::Level::info);
+  return report.finish();
+}
+
+}  // namespace accel::app

@@ -1,0 +1,368 @@
+// The MPI backend (see mpi_communicator.h): each operation validates its
+// request, starts one non-blocking MPI call (several for a batch) and hands
+// the request to an MpiWork, which Work's polling loop drives to completion
+// or to its deadline.
+#include "host/comm/mpi_communicator.h"
+
+#include <algorithm>
+#include <climits>
+#include <thread>
+
+#include "host/util/log.h"
+#include "host/util/strformat.h"
+
+namespace accel::comm {
+
+std::string mpi_error_string(int code) {
+  char text[MPI_MAX_ERROR_STRING] = {};
+  int length = 0;
+  if (MPI_Error_string(code, text, &length) != MPI_SUCCESS) return strformat("MPI error %d", code);
+  return std::string(text, static_cast<size_t>(length));
+}
+
+void wait_with_deadline(MPI_Request* request, int64_t timeout_ms, const std::string& task) {
+  if (timeout_ms <= 0) timeout_ms = 1800 * 1000;
+  int world_rank = -1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  const std::string what = strformat("rank %d: %s", world_rank, task.c_str());
+  const auto start = SteadyClock::now();
+  const auto deadline = start + std::chrono::milliseconds(timeout_ms);
+  int64_t sleep_us = 20;
+  for (int done = 0;;) {
+    const int rc = MPI_Test(request, &done, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) throw CommError(ErrorCode::internal, what + ": " + mpi_error_string(rc));
+    if (done) return;
+    const auto now = SteadyClock::now();
+    if (now >= deadline) {
+      // The pending request cannot be withdrawn; the run is ending anyway.
+      throw CommError(ErrorCode::timeout,
+                      strformat("%s did not complete within %lld ms: a rank of the communicator did not take part",
+                                what.c_str(), static_cast<long long>(timeout_ms)));
+    }
+    if (now - start < std::chrono::milliseconds(100)) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
+      sleep_us = std::min<int64_t>(sleep_us * 2, 1000);
+    }
+  }
+}
+
+MPI_Comm duplicate_with_deadline(MPI_Comm comm, int64_t timeout_ms, const std::string& what) {
+  MPI_Comm dup = MPI_COMM_NULL;
+  MPI_Request request = MPI_REQUEST_NULL;
+  const int rc = MPI_Comm_idup(comm, &dup, &request);
+  if (rc != MPI_SUCCESS) throw CommError(ErrorCode::internal, what + ": MPI_Comm_idup: " + mpi_error_string(rc));
+  wait_with_deadline(&request, timeout_ms, what);
+  return dup;
+}
+
+// ------------------------------------------------------------- MpiWork --
+
+class MpiCommunicator::MpiWork final : public Work {
+ public:
+  MpiWork(std::shared_ptr<CommState> state, OpInfo info, int64_t timeout_ms, bool point_to_point)
+      : Work(std::move(state), std::move(info), timeout_ms), point_to_point_(point_to_point) {}
+
+  ~MpiWork() override { release_pending(); }
+
+  // Storage for one more request. A receive names its expected length so a
+  // message of another length fails the Work instead of passing silently.
+  MPI_Request* add_request(bool is_recv = false, int64_t expected = -1, MPI_Datatype type = MPI_DATATYPE_NULL,
+                           int peer = -1) {
+    requests_.push_back(MPI_REQUEST_NULL);
+    pending_.push_back(Pending{is_recv, expected, type, peer});
+    return &requests_.back();
+  }
+
+  void divide_on_completion(const Buffer& output, int divisor) {
+    divide_ = output;
+    divisor_ = divisor;
+  }
+
+  void start_failed(const std::string& detail) { fail_to_start(ErrorCode::internal, detail); }
+
+ protected:
+  Progress poll_locked(std::string* error) override {
+    if (requests_.empty()) return Progress::done;
+    statuses_.resize(requests_.size());
+    int flag = 0;
+    const int rc = MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &flag, statuses_.data());
+    if (rc == MPI_SUCCESS) return flag ? Progress::done : Progress::pending;
+    int code = rc;
+    if (rc == MPI_ERR_IN_STATUS) {
+      for (const MPI_Status& s : statuses_) {
+        if (s.MPI_ERROR != MPI_SUCCESS && s.MPI_ERROR != MPI_ERR_PENDING) code = s.MPI_ERROR;
+      }
+    }
+    *error = "MPI: " + mpi_error_string(code);
+    return Progress::failed;
+  }
+
+  std::string complete_locked() override {
+    for (size_t i = 0; i < pending_.size(); ++i) {
+      const Pending& p = pending_[i];
+      if (!p.is_recv) continue;
+      int received = 0;
+      MPI_Get_count(&statuses_[i], p.type, &received);
+      if (received != p.expected) {
+        return strformat("received %d elements from peer %d, expected %lld (the sender's count differs)",
+                         received, p.peer, static_cast<long long>(p.expected));
+      }
+    }
+    if (divisor_ > 0) divide_in_place(divide_.data, divide_.count, divide_.dtype, divisor_);
+    return {};
+  }
+
+  void abandon_locked() override { release_pending(); }
+
+ private:
+  struct Pending {
+    bool is_recv;
+    int64_t expected;
+    MPI_Datatype type;
+    int peer;
+  };
+
+  // Point-to-point requests are cancelled (receives) and freed; a pending
+  // collective request may not be freed (MPI-3.1 5.12), so it is dropped.
+  void release_pending() {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    for (size_t i = 0; i < requests_.size(); ++i) {
+      MPI_Request& request = requests_[i];
+      if (request == MPI_REQUEST_NULL) continue;
+      if (point_to_point_ && !finalized) {
+        if (pending_[i].is_recv) MPI_Cancel(&request);
+        MPI_Request_free(&request);
+      }
+      request = MPI_REQUEST_NULL;
+    }
+  }
+
+  const bool point_to_point_;
+  std::vector<MPI_Request> requests_;
+  std::vector<Pending> pending_;
+  std::vector<MPI_Status> statuses_;
+  Buffer divide_{};
+  int divisor_ = 0;
+};
+
+// ----------------------------------------------------- MpiCommunicator --
+
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string group_name, CommOptions options,
+                                 std::vector<int> world_ranks) {
+  comm_ = duplicate_with_deadline(comm, options.timeout_ms, "creating the MPI communicator of group '" + group_name + "'");
+  // Errors come back as codes, to become a Work's status, instead of MPI's
+  // default of aborting the job from inside the call.
+  MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+  int rank = 0;
+  int size = 1;
+  MPI_Comm_rank(comm_, &rank);
+  MPI_Comm_size(comm_, &size);
+  void* tag_ub = nullptr;
+  int has_tag_ub = 0;
+  MPI_Comm_get_attr(comm_, MPI_TAG_UB, &tag_ub, &has_tag_ub);
+  if (has_tag_ub) tag_upper_bound_ = *static_cast<int*>(tag_ub);
+  state_ = std::make_shared<CommState>("mpi", std::move(group_name), rank, size, std::move(world_ranks),
+                                       std::move(options));
+  watchdog_ = std::make_unique<Watchdog>(state_);
+}
+
+MpiCommunicator::~MpiCommunicator() {
+  watchdog_.reset();  // stop testing requests before the communicator goes
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  // Freeing with abandoned requests pending is allowed: MPI defers it.
+  if (!finalized && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+std::optional<Status> MpiCommunicator::failure() const {
+  if (!state_->failed()) return std::nullopt;
+  return state_->failure();
+}
+
+OpInfo MpiCommunicator::info(OpType op, const Buffer* buffer, int peer, const OpOptions& options) const {
+  OpInfo info;
+  info.op = op;
+  if (buffer) {
+    info.dtype = buffer->dtype;
+    info.count = buffer->count;
+  }
+  info.peer = peer;
+  info.label = std::string(options.label);
+  return info;
+}
+
+std::shared_ptr<Work> MpiCommunicator::precheck(const OpInfo& info, const Status& validation,
+                                                std::initializer_list<const Buffer*> buffers) {
+  if (!validation.ok()) return Work::make_failed(state_, info, validation.code, validation.message);
+  for (const Buffer* b : buffers) {
+    if (b->on_cuda) {
+      return Work::make_failed(state_, info, ErrorCode::invalid_argument,
+                               "the MPI backend moves host memory; CUDA buffers go through NCCL "
+                               "(a ProcessGroup dispatches them)");
+    }
+    if (b->count > INT_MAX) {
+      return Work::make_failed(state_, info, ErrorCode::unsupported,
+                               strformat("%lld elements exceed MPI's int count; split the buffer",
+                                         static_cast<long long>(b->count)));
+    }
+  }
+  if (state_->failed()) {
+    return Work::make_failed(state_, info, ErrorCode::aborted,
+                             "the communicator failed earlier: " + state_->failure().message);
+  }
+  return nullptr;
+}
+
+Status MpiCommunicator::check_peer(const char* role, int peer, int tag) const {
+  Status problem = validate::rank_in_group(role, peer, size());
+  if (problem.ok() && (tag < 0 || tag > tag_upper_bound_)) {
+    problem = Status::error(ErrorCode::invalid_argument,
+                            strformat("tag %d is outside [0, %d] (MPI_TAG_UB)", tag, tag_upper_bound_));
+  }
+  return problem;
+}
+
+std::shared_ptr<MpiCommunicator::MpiWork> MpiCommunicator::make_work(OpInfo info, const OpOptions& options) {
+  const bool p2p = info.op == OpType::send || info.op == OpType::recv || info.op == OpType::batch_p2p;
+  return std::make_shared<MpiWork>(state_, std::move(info), options.timeout_ms, p2p);
+}
+
+std::shared_ptr<Work> MpiCommunicator::launched(const std::shared_ptr<MpiWork>& work, int rc) {
+  if (rc != MPI_SUCCESS) {
+    // The other ranks went ahead: the communicator is out of step from here.
+    work->start_failed("MPI: " + mpi_error_string(rc));
+    state_->set_failed(work->status());
+    return work;
+  }
+  watchdog_->track(work);
+  return work;
+}
+
+// ---------------------------------------------------------- collectives --
+
+std::shared_ptr<Work> MpiCommunicator::all_reduce_async(const Buffer& input, const Buffer& output, ReduceOp op,
+                                                        const OpOptions& options) {
+  OpInfo i = info(OpType::all_reduce, &input, -1, options);
+  if (auto failed = precheck(i, validate::all_reduce(input, output, op), {&input, &output})) return failed;
+  auto work = make_work(std::move(i), options);
+  const void* send = input.data == output.data ? MPI_IN_PLACE : input.data;
+  const int rc = MPI_Iallreduce(send, output.data, static_cast<int>(output.count), types_.datatype(output.dtype),
+                                types_.op(output.dtype, op), comm_, work->add_request());
+  if (op == ReduceOp::avg) work->divide_on_completion(output, size());
+  return launched(work, rc);
+}
+
+std::shared_ptr<Work> MpiCommunicator::all_gather_async(const Buffer& input, const Buffer& output,
+                                                        const OpOptions& options) {
+  OpInfo i = info(OpType::all_gather, &input, -1, options);
+  if (auto failed = precheck(i, validate::all_gather(input, output, size()), {&input, &output})) return failed;
+  auto work = make_work(std::move(i), options);
+  const char* own_slot = static_cast<const char*>(output.data) + static_cast<size_t>(rank()) * input.bytes();
+  const void* send = input.count > 0 && input.data == own_slot ? MPI_IN_PLACE : input.data;
+  const MPI_Datatype type = types_.datatype(input.dtype);
+  const int rc = MPI_Iallgather(send, static_cast<int>(input.count), type, output.data,
+                                static_cast<int>(input.count), type, comm_, work->add_request());
+  return launched(work, rc);
+}
+
+std::shared_ptr<Work> MpiCommunicator::reduce_scatter_async(const Buffer& input, const Buffer& output,
+                                                            ReduceOp op, const OpOptions& options) {
+  OpInfo i = info(OpType::reduce_scatter, &input, -1, options);
+  if (auto failed = precheck(i, validate::reduce_scatter(input, output, op, size()), {&input, &output})) {
+    return failed;
+  }
+  auto work = make_work(std::move(i), options);
+  const void* send = input.data == output.data ? MPI_IN_PLACE : input.data;
+  const int rc = MPI_Ireduce_scatter_block(send, output.data, static_cast<int>(output.count),
+                                           types_.datatype(output.dtype), types_.op(output.dtype, op), comm_,
+                                           work->add_request());
+  if (op == ReduceOp::avg) work->divide_on_completion(output, size());
+  return launched(work, rc);
+}
+
+std::shared_ptr<Work> MpiCommunicator::broadcast_async(const Buffer& buffer, int root, const OpOptions& options) {
+  OpInfo i = info(OpType::broadcast, &buffer, root, options);
+  Status problem = validate::buffer("buffer", buffer);
+  if (problem.ok()) problem = validate::rank_in_group("root", root, size());
+  if (auto failed = precheck(i, problem, {&buffer})) return failed;
+  auto work = make_work(std::move(i), options);
+  const int rc = MPI_Ibcast(buffer.data, static_cast<int>(buffer.count), types_.datatype(buffer.dtype), root, comm_,
+                            work->add_request());
+  return launched(work, rc);
+}
+
+std::shared_ptr<Work> MpiCommunicator::all_to_all_async(const Buffer& input, const Buffer& output,
+                                                        const OpOptions& options) {
+  OpInfo i = info(OpType::all_to_all, &input, -1, options);
+  if (auto failed = precheck(i, validate::all_to_all(input, output, size()), {&input, &output})) return failed;
+  auto work = make_work(std::move(i), options);
+  const int chunk = static_cast<int>(input.count / size());
+  const MPI_Datatype type = types_.datatype(input.dtype);
+  const void* send = input.data == output.data && input.count > 0 ? MPI_IN_PLACE : input.data;
+  const int rc = MPI_Ialltoall(send, chunk, type, output.data, chunk, type, comm_, work->add_request());
+  return launched(work, rc);
+}
+
+std::shared_ptr<Work> MpiCommunicator::barrier_async(const OpOptions& options) {
+  OpInfo i = info(OpType::barrier, nullptr, -1, options);
+  if (auto failed = precheck(i, Status{}, {})) return failed;
+  auto work = make_work(std::move(i), options);
+  return launched(work, MPI_Ibarrier(comm_, work->add_request()));
+}
+
+// ------------------------------------------------------- point to point --
+
+std::shared_ptr<Work> MpiCommunicator::send_async(const Buffer& input, int peer, int tag, const OpOptions& options) {
+  OpInfo i = info(OpType::send, &input, peer, options);
+  Status problem = validate::buffer("input", input);
+  if (problem.ok()) problem = check_peer("peer", peer, tag);
+  if (auto failed = precheck(i, problem, {&input})) return failed;
+  auto work = make_work(std::move(i), options);
+  const int rc = MPI_Isend(input.data, static_cast<int>(input.count), types_.datatype(input.dtype), peer, tag, comm_,
+                           work->add_request());
+  return launched(work, rc);
+}
+
+std::shared_ptr<Work> MpiCommunicator::recv_async(const Buffer& output, int peer, int tag, const OpOptions& options) {
+  OpInfo i = info(OpType::recv, &output, peer, options);
+  Status problem = validate::buffer("output", output);
+  if (problem.ok()) problem = check_peer("peer", peer, tag);
+  if (auto failed = precheck(i, problem, {&output})) return failed;
+  auto work = make_work(std::move(i), options);
+  const MPI_Datatype type = types_.datatype(output.dtype);
+  const int rc = MPI_Irecv(output.data, static_cast<int>(output.count), type, peer, tag, comm_,
+                           work->add_request(true, output.count, type, peer));
+  return launched(work, rc);
+}
+
+std::shared_ptr<Work> MpiCommunicator::batch_p2p_async(std::span<const P2POp> ops, const OpOptions& options) {
+  OpInfo i = info(OpType::batch_p2p, nullptr, -1, options);
+  i.count = static_cast<int64_t>(ops.size());
+  Status problem;
+  std::vector<const Buffer*> buffers;
+  for (const P2POp& op : ops) {
+    if (problem.ok()) problem = validate::buffer(op.kind == P2POp::Kind::send ? "send buffer" : "recv buffer", op.buffer);
+    if (problem.ok()) problem = check_peer("peer", op.peer, op.tag);
+    buffers.push_back(&op.buffer);
+  }
+  if (auto failed = precheck(i, problem, {})) return failed;
+  for (const Buffer* b : buffers) {
+    if (auto failed = precheck(i, Status{}, {b})) return failed;
+  }
+  auto work = make_work(std::move(i), options);
+  for (const P2POp& op : ops) {
+    const MPI_Datatype type = types_.datatype(op.buffer.dtype);
+    const int count = static_cast<int>(op.buffer.count);
+    const int rc = op.kind == P2POp::Kind::send
+                       ? MPI_Isend(op.buffer.data, count, type, op.peer, op.tag, comm_, work->add_request())
+                       : MPI_Irecv(op.buffer.data, count, type, op.peer, op.tag, comm_,
+                                   work->add_request(true, op.buffer.count, type, op.peer));
+    if (rc != MPI_SUCCESS) return launched(work, rc);
+  }
+  return launched(work, MPI_SUCCESS);
+}
+
+}  // namespace accel::comm
