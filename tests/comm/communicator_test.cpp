@@ -69,7 +69,8 @@ TEST_F(MpiCommunicatorTest, ManyInFlightFinishInAnyOrder) {
   std::vector<std::shared_ptr<Work>> works;
   for (int k = 0; k < kOps; ++k) {
     buffers[k].assign(1000 + k, static_cast<float>(k));
-    works.push_back(comm_->all_reduce_async(host_buffer(buffers[k].data(), 1000 + k, DType::f32), ReduceOp::max));
+    const Buffer b = host_buffer(buffers[k].data(), 1000 + k, DType::f32);
+    works.push_back(comm_->all_reduce_async(b, b, ReduceOp::max));
   }
   for (int k = kOps - 1; k >= 0; --k) {
     ASSERT_TRUE(works[k]->wait().ok()) << works[k]->status().message;

@@ -21,10 +21,15 @@ TEST(LowPrecision, EveryBf16AndF16PatternRoundTrips) {
   for (uint32_t bits = 0; bits <= 0xFFFF; ++bits) {
     const uint16_t h = static_cast<uint16_t>(bits);
     const float b = bf16_to_float(h);
-    if (!std::isnan(b)) EXPECT_EQ(float_to_bf16(b), h) << "bf16 " << bits;
+    if (!std::isnan(b)) {
+      EXPECT_EQ(float_to_bf16(b), h) << "bf16 " << bits;
+    }
     const float f = f16_to_float(h);
-    if (!std::isnan(f)) EXPECT_EQ(float_to_f16(f), h) << "f16 " << bits;
-    else EXPECT_TRUE(std::isnan(f16_to_float(float_to_f16(f))));
+    if (std::isnan(f)) {
+      EXPECT_TRUE(std::isnan(f16_to_float(float_to_f16(f))));
+    } else {
+      EXPECT_EQ(float_to_f16(f), h) << "f16 " << bits;
+    }
   }
 }
 
@@ -38,7 +43,9 @@ TEST(LowPrecision, EveryFp8PatternRoundTrips) {
       EXPECT_EQ(float_to_e4m3(a), v) << "e4m3 " << bits;
     }
     const float b = e5m2_to_float(v);
-    if (!std::isnan(b)) EXPECT_EQ(float_to_e5m2(b), v) << "e5m2 " << bits;
+    if (!std::isnan(b)) {
+      EXPECT_EQ(float_to_e5m2(b), v) << "e5m2 " << bits;
+    }
   }
 }
 
