@@ -144,6 +144,13 @@ po::options_description run_options(RunConfig& c, RawStrings& raw) {
        po::value(&c.grad_scaler.growth_interval)->default_value(c.grad_scaler.growth_interval),
        "finite steps between growths");
 
+  po::options_description autocast("AutocastKwargs ([autocast] in --config)");
+  autocast.add_options()
+      ("autocast.enabled", po::value(&c.autocast.enabled)->default_value(c.autocast.enabled),
+       "run the forward under autocast when --mixed-precision is bf16/fp16")
+      ("autocast.cache_enabled", po::value(&c.autocast.cache_enabled)->default_value(c.autocast.cache_enabled),
+       "cache weight casts within an autocast region");
+
   po::options_description io("Checkpoints and metrics");
   io.add_options()
       ("save", po::value(&c.save_dir)->value_name("DIR"),
@@ -156,7 +163,7 @@ po::options_description run_options(RunConfig& c, RawStrings& raw) {
        "append one JSON line per optimizer step (rank 0)");
 
   po::options_description all("accel-host options");
-  all.add(general).add(model).add(data).add(train).add(scaler).add(io);
+  all.add(general).add(model).add(data).add(train).add(autocast).add(scaler).add(io);
   return all;
 }
 

@@ -27,6 +27,12 @@ struct GradScalerOptions {
   int64_t growth_interval = 2000;
 };
 
+// AutocastKwargs: how --mixed-precision's autocast behaves.
+struct AutocastOptions {
+  bool enabled = true;        // false: the forward runs in fp32 whatever --mixed-precision says
+  bool cache_enabled = true;  // torch's cache of weight casts inside one autocast region
+};
+
 struct OptimizerOptions {
   double lr = 1e-3;
   double min_lr = 0.0;
@@ -58,6 +64,7 @@ struct RunConfig {
   uint64_t seed = 1234;
   OptimizerOptions optimizer;
   MixedPrecision mixed_precision = MixedPrecision::no;
+  AutocastOptions autocast;
   GradScalerOptions grad_scaler;
 
   std::string save_dir;

@@ -13,8 +13,11 @@ Status invalid(std::string message) { return Status::error(ErrorCode::invalid_ar
 }  // namespace
 
 Status buffer(const char* role, const Buffer& b) {
-  if (!dtype_valid(b.dtype)) return invalid(strformat("%s has an invalid dtype (%d)", role, static_cast<int>(b.dtype)));
-  if (b.count < 0) return invalid(strformat("%s has a negative element count (%lld)", role, static_cast<long long>(b.count)));
+  if (!dtype_valid(b.dtype))
+    return invalid(strformat("%s has an invalid dtype (%d)", role, static_cast<int>(b.dtype)));
+  if (b.count < 0)
+    return invalid(
+        strformat("%s has a negative element count (%lld)", role, static_cast<long long>(b.count)));
   if (b.count > 0 && b.data == nullptr) {
     return invalid(strformat("%s is NULL but has %lld elements", role, static_cast<long long>(b.count)));
   }
@@ -35,7 +38,8 @@ Status reduction(ReduceOp op, DType dtype) {
 
 Status same_kind(const Buffer& a, const Buffer& b) {
   if (a.dtype != b.dtype) {
-    return invalid(strformat("input dtype %s differs from output dtype %s", dtype_name(a.dtype), dtype_name(b.dtype)));
+    return invalid(
+        strformat("input dtype %s differs from output dtype %s", dtype_name(a.dtype), dtype_name(b.dtype)));
   }
   if (a.on_cuda != b.on_cuda || (a.on_cuda && a.device != b.device)) {
     return invalid("input and output are on different devices");
@@ -50,7 +54,7 @@ Status all_reduce(const Buffer& input, const Buffer& output, ReduceOp op) {
   if (problem.ok()) problem = reduction(op, input.dtype);
   if (problem.ok() && input.count != output.count) {
     problem = invalid(strformat("output has %lld elements, input %lld (they must be equal)",
-                        static_cast<long long>(output.count), static_cast<long long>(input.count)));
+                                static_cast<long long>(output.count), static_cast<long long>(input.count)));
   }
   return problem;
 }
@@ -60,9 +64,10 @@ Status all_gather(const Buffer& input, const Buffer& output, int size) {
   if (problem.ok()) problem = buffer("output", output);
   if (problem.ok()) problem = same_kind(input, output);
   if (problem.ok() && output.count != input.count * size) {
-    problem = invalid(strformat("output has %lld elements; all_gather needs group size (%d) x input (%lld) = %lld",
-                        static_cast<long long>(output.count), size, static_cast<long long>(input.count),
-                        static_cast<long long>(input.count * size)));
+    problem =
+        invalid(strformat("output has %lld elements; all_gather needs group size (%d) x input (%lld) = %lld",
+                          static_cast<long long>(output.count), size, static_cast<long long>(input.count),
+                          static_cast<long long>(input.count * size)));
   }
   return problem;
 }
@@ -73,10 +78,11 @@ Status reduce_scatter(const Buffer& input, const Buffer& output, ReduceOp op, in
   if (problem.ok()) problem = same_kind(input, output);
   if (problem.ok()) problem = reduction(op, input.dtype);
   if (problem.ok() && input.count != output.count * size) {
-    problem = invalid(strformat("input has %lld elements; reduce_scatter needs group size (%d) x output (%lld) = %lld "
-                        "(pad the input to a multiple of the group size)",
-                        static_cast<long long>(input.count), size, static_cast<long long>(output.count),
-                        static_cast<long long>(output.count * size)));
+    problem = invalid(
+        strformat("input has %lld elements; reduce_scatter needs group size (%d) x output (%lld) = %lld "
+                  "(pad the input to a multiple of the group size)",
+                  static_cast<long long>(input.count), size, static_cast<long long>(output.count),
+                  static_cast<long long>(output.count * size)));
   }
   return problem;
 }
@@ -87,17 +93,18 @@ Status all_to_all(const Buffer& input, const Buffer& output, int size) {
   if (problem.ok()) problem = same_kind(input, output);
   if (problem.ok() && input.count != output.count) {
     problem = invalid(strformat("output has %lld elements, input %lld (they must be equal)",
-                        static_cast<long long>(output.count), static_cast<long long>(input.count)));
+                                static_cast<long long>(output.count), static_cast<long long>(input.count)));
   }
   if (problem.ok() && input.count % size != 0) {
     problem = invalid(strformat("%lld elements do not split into group size (%d) equal chunks",
-                        static_cast<long long>(input.count), size));
+                                static_cast<long long>(input.count), size));
   }
   return problem;
 }
 
 Status rank_in_group(const char* role, int rank, int size) {
-  if (rank < 0 || rank >= size) return invalid(strformat("%s %d is not a rank of this group (size %d)", role, rank, size));
+  if (rank < 0 || rank >= size)
+    return invalid(strformat("%s %d is not a rank of this group (size %d)", role, rank, size));
   return Status{};
 }
 

@@ -74,7 +74,8 @@ class Communicator {
   virtual std::shared_ptr<Work> recv_async(const Buffer& output, int peer, int tag,
                                            const OpOptions& options = {}) = 0;
   // One Work for the whole batch; every buffer on the same kind of device.
-  virtual std::shared_ptr<Work> batch_p2p_async(std::span<const P2POp> ops, const OpOptions& options = {}) = 0;
+  virtual std::shared_ptr<Work> batch_p2p_async(std::span<const P2POp> ops,
+                                                const OpOptions& options = {}) = 0;
   virtual std::shared_ptr<Work> barrier_async(const OpOptions& options = {}) = 0;
 
   // ----------------------------------------------------- synchronous forms --
@@ -89,7 +90,8 @@ class Communicator {
   Status all_gather(const Buffer& input, const Buffer& output, const OpOptions& options = {}) {
     return all_gather_async(input, output, options)->wait();
   }
-  Status reduce_scatter(const Buffer& input, const Buffer& output, ReduceOp op, const OpOptions& options = {}) {
+  Status reduce_scatter(const Buffer& input, const Buffer& output, ReduceOp op,
+                        const OpOptions& options = {}) {
     return reduce_scatter_async(input, output, op, options)->wait();
   }
   Status broadcast(const Buffer& buffer, int root, const OpOptions& options = {}) {

@@ -14,25 +14,38 @@ namespace accel::comm {
 
 const char* op_name(OpType op) {
   switch (op) {
-    case OpType::all_reduce: return "all_reduce";
-    case OpType::all_gather: return "all_gather";
-    case OpType::reduce_scatter: return "reduce_scatter";
-    case OpType::broadcast: return "broadcast";
-    case OpType::all_to_all: return "all_to_all";
-    case OpType::send: return "send";
-    case OpType::recv: return "recv";
-    case OpType::batch_p2p: return "batch_p2p";
-    case OpType::barrier: return "barrier";
+    case OpType::all_reduce:
+      return "all_reduce";
+    case OpType::all_gather:
+      return "all_gather";
+    case OpType::reduce_scatter:
+      return "reduce_scatter";
+    case OpType::broadcast:
+      return "broadcast";
+    case OpType::all_to_all:
+      return "all_to_all";
+    case OpType::send:
+      return "send";
+    case OpType::recv:
+      return "recv";
+    case OpType::batch_p2p:
+      return "batch_p2p";
+    case OpType::barrier:
+      return "barrier";
   }
   return "invalid";
 }
 
 const char* op_state_name(OpState state) {
   switch (state) {
-    case OpState::issued: return "PENDING";
-    case OpState::completed: return "completed";
-    case OpState::failed: return "FAILED";
-    case OpState::timed_out: return "TIMED_OUT";
+    case OpState::issued:
+      return "PENDING";
+    case OpState::completed:
+      return "completed";
+    case OpState::failed:
+      return "FAILED";
+    case OpState::timed_out:
+      return "TIMED_OUT";
   }
   return "invalid";
 }

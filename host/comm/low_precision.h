@@ -48,8 +48,7 @@ inline float f16_to_float(uint16_t h) {
   const float normalized = float_of((two_w >> 4) + (0xE0u << 23)) * 0x1.0p-112f;
   // Subnormals: build 0.5 + m * 2^-24 and subtract the 0.5.
   const float denormalized = float_of((two_w >> 17) | (126u << 23)) - 0.5f;
-  const uint32_t result =
-      sign | (two_w < (1u << 27) ? bits_of(denormalized) : bits_of(normalized));
+  const uint32_t result = sign | (two_w < (1u << 27) ? bits_of(denormalized) : bits_of(normalized));
   return float_of(result);
 }
 

@@ -35,9 +35,10 @@ void wait_with_deadline(MPI_Request* request, int64_t timeout_ms, const std::str
     const auto now = SteadyClock::now();
     if (now >= deadline) {
       // The pending request cannot be withdrawn; the run is ending anyway.
-      throw CommError(ErrorCode::timeout,
-                      strformat("%s did not complete within %lld ms: a rank of the communicator did not take part",
-                                what.c_str(), static_cast<long long>(timeout_ms)));
+      throw CommError(
+          ErrorCode::timeout,
+          strformat("%s did not complete within %lld ms: a rank of the communicator did not take part",
+                    what.c_str(), static_cast<long long>(timeout_ms)));
     }
     if (now - start < std::chrono::milliseconds(100)) {
       std::this_thread::yield();
@@ -52,7 +53,8 @@ MPI_Comm duplicate_with_deadline(MPI_Comm comm, int64_t timeout_ms, const std::s
   MPI_Comm dup = MPI_COMM_NULL;
   MPI_Request request = MPI_REQUEST_NULL;
   const int rc = MPI_Comm_idup(comm, &dup, &request);
-  if (rc != MPI_SUCCESS) throw CommError(ErrorCode::internal, what + ": MPI_Comm_idup: " + mpi_error_string(rc));
+  if (rc != MPI_SUCCESS)
+    throw CommError(ErrorCode::internal, what + ": MPI_Comm_idup: " + mpi_error_string(rc));
   wait_with_deadline(&request, timeout_ms, what);
   return dup;
 }
@@ -152,10 +154,18 @@ class MpiCommunicator::MpiWork final : public Work {
 
 MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string group_name, CommOptions options,
                                  std::vector<int> world_ranks) {
-  comm_ = duplicate_with_deadline(comm, options.timeout_ms, "creating the MPI communicator of group '" + group_name + "'");
+  comm_ = duplicate_with_deadline(comm, options.timeout_ms,
+                                  "creating the MPI communicator of group '" + group_name + "'");
   // Errors come back as codes, to become a Work's status, instead of MPI's
   // default of aborting the job from inside the call.
   MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+  try {
+    ring_comm_ = duplicate_with_deadline(comm_, options.timeout_ms,
+                                         "creating the ring communicator of group '" + group_name + "'");
+  } catch (...) {
+    MPI_Comm_free(&comm_);
+    throw;
+  }
   int rank = 0;
   int size = 1;
   MPI_Comm_rank(comm_, &rank);
@@ -174,6 +184,7 @@ MpiCommunicator::~MpiCommunicator() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   // Freeing with abandoned requests pending is allowed: MPI defers it.
+  if (!finalized && ring_comm_ != MPI_COMM_NULL) MPI_Comm_free(&ring_comm_);
   if (!finalized && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
 }
 
@@ -243,14 +254,31 @@ std::shared_ptr<Work> MpiCommunicator::launched(const std::shared_ptr<MpiWork>& 
 
 // ---------------------------------------------------------- collectives --
 
-std::shared_ptr<Work> MpiCommunicator::all_reduce_async(const Buffer& input, const Buffer& output, ReduceOp op,
-                                                        const OpOptions& options) {
+std::shared_ptr<Work> MpiCommunicator::all_reduce_async(const Buffer& input, const Buffer& output,
+                                                        ReduceOp op, const OpOptions& options) {
   OpInfo i = info(OpType::all_reduce, &input, -1, options);
   if (auto failed = precheck(i, validate::all_reduce(input, output, op), {&input, &output})) return failed;
+  if (size() > 1 && output.count >= size() && output.bytes() >= state_->options().ring_all_reduce_min_bytes) {
+    RingPlan plan;
+    plan.comm = ring_comm_;
+    plan.type = types_.datatype(output.dtype);
+    plan.tag = static_cast<int>(rings_started_++ % (static_cast<uint64_t>(tag_upper_bound_) + 1));
+    plan.rank = rank();
+    plan.size = size();
+    std::shared_ptr<Work> ring =
+        start_ring_all_reduce(state_, std::move(i), options.timeout_ms, plan, input, output, op, scratch_);
+    if (ring->finished()) {
+      state_->set_failed(ring->status());  // the others went ahead
+    } else {
+      watchdog_->track(ring);
+    }
+    return ring;
+  }
   auto work = make_work(std::move(i), options);
   const void* send = input.data == output.data ? MPI_IN_PLACE : input.data;
-  const int rc = MPI_Iallreduce(send, output.data, static_cast<int>(output.count), types_.datatype(output.dtype),
-                                types_.op(output.dtype, op), comm_, work->add_request());
+  const int rc =
+      MPI_Iallreduce(send, output.data, static_cast<int>(output.count), types_.datatype(output.dtype),
+                     types_.op(output.dtype, op), comm_, work->add_request());
   if (op == ReduceOp::avg) work->divide_on_completion(output, size());
   return launched(work, rc);
 }
@@ -258,7 +286,8 @@ std::shared_ptr<Work> MpiCommunicator::all_reduce_async(const Buffer& input, con
 std::shared_ptr<Work> MpiCommunicator::all_gather_async(const Buffer& input, const Buffer& output,
                                                         const OpOptions& options) {
   OpInfo i = info(OpType::all_gather, &input, -1, options);
-  if (auto failed = precheck(i, validate::all_gather(input, output, size()), {&input, &output})) return failed;
+  if (auto failed = precheck(i, validate::all_gather(input, output, size()), {&input, &output}))
+    return failed;
   auto work = make_work(std::move(i), options);
   const char* own_slot = static_cast<const char*>(output.data) + static_cast<size_t>(rank()) * input.bytes();
   const void* send = input.count > 0 && input.data == own_slot ? MPI_IN_PLACE : input.data;
@@ -283,21 +312,23 @@ std::shared_ptr<Work> MpiCommunicator::reduce_scatter_async(const Buffer& input,
   return launched(work, rc);
 }
 
-std::shared_ptr<Work> MpiCommunicator::broadcast_async(const Buffer& buffer, int root, const OpOptions& options) {
+std::shared_ptr<Work> MpiCommunicator::broadcast_async(const Buffer& buffer, int root,
+                                                       const OpOptions& options) {
   OpInfo i = info(OpType::broadcast, &buffer, root, options);
   Status problem = validate::buffer("buffer", buffer);
   if (problem.ok()) problem = validate::rank_in_group("root", root, size());
   if (auto failed = precheck(i, problem, {&buffer})) return failed;
   auto work = make_work(std::move(i), options);
-  const int rc = MPI_Ibcast(buffer.data, static_cast<int>(buffer.count), types_.datatype(buffer.dtype), root, comm_,
-                            work->add_request());
+  const int rc = MPI_Ibcast(buffer.data, static_cast<int>(buffer.count), types_.datatype(buffer.dtype), root,
+                            comm_, work->add_request());
   return launched(work, rc);
 }
 
 std::shared_ptr<Work> MpiCommunicator::all_to_all_async(const Buffer& input, const Buffer& output,
                                                         const OpOptions& options) {
   OpInfo i = info(OpType::all_to_all, &input, -1, options);
-  if (auto failed = precheck(i, validate::all_to_all(input, output, size()), {&input, &output})) return failed;
+  if (auto failed = precheck(i, validate::all_to_all(input, output, size()), {&input, &output}))
+    return failed;
   auto work = make_work(std::move(i), options);
   const int chunk = static_cast<int>(input.count / size());
   const MPI_Datatype type = types_.datatype(input.dtype);
@@ -315,18 +346,20 @@ std::shared_ptr<Work> MpiCommunicator::barrier_async(const OpOptions& options) {
 
 // ------------------------------------------------------- point to point --
 
-std::shared_ptr<Work> MpiCommunicator::send_async(const Buffer& input, int peer, int tag, const OpOptions& options) {
+std::shared_ptr<Work> MpiCommunicator::send_async(const Buffer& input, int peer, int tag,
+                                                  const OpOptions& options) {
   OpInfo i = info(OpType::send, &input, peer, options);
   Status problem = validate::buffer("input", input);
   if (problem.ok()) problem = check_peer("peer", peer, tag);
   if (auto failed = precheck(i, problem, {&input})) return failed;
   auto work = make_work(std::move(i), options);
-  const int rc = MPI_Isend(input.data, static_cast<int>(input.count), types_.datatype(input.dtype), peer, tag, comm_,
-                           work->add_request());
+  const int rc = MPI_Isend(input.data, static_cast<int>(input.count), types_.datatype(input.dtype), peer, tag,
+                           comm_, work->add_request());
   return launched(work, rc);
 }
 
-std::shared_ptr<Work> MpiCommunicator::recv_async(const Buffer& output, int peer, int tag, const OpOptions& options) {
+std::shared_ptr<Work> MpiCommunicator::recv_async(const Buffer& output, int peer, int tag,
+                                                  const OpOptions& options) {
   OpInfo i = info(OpType::recv, &output, peer, options);
   Status problem = validate::buffer("output", output);
   if (problem.ok()) problem = check_peer("peer", peer, tag);
@@ -344,7 +377,8 @@ std::shared_ptr<Work> MpiCommunicator::batch_p2p_async(std::span<const P2POp> op
   Status problem;
   std::vector<const Buffer*> buffers;
   for (const P2POp& op : ops) {
-    if (problem.ok()) problem = validate::buffer(op.kind == P2POp::Kind::send ? "send buffer" : "recv buffer", op.buffer);
+    if (problem.ok())
+      problem = validate::buffer(op.kind == P2POp::Kind::send ? "send buffer" : "recv buffer", op.buffer);
     if (problem.ok()) problem = check_peer("peer", op.peer, op.tag);
     buffers.push_back(&op.buffer);
   }

@@ -3,8 +3,10 @@
 // (MPI_Iallreduce, MPI_Ireduce_scatter_block, MPI_Isend, ...) whose request
 // a Work polls with MPI_Test until it completes or its deadline passes, so no
 // call here blocks without a deadline (MPI_Wait could block forever on a
-// dead or absent peer). f16, bf16 and FP8 reduce through the operators of
-// mpi_datatypes.h; avg is sum followed by a division on completion.
+// dead or absent peer). A large all_reduce runs as a ring of non-blocking
+// point-to-point steps instead (ring_all_reduce.h). f16, bf16 and FP8 reduce
+// through the operators of mpi_datatypes.h; avg is sum followed by a
+// division.
 //
 // After a timeout MPI gives no way to withdraw a pending collective (freeing
 // its request is erroneous), so it is abandoned and the communicator is
@@ -24,6 +26,7 @@
 
 #include "host/comm/communicator.h"
 #include "host/comm/mpi_datatypes.h"
+#include "host/comm/ring_all_reduce.h"
 #include "host/comm/watchdog.h"
 
 namespace accel::comm {
@@ -34,7 +37,8 @@ class MpiCommunicator final : public Communicator {
   // throws CommError on failure or timeout). `group_name` and `world_ranks`
   // (world rank of each rank of `comm`; empty when `comm` is the world) only
   // serve messages and the flight recorder.
-  MpiCommunicator(MPI_Comm comm, std::string group_name, CommOptions options, std::vector<int> world_ranks = {});
+  MpiCommunicator(MPI_Comm comm, std::string group_name, CommOptions options,
+                  std::vector<int> world_ranks = {});
   ~MpiCommunicator() override;
 
   int rank() const override { return state_->rank(); }
@@ -52,11 +56,14 @@ class MpiCommunicator final : public Communicator {
                                          const OpOptions& options = {}) override;
   std::shared_ptr<Work> reduce_scatter_async(const Buffer& input, const Buffer& output, ReduceOp op,
                                              const OpOptions& options = {}) override;
-  std::shared_ptr<Work> broadcast_async(const Buffer& buffer, int root, const OpOptions& options = {}) override;
+  std::shared_ptr<Work> broadcast_async(const Buffer& buffer, int root,
+                                        const OpOptions& options = {}) override;
   std::shared_ptr<Work> all_to_all_async(const Buffer& input, const Buffer& output,
                                          const OpOptions& options = {}) override;
-  std::shared_ptr<Work> send_async(const Buffer& input, int peer, int tag, const OpOptions& options = {}) override;
-  std::shared_ptr<Work> recv_async(const Buffer& output, int peer, int tag, const OpOptions& options = {}) override;
+  std::shared_ptr<Work> send_async(const Buffer& input, int peer, int tag,
+                                   const OpOptions& options = {}) override;
+  std::shared_ptr<Work> recv_async(const Buffer& output, int peer, int tag,
+                                   const OpOptions& options = {}) override;
   std::shared_ptr<Work> batch_p2p_async(std::span<const P2POp> ops, const OpOptions& options = {}) override;
   std::shared_ptr<Work> barrier_async(const OpOptions& options = {}) override;
 
@@ -74,6 +81,9 @@ class MpiCommunicator final : public Communicator {
   OpInfo info(OpType op, const Buffer* buffer, int peer, const OpOptions& options) const;
 
   MPI_Comm comm_ = MPI_COMM_NULL;
+  MPI_Comm ring_comm_ = MPI_COMM_NULL;  // the ring all_reduce's own traffic
+  uint64_t rings_started_ = 0;          // the same on every rank: ring tags
+  std::shared_ptr<ScratchPool> scratch_ = std::make_shared<ScratchPool>();
   int tag_upper_bound_ = 32767;  // MPI_TAG_UB, at least 32767 by the standard
   MpiTypeTable types_;
   std::shared_ptr<CommState> state_;

@@ -4,7 +4,9 @@
 // without a global; making it part of the function's type needs none.
 #include "host/comm/mpi_datatypes.h"
 
+#include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "host/comm/low_precision.h"
 
@@ -62,12 +64,60 @@ void divide_native(void* data, int64_t count, int divisor) {
   for (int64_t i = 0; i < count; ++i) p[i] /= d;
 }
 
+// MPI's predefined operators on native types, as Open MPI computes them
+// (ompi/mca/op/base: out = out > in ? out : in). Integers add in unsigned
+// arithmetic: wrap-around like MPI's, without signed-overflow UB.
+template <class T>
+void native_reduce(const void* in, void* inout, int64_t count, ReduceOp op) {
+  const T* a = static_cast<const T*>(in);
+  T* b = static_cast<T*>(inout);
+  switch (op) {
+    case ReduceOp::sum:
+    case ReduceOp::avg:
+      if constexpr (std::is_integral_v<T>) {
+        using U = std::make_unsigned_t<T>;
+        for (int64_t i = 0; i < count; ++i) b[i] = static_cast<T>(static_cast<U>(b[i]) + static_cast<U>(a[i]));
+      } else {
+        for (int64_t i = 0; i < count; ++i) b[i] += a[i];
+      }
+      break;
+    case ReduceOp::max:
+      for (int64_t i = 0; i < count; ++i) b[i] = b[i] > a[i] ? b[i] : a[i];
+      break;
+    case ReduceOp::min:
+      for (int64_t i = 0; i < count; ++i) b[i] = b[i] < a[i] ? b[i] : a[i];
+      break;
+  }
+}
+
+// The user operators take an int length: large chunks go in int-sized runs.
+template <class Codec>
+void codec_reduce(const void* in, void* inout, int64_t count, ReduceOp op) {
+  using T = typename Codec::Storage;
+  const T* a = static_cast<const T*>(in);
+  T* b = static_cast<T*>(inout);
+  for (int64_t done = 0; done < count;) {
+    int len = static_cast<int>(std::min<int64_t>(count - done, 1 << 30));
+    void* src = const_cast<T*>(a + done);
+    switch (op) {
+      case ReduceOp::sum:
+      case ReduceOp::avg: sum_fn<Codec>(src, b + done, &len, nullptr); break;
+      case ReduceOp::max: select_fn<Codec, Max>(src, b + done, &len, nullptr); break;
+      case ReduceOp::min: select_fn<Codec, Min>(src, b + done, &len, nullptr); break;
+    }
+    done += len;
+  }
+}
+
 size_t op_slot(ReduceOp op) {
   switch (op) {
     case ReduceOp::sum:
-    case ReduceOp::avg: return 0;
-    case ReduceOp::max: return 1;
-    case ReduceOp::min: return 2;
+    case ReduceOp::avg:
+      return 0;
+    case ReduceOp::max:
+      return 1;
+    case ReduceOp::min:
+      return 2;
   }
   return 0;
 }
@@ -131,13 +181,41 @@ MPI_Op MpiTypeTable::op(DType dtype, ReduceOp op) const {
 
 void divide_in_place(void* data, int64_t count, DType dtype, int divisor) {
   switch (dtype) {
-    case DType::f32: divide_native<float>(data, count, divisor); break;
-    case DType::f64: divide_native<double>(data, count, divisor); break;
-    case DType::f16: divide_codec<lowp::F16>(data, count, divisor); break;
-    case DType::bf16: divide_codec<lowp::BF16>(data, count, divisor); break;
-    case DType::f8_e4m3: divide_codec<lowp::E4M3>(data, count, divisor); break;
-    case DType::f8_e5m2: divide_codec<lowp::E5M2>(data, count, divisor); break;
-    default: break;  // integers: avg is rejected before any operation starts
+    case DType::f32:
+      divide_native<float>(data, count, divisor);
+      break;
+    case DType::f64:
+      divide_native<double>(data, count, divisor);
+      break;
+    case DType::f16:
+      divide_codec<lowp::F16>(data, count, divisor);
+      break;
+    case DType::bf16:
+      divide_codec<lowp::BF16>(data, count, divisor);
+      break;
+    case DType::f8_e4m3:
+      divide_codec<lowp::E4M3>(data, count, divisor);
+      break;
+    case DType::f8_e5m2:
+      divide_codec<lowp::E5M2>(data, count, divisor);
+      break;
+    default:
+      break;  // integers: avg is rejected before any operation starts
+  }
+}
+
+void reduce_local(const void* in, void* inout, int64_t count, DType dtype, ReduceOp op) {
+  switch (dtype) {
+    case DType::f32: native_reduce<float>(in, inout, count, op); break;
+    case DType::f64: native_reduce<double>(in, inout, count, op); break;
+    case DType::i8: native_reduce<int8_t>(in, inout, count, op); break;
+    case DType::u8: native_reduce<uint8_t>(in, inout, count, op); break;
+    case DType::i32: native_reduce<int32_t>(in, inout, count, op); break;
+    case DType::i64: native_reduce<int64_t>(in, inout, count, op); break;
+    case DType::f16: codec_reduce<lowp::F16>(in, inout, count, op); break;
+    case DType::bf16: codec_reduce<lowp::BF16>(in, inout, count, op); break;
+    case DType::f8_e4m3: codec_reduce<lowp::E4M3>(in, inout, count, op); break;
+    case DType::f8_e5m2: codec_reduce<lowp::E5M2>(in, inout, count, op); break;
   }
 }
 

@@ -45,4 +45,9 @@ class MpiTypeTable {
 // Floating-point dtypes only.
 void divide_in_place(void* data, int64_t count, DType dtype, int divisor);
 
+// inout[i] = in[i] op inout[i] for `count` elements, exactly as the MPI
+// operators of MpiTypeTable combine (avg combines as sum): the ring
+// all_reduce reduces locally with it, so both paths round alike.
+void reduce_local(const void* in, void* inout, int64_t count, DType dtype, ReduceOp op);
+
 }  // namespace accel::comm

@@ -18,7 +18,9 @@
 namespace accel::comm {
 namespace {
 
-std::string cuda_error(cudaError_t e) { return std::string(cudaGetErrorName(e)) + " (" + cudaGetErrorString(e) + ")"; }
+std::string cuda_error(cudaError_t e) {
+  return std::string(cudaGetErrorName(e)) + " (" + cudaGetErrorString(e) + ")";
+}
 
 void check_cuda(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw CommError(ErrorCode::internal, std::string(what) + ": " + cuda_error(e));
@@ -26,26 +28,40 @@ void check_cuda(cudaError_t e, const char* what) {
 
 ncclDataType_t nccl_type(DType dtype) {
   switch (dtype) {
-    case DType::f32: return ncclFloat32;
-    case DType::f64: return ncclFloat64;
-    case DType::f16: return ncclFloat16;
-    case DType::bf16: return ncclBfloat16;
-    case DType::i8: return ncclInt8;
-    case DType::u8: return ncclUint8;
-    case DType::i32: return ncclInt32;
-    case DType::i64: return ncclInt64;
-    case DType::f8_e4m3: return ncclFloat8e4m3;
-    case DType::f8_e5m2: return ncclFloat8e5m2;
+    case DType::f32:
+      return ncclFloat32;
+    case DType::f64:
+      return ncclFloat64;
+    case DType::f16:
+      return ncclFloat16;
+    case DType::bf16:
+      return ncclBfloat16;
+    case DType::i8:
+      return ncclInt8;
+    case DType::u8:
+      return ncclUint8;
+    case DType::i32:
+      return ncclInt32;
+    case DType::i64:
+      return ncclInt64;
+    case DType::f8_e4m3:
+      return ncclFloat8e4m3;
+    case DType::f8_e5m2:
+      return ncclFloat8e5m2;
   }
   return ncclFloat32;
 }
 
 ncclRedOp_t nccl_op(ReduceOp op) {
   switch (op) {
-    case ReduceOp::sum: return ncclSum;
-    case ReduceOp::avg: return ncclAvg;
-    case ReduceOp::max: return ncclMax;
-    case ReduceOp::min: return ncclMin;
+    case ReduceOp::sum:
+      return ncclSum;
+    case ReduceOp::avg:
+      return ncclAvg;
+    case ReduceOp::max:
+      return ncclMax;
+    case ReduceOp::min:
+      return ncclMin;
   }
   return ncclSum;
 }
@@ -89,8 +105,8 @@ ncclResult_t settle(ncclComm_t comm, ncclResult_t result, SteadyClock::time_poin
 
 class NcclWork final : public Work {
  public:
-  NcclWork(std::shared_ptr<CommState> state, OpInfo info, int64_t timeout_ms, std::shared_ptr<NcclHandle> handle,
-           cudaEvent_t done)
+  NcclWork(std::shared_ptr<CommState> state, OpInfo info, int64_t timeout_ms,
+           std::shared_ptr<NcclHandle> handle, cudaEvent_t done)
       : Work(std::move(state), std::move(info), timeout_ms), handle_(std::move(handle)), done_(done) {}
   ~NcclWork() override { cudaEventDestroy(done_); }
 
@@ -99,7 +115,8 @@ class NcclWork final : public Work {
   Status wait_stream(void* cuda_stream) override {
     if (finished()) return status();
     const cudaError_t e = cudaStreamWaitEvent(static_cast<cudaStream_t>(cuda_stream), done_, 0);
-    if (e != cudaSuccess) return Status::error(ErrorCode::internal, describe() + ": cudaStreamWaitEvent: " + cuda_error(e));
+    if (e != cudaSuccess)
+      return Status::error(ErrorCode::internal, describe() + ": cudaStreamWaitEvent: " + cuda_error(e));
     return Status{};  // the watchdog still enforces the deadline
   }
 
@@ -131,7 +148,8 @@ class NcclCommunicator final : public Communicator {
                    std::shared_ptr<CommState> state)
       : handle_(std::move(handle)), stream_(stream), scratch_(scratch), state_(std::move(state)) {
     std::shared_ptr<NcclHandle> h = handle_;
-    watchdog_ = std::make_unique<Watchdog>(state_, [h] { return h->async_error(); }, [h] { h->abort(); });
+    watchdog_ = std::make_unique<Watchdog>(
+        state_, [h] { return h->async_error(); }, [h] { h->abort(); });
   }
 
   ~NcclCommunicator() override {
@@ -163,23 +181,25 @@ class NcclCommunicator final : public Communicator {
 
   std::shared_ptr<Work> all_reduce_async(const Buffer& in, const Buffer& out, ReduceOp op,
                                          const OpOptions& o) override {
-    return launch(info(OpType::all_reduce, &in, -1, o), validate::all_reduce(in, out, op), {&in, &out}, o, [&] {
-      return ncclAllReduce(in.data, out.data, static_cast<size_t>(in.count), nccl_type(in.dtype), nccl_op(op),
-                           handle_->comm, stream_);
-    });
+    return launch(info(OpType::all_reduce, &in, -1, o), validate::all_reduce(in, out, op), {&in, &out}, o,
+                  [&] {
+                    return ncclAllReduce(in.data, out.data, static_cast<size_t>(in.count),
+                                         nccl_type(in.dtype), nccl_op(op), handle_->comm, stream_);
+                  });
   }
   std::shared_ptr<Work> all_gather_async(const Buffer& in, const Buffer& out, const OpOptions& o) override {
-    return launch(info(OpType::all_gather, &in, -1, o), validate::all_gather(in, out, size()), {&in, &out}, o, [&] {
-      return ncclAllGather(in.data, out.data, static_cast<size_t>(in.count), nccl_type(in.dtype), handle_->comm,
-                           stream_);
-    });
+    return launch(info(OpType::all_gather, &in, -1, o), validate::all_gather(in, out, size()), {&in, &out}, o,
+                  [&] {
+                    return ncclAllGather(in.data, out.data, static_cast<size_t>(in.count),
+                                         nccl_type(in.dtype), handle_->comm, stream_);
+                  });
   }
   std::shared_ptr<Work> reduce_scatter_async(const Buffer& in, const Buffer& out, ReduceOp op,
                                              const OpOptions& o) override {
     return launch(info(OpType::reduce_scatter, &in, -1, o), validate::reduce_scatter(in, out, op, size()),
                   {&in, &out}, o, [&] {
-                    return ncclReduceScatter(in.data, out.data, static_cast<size_t>(out.count), nccl_type(in.dtype),
-                                             nccl_op(op), handle_->comm, stream_);
+                    return ncclReduceScatter(in.data, out.data, static_cast<size_t>(out.count),
+                                             nccl_type(in.dtype), nccl_op(op), handle_->comm, stream_);
                   });
   }
   std::shared_ptr<Work> broadcast_async(const Buffer& buf, int root, const OpOptions& o) override {
@@ -193,7 +213,8 @@ class NcclCommunicator final : public Communicator {
   std::shared_ptr<Work> all_to_all_async(const Buffer& in, const Buffer& out, const OpOptions& o) override {
     Status problem = validate::all_to_all(in, out, size());
     if (problem.ok() && in.data == out.data && in.count > 0) {
-      problem = Status::error(ErrorCode::unsupported, "in-place all_to_all is not supported by the NCCL backend");
+      problem =
+          Status::error(ErrorCode::unsupported, "in-place all_to_all is not supported by the NCCL backend");
     }
     return launch(info(OpType::all_to_all, &in, -1, o), problem, {&in, &out}, o, [&] {
       const size_t chunk = static_cast<size_t>(in.count / size());
@@ -202,8 +223,8 @@ class NcclCommunicator final : public Communicator {
       for (int peer = 0; peer < size(); ++peer) {
         ncclSend(static_cast<const char*>(in.data) + peer * chunk_bytes, chunk, nccl_type(in.dtype), peer,
                  handle_->comm, stream_);
-        ncclRecv(static_cast<char*>(out.data) + peer * chunk_bytes, chunk, nccl_type(in.dtype), peer, handle_->comm,
-                 stream_);
+        ncclRecv(static_cast<char*>(out.data) + peer * chunk_bytes, chunk, nccl_type(in.dtype), peer,
+                 handle_->comm, stream_);
       }
       return ncclGroupEnd();
     });
@@ -212,14 +233,16 @@ class NcclCommunicator final : public Communicator {
     Status problem = validate::buffer("input", in);
     if (problem.ok()) problem = validate::rank_in_group("peer", peer, size());
     return launch(info(OpType::send, &in, peer, o), problem, {&in}, o, [&] {
-      return ncclSend(in.data, static_cast<size_t>(in.count), nccl_type(in.dtype), peer, handle_->comm, stream_);
+      return ncclSend(in.data, static_cast<size_t>(in.count), nccl_type(in.dtype), peer, handle_->comm,
+                      stream_);
     });
   }
   std::shared_ptr<Work> recv_async(const Buffer& out, int peer, int, const OpOptions& o) override {
     Status problem = validate::buffer("output", out);
     if (problem.ok()) problem = validate::rank_in_group("peer", peer, size());
     return launch(info(OpType::recv, &out, peer, o), problem, {&out}, o, [&] {
-      return ncclRecv(out.data, static_cast<size_t>(out.count), nccl_type(out.dtype), peer, handle_->comm, stream_);
+      return ncclRecv(out.data, static_cast<size_t>(out.count), nccl_type(out.dtype), peer, handle_->comm,
+                      stream_);
     });
   }
   std::shared_ptr<Work> batch_p2p_async(std::span<const P2POp> ops, const OpOptions& o) override {
@@ -266,14 +289,16 @@ class NcclCommunicator final : public Communicator {
     return i;
   }
 
-  std::shared_ptr<Work> launch(OpInfo info, const Status& validation, const std::vector<const Buffer*>& buffers,
-                               const OpOptions& options, const std::function<ncclResult_t()>& enqueue) {
-    if (!validation.ok()) return Work::make_failed(state_, std::move(info), validation.code, validation.message);
+  std::shared_ptr<Work> launch(OpInfo info, const Status& validation,
+                               const std::vector<const Buffer*>& buffers, const OpOptions& options,
+                               const std::function<ncclResult_t()>& enqueue) {
+    if (!validation.ok())
+      return Work::make_failed(state_, std::move(info), validation.code, validation.message);
     for (const Buffer* b : buffers) {
       if (!b->on_cuda || b->device != handle_->device) {
-        return Work::make_failed(state_, std::move(info), ErrorCode::invalid_argument,
-                                 strformat("the NCCL backend of this rank moves memory of CUDA device %d only",
-                                           handle_->device));
+        return Work::make_failed(
+            state_, std::move(info), ErrorCode::invalid_argument,
+            strformat("the NCCL backend of this rank moves memory of CUDA device %d only", handle_->device));
       }
     }
     if (state_->failed()) {
@@ -332,8 +357,9 @@ int nccl_runtime_version() {
 
 int nccl_header_version() { return NCCL_VERSION_CODE; }
 
-std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm bootstrap, int local_rank, std::string group_name,
-                                                     CommOptions options, std::vector<int> world_ranks) {
+std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm bootstrap, int local_rank,
+                                                     std::string group_name, CommOptions options,
+                                                     std::vector<int> world_ranks) {
   int rank = 0;
   int size = 1;
   MPI_Comm_rank(bootstrap, &rank);
@@ -352,12 +378,13 @@ std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm bootstrap, int loc
   wait_with_deadline(&request, timeout_ms, where + " (device check)");
   if (agreed < size) {
     throw CommError(ErrorCode::failed_precondition,
-                    agreed == rank ? strformat("%s: the NCCL backend needs a CUDA device on every rank, and this "
-                                               "rank (%d of group '%s') has none: %s",
-                                               where.c_str(), rank, group_name.c_str(), why.c_str())
-                                   : strformat("%s: the NCCL backend needs a CUDA device on every rank, and rank %d "
-                                               "of group '%s' has none",
-                                               where.c_str(), agreed, group_name.c_str()));
+                    agreed == rank
+                        ? strformat("%s: the NCCL backend needs a CUDA device on every rank, and this "
+                                    "rank (%d of group '%s') has none: %s",
+                                    where.c_str(), rank, group_name.c_str(), why.c_str())
+                        : strformat("%s: the NCCL backend needs a CUDA device on every rank, and rank %d "
+                                    "of group '%s' has none",
+                                    where.c_str(), agreed, group_name.c_str()));
   }
   const int device = local_rank % devices;
   check_cuda(cudaSetDevice(device), "cudaSetDevice");
@@ -375,15 +402,17 @@ std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm bootstrap, int loc
   config.blocking = 0;  // no NCCL call may block the host: we poll instead
   auto handle = std::make_shared<NcclHandle>();
   handle->device = device;
-  const auto deadline = SteadyClock::now() + std::chrono::milliseconds(timeout_ms > 0 ? timeout_ms : 1800 * 1000);
+  const auto deadline =
+      SteadyClock::now() + std::chrono::milliseconds(timeout_ms > 0 ? timeout_ms : 1800 * 1000);
   ncclResult_t result = ncclCommInitRankConfig(&handle->comm, size, hello.id, rank, &config);
   result = handle->comm ? settle(handle->comm, result, deadline) : result;
   if (result != ncclSuccess) {
     if (handle->comm) ncclCommAbort(handle->comm);
     handle->comm = nullptr;
     if (result == ncclInProgress) {
-      throw CommError(ErrorCode::timeout, strformat("%s: ncclCommInitRankConfig did not finish within %lld ms",
-                                                    where.c_str(), static_cast<long long>(timeout_ms)));
+      throw CommError(ErrorCode::timeout,
+                      strformat("%s: ncclCommInitRankConfig did not finish within %lld ms", where.c_str(),
+                                static_cast<long long>(timeout_ms)));
     }
     throw CommError(ErrorCode::internal, where + ": ncclCommInitRankConfig: " + ncclGetErrorString(result));
   }

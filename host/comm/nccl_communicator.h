@@ -44,8 +44,9 @@ int cuda_device_count(std::string* why = nullptr);
 // failed_precondition when a member has no CUDA device (every member throws,
 // naming the first such rank), timeout when init does not finish within
 // options.timeout_ms, internal for NCCL/CUDA errors.
-std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm bootstrap, int local_rank, std::string group_name,
-                                                     CommOptions options, std::vector<int> world_ranks = {});
+std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm bootstrap, int local_rank,
+                                                     std::string group_name, CommOptions options,
+                                                     std::vector<int> world_ranks = {});
 
 // The NCCL version of the library loaded at run time (e.g. 22809), or 0.
 int nccl_runtime_version();

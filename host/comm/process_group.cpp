@@ -34,7 +34,8 @@ std::vector<int> world_ranks_of(MPI_Comm comm) {
 void arrive(MPI_Comm comm, int64_t timeout_ms, const std::string& what) {
   MPI_Request request = MPI_REQUEST_NULL;
   const int rc = MPI_Ibarrier(comm, &request);
-  if (rc != MPI_SUCCESS) throw CommError(ErrorCode::internal, what + ": MPI_Ibarrier: " + mpi_error_string(rc));
+  if (rc != MPI_SUCCESS)
+    throw CommError(ErrorCode::internal, what + ": MPI_Ibarrier: " + mpi_error_string(rc));
   wait_with_deadline(&request, timeout_ms, what);
 }
 
@@ -99,7 +100,8 @@ std::unique_ptr<ProcessGroup> ProcessGroup::create_world(const MpiSession& sessi
 
 std::unique_ptr<ProcessGroup> ProcessGroup::new_group(std::span<const int> ranks, const std::string& name) {
   // Validated identically on every rank, so all throw or none does.
-  if (ranks.empty()) throw CommError(ErrorCode::invalid_argument, "new_group '" + name + "': the rank list is empty");
+  if (ranks.empty())
+    throw CommError(ErrorCode::invalid_argument, "new_group '" + name + "': the rank list is empty");
   std::vector<int> sorted(ranks.begin(), ranks.end());
   std::sort(sorted.begin(), sorted.end());
   for (size_t i = 0; i < sorted.size(); ++i) {
@@ -123,7 +125,8 @@ std::unique_ptr<ProcessGroup> ProcessGroup::new_group(std::span<const int> ranks
   MPI_Group_free(&members);
   MPI_Group_free(&parent);
   if (rc != MPI_SUCCESS) {
-    throw CommError(ErrorCode::internal, "new_group '" + name + "': MPI_Comm_create: " + mpi_error_string(rc));
+    throw CommError(ErrorCode::internal,
+                    "new_group '" + name + "': MPI_Comm_create: " + mpi_error_string(rc));
   }
   if (comm == MPI_COMM_NULL) return nullptr;
   std::vector<int> world;
@@ -199,14 +202,15 @@ std::shared_ptr<Work> ProcessGroup::all_gather_async(const Buffer& input, const 
   return c ? c->all_gather_async(input, output, options) : failed;
 }
 
-std::shared_ptr<Work> ProcessGroup::reduce_scatter_async(const Buffer& input, const Buffer& output, ReduceOp op,
-                                                         const OpOptions& options) {
+std::shared_ptr<Work> ProcessGroup::reduce_scatter_async(const Buffer& input, const Buffer& output,
+                                                         ReduceOp op, const OpOptions& options) {
   std::shared_ptr<Work> failed;
   Communicator* c = route(input, OpType::reduce_scatter, options.label, &failed);
   return c ? c->reduce_scatter_async(input, output, op, options) : failed;
 }
 
-std::shared_ptr<Work> ProcessGroup::broadcast_async(const Buffer& buffer, int root, const OpOptions& options) {
+std::shared_ptr<Work> ProcessGroup::broadcast_async(const Buffer& buffer, int root,
+                                                    const OpOptions& options) {
   std::shared_ptr<Work> failed;
   Communicator* c = route(buffer, OpType::broadcast, options.label, &failed);
   return c ? c->broadcast_async(buffer, root, options) : failed;
@@ -219,13 +223,15 @@ std::shared_ptr<Work> ProcessGroup::all_to_all_async(const Buffer& input, const 
   return c ? c->all_to_all_async(input, output, options) : failed;
 }
 
-std::shared_ptr<Work> ProcessGroup::send_async(const Buffer& input, int peer, int tag, const OpOptions& options) {
+std::shared_ptr<Work> ProcessGroup::send_async(const Buffer& input, int peer, int tag,
+                                               const OpOptions& options) {
   std::shared_ptr<Work> failed;
   Communicator* c = route(input, OpType::send, options.label, &failed);
   return c ? c->send_async(input, peer, tag, options) : failed;
 }
 
-std::shared_ptr<Work> ProcessGroup::recv_async(const Buffer& output, int peer, int tag, const OpOptions& options) {
+std::shared_ptr<Work> ProcessGroup::recv_async(const Buffer& output, int peer, int tag,
+                                               const OpOptions& options) {
   std::shared_ptr<Work> failed;
   Communicator* c = route(output, OpType::recv, options.label, &failed);
   return c ? c->recv_async(output, peer, tag, options) : failed;
@@ -238,6 +244,8 @@ std::shared_ptr<Work> ProcessGroup::batch_p2p_async(std::span<const P2POp> ops, 
   return c ? c->batch_p2p_async(ops, options) : failed;
 }
 
-std::shared_ptr<Work> ProcessGroup::barrier_async(const OpOptions& options) { return mpi_->barrier_async(options); }
+std::shared_ptr<Work> ProcessGroup::barrier_async(const OpOptions& options) {
+  return mpi_->barrier_async(options);
+}
 
 }  // namespace accel::comm

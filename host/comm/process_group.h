@@ -87,17 +87,21 @@ class ProcessGroup final : public Communicator {
                                          const OpOptions& options = {}) override;
   std::shared_ptr<Work> reduce_scatter_async(const Buffer& input, const Buffer& output, ReduceOp op,
                                              const OpOptions& options = {}) override;
-  std::shared_ptr<Work> broadcast_async(const Buffer& buffer, int root, const OpOptions& options = {}) override;
+  std::shared_ptr<Work> broadcast_async(const Buffer& buffer, int root,
+                                        const OpOptions& options = {}) override;
   std::shared_ptr<Work> all_to_all_async(const Buffer& input, const Buffer& output,
                                          const OpOptions& options = {}) override;
-  std::shared_ptr<Work> send_async(const Buffer& input, int peer, int tag, const OpOptions& options = {}) override;
-  std::shared_ptr<Work> recv_async(const Buffer& output, int peer, int tag, const OpOptions& options = {}) override;
+  std::shared_ptr<Work> send_async(const Buffer& input, int peer, int tag,
+                                   const OpOptions& options = {}) override;
+  std::shared_ptr<Work> recv_async(const Buffer& output, int peer, int tag,
+                                   const OpOptions& options = {}) override;
   std::shared_ptr<Work> batch_p2p_async(std::span<const P2POp> ops, const OpOptions& options = {}) override;
   std::shared_ptr<Work> barrier_async(const OpOptions& options = {}) override;
 
  private:
   // Takes ownership of `comm` (already with this group's ranks).
-  ProcessGroup(MPI_Comm comm, std::string name, std::vector<int> world_ranks, int local_rank, CommOptions options);
+  ProcessGroup(MPI_Comm comm, std::string name, std::vector<int> world_ranks, int local_rank,
+               CommOptions options);
 
   // The backend for `buffer`'s memory, or a failed Work explaining why none.
   Communicator* route(const Buffer& buffer, OpType op, std::string_view label, std::shared_ptr<Work>* failed);

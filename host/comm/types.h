@@ -140,6 +140,10 @@ struct CommOptions {
   // starts sleeping: Open MPI only progresses a non-blocking collective
   // inside MPI calls, so sleeping early would slow every large transfer.
   int64_t busy_poll_ms = 1000;
+  // MPI backend: an all_reduce of at least this many bytes runs as a ring of
+  // point-to-point steps (ring_all_reduce.h) instead of MPI_Iallreduce.
+  // SIZE_MAX: never; 0: whenever the count is at least the group size.
+  size_t ring_all_reduce_min_bytes = 64 * 1024;
 };
 
 // Per operation.

@@ -46,7 +46,8 @@ void Watchdog::run() {
 void Watchdog::check_once() {
   if (health_check_ && !state_->failed()) {
     const std::string problem = health_check_();
-    if (!problem.empty()) state_->set_failed(Status::error(ErrorCode::aborted, state_->who() + ": " + problem));
+    if (!problem.empty())
+      state_->set_failed(Status::error(ErrorCode::aborted, state_->who() + ": " + problem));
   }
 
   // Test every tracked Work outside the lock, so track() never waits on MPI.

@@ -49,7 +49,7 @@ class Watchdog {
   const std::function<void()> on_failure_;
   std::mutex mu_;
   std::condition_variable wake_;
-  bool stop_ = false;                        // guarded by mu_
+  bool stop_ = false;                       // guarded by mu_
   std::vector<std::weak_ptr<Work>> works_;  // guarded by mu_
   bool on_failure_ran_ = false;             // watchdog thread only
   bool fatal_called_ = false;               // watchdog thread only

@@ -123,8 +123,8 @@ Work::~Work() {
   }
 }
 
-std::shared_ptr<Work> Work::make_failed(const std::shared_ptr<CommState>& state, OpInfo info,
-                                        ErrorCode code, const std::string& detail) {
+std::shared_ptr<Work> Work::make_failed(const std::shared_ptr<CommState>& state, OpInfo info, ErrorCode code,
+                                        const std::string& detail) {
   return std::make_shared<FailedWork>(state, std::move(info), code, detail);
 }
 
@@ -171,31 +171,36 @@ bool Work::test_locked(SteadyClock::time_point deadline, int64_t waited_ms) {
     }
     error = problem;
   }
-  const std::string prefix = state_->who() + ": " + describe();
+  // Messages are formatted only on the way out: this runs on every poll.
+  const auto prefix = [this] { return state_->who() + ": " + describe(); };
   if (progress != Progress::pending) {
-    Status failure = Status::error(ErrorCode::internal, prefix + " failed: " + error);
+    Status failure = Status::error(ErrorCode::internal, prefix() + " failed: " + error);
     finish_locked(OpState::failed, failure);
     state_->set_failed(failure);
     return true;
   }
   if (state_->failed()) {
     abandon_locked();
-    finish_locked(OpState::failed,
-                  Status::error(ErrorCode::aborted, prefix + " abandoned: the communicator failed earlier: " +
-                                                        state_->failure().message));
+    finish_locked(OpState::failed, Status::error(ErrorCode::aborted,
+                                                 prefix() + " abandoned: the communicator failed earlier: " +
+                                                     state_->failure().message));
     return true;
   }
   if (SteadyClock::now() < deadline) return false;
   std::string hint;
   switch (info_.op) {
-    case OpType::send: hint = "the peer did not receive it (stuck, exited or out of order)"; break;
-    case OpType::recv: hint = "the peer did not send it (stuck, exited or out of order)"; break;
-    default: hint = "a rank of the group did not issue it or died (compare the ranks' flight recorders)";
+    case OpType::send:
+      hint = "the peer did not receive it (stuck, exited or out of order)";
+      break;
+    case OpType::recv:
+      hint = "the peer did not send it (stuck, exited or out of order)";
+      break;
+    default:
+      hint = "a rank of the group did not issue it or died (compare the ranks' flight recorders)";
   }
-  Status failure = Status::error(
-      ErrorCode::timeout,
-      strformat("%s did not complete within %lld ms; %s", prefix.c_str(), static_cast<long long>(waited_ms),
-                hint.c_str()));
+  Status failure =
+      Status::error(ErrorCode::timeout, strformat("%s did not complete within %lld ms; %s", prefix().c_str(),
+                                                  static_cast<long long>(waited_ms), hint.c_str()));
   abandon_locked();
   finish_locked(OpState::timed_out, failure);
   state_->set_failed(failure);
@@ -220,15 +225,18 @@ Status Work::wait(int64_t timeout_ms) {
   const int64_t waited_ms = timeout_ms > 0 ? timeout_ms : timeout_ms_;
   const auto busy = std::chrono::milliseconds(state_->options().busy_poll_ms);
   int64_t sleep_us = 20;
-  for (;;) {
+  for (int64_t polls = 0;; ++polls) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (test_locked(deadline, waited_ms)) return status_;
     }
     // Open MPI advances a non-blocking collective only inside MPI calls, so
-    // poll hot (yielding the core to oversubscribed ranks) while the
-    // operation is young; an operation this late waits on a slow peer, and
-    // sleeping then costs little.
+    // poll hot while the operation is young: first spinning (a small
+    // message completes within a few polls, and a sched_yield per poll
+    // would double its latency), then yielding the core to oversubscribed
+    // ranks. An operation this late waits on a slow peer; sleeping then
+    // costs little.
+    if (polls < 64) continue;
     if (SteadyClock::now() - start < busy) {
       std::this_thread::yield();
     } else {

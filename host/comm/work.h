@@ -36,8 +36,8 @@ using SteadyClock = std::chrono::steady_clock;
 class CommState {
  public:
   // `world_ranks[i]` is the world rank of group rank i (empty: identity).
-  CommState(std::string backend, std::string group_name, int rank, int size,
-            std::vector<int> world_ranks, CommOptions options);
+  CommState(std::string backend, std::string group_name, int rank, int size, std::vector<int> world_ranks,
+            CommOptions options);
 
   const std::string& backend() const { return backend_; }
   const std::string& group_name() const { return group_name_; }

@@ -105,7 +105,7 @@ double Trainer::forward_backward(const at::Tensor& batch, int64_t micro, double 
   std::vector<at::Tensor> unit_inputs(num_units), unit_outputs(num_units);
   at::Tensor loss;
   {
-    AutocastScope autocast(config_.mixed_precision, at::kCPU);
+    AutocastScope autocast(config_.mixed_precision, config_.autocast, at::kCPU);
     at::Tensor x = inputs;
     for (size_t u = 0; u < num_units; ++u) {
       unit_inputs[u] = u == 0 ? x : x.detach().requires_grad_(true);

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
+#include <ostream>
 #include <memory>
 #include <thread>
 #include <tuple>
@@ -18,6 +19,9 @@
 #include "tests/comm/comm_test_support.h"
 
 namespace accel::comm {
+
+void PrintTo(DType dtype, std::ostream* os) { *os << dtype_name(dtype); }
+
 namespace {
 
 using testing::test_options;
@@ -26,8 +30,11 @@ using testing::TypedBuffer;
 
 enum class Mode { sync, async };
 
-const DType kAllDTypes[] = {DType::f32, DType::f64,  DType::f16,     DType::bf16,    DType::i8,
-                            DType::u8,  DType::i32,  DType::i64,     DType::f8_e4m3, DType::f8_e5m2};
+// Readable parameters in gtest's failure lines.
+void PrintTo(Mode mode, std::ostream* os) { *os << (mode == Mode::sync ? "sync" : "async"); }
+
+const DType kAllDTypes[] = {DType::f32, DType::f64, DType::f16, DType::bf16,    DType::i8,
+                            DType::u8,  DType::i32, DType::i64, DType::f8_e4m3, DType::f8_e5m2};
 const ReduceOp kAllOps[] = {ReduceOp::sum, ReduceOp::avg, ReduceOp::max, ReduceOp::min};
 
 // op over ranks of test_value(dtype, r, i), then (avg) the division the way
@@ -36,9 +43,12 @@ double reduce_reference(DType dtype, ReduceOp op, int size, int64_t i) {
   double acc = test_value(dtype, 0, i);
   for (int r = 1; r < size; ++r) {
     const double v = test_value(dtype, r, i);
-    if (op == ReduceOp::max) acc = std::max(acc, v);
-    else if (op == ReduceOp::min) acc = std::min(acc, v);
-    else acc += v;
+    if (op == ReduceOp::max)
+      acc = std::max(acc, v);
+    else if (op == ReduceOp::min)
+      acc = std::min(acc, v);
+    else
+      acc += v;
   }
   if (op != ReduceOp::avg) return acc;
   if (dtype == DType::f64) return acc / size;
@@ -63,6 +73,9 @@ class Collectives : public ::testing::TestWithParam<std::tuple<DType, Mode>> {
  protected:
   void SetUp() override {
     comm_ = std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, "world", test_options());
+    CommOptions ring_always = test_options();
+    ring_always.ring_all_reduce_min_bytes = 0;
+    ring_ = std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, "world_ring", ring_always);
     rank_ = comm_->rank();
     size_ = comm_->size();
   }
@@ -82,29 +95,35 @@ class Collectives : public ::testing::TestWithParam<std::tuple<DType, Mode>> {
   }
 
   std::unique_ptr<MpiCommunicator> comm_;
+  // The same, with every all_reduce of at least `size` elements on the ring.
+  std::unique_ptr<MpiCommunicator> ring_;
   int rank_ = 0;
   int size_ = 1;
 };
 
+// Both implementations: MPI_Iallreduce, and the ring (ring_all_reduce.h)
+// with chunks of unequal length (1001 and 9 do not divide by 2, 3 or 4).
 TEST_P(Collectives, AllReduce) {
-  for (ReduceOp op : kAllOps) {
-    for (int64_t count : {0, 1, 7, 1001}) {
-      for (bool in_place : {false, true}) {
-        SCOPED_TRACE(std::string(reduce_op_name(op)) + " count " + std::to_string(count) +
-                     (in_place ? " in place" : ""));
-        TypedBuffer in = input(count, rank_);
-        TypedBuffer out(dtype(), count);
-        TypedBuffer& result = in_place ? in : out;
-        const Status s = finish(comm_->all_reduce_async(in.view(), result.view(), op, {0, "ar"}));
-        if (op == ReduceOp::avg && dtype_is_integer(dtype())) {
-          EXPECT_EQ(s.code, ErrorCode::unsupported) << s.message;
-          EXPECT_NE(s.message.find("avg of integer dtype"), std::string::npos) << s.message;
-          continue;
+  for (MpiCommunicator* comm : {comm_.get(), ring_.get()}) {
+    for (ReduceOp op : kAllOps) {
+      for (int64_t count : {0, 1, 7, 9, 1001}) {
+        for (bool in_place : {false, true}) {
+          SCOPED_TRACE(std::string(comm == ring_.get() ? "ring " : "") + reduce_op_name(op) + " count " +
+                       std::to_string(count) + (in_place ? " in place" : ""));
+          TypedBuffer in = input(count, rank_);
+          TypedBuffer out(dtype(), count);
+          TypedBuffer& result = in_place ? in : out;
+          const Status s = finish(comm->all_reduce_async(in.view(), result.view(), op, {0, "ar"}));
+          if (op == ReduceOp::avg && dtype_is_integer(dtype())) {
+            EXPECT_EQ(s.code, ErrorCode::unsupported) << s.message;
+            EXPECT_NE(s.message.find("avg of integer dtype"), std::string::npos) << s.message;
+            continue;
+          }
+          ASSERT_TRUE(s.ok()) << s.message;
+          TypedBuffer want(dtype(), count);
+          for (int64_t i = 0; i < count; ++i) want.set(i, reduce_reference(dtype(), op, size_, i));
+          EXPECT_SAME_BYTES(result, want);
         }
-        ASSERT_TRUE(s.ok()) << s.message;
-        TypedBuffer want(dtype(), count);
-        for (int64_t i = 0; i < count; ++i) want.set(i, reduce_reference(dtype(), op, size_, i));
-        EXPECT_SAME_BYTES(result, want);
       }
     }
   }
@@ -147,7 +166,8 @@ TEST_P(Collectives, ReduceScatter) {
         TypedBuffer got(dtype(), chunk);
         std::memcpy(got.bytes.data(), result.data, got.bytes.size());
         TypedBuffer want(dtype(), chunk);
-        for (int64_t i = 0; i < chunk; ++i) want.set(i, reduce_reference(dtype(), op, size_, rank_ * chunk + i));
+        for (int64_t i = 0; i < chunk; ++i)
+          want.set(i, reduce_reference(dtype(), op, size_, rank_ * chunk + i));
         EXPECT_SAME_BYTES(got, want);
       }
     }
@@ -184,7 +204,8 @@ TEST_P(Collectives, AllToAll) {
       // Chunk `rank_` of rank i's input lands in chunk i here.
       TypedBuffer want(dtype(), chunk * size_);
       for (int i = 0; i < size_; ++i) {
-        for (int64_t k = 0; k < chunk; ++k) want.set(i * chunk + k, test_value(dtype(), i, rank_ * chunk + k));
+        for (int64_t k = 0; k < chunk; ++k)
+          want.set(i * chunk + k, test_value(dtype(), i, rank_ * chunk + k));
       }
       EXPECT_SAME_BYTES(result, want);
     }

@@ -54,32 +54,62 @@ struct TypedBuffer {
   void set(int64_t i, double v) {
     uint8_t* p = bytes.data() + static_cast<size_t>(i) * dtype_size(dtype);
     switch (dtype) {
-      case DType::f32: store(p, static_cast<float>(v)); break;
-      case DType::f64: store(p, v); break;
-      case DType::i8: store(p, static_cast<int8_t>(v)); break;
-      case DType::u8: store(p, static_cast<uint8_t>(v)); break;
-      case DType::i32: store(p, static_cast<int32_t>(v)); break;
-      case DType::i64: store(p, static_cast<int64_t>(v)); break;
-      case DType::f16: store(p, lowp::float_to_f16(static_cast<float>(v))); break;
-      case DType::bf16: store(p, lowp::float_to_bf16(static_cast<float>(v))); break;
-      case DType::f8_e4m3: store(p, lowp::float_to_e4m3(static_cast<float>(v))); break;
-      case DType::f8_e5m2: store(p, lowp::float_to_e5m2(static_cast<float>(v))); break;
+      case DType::f32:
+        store(p, static_cast<float>(v));
+        break;
+      case DType::f64:
+        store(p, v);
+        break;
+      case DType::i8:
+        store(p, static_cast<int8_t>(v));
+        break;
+      case DType::u8:
+        store(p, static_cast<uint8_t>(v));
+        break;
+      case DType::i32:
+        store(p, static_cast<int32_t>(v));
+        break;
+      case DType::i64:
+        store(p, static_cast<int64_t>(v));
+        break;
+      case DType::f16:
+        store(p, lowp::float_to_f16(static_cast<float>(v)));
+        break;
+      case DType::bf16:
+        store(p, lowp::float_to_bf16(static_cast<float>(v)));
+        break;
+      case DType::f8_e4m3:
+        store(p, lowp::float_to_e4m3(static_cast<float>(v)));
+        break;
+      case DType::f8_e5m2:
+        store(p, lowp::float_to_e5m2(static_cast<float>(v)));
+        break;
     }
   }
 
   double get(int64_t i) const {
     const uint8_t* p = bytes.data() + static_cast<size_t>(i) * dtype_size(dtype);
     switch (dtype) {
-      case DType::f32: return load<float>(p);
-      case DType::f64: return load<double>(p);
-      case DType::i8: return load<int8_t>(p);
-      case DType::u8: return load<uint8_t>(p);
-      case DType::i32: return load<int32_t>(p);
-      case DType::i64: return static_cast<double>(load<int64_t>(p));
-      case DType::f16: return lowp::f16_to_float(load<uint16_t>(p));
-      case DType::bf16: return lowp::bf16_to_float(load<uint16_t>(p));
-      case DType::f8_e4m3: return lowp::e4m3_to_float(load<uint8_t>(p));
-      case DType::f8_e5m2: return lowp::e5m2_to_float(load<uint8_t>(p));
+      case DType::f32:
+        return load<float>(p);
+      case DType::f64:
+        return load<double>(p);
+      case DType::i8:
+        return load<int8_t>(p);
+      case DType::u8:
+        return load<uint8_t>(p);
+      case DType::i32:
+        return load<int32_t>(p);
+      case DType::i64:
+        return static_cast<double>(load<int64_t>(p));
+      case DType::f16:
+        return lowp::f16_to_float(load<uint16_t>(p));
+      case DType::bf16:
+        return lowp::bf16_to_float(load<uint16_t>(p));
+      case DType::f8_e4m3:
+        return lowp::e4m3_to_float(load<uint8_t>(p));
+      case DType::f8_e5m2:
+        return lowp::e5m2_to_float(load<uint8_t>(p));
     }
     return 0;
   }

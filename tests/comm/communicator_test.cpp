@@ -38,13 +38,17 @@ TEST_F(MpiCommunicatorTest, SynchronousForms) {
 
   std::vector<int32_t> mine = {rank_, rank_ * 10};
   std::vector<int32_t> all(2 * size_);
-  ASSERT_TRUE(comm_->all_gather(host_buffer(mine.data(), 2, DType::i32), host_buffer(all.data(), 2 * size_, DType::i32)).ok());
+  ASSERT_TRUE(comm_
+                  ->all_gather(host_buffer(mine.data(), 2, DType::i32),
+                               host_buffer(all.data(), 2 * size_, DType::i32))
+                  .ok());
   for (int r = 0; r < size_; ++r) EXPECT_EQ(all[2 * r + 1], r * 10);
 
   std::vector<double> chunks(3 * size_, 1.0);
   std::vector<double> mine_sum(3);
-  ASSERT_TRUE(comm_->reduce_scatter(host_buffer(chunks.data(), 3 * size_, DType::f64),
-                                    host_buffer(mine_sum.data(), 3, DType::f64), ReduceOp::avg)
+  ASSERT_TRUE(comm_
+                  ->reduce_scatter(host_buffer(chunks.data(), 3 * size_, DType::f64),
+                                   host_buffer(mine_sum.data(), 3, DType::f64), ReduceOp::avg)
                   .ok());
   EXPECT_EQ(mine_sum[2], 1.0);
 
@@ -103,7 +107,8 @@ TEST_F(MpiCommunicatorTest, InexactBf16SumsStayCloseAndAgreeAcrossRanks) {
   TypedBuffer all(DType::bf16, kCount * size_);
   ASSERT_TRUE(comm_->all_gather(x.view(), all.view()).ok());
   for (int r = 0; r < size_; ++r) {
-    EXPECT_EQ(std::memcmp(all.bytes.data() + r * x.bytes.size(), x.bytes.data(), x.bytes.size()), 0) << "rank " << r;
+    EXPECT_EQ(std::memcmp(all.bytes.data() + r * x.bytes.size(), x.bytes.data(), x.bytes.size()), 0)
+        << "rank " << r;
   }
 }
 
@@ -123,8 +128,8 @@ TEST_F(MpiCommunicatorTest, InvalidRequestsFailClearlyAndLeaveTheCommunicatorUsa
   expect(comm_->all_gather_async(a8, host_buffer(b.data(), 9, DType::f32)), ErrorCode::invalid_argument,
          "all_gather needs group size");
   std::vector<int32_t> ints(4);
-  expect(comm_->all_reduce_async(host_buffer(ints.data(), 4, DType::i32), host_buffer(ints.data(), 4, DType::i32),
-                                 ReduceOp::avg),
+  expect(comm_->all_reduce_async(host_buffer(ints.data(), 4, DType::i32),
+                                 host_buffer(ints.data(), 4, DType::i32), ReduceOp::avg),
          ErrorCode::unsupported, "avg of integer dtype i32");
   expect(comm_->broadcast_async(a8, size_), ErrorCode::invalid_argument, "root");
   expect(comm_->send_async(a8, -1, 0), ErrorCode::invalid_argument, "peer -1 is not a rank");

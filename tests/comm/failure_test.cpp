@@ -76,6 +76,29 @@ TEST_F(Failures, SkippedCollectiveTimesOutNamingTheOperation) {
   resync();
 }
 
+TEST_F(Failures, SkippedRingAllReduceTimesOutAndIsWithdrawn) {
+  if (size_ < 2) GTEST_SKIP() << "needs a peer to skip";
+  CommOptions options = test_options();
+  options.ring_all_reduce_min_bytes = 0;
+  MpiCommunicator comm(MPI_COMM_WORLD, "world", options);
+  std::vector<float> x(1000, 1.0f);
+  const Buffer b = host_buffer(x.data(), 1000, DType::f32);
+  ASSERT_TRUE(comm.all_reduce(b, ReduceOp::sum, {0, "ring warm-up"}).ok());
+  EXPECT_EQ(x[999], static_cast<float>(size_));
+  if (rank_ != size_ - 1) {
+    const auto start = Clock::now();
+    const Status s = comm.all_reduce(b, ReduceOp::avg, {1000, "ring bucket"});
+    EXPECT_EQ(s.code, ErrorCode::timeout) << s.message;
+    EXPECT_NE(s.message.find("all_reduce #2 'ring bucket' (f32 x1000) did not complete within 1000 ms"),
+              std::string::npos)
+        << s.message;
+    EXPECT_LT(ms_since(start), 3000);
+  }
+  // Point-to-point steps were cancelled or freed: nothing of this ring can
+  // write into `x` after the test (unlike an abandoned MPI collective).
+  resync();
+}
+
 TEST_F(Failures, ReceiveFromASilentPeerTimesOutNamingThePeer) {
   if (size_ < 2) GTEST_SKIP() << "needs a peer";
   MpiCommunicator comm(MPI_COMM_WORLD, "world", test_options());
@@ -100,7 +123,8 @@ TEST_F(Failures, WrongLengthMessageFailsTheReceive) {
                                 : comm.recv(host_buffer(data.data(), 10, DType::i32), 1, 1);
     if (rank_ == 0) {
       EXPECT_EQ(s.code, ErrorCode::internal);
-      EXPECT_NE(s.message.find("received 7 elements from peer 1, expected 10"), std::string::npos) << s.message;
+      EXPECT_NE(s.message.find("received 7 elements from peer 1, expected 10"), std::string::npos)
+          << s.message;
     } else {
       EXPECT_TRUE(s.ok()) << s.message;
     }
@@ -126,9 +150,9 @@ TEST_F(Failures, WatchdogEndsTheJobWhenNobodyWaits) {
     MpiCommunicator comm(MPI_COMM_WORLD, "world", options);
     if (rank_ != size_ - 1) {
       // Launched, never waited: the loop thread is "stuck elsewhere".
-      std::shared_ptr<Work> work = comm.all_reduce_async(host_buffer(x.data(), 4, DType::f32),
-                                                         host_buffer(x.data(), 4, DType::f32), ReduceOp::sum,
-                                                         {0, "never waited"});
+      std::shared_ptr<Work> work =
+          comm.all_reduce_async(host_buffer(x.data(), 4, DType::f32), host_buffer(x.data(), 4, DType::f32),
+                                ReduceOp::sum, {0, "never waited"});
       const auto start = Clock::now();
       while (!ended && ms_since(start) < 5000) std::this_thread::sleep_for(std::chrono::milliseconds(20));
       const int64_t took = ms_since(start);
@@ -161,7 +185,8 @@ TEST_F(Failures, FlightRecorderIsWrittenOnTheFirstFailure) {
     std::stringstream text;
     text << in.rdbuf();
     EXPECT_NE(text.str().find("seq=1 barrier"), std::string::npos) << text.str();
-    EXPECT_NE(text.str().find("seq=2 broadcast f64 x3 peer=1 label='skipped by the others'"), std::string::npos)
+    EXPECT_NE(text.str().find("seq=2 broadcast f64 x3 peer=1 label='skipped by the others'"),
+              std::string::npos)
         << text.str();
     EXPECT_NE(text.str().find("TIMED_OUT"), std::string::npos) << text.str();
     std::remove(path.c_str());
@@ -174,8 +199,8 @@ TEST_F(Failures, WaitWithAShorterTimeoutAndTestNeverBlocks) {
   MpiCommunicator comm(MPI_COMM_WORLD, "world", test_options());
   static int64_t v = 0;
   if (rank_ == 0) {
-    std::shared_ptr<Work> w = comm.all_reduce_async(host_buffer(&v, 1, DType::i64), host_buffer(&v, 1, DType::i64),
-                                                    ReduceOp::sum);
+    std::shared_ptr<Work> w =
+        comm.all_reduce_async(host_buffer(&v, 1, DType::i64), host_buffer(&v, 1, DType::i64), ReduceOp::sum);
     const auto start = Clock::now();
     for (int i = 0; i < 1000; ++i) EXPECT_FALSE(w->test());
     EXPECT_LT(ms_since(start), 1000);

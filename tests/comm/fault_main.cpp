@@ -5,9 +5,14 @@
 //   kill     rank 1 dies (_exit(3)) just before an all_reduce; the others are
 //            inside it. Open MPI notices the dead process and ends the job;
 //            if it did not, their deadline would (abort_all).
-//   skip     the last rank skips an all_reduce and waits in a barrier; the
-//            others' all_reduce times out, and the first to see it ends the
-//            job with abort_all naming the operation.
+//   skip     the last rank skips an all_reduce and stalls (a data loader
+//            that hangs); the others' all_reduce times out, and the first to
+//            see it ends the job with abort_all naming the operation.
+//            (The skipper must not issue a *different* collective instead:
+//            MPI matches collectives by order, not kind, so a barrier would
+//            be paired with the others' all_reduce — undefined behaviour that
+//            can even "complete". The flight recorders show such a
+//            divergence: same seq, different operation.)
 //   unwaited the others launch an all_reduce and never wait on it (their loop
 //            thread is stuck elsewhere); the watchdog times it out and ends
 //            the job.
@@ -52,16 +57,17 @@ int run(const std::string& mode, const MpiSession& session) {
     if (!s.ok()) abort_all(s.to_string());
   } else if (mode == "skip") {
     if (rank == last) {
-      comm.barrier({60000, "skipper waits"});
+      std::this_thread::sleep_for(std::chrono::seconds(60));  // stalls; killed by the abort
     } else {
       const Status s = comm.all_reduce(b, ReduceOp::sum, {0, "step 1 grads"});
       if (!s.ok()) abort_all(s.to_string());
     }
   } else if (mode == "unwaited") {
     if (rank == last) {
-      comm.barrier({60000, "skipper waits"});
+      std::this_thread::sleep_for(std::chrono::seconds(60));
     } else {
-      std::shared_ptr<Work> work = comm.all_reduce_async(b, b, ReduceOp::sum, {0, "step 1 grads (overlapped)"});
+      std::shared_ptr<Work> work =
+          comm.all_reduce_async(b, b, ReduceOp::sum, {0, "step 1 grads (overlapped)"});
       std::this_thread::sleep_for(std::chrono::seconds(60));  // stuck in "compute"
     }
   } else {

@@ -2,16 +2,15 @@
 // issue order, a finish for an overwritten record is ignored, and dumps (to
 // a string or a file) show pending operations as PENDING — the line a user
 // looks for when a job hangs. No communication.
-#include <gtest/gtest.h>
+#include "host/comm/flight_recorder.h"
 
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <string>
-
-#include "host/comm/flight_recorder.h"
 
 namespace accel::comm {
 namespace {

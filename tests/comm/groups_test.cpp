@@ -74,7 +74,9 @@ TEST_F(Groups, SingletonGroups) {
     const int list[] = {member};
     std::unique_ptr<ProcessGroup> g = world_->new_group(list, "solo" + std::to_string(member));
     EXPECT_EQ(g != nullptr, rank_ == member);
-    if (g) EXPECT_EQ(sum_of_members(*g), member + 1);
+    if (g) {
+      EXPECT_EQ(sum_of_members(*g), member + 1);
+    }
   }
 }
 

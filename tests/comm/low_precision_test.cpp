@@ -3,13 +3,14 @@
 // finite value, smallest subnormal, overflow) come out as PyTorch's c10
 // produces them, ties round to even. And the status codes keep the ABI's
 // numbers, so the services wrapper can map them one to one.
+#include "host/comm/low_precision.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
 
 #include "accel/status.h"
-#include "host/comm/low_precision.h"
 #include "host/comm/types.h"
 
 namespace accel::comm {
@@ -50,9 +51,9 @@ TEST(LowPrecision, EveryFp8PatternRoundTrips) {
 }
 
 TEST(LowPrecision, Landmarks) {
-  EXPECT_EQ(e4m3_to_float(0x7E), 448.0f);             // largest finite E4M3FN
+  EXPECT_EQ(e4m3_to_float(0x7E), 448.0f);                // largest finite E4M3FN
   EXPECT_EQ(e4m3_to_float(0x01), std::ldexp(1.0f, -9));  // smallest subnormal
-  EXPECT_EQ(e5m2_to_float(0x7B), 57344.0f);           // largest finite E5M2
+  EXPECT_EQ(e5m2_to_float(0x7B), 57344.0f);              // largest finite E5M2
   EXPECT_TRUE(std::isinf(e5m2_to_float(0x7C)));
   EXPECT_EQ(f16_to_float(0x7BFF), 65504.0f);
   EXPECT_EQ(f16_to_float(0x0001), std::ldexp(1.0f, -24));
@@ -60,7 +61,7 @@ TEST(LowPrecision, Landmarks) {
 }
 
 TEST(LowPrecision, OverflowFollowsC10) {
-  EXPECT_EQ(float_to_e4m3(460.0f), 0x7E);  // rounds down to 448
+  EXPECT_EQ(float_to_e4m3(460.0f), 0x7E);         // rounds down to 448
   EXPECT_EQ(float_to_e4m3(480.0f) & 0x7F, 0x7F);  // no inf in E4M3FN: NaN
   EXPECT_EQ(float_to_e4m3(-1e9f), 0xFF);
   EXPECT_EQ(float_to_e5m2(70000.0f), 0x7C);  // inf

@@ -6,7 +6,6 @@
 // has its own GPU (a machine lent for it): the collectives on device memory,
 // and a skipped collective timing out through ncclCommAbort.
 #include <gtest/gtest.h>
-
 #include <link.h>
 
 #include <cstring>
@@ -71,7 +70,8 @@ TEST_F(NcclWithoutDevice, ConstructionFailsOnEveryRankNamingTheFirst) {
     EXPECT_EQ(e.code(), ErrorCode::failed_precondition);
     EXPECT_NE(message.find("needs a CUDA device on every rank"), std::string::npos) << message;
     if (testing::world_rank() == 0) {
-      EXPECT_NE(message.find("this rank (0 of group 'world') has none: " + why_), std::string::npos) << message;
+      EXPECT_NE(message.find("this rank (0 of group 'world') has none: " + why_), std::string::npos)
+          << message;
     } else {
       EXPECT_NE(message.find("rank 0 of group 'world' has none"), std::string::npos) << message;
     }
@@ -163,7 +163,8 @@ TEST_F(NcclOnDevice, Collectives) {
 
   Buffer out = device_buffer(std::vector<float>(4, static_cast<float>(rank_)));
   Buffer in = device_buffer(std::vector<float>(4, -1.0f));
-  const P2POp ring[] = {{P2POp::Kind::send, out, (rank_ + 1) % n, 0}, {P2POp::Kind::recv, in, (rank_ + n - 1) % n, 0}};
+  const P2POp ring[] = {{P2POp::Kind::send, out, (rank_ + 1) % n, 0},
+                        {P2POp::Kind::recv, in, (rank_ + n - 1) % n, 0}};
   ASSERT_TRUE(group_->batch_p2p(ring).ok());
   EXPECT_EQ(read(in)[0], static_cast<float>((rank_ + n - 1) % n));
   ASSERT_TRUE(group_->barrier().ok());

@@ -163,6 +163,27 @@ class TakeOver(TempDirMixin, unittest.TestCase):
         self.assertIn("plugins takeover and takeover2 both take over clip_gradients", proc.stderr)
 
 
+class ObserverAndTrainStep(TempDirMixin, unittest.TestCase):
+    def test_trace_events_reach_a_capturing_plugin(self):
+        metrics = self.path("m.jsonl")
+        run_host(*TINY, "--plugin-path", GOOD, "--plugin", "trace_test", "--metrics-file", metrics)
+        counts = [r["trace_test.events"] for r in read_metrics(metrics)]
+        self.assertGreater(counts[-1], counts[0])  # events keep arriving, step after step
+        self.assertGreater(counts[0], 0)
+
+    def test_train_step_take_over_replaces_the_host_loop(self):
+        metrics = self.path("m.jsonl")
+        log = self.path("hooks.log")
+        run_host(*TINY, "--plugin-path", GOOD, "--plugin", "train_step_owner", "--plugin", "recorder",
+                 "--recorder.log_file", log, "--metrics-file", metrics)
+        rows = read_metrics(metrics)
+        self.assertEqual([r["train_step_owner.calls"] for r in rows], [1.0, 2.0])
+        self.assertTrue(all(r["loss"] is None for r in rows))  # NaN: no unit ran in the host
+        hooks = open(log).read()
+        self.assertNotIn("unit_forward_pre", hooks)
+        self.assertIn("gradients_finalize", hooks)
+
+
 class CheckPlugin(unittest.TestCase):
     """accel-host check-plugin: one PASS/FAIL line per check, exit 0 only if all pass."""
 

@@ -43,6 +43,17 @@ class BitExactResume(TempDirMixin, unittest.TestCase):
     def test_bf16(self):
         self.check_resume("--mixed-precision", "bf16", steps=8, split=5)
 
+    def test_autocast_disabled_is_fp32(self):
+        """AutocastKwargs(enabled=False): bf16 requested, yet the run equals fp32."""
+        args = ["--steps", 3, "--log-level", "warn", *COMMON]
+        run_host(*args, "--metrics-file", self.path("fp32.jsonl"))
+        run_host(*args, "--mixed-precision", "bf16", "--autocast.enabled", "false", "--metrics-file",
+                 self.path("off.jsonl"))
+        run_host(*args, "--mixed-precision", "bf16", "--metrics-file", self.path("bf16.jsonl"))
+        fp32, off, bf16 = (read_metrics(self.path(n)) for n in ("fp32.jsonl", "off.jsonl", "bf16.jsonl"))
+        self.assertEqual([m["loss"] for m in fp32], [m["loss"] for m in off])
+        self.assertNotEqual([m["loss"] for m in fp32], [m["loss"] for m in bf16])
+
     def test_resume_from_a_root_takes_the_newest_complete_checkpoint(self):
         root = self.path("root")
         run_host(*COMMON, "--steps", 6, "--save", root, "--save-every", 2, "--log-level", "warn")
