@@ -9,6 +9,7 @@
 #include <exception>
 
 #include "host/cli/options.h"
+#include "host/comm/process_group.h"
 #include "host/plugin/discovery.h"
 #include "host/plugin/hook_dispatch.h"
 #include "host/plugin/plugin_error.h"
@@ -36,13 +37,37 @@ void fill_identity(AccelIdentity& identity, const accel::comm::MpiSession& mpi) 
   identity.device = DLDevice{kDLCPU, 0};
 }
 
+bool reduces_gradients(const accel::plugin::PluginRegistry& registry) {
+  for (const auto& p : registry.plugins()) {
+    if (p->descriptor().capabilities & ACCEL_CAP_REDUCES_GRADS) return true;
+  }
+  return false;
+}
+
+bool has_parallel_plugin(const accel::plugin::PluginRegistry& registry) {
+  for (const auto& p : registry.plugins()) {
+    if (p->descriptor().kind == ACCEL_PLUGIN_PARALLEL) return true;
+  }
+  return false;
+}
+
 // Every rank loads the same plugins; if any rank fails, all stop (no rank is
-// left waiting in a collective for one that exited).
-void load_plugins_everywhere(accel::plugin::PluginRegistry& registry, const accel::cli::PluginRequest& request,
+// left waiting in a collective for one that exited). With several ranks and
+// no parallel strategy named, `ddp` is loaded too: the default data parallel.
+void load_plugins_everywhere(accel::plugin::PluginRegistry& registry, accel::cli::PluginRequest request,
                              const std::vector<std::filesystem::path>& dirs, const accel::comm::MpiSession& mpi) {
   std::string error;
   try {
     registry.load(request.plugins, dirs);
+    if (mpi.world_size() > 1 && !has_parallel_plugin(registry)) {
+      request.plugins.push_back("ddp");
+      registry.load(request.plugins, dirs);
+    }
+    if (mpi.world_size() > 1 && !reduces_gradients(registry)) {
+      error = accel::strformat(
+          "%d ranks launched, but none of the loaded plugins reduces gradients across ranks (add --plugin ddp)",
+          mpi.world_size());
+    }
   } catch (const accel::plugin::PluginError& e) {
     error = e.what();
   }
@@ -58,6 +83,8 @@ int run_accel(const std::vector<std::string>& args, const comm::MpiSession& mpi)
   const accel::cli::PluginRequest request = accel::cli::scan_plugin_request(args);
   const auto dirs = accel::plugin::plugin_search_dirs(request.plugin_paths, std::getenv("ACCEL_PLUGIN_PATH"),
                                                       accel::plugin::current_executable_dir());
+  // Declared first, destroyed last: plugins' teardown may still use groups.
+  std::unique_ptr<accel::comm::ProcessGroup> world;
   accel::runtime::HostContext context;
   fill_identity(context.identity, mpi);
   accel::plugin::PluginRegistry registry(context);
@@ -84,14 +111,14 @@ int run_accel(const std::vector<std::string>& args, const comm::MpiSession& mpi)
   accel::RunConfig config = parsed.config;
   accel::log::init(mpi.rank(), accel::log::parse_level(config.log_level));
   accel::plugin::fill_option_store(registry, parsed.plugin_values, config, context.options);
-  if (mpi.world_size() > 1) {
-    // Averaging gradients across ranks is the data-parallel strategy's job;
-    // without one, N ranks would silently train N separate models.
-    throw UsageError(accel::strformat(
-        "%d ranks launched, but no data-parallel strategy is available to combine them; run one process",
-        mpi.world_size()));
-  }
   accel::cli::validate_for_world(config, mpi.world_size());
+  accel::comm::CommOptions comm_options;
+  comm_options.timeout_ms = static_cast<int64_t>(config.comm.timeout_s * 1000.0);
+  comm_options.backend = config.comm.backend == "mpi"    ? accel::comm::Backend::mpi
+                         : config.comm.backend == "nccl" ? accel::comm::Backend::nccl
+                                                         : accel::comm::Backend::auto_select;
+  world = accel::comm::ProcessGroup::create_world(mpi, comm_options);
+  context.world = world.get();
   if (config.threads > 0) at::set_num_threads(config.threads);
   for (const auto& p : registry.plugins()) {
     accel::log::info(accel::strformat("plugin %s %s (%s) from %s", p->name().c_str(), p->descriptor().version,

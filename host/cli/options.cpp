@@ -151,6 +151,13 @@ po::options_description run_options(RunConfig& c, RawStrings& raw) {
       ("autocast.cache_enabled", po::value(&c.autocast.cache_enabled)->default_value(c.autocast.cache_enabled),
        "cache weight casts within an autocast region");
 
+  po::options_description process_group("InitProcessGroupKwargs ([init_process_group] in --config)");
+  process_group.add_options()
+      ("init_process_group.backend", po::value(&c.comm.backend)->default_value(c.comm.backend),
+       "auto|mpi|nccl: auto moves CUDA tensors over NCCL, CPU tensors over MPI")
+      ("init_process_group.timeout", po::value(&c.comm.timeout_s)->default_value(c.comm.timeout_s),
+       "seconds before a collective that has not completed fails every rank");
+
   po::options_description io("Checkpoints and metrics");
   io.add_options()
       ("save", po::value(&c.save_dir)->value_name("DIR"),
@@ -163,7 +170,7 @@ po::options_description run_options(RunConfig& c, RawStrings& raw) {
        "append one JSON line per optimizer step (rank 0)");
 
   po::options_description all("accel-host options");
-  all.add(general).add(model).add(data).add(train).add(autocast).add(scaler).add(io);
+  all.add(general).add(model).add(data).add(train).add(autocast).add(scaler).add(process_group).add(io);
   return all;
 }
 
@@ -190,6 +197,9 @@ void validate(const RunConfig& c) {
   require(c.grad_scaler.backoff_factor > 0 && c.grad_scaler.backoff_factor < 1,
           "--grad_scaler.backoff_factor must lie in (0, 1)");
   require(c.grad_scaler.growth_interval > 0, "--grad_scaler.growth_interval must be > 0");
+  require(c.comm.backend == "auto" || c.comm.backend == "mpi" || c.comm.backend == "nccl",
+          "--init_process_group.backend: '" + c.comm.backend + "' is not one of: auto, mpi, nccl");
+  require(c.comm.timeout_s > 0, "--init_process_group.timeout must be > 0");
   require(c.data == "synthetic" || c.data.rfind("text:", 0) == 0 || c.data.rfind("tokens:", 0) == 0,
           "--data: '" + c.data + "' is not synthetic, text:PATH or tokens:PATH");
 }

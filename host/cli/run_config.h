@@ -33,6 +33,12 @@ struct AutocastOptions {
   bool cache_enabled = true;  // torch's cache of weight casts inside one autocast region
 };
 
+// InitProcessGroupKwargs: the communication layer.
+struct CommSettings {
+  std::string backend = "auto";  // auto (NCCL for CUDA tensors, MPI otherwise), mpi, nccl
+  double timeout_s = 1800.0;     // every collective's deadline
+};
+
 struct OptimizerOptions {
   double lr = 1e-3;
   double min_lr = 0.0;
@@ -65,6 +71,7 @@ struct RunConfig {
   OptimizerOptions optimizer;
   MixedPrecision mixed_precision = MixedPrecision::no;
   AutocastOptions autocast;
+  CommSettings comm;
   GradScalerOptions grad_scaler;
 
   std::string save_dir;

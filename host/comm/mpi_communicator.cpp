@@ -265,6 +265,7 @@ std::shared_ptr<Work> MpiCommunicator::all_reduce_async(const Buffer& input, con
     plan.tag = static_cast<int>(rings_started_++ % (static_cast<uint64_t>(tag_upper_bound_) + 1));
     plan.rank = rank();
     plan.size = size();
+    plan.segment_bytes = state_->options().ring_segment_bytes;
     std::shared_ptr<Work> ring =
         start_ring_all_reduce(state_, std::move(i), options.timeout_ms, plan, input, output, op, scratch_);
     if (ring->finished()) {

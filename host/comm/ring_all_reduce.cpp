@@ -5,10 +5,15 @@
 //     afterwards rank r holds the full reduction of chunk (r + 1).
 //   all-gather, step t = 0 .. n-2: send chunk (r - t + 1), receive chunk
 //     (r - t) straight into the output.
-// A step's receive is posted before its send; the next step is posted as
-// soon as the current one completed, inside the same poll.
+// Each step's chunk travels in segments (all receives posted before the
+// sends); a reduce-scatter segment is combined as soon as it lands, while
+// the next ones are in flight. The next step is posted as soon as the
+// current one completed, inside the same poll. Out of place, step 0 sends
+// straight from the input and each received segment is combined with the
+// input's, so the input is never copied whole.
 #include "host/comm/ring_all_reduce.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "host/comm/mpi_communicator.h"
@@ -40,13 +45,16 @@ namespace {
 class RingAllReduceWork final : public Work {
  public:
   RingAllReduceWork(std::shared_ptr<CommState> state, OpInfo info, int64_t timeout_ms, const RingPlan& plan,
-                    const Buffer& output, ReduceOp op, std::shared_ptr<ScratchPool> pool)
+                    const Buffer& input, const Buffer& output, ReduceOp op, std::shared_ptr<ScratchPool> pool)
       : Work(std::move(state), std::move(info), timeout_ms),
         plan_(plan),
+        input_(static_cast<const uint8_t*>(input.data)),
         output_(static_cast<uint8_t*>(output.data)),
+        in_place_(input.data == output.data),
         count_(output.count),
         dtype_(output.dtype),
         element_(dtype_size(output.dtype)),
+        segment_(std::max<int64_t>(1, static_cast<int64_t>(plan.segment_bytes / element_))),
         op_(op),
         pool_(std::move(pool)) {
     scratch_ = pool_->acquire(static_cast<size_t>(length(0)) * element_);
@@ -66,18 +74,24 @@ class RingAllReduceWork final : public Work {
   Progress poll_locked(std::string* error) override {
     const int last = 2 * (plan_.size - 1);
     while (step_ < last) {
-      int flag = 0;
-      const int rc = MPI_Testall(2, requests_, &flag, MPI_STATUSES_IGNORE);
+      // Reduce each received segment as soon as it lands, while later
+      // segments are still in flight.
+      int landed = 0;
+      int rc = MPI_Testsome(static_cast<int>(recvs_.size()), recvs_.data(), &landed, indices_.data(),
+                            MPI_STATUSES_IGNORE);
+      if (rc == MPI_SUCCESS && landed != MPI_UNDEFINED) {
+        for (int i = 0; i < landed; ++i) segment_landed(indices_[static_cast<size_t>(i)]);
+        pending_recvs_ -= landed;
+      }
+      int sent = 0;
+      if (rc == MPI_SUCCESS) {
+        rc = MPI_Testall(static_cast<int>(sends_.size()), sends_.data(), &sent, MPI_STATUSES_IGNORE);
+      }
       if (rc != MPI_SUCCESS) {
         *error = strformat("MPI (ring step %d of %d): %s", step_ + 1, last, mpi_error_string(rc).c_str());
         return Progress::failed;
       }
-      if (!flag) return Progress::pending;
-      if (step_ < plan_.size - 1) {
-        // A reduce-scatter step: combine the received chunk into ours.
-        const int k = recv_chunk(step_);
-        reduce_local(scratch_.data(), output_ + begin(k) * element_, length(k), dtype_, op_);
-      }
+      if (pending_recvs_ > 0 || !sent) return Progress::pending;
       ++step_;
       if (step_ == plan_.size - 1 && op_ == ReduceOp::avg) {
         // This rank's chunk is complete: divide it once, before it is gathered.
@@ -106,28 +120,56 @@ class RingAllReduceWork final : public Work {
     return k * base + std::min<int64_t>(k, extra);
   }
   int64_t length(int k) const { return count_ / plan_.size + (k < count_ % plan_.size ? 1 : 0); }
+  bool reducing(int step) const { return step < plan_.size - 1; }
 
   int send_chunk(int step) const {
-    return step < plan_.size - 1 ? mod(plan_.rank - step) : mod(plan_.rank - (step - (plan_.size - 1)) + 1);
+    return reducing(step) ? mod(plan_.rank - step) : mod(plan_.rank - (step - (plan_.size - 1)) + 1);
   }
   int recv_chunk(int step) const {
-    return step < plan_.size - 1 ? mod(plan_.rank - step - 1) : mod(plan_.rank - (step - (plan_.size - 1)));
+    return reducing(step) ? mod(plan_.rank - step - 1) : mod(plan_.rank - (step - (plan_.size - 1)));
   }
 
+  // Segment j of a reduce-scatter receive: output = own input op received.
+  // Out of place, our contribution is still in the input: copy it first
+  // (this chunk only; the output needs no up-front copy of the whole input).
+  void segment_landed(int j) {
+    if (!reducing(step_)) return;  // all-gather: it landed in the output
+    const int k = recv_chunk(step_);
+    const int64_t first = begin(k) + j * segment_;
+    const int64_t n = std::min<int64_t>(segment_, begin(k) + length(k) - first);
+    uint8_t* out = output_ + first * element_;
+    if (!in_place_) std::memcpy(out, input_ + first * element_, static_cast<size_t>(n) * element_);
+    reduce_local(scratch_.data() + (first - begin(k)) * element_, out, n, dtype_, op_);
+  }
+
+  // Posts every segment's receive, then every segment's send, of `step`.
   std::string post(int step) {
     const int next = mod(plan_.rank + 1);
     const int prev = mod(plan_.rank - 1);
     const int r = recv_chunk(step);
     const int s = send_chunk(step);
-    // Reduce-scatter receives into scratch (combined on completion);
-    // all-gather receives the finished chunk in place.
-    void* into = step < plan_.size - 1 ? static_cast<void*>(scratch_.data()) : output_ + begin(r) * element_;
-    int rc = MPI_Irecv(into, static_cast<int>(length(r)), plan_.type, prev, plan_.tag, plan_.comm, &requests_[0]);
-    if (rc == MPI_SUCCESS) {
-      rc = MPI_Isend(output_ + begin(s) * element_, static_cast<int>(length(s)), plan_.type, next, plan_.tag,
-                     plan_.comm, &requests_[1]);
+    // Reduce-scatter receives into scratch (combined on landing);
+    // all-gather receives the finished chunk in place. Step 0 sends our own
+    // contribution, which out of place is still only in the input.
+    uint8_t* into = reducing(step) ? scratch_.data() : output_ + begin(r) * element_;
+    const uint8_t* from = (step == 0 && !in_place_ ? input_ : output_) + begin(s) * element_;
+    const int64_t segments = (length(r) + segment_ - 1) / segment_;  // == length(s)'s: same chunk on both ends
+    recvs_.assign(static_cast<size_t>(segments), MPI_REQUEST_NULL);
+    sends_.assign(static_cast<size_t>(segments), MPI_REQUEST_NULL);
+    indices_.resize(static_cast<size_t>(segments));
+    pending_recvs_ = static_cast<int>(segments);
+    for (int64_t j = 0; j < segments; ++j) {
+      const int n = static_cast<int>(std::min<int64_t>(segment_, length(r) - j * segment_));
+      const int rc = MPI_Irecv(into + j * segment_ * element_, n, plan_.type, prev, plan_.tag, plan_.comm,
+                               &recvs_[static_cast<size_t>(j)]);
+      if (rc != MPI_SUCCESS) return strformat("MPI (ring step %d): %s", step + 1, mpi_error_string(rc).c_str());
     }
-    if (rc != MPI_SUCCESS) return strformat("MPI (ring step %d): %s", step + 1, mpi_error_string(rc).c_str());
+    for (int64_t j = 0; j < segments; ++j) {
+      const int n = static_cast<int>(std::min<int64_t>(segment_, length(s) - j * segment_));
+      const int rc = MPI_Isend(from + j * segment_ * element_, n, plan_.type, next, plan_.tag, plan_.comm,
+                               &sends_[static_cast<size_t>(j)]);
+      if (rc != MPI_SUCCESS) return strformat("MPI (ring step %d): %s", step + 1, mpi_error_string(rc).c_str());
+    }
     return {};
   }
 
@@ -136,22 +178,34 @@ class RingAllReduceWork final : public Work {
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (finalized) return;
-    if (requests_[0] != MPI_REQUEST_NULL) {
-      MPI_Cancel(&requests_[0]);
-      MPI_Request_free(&requests_[0]);
+    for (MPI_Request& r : recvs_) {
+      if (r == MPI_REQUEST_NULL) continue;
+      MPI_Cancel(&r);
+      MPI_Request_free(&r);
     }
-    if (requests_[1] != MPI_REQUEST_NULL) MPI_Request_free(&requests_[1]);
+    for (MPI_Request& r : sends_) {
+      if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
+    }
   }
 
   const RingPlan plan_;
+  const uint8_t* const input_;
   uint8_t* const output_;
+  const bool in_place_;
   const int64_t count_;
   const DType dtype_;
   const size_t element_;
+  // Elements per segment (the last of a chunk shorter): small enough that
+  // reducing one overlaps the next one's transfer, large enough that
+  // per-message costs stay negligible.
+  const int64_t segment_;
   const ReduceOp op_;
   const std::shared_ptr<ScratchPool> pool_;
   std::vector<uint8_t> scratch_;
-  MPI_Request requests_[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};  // [recv, send] of step_
+  std::vector<MPI_Request> recvs_;  // of step_, one per segment
+  std::vector<MPI_Request> sends_;
+  std::vector<int> indices_;
+  int pending_recvs_ = 0;
   int step_ = 0;
 };
 
@@ -160,9 +214,8 @@ class RingAllReduceWork final : public Work {
 std::shared_ptr<Work> start_ring_all_reduce(std::shared_ptr<CommState> state, OpInfo info, int64_t timeout_ms,
                                             const RingPlan& plan, const Buffer& input, const Buffer& output,
                                             ReduceOp op, std::shared_ptr<ScratchPool> pool) {
-  auto work = std::make_shared<RingAllReduceWork>(std::move(state), std::move(info), timeout_ms, plan, output, op,
-                                                  std::move(pool));
-  if (input.data != output.data) std::memcpy(output.data, input.data, output.bytes());
+  auto work = std::make_shared<RingAllReduceWork>(std::move(state), std::move(info), timeout_ms, plan, input,
+                                                  output, op, std::move(pool));
   const std::string problem = work->start();
   if (!problem.empty()) work->start_failed(problem);
   return work;

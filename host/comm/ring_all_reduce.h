@@ -52,10 +52,10 @@ struct RingPlan {
   int tag = 0;
   int rank = 0;
   int size = 1;
+  size_t segment_bytes = 256 * 1024;  // CommOptions::ring_segment_bytes
 };
 
-// Starts the ring (copying input into output first unless in place) and
-// returns its Work; a Work whose first step MPI refused is returned already
+// Starts the ring and returns its Work; a Work whose first step MPI refused is returned already
 // failed. Requires plan.size >= 2; output.count may be anything.
 std::shared_ptr<Work> start_ring_all_reduce(std::shared_ptr<CommState> state, OpInfo info, int64_t timeout_ms,
                                             const RingPlan& plan, const Buffer& input, const Buffer& output,

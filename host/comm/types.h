@@ -144,6 +144,9 @@ struct CommOptions {
   // point-to-point steps (ring_all_reduce.h) instead of MPI_Iallreduce.
   // SIZE_MAX: never; 0: whenever the count is at least the group size.
   size_t ring_all_reduce_min_bytes = 64 * 1024;
+  // The ring moves each chunk in segments of this many bytes, so reducing
+  // one overlaps the transfer of the next.
+  size_t ring_segment_bytes = 256 * 1024;
 };
 
 // Per operation.

@@ -27,6 +27,10 @@
 #include "host/model/gpt.h"
 #include "host/util/log.h"
 
+namespace accel::comm {
+class ProcessGroup;
+}
+
 namespace accel::runtime {
 
 class PluginStateWriter;  // plugin_state.h: checkpoint put target
@@ -135,7 +139,25 @@ class HostContext {
   // Per-metric combine state behind step_metrics; an entry whose name is no
   // longer in step_metrics (drained by the trainer) starts afresh.
   std::map<std::string, MetricRecord> metric_records;
+
+  // --- communication (comm_services.cpp) ---
+  // The world process group; owned by the run (host/app/run.cpp), null in
+  // tests and info-only loads (the comm services then fail cleanly).
+  comm::ProcessGroup* world = nullptr;
+  // The standard groups by AccelGroupKind, made by resolve_standard_groups.
+  std::map<int, std::shared_ptr<AccelGroup>> standard_groups;
+  // The mesh plugins declared while planning (0: not said).
+  AccelMeshSpec mesh{};
+  // Payload bytes of every collective plugins issued (input bytes; a
+  // broadcast counts its buffer once); the trainer reports it per step.
+  std::atomic<int64_t> comm_bytes{0};
 };
+
+// Resolves the mesh the plugins declared (tensor = pipeline = 1 and
+// sharding = 1 by default, replica = the rest) into the standard groups.
+// Collective over the world: every rank calls it after plan_model. Throws
+// std::runtime_error when the mesh does not fit the world.
+void resolve_standard_groups(HostContext& context);
 
 // The services table handed to every plugin: static, immutable, valid for
 // the whole process.

@@ -94,6 +94,7 @@ bool trace_capturing(HostContext& context) noexcept;
 
 // The static area tables (one per *_services.cpp), assembled by services.cpp.
 const AccelOptionServices* option_services_table();
+const AccelCommServices* comm_services_table();
 const AccelMemoryServices* memory_services_table();
 const AccelKernelServices* kernel_services_table();
 const AccelModelServices* model_services_table();

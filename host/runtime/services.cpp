@@ -205,8 +205,6 @@ AccelStatus core_get_identity(AccelHost* host, const AccelIdentity** identity) {
 
 }  // namespace
 
-// comm is NULL: process groups and collectives arrive with the communication
-// issue (issue 4); a plugin must check ACCEL_HAS_FN / the area pointer.
 const AccelHostServices* host_services() {
   static const AccelHostServices table = [] {
     AccelHostServices t{};
@@ -218,7 +216,7 @@ const AccelHostServices* host_services() {
     t.log_enabled = &core_log_enabled;
     t.get_identity = &core_get_identity;
     t.options = option_services_table();
-    t.comm = nullptr;
+    t.comm = comm_services_table();
     t.memory = memory_services_table();
     t.kernels = kernel_services_table();
     t.model = model_services_table();

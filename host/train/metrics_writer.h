@@ -19,6 +19,7 @@ struct StepMetrics {
   int64_t peak_mem_bytes = 0;
   double loss_scale = 1.0;
   bool skipped = false;  // fp16 overflow: the optimizer step was skipped
+  int64_t comm_bytes = 0;  // payload bytes of the plugins' collectives in this step
   std::map<std::string, double> plugin_metrics;  // "PLUGIN.name" -> value (trace->metric)
 };
 

@@ -11,6 +11,7 @@
 
 #include "host/checkpoint/trainer_checkpoint.h"
 #include "host/plugin/hook_dispatch.h"
+#include "host/comm/process_group.h"
 #include "host/runtime/host_context.h"
 #include "host/runtime/plugin_state.h"
 #include "host/train/dl_view.h"
@@ -213,6 +214,12 @@ StepOutcome Trainer::train_step(int64_t step) {
     }
   }
   outcome.loss = loss_sum / static_cast<double>(micro_steps);
+  if (world_size_ > 1) {
+    // The loss of the global batch: every data-parallel rank's share, averaged.
+    const comm::Status status = context_->world->all_reduce(
+        comm::host_buffer(&outcome.loss, 1, comm::DType::f64), comm::ReduceOp::avg, {0, "host loss average"});
+    if (!status.ok()) throw std::runtime_error(status.message);
+  }
 
   at::NoGradGuard no_grad;
   if (hooks_) hooks_->gradients_finalize(step_args);
@@ -280,6 +287,7 @@ void Trainer::start_plugins() {
     });
   }
   hooks_->plan_model();
+  if (context_->world) runtime::resolve_standard_groups(*context_);
   const runtime::ModelPlan& plan = context_->plan;
   if (!plan.splits.empty() || !plan.unit_stage.empty() || !plan.managed_storage.empty()) {
     // Resolving splits, stages and plugin-managed storage is the work of the
@@ -323,6 +331,8 @@ void Trainer::save_checkpoint() {
     for (const std::string& name : hooks_->plugin_names()) plugins += (plugins.empty() ? "" : ",") + name;
   }
   state.plugins = plugins;
+  // Every rank runs the plugins' save_state (it may be collective); rank 0
+  // writes the files: data-parallel replicas hold the same state.
   const auto write_plugin_state = [&](const std::filesystem::path& dir) {
     if (!hooks_) return;
     runtime::PluginStateWriter writer;
@@ -336,8 +346,23 @@ void Trainer::save_checkpoint() {
     context_->state_writer = nullptr;
     if (!writer.empty()) writer.write(dir / kPluginStateFile);
   };
-  const auto path = checkpoint::save_trainer_checkpoint(config_.save_dir, model_, optimizer_, state, write_plugin_state);
-  log::info("saved checkpoint " + path.string());
+  if (rank_ != 0) {
+    if (hooks_) {
+      runtime::PluginStateWriter discarded;
+      context_->state_writer = &discarded;
+      hooks_->save_state(completed_steps_, world_size_);
+      context_->state_writer = nullptr;
+    }
+  } else {
+    const auto path =
+        checkpoint::save_trainer_checkpoint(config_.save_dir, model_, optimizer_, state, write_plugin_state);
+    log::info("saved checkpoint " + path.string());
+  }
+  // No rank goes on (or exits) before the checkpoint is committed.
+  if (world_size_ > 1) {
+    const comm::Status status = context_->world->barrier({0, "host checkpoint commit"});
+    if (!status.ok()) throw std::runtime_error(status.message);
+  }
 }
 
 void Trainer::run() {
@@ -369,6 +394,7 @@ void Trainer::run() {
     if (context_) {
       std::lock_guard<std::mutex> lock(context_->mutex);
       m.plugin_metrics.swap(context_->step_metrics);
+      m.comm_bytes = context_->comm_bytes.exchange(0);
     }
     metrics_.write(m);
     if (completed_steps_ % config_.log_every == 0 || completed_steps_ == config_.steps || completed_steps_ == 1) {

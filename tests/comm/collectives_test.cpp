@@ -75,6 +75,7 @@ class Collectives : public ::testing::TestWithParam<std::tuple<DType, Mode>> {
     comm_ = std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, "world", test_options());
     CommOptions ring_always = test_options();
     ring_always.ring_all_reduce_min_bytes = 0;
+    ring_always.ring_segment_bytes = 24;  // many segments, the last one short
     ring_ = std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, "world_ring", ring_always);
     rank_ = comm_->rank();
     size_ = comm_->size();
@@ -102,7 +103,8 @@ class Collectives : public ::testing::TestWithParam<std::tuple<DType, Mode>> {
 };
 
 // Both implementations: MPI_Iallreduce, and the ring (ring_all_reduce.h)
-// with chunks of unequal length (1001 and 9 do not divide by 2, 3 or 4).
+// with chunks of unequal length (1001 and 9 do not divide by 2, 3 or 4)
+// moving in segments of 24 bytes (3 to 24 elements).
 TEST_P(Collectives, AllReduce) {
   for (MpiCommunicator* comm : {comm_.get(), ring_.get()}) {
     for (ReduceOp op : kAllOps) {
