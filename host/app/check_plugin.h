@@ -1,7 +1,8 @@
 // accel-host check-plugin PATH [run options...]: the conformance checker a
 // plugin vendor runs on their .so. It loads the plugin the way a run does,
 // checks the ABI contract one item at a time, then drives it through a whole
-// lifecycle on a tiny model (train, save, resume, train on), and prints one
+// lifecycle on a tiny model (train, save, resume, train on) — on several
+// ranks under mpirun, with ddp as the data-parallel strategy — and prints one
 // PASS/FAIL/SKIP line per check and a summary. Extra arguments are passed to
 // the runs (e.g. --NAME.required_option=value).
 #pragma once

@@ -37,6 +37,13 @@ bool MpiSession::all_succeeded(bool local_ok) const {
   return global != 0;
 }
 
+std::string MpiSession::broadcast_from_root(const std::string& value) const {
+  char buffer[4096] = {};
+  if (rank_ == 0) value.copy(buffer, sizeof(buffer) - 1);
+  MPI_Bcast(buffer, sizeof(buffer), MPI_CHAR, 0, MPI_COMM_WORLD);
+  return buffer;
+}
+
 void MpiSession::abort_job(int exit_code) const {
   MPI_Abort(MPI_COMM_WORLD, exit_code);
   std::_Exit(exit_code);  // MPI_Abort should not return; be certain.

@@ -7,6 +7,8 @@
 // reference, never reached through a global. Not thread-safe to construct.
 #pragma once
 
+#include <string>
+
 namespace accel::comm {
 
 class MpiSession {
@@ -24,6 +26,9 @@ class MpiSession {
   // True on every rank when `local_ok` is true on every rank (a collective:
   // all ranks must call it). How ranks agree to stop together.
   bool all_succeeded(bool local_ok) const;
+
+  // Rank 0's `value` on every rank (a collective; at most 4 KiB).
+  std::string broadcast_from_root(const std::string& value) const;
 
   // Ends every rank of the job at once: the way out when one rank fails and
   // the others might otherwise wait on it forever. Does not return.

@@ -223,7 +223,8 @@ class CheckPlugin(unittest.TestCase):
         self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
         self.assertIn("(2 ranks)", proc.stdout)
         self.assertRegex(proc.stdout, r"PASS\s+descriptor")
-        self.assertRegex(proc.stdout, r"SKIP\s+lifecycle")
+        self.assertRegex(proc.stdout, r"PASS\s+lifecycle")
+        self.assertRegex(proc.stdout, r"PASS\s+resume")
 
 
 class BrokenPlugins(TempDirMixin, unittest.TestCase):
