@@ -113,5 +113,33 @@ class DdpOptions(TempDirMixin, unittest.TestCase):
         self.assertIn("none of the loaded plugins reduces gradients", proc.stderr)
 
 
+@unittest.skipUnless(MPIRUN, "mpirun not found")
+class Failures(unittest.TestCase):
+    """No run hangs: a rank that skips a collective or dies ends the job
+    within the timeout, with a message naming the rank and the operation."""
+
+    def run_mpmd(self, first, second, limit):
+        import time
+        start = time.monotonic()
+        proc = subprocess.run([MPIRUN, "-n", "1", ACCEL_HOST, *map(str, first), ":", "-n", "1", *map(str, second)],
+                              capture_output=True, text=True, env=ENV, timeout=limit + 60)
+        return proc, time.monotonic() - start
+
+    def test_a_rank_that_skips_a_collective_times_out_everywhere(self):
+        args = [*COMMON, "--batch-size", 8, "--init_process_group.timeout", 3]
+        proc, seconds = self.run_mpmd([*args, "--steps", 6], [ACCEL_HOST, *map(str, args), "--steps", 3], limit=30)
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertLess(seconds, 30)
+        self.assertRegex(proc.stderr, r"rank 0 .*all_reduce #\d+ .* did not complete within 3000 ms")
+        self.assertIn("TIMED_OUT", proc.stderr)  # the flight recorder names the stuck operation
+
+    def test_a_rank_killed_mid_step_ends_the_job(self):
+        args = [*map(str, COMMON), "--batch-size", "8", "--steps", "100000", "--init_process_group.timeout", "10"]
+        proc, seconds = self.run_mpmd(args, ["timeout", "-s", "KILL", "3", ACCEL_HOST, *args], limit=30)
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertLess(seconds, 30)
+        self.assertIn("rank 1", proc.stderr)
+
+
 if __name__ == "__main__":
     unittest.main()
