@@ -153,18 +153,21 @@ class RingAllReduceWork final : public Work {
     // contribution, which out of place is still only in the input.
     uint8_t* into = reducing(step) ? scratch_.data() : output_ + begin(r) * element_;
     const uint8_t* from = (step == 0 && !in_place_ ? input_ : output_) + begin(s) * element_;
-    const int64_t segments = (length(r) + segment_ - 1) / segment_;  // == length(s)'s: same chunk on both ends
-    recvs_.assign(static_cast<size_t>(segments), MPI_REQUEST_NULL);
-    sends_.assign(static_cast<size_t>(segments), MPI_REQUEST_NULL);
-    indices_.resize(static_cast<size_t>(segments));
-    pending_recvs_ = static_cast<int>(segments);
-    for (int64_t j = 0; j < segments; ++j) {
+    // Chunks differ in length by up to one element, so this rank's receive
+    // and send may have different segment counts; each matches the peer's.
+    const int64_t recv_segments = (length(r) + segment_ - 1) / segment_;
+    const int64_t send_segments = (length(s) + segment_ - 1) / segment_;
+    recvs_.assign(static_cast<size_t>(recv_segments), MPI_REQUEST_NULL);
+    sends_.assign(static_cast<size_t>(send_segments), MPI_REQUEST_NULL);
+    indices_.resize(static_cast<size_t>(recv_segments));
+    pending_recvs_ = static_cast<int>(recv_segments);
+    for (int64_t j = 0; j < recv_segments; ++j) {
       const int n = static_cast<int>(std::min<int64_t>(segment_, length(r) - j * segment_));
       const int rc = MPI_Irecv(into + j * segment_ * element_, n, plan_.type, prev, plan_.tag, plan_.comm,
                                &recvs_[static_cast<size_t>(j)]);
       if (rc != MPI_SUCCESS) return strformat("MPI (ring step %d): %s", step + 1, mpi_error_string(rc).c_str());
     }
-    for (int64_t j = 0; j < segments; ++j) {
+    for (int64_t j = 0; j < send_segments; ++j) {
       const int n = static_cast<int>(std::min<int64_t>(segment_, length(s) - j * segment_));
       const int rc = MPI_Isend(from + j * segment_ * element_, n, plan_.type, next, plan_.tag, plan_.comm,
                                &sends_[static_cast<size_t>(j)]);

@@ -52,7 +52,7 @@ struct RingPlan {
   int tag = 0;
   int rank = 0;
   int size = 1;
-  size_t segment_bytes = 256 * 1024;  // CommOptions::ring_segment_bytes
+  size_t segment_bytes = 1024 * 1024;  // CommOptions::ring_segment_bytes
 };
 
 // Starts the ring and returns its Work; a Work whose first step MPI refused is returned already

@@ -146,7 +146,7 @@ struct CommOptions {
   size_t ring_all_reduce_min_bytes = 64 * 1024;
   // The ring moves each chunk in segments of this many bytes, so reducing
   // one overlaps the transfer of the next.
-  size_t ring_segment_bytes = 256 * 1024;
+  size_t ring_segment_bytes = 1024 * 1024;
 };
 
 // Per operation.
