@@ -4,7 +4,6 @@
 // without a global; making it part of the function's type needs none.
 #include "host/comm/mpi_datatypes.h"
 
-#include <algorithm>
 #include <cmath>
 #include <type_traits>
 
@@ -27,26 +26,38 @@ struct Min {
   static bool first_wins(float a, float b) { return a != a || (b == b && a < b); }
 };
 
+// Three-operand kernels, out[i] = a[i] op b[i], where `b` plays MPI's
+// inout role (this rank's own data). The MPI operators run them with
+// out == b; the ring runs them with a separate output, which saves copying
+// its input first.
 template <class Codec>
-void sum_fn(void* in, void* inout, int* len, MPI_Datatype*) {
+void sum3(const void* a, const void* b, void* out, int64_t n) {
   using T = typename Codec::Storage;
-  const T* a = static_cast<const T*>(in);
-  T* b = static_cast<T*>(inout);
-  const int n = *len;
-  for (int i = 0; i < n; ++i) b[i] = Codec::encode(Sum::apply(Codec::decode(a[i]), Codec::decode(b[i])));
+  const T* x = static_cast<const T*>(a);
+  const T* y = static_cast<const T*>(b);
+  T* z = static_cast<T*>(out);
+  for (int64_t i = 0; i < n; ++i) z[i] = Codec::encode(Sum::apply(Codec::decode(x[i]), Codec::decode(y[i])));
 }
 
 // Selection keeps the winner's exact bits: no rounding, -0 and NaN payloads
 // preserved.
 template <class Codec, class Select>
-void select_fn(void* in, void* inout, int* len, MPI_Datatype*) {
+void select3(const void* a, const void* b, void* out, int64_t n) {
   using T = typename Codec::Storage;
-  const T* a = static_cast<const T*>(in);
-  T* b = static_cast<T*>(inout);
-  const int n = *len;
-  for (int i = 0; i < n; ++i) {
-    if (Select::first_wins(Codec::decode(a[i]), Codec::decode(b[i]))) b[i] = a[i];
-  }
+  const T* x = static_cast<const T*>(a);
+  const T* y = static_cast<const T*>(b);
+  T* z = static_cast<T*>(out);
+  for (int64_t i = 0; i < n; ++i) z[i] = Select::first_wins(Codec::decode(x[i]), Codec::decode(y[i])) ? x[i] : y[i];
+}
+
+template <class Codec>
+void sum_fn(void* in, void* inout, int* len, MPI_Datatype*) {
+  sum3<Codec>(in, inout, inout, *len);
+}
+
+template <class Codec, class Select>
+void select_fn(void* in, void* inout, int* len, MPI_Datatype*) {
+  select3<Codec, Select>(in, inout, inout, *len);
 }
 
 template <class Codec>
@@ -65,47 +76,40 @@ void divide_native(void* data, int64_t count, int divisor) {
 }
 
 // MPI's predefined operators on native types, as Open MPI computes them
-// (ompi/mca/op/base: out = out > in ? out : in). Integers add in unsigned
-// arithmetic: wrap-around like MPI's, without signed-overflow UB.
+// (ompi/mca/op/base: out = out > in ? out : in, with b as `out`'s old value).
+// Integers add in unsigned arithmetic: wrap-around like MPI's, without
+// signed-overflow UB.
 template <class T>
-void native_reduce(const void* in, void* inout, int64_t count, ReduceOp op) {
-  const T* a = static_cast<const T*>(in);
-  T* b = static_cast<T*>(inout);
+void native3(const void* a, const void* b, void* out, int64_t count, ReduceOp op) {
+  const T* x = static_cast<const T*>(a);
+  const T* y = static_cast<const T*>(b);
+  T* z = static_cast<T*>(out);
   switch (op) {
     case ReduceOp::sum:
     case ReduceOp::avg:
       if constexpr (std::is_integral_v<T>) {
         using U = std::make_unsigned_t<T>;
-        for (int64_t i = 0; i < count; ++i) b[i] = static_cast<T>(static_cast<U>(b[i]) + static_cast<U>(a[i]));
+        for (int64_t i = 0; i < count; ++i) z[i] = static_cast<T>(static_cast<U>(y[i]) + static_cast<U>(x[i]));
       } else {
-        for (int64_t i = 0; i < count; ++i) b[i] += a[i];
+        for (int64_t i = 0; i < count; ++i) z[i] = y[i] + x[i];
       }
       break;
     case ReduceOp::max:
-      for (int64_t i = 0; i < count; ++i) b[i] = b[i] > a[i] ? b[i] : a[i];
+      for (int64_t i = 0; i < count; ++i) z[i] = y[i] > x[i] ? y[i] : x[i];
       break;
     case ReduceOp::min:
-      for (int64_t i = 0; i < count; ++i) b[i] = b[i] < a[i] ? b[i] : a[i];
+      for (int64_t i = 0; i < count; ++i) z[i] = y[i] < x[i] ? y[i] : x[i];
       break;
   }
 }
 
-// The user operators take an int length: large chunks go in int-sized runs.
 template <class Codec>
-void codec_reduce(const void* in, void* inout, int64_t count, ReduceOp op) {
-  using T = typename Codec::Storage;
-  const T* a = static_cast<const T*>(in);
-  T* b = static_cast<T*>(inout);
-  for (int64_t done = 0; done < count;) {
-    int len = static_cast<int>(std::min<int64_t>(count - done, 1 << 30));
-    void* src = const_cast<T*>(a + done);
-    switch (op) {
-      case ReduceOp::sum:
-      case ReduceOp::avg: sum_fn<Codec>(src, b + done, &len, nullptr); break;
-      case ReduceOp::max: select_fn<Codec, Max>(src, b + done, &len, nullptr); break;
-      case ReduceOp::min: select_fn<Codec, Min>(src, b + done, &len, nullptr); break;
-    }
-    done += len;
+void codec3(const void* a, const void* b, void* out, int64_t count, ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum:
+    case ReduceOp::avg: sum3<Codec>(a, b, out, count); break;
+    case ReduceOp::max: select3<Codec, Max>(a, b, out, count); break;
+    case ReduceOp::min: select3<Codec, Min>(a, b, out, count); break;
   }
 }
 
@@ -204,18 +208,18 @@ void divide_in_place(void* data, int64_t count, DType dtype, int divisor) {
   }
 }
 
-void reduce_local(const void* in, void* inout, int64_t count, DType dtype, ReduceOp op) {
+void reduce_local(const void* in, const void* own, void* out, int64_t count, DType dtype, ReduceOp op) {
   switch (dtype) {
-    case DType::f32: native_reduce<float>(in, inout, count, op); break;
-    case DType::f64: native_reduce<double>(in, inout, count, op); break;
-    case DType::i8: native_reduce<int8_t>(in, inout, count, op); break;
-    case DType::u8: native_reduce<uint8_t>(in, inout, count, op); break;
-    case DType::i32: native_reduce<int32_t>(in, inout, count, op); break;
-    case DType::i64: native_reduce<int64_t>(in, inout, count, op); break;
-    case DType::f16: codec_reduce<lowp::F16>(in, inout, count, op); break;
-    case DType::bf16: codec_reduce<lowp::BF16>(in, inout, count, op); break;
-    case DType::f8_e4m3: codec_reduce<lowp::E4M3>(in, inout, count, op); break;
-    case DType::f8_e5m2: codec_reduce<lowp::E5M2>(in, inout, count, op); break;
+    case DType::f32: native3<float>(in, own, out, count, op); break;
+    case DType::f64: native3<double>(in, own, out, count, op); break;
+    case DType::i8: native3<int8_t>(in, own, out, count, op); break;
+    case DType::u8: native3<uint8_t>(in, own, out, count, op); break;
+    case DType::i32: native3<int32_t>(in, own, out, count, op); break;
+    case DType::i64: native3<int64_t>(in, own, out, count, op); break;
+    case DType::f16: codec3<lowp::F16>(in, own, out, count, op); break;
+    case DType::bf16: codec3<lowp::BF16>(in, own, out, count, op); break;
+    case DType::f8_e4m3: codec3<lowp::E4M3>(in, own, out, count, op); break;
+    case DType::f8_e5m2: codec3<lowp::E5M2>(in, own, out, count, op); break;
   }
 }
 

@@ -45,9 +45,10 @@ class MpiTypeTable {
 // Floating-point dtypes only.
 void divide_in_place(void* data, int64_t count, DType dtype, int divisor);
 
-// inout[i] = in[i] op inout[i] for `count` elements, exactly as the MPI
-// operators of MpiTypeTable combine (avg combines as sum): the ring
-// all_reduce reduces locally with it, so both paths round alike.
-void reduce_local(const void* in, void* inout, int64_t count, DType dtype, ReduceOp op);
+// out[i] = in[i] op own[i] for `count` elements, exactly as the MPI
+// operators of MpiTypeTable combine a received `in` into this rank's `own`
+// (avg combines as sum); `out` may be `own`. The ring all_reduce reduces
+// with it, so both paths round alike.
+void reduce_local(const void* in, const void* own, void* out, int64_t count, DType dtype, ReduceOp op);
 
 }  // namespace accel::comm

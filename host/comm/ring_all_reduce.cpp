@@ -14,7 +14,6 @@
 #include "host/comm/ring_all_reduce.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "host/comm/mpi_communicator.h"
 #include "host/comm/mpi_datatypes.h"
@@ -129,17 +128,17 @@ class RingAllReduceWork final : public Work {
     return reducing(step) ? mod(plan_.rank - step - 1) : mod(plan_.rank - (step - (plan_.size - 1)));
   }
 
-  // Segment j of a reduce-scatter receive: output = own input op received.
-  // Out of place, our contribution is still in the input: copy it first
-  // (this chunk only; the output needs no up-front copy of the whole input).
+  // Segment j of a reduce-scatter receive: output = received op own. Out of
+  // place, our own contribution is still in the input, and the combine
+  // reads it from there (no copy of the input into the output, ever).
   void segment_landed(int j) {
     if (!reducing(step_)) return;  // all-gather: it landed in the output
     const int k = recv_chunk(step_);
     const int64_t first = begin(k) + j * segment_;
     const int64_t n = std::min<int64_t>(segment_, begin(k) + length(k) - first);
     uint8_t* out = output_ + first * element_;
-    if (!in_place_) std::memcpy(out, input_ + first * element_, static_cast<size_t>(n) * element_);
-    reduce_local(scratch_.data() + (first - begin(k)) * element_, out, n, dtype_, op_);
+    const uint8_t* own = (in_place_ ? output_ : input_) + first * element_;
+    reduce_local(scratch_.data() + (first - begin(k)) * element_, own, out, n, dtype_, op_);
   }
 
   // Posts every segment's receive, then every segment's send, of `step`.

@@ -22,21 +22,8 @@ namespace {
 
 using accel::sdk::Error;
 
-// A 1-D view of `count` elements of `base` from element `offset`.
-struct FlatView {
-  FlatView(const DLTensor& base, int64_t offset, int64_t count) : shape(count) {
-    view = base;
-    view.ndim = 1;
-    view.shape = &shape;
-    view.strides = &stride;
-    view.byte_offset = base.byte_offset + static_cast<uint64_t>(offset) * ((base.dtype.bits + 7) / 8);
-  }
-  FlatView(const FlatView&) = delete;
-  FlatView& operator=(const FlatView&) = delete;
-  int64_t shape;
-  int64_t stride = 1;
-  DLTensor view{};
-};
+using accel::sdk::FlatView;
+using accel::sdk::ScalarView;
 
 class Ddp final : public accel::sdk::Plugin {
  public:
@@ -193,7 +180,7 @@ class Ddp final : public accel::sdk::Plugin {
     int64_t offset = 0;
     for (int32_t u : bucket.units) {
       FlatView slot(bucket.buffer.tensor(), offset, numel(u));
-      cast(grads(u), &slot.view, prescale);
+      cast(grads(u), slot.get(), prescale);
       offset += numel(u);
     }
     bucket.works.push_back(collective(comm.all_reduce, &bucket.buffer.tensor(),
@@ -205,25 +192,19 @@ class Ddp final : public accel::sdk::Plugin {
     int64_t offset = 0;
     for (int32_t u : bucket.units) {
       FlatView slot(bucket.buffer.tensor(), offset, numel(u));
-      cast(&slot.view, grads(u), 1.0);
+      cast(slot.get(), grads(u), 1.0);
       offset += numel(u);
     }
   }
 
   void cast(const DLTensor* from, const DLTensor* to, double scale) {
     float factor = static_cast<float>(scale);
-    int64_t no_shape = 0;
-    DLTensor scale_view{};
-    scale_view.data = &factor;
-    scale_view.device = {kDLCPU, 0};
-    scale_view.dtype = {kDLFloat, 32, 1};
-    scale_view.shape = &no_shape;
-    scale_view.strides = &no_shape;
+    const ScalarView scale_view(&factor);
     AccelCastArgs args{};
     args.struct_size = sizeof(args);
     args.input = from;
     args.output = to;
-    args.scale = scale == 1.0 ? nullptr : &scale_view;
+    args.scale = scale == 1.0 ? nullptr : scale_view.get();
     services().check(services().table()->kernels->cast(services().host(), &args), "cast");
   }
 
@@ -238,19 +219,9 @@ class Ddp final : public accel::sdk::Plugin {
       for (int64_t i = 0; i < p->shape[0]; ++i) sum += data[i];
     }
     float high = sum, low = sum;
-    int64_t no_shape = 0;
-    auto scalar = [&](float* value) {
-      DLTensor t{};
-      t.data = value;
-      t.device = {kDLCPU, 0};
-      t.dtype = {kDLFloat, 32, 1};
-      t.shape = &no_shape;
-      t.strides = &no_shape;
-      return t;
-    };
-    DLTensor high_view = scalar(&high), low_view = scalar(&low);
-    collective(comm.all_reduce, &high_view, ACCEL_REDUCE_MAX, 0, "ddp checksum max");
-    collective(comm.all_reduce, &low_view, ACCEL_REDUCE_MIN, 0, "ddp checksum min");
+    const ScalarView high_view(&high), low_view(&low);
+    collective(comm.all_reduce, high_view.get(), ACCEL_REDUCE_MAX, 0, "ddp checksum max");
+    collective(comm.all_reduce, low_view.get(), ACCEL_REDUCE_MIN, 0, "ddp checksum min");
     return static_cast<double>(high) - static_cast<double>(low);
   }
 

@@ -18,28 +18,8 @@
 
 namespace {
 
-// A 1-D fp32 DLTensor view of elements [offset, offset + count) of `base`.
-struct FlatView {
-  FlatView(const DLTensor& base, int64_t offset, int64_t count) : shape(count) {
-    view = base;
-    view.ndim = 1;
-    view.shape = &shape;
-    view.strides = &stride;
-    view.byte_offset = base.byte_offset + static_cast<uint64_t>(offset) * sizeof(float);
-  }
-  FlatView(float* data, int64_t count) : shape(count) {
-    view.data = data;
-    view.device = {kDLCPU, 0};
-    view.ndim = 1;
-    view.dtype = {kDLFloat, 32, 1};
-    view.shape = &shape;
-    view.strides = &stride;
-  }
-  FlatView(const FlatView&) = delete;
-  int64_t shape;
-  int64_t stride = 1;
-  DLTensor view{};
-};
+using accel::sdk::FlatView;
+using accel::sdk::ScalarView;
 
 class TakeOver final : public accel::sdk::Plugin {
  public:
@@ -90,19 +70,18 @@ class TakeOver final : public accel::sdk::Plugin {
     std::vector<const DLTensor*> grads;
     for (int32_t u = 0; u < static_cast<int32_t>(units_.size()); ++u) grads.push_back(storage(u).second);
     float squared = 0.0f;
-    FlatView squared_view(&squared, 1);
-    squared_view.view.ndim = 0;
+    const ScalarView squared_view(&squared);
     AccelSquaredNormArgs norm{};
     norm.struct_size = sizeof(norm);
     norm.inputs = grads.data();
     norm.num_inputs = static_cast<int32_t>(grads.size());
-    norm.output = &squared_view.view;
+    norm.output = squared_view.get();
     services().check(services().table()->kernels->squared_norm(services().host(), &norm), "squared_norm");
     AccelClipScaleArgs clip{};
     clip.struct_size = sizeof(clip);
     clip.tensors = grads.data();
     clip.num_tensors = static_cast<int32_t>(grads.size());
-    clip.total_squared_norm = &squared_view.view;
+    clip.total_squared_norm = squared_view.get();
     clip.total_norm = args.total_norm;
     clip.max_norm = args.max_norm;
     services().check(services().table()->kernels->clip_scale(services().host(), &clip), "clip_scale");
@@ -119,10 +98,10 @@ class TakeOver final : public accel::sdk::Plugin {
         FlatView m(unit.exp_avg.data() + run.offset, run.count), v(unit.exp_avg_sq.data() + run.offset, run.count);
         AccelAdamWArgs adamw{};
         adamw.struct_size = sizeof(adamw);
-        adamw.param = &p.view;
-        adamw.grad = &g.view;
-        adamw.exp_avg = &m.view;
-        adamw.exp_avg_sq = &v.view;
+        adamw.param = p.get();
+        adamw.grad = g.get();
+        adamw.exp_avg = m.get();
+        adamw.exp_avg_sq = v.get();
         adamw.grad_scale = args.grad_scale;
         adamw.found_inf = args.found_inf;
         adamw.lr = args.lr;

@@ -134,6 +134,56 @@ T read_scalar(const Services& services, const DLTensor& t,
 
 // ------------------------------------------------------------------ Buffer
 
+// A 1-D view of elements [offset, offset + count) of a contiguous tensor (a
+// unit's flat buffer, a bucket): the slices plugins hand to kernels and
+// collectives. Owns its shape and stride; valid while `base`'s memory is.
+class FlatView {
+ public:
+  FlatView(const DLTensor& base, int64_t offset, int64_t count) : shape_(count) {
+    view_ = base;
+    view_.ndim = 1;
+    view_.shape = &shape_;
+    view_.strides = &stride_;
+    view_.byte_offset = base.byte_offset + static_cast<uint64_t>(offset) * ((base.dtype.bits + 7u) / 8u);
+  }
+  // A view of host memory the plugin owns (fp32 by default).
+  FlatView(void* data, int64_t count, DLDataType dtype = {kDLFloat, 32, 1}) : shape_(count) {
+    view_.data = data;
+    view_.device = {kDLCPU, 0};
+    view_.ndim = 1;
+    view_.dtype = dtype;
+    view_.shape = &shape_;
+    view_.strides = &stride_;
+  }
+  FlatView(const FlatView&) = delete;
+  FlatView& operator=(const FlatView&) = delete;
+  const DLTensor* get() const noexcept { return &view_; }
+
+ private:
+  int64_t shape_;
+  int64_t stride_ = 1;
+  DLTensor view_{};
+};
+
+// A 0-d fp32 host tensor over one float: scales, norms, scalar collectives.
+class ScalarView {
+ public:
+  explicit ScalarView(float* value) noexcept {
+    view_.data = value;
+    view_.device = {kDLCPU, 0};
+    view_.dtype = {kDLFloat, 32, 1};
+    view_.shape = &unused_;
+    view_.strides = &unused_;
+  }
+  ScalarView(const ScalarView&) = delete;
+  ScalarView& operator=(const ScalarView&) = delete;
+  const DLTensor* get() const noexcept { return &view_; }
+
+ private:
+  int64_t unused_ = 0;
+  DLTensor view_{};
+};
+
 // One accounted allocation (memory->allocate), freed on destruction after the
 // work enqueued on its stream. Move-only.
 class Buffer {
