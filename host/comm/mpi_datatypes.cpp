@@ -47,7 +47,8 @@ void select3(const void* a, const void* b, void* out, int64_t n) {
   const T* x = static_cast<const T*>(a);
   const T* y = static_cast<const T*>(b);
   T* z = static_cast<T*>(out);
-  for (int64_t i = 0; i < n; ++i) z[i] = Select::first_wins(Codec::decode(x[i]), Codec::decode(y[i])) ? x[i] : y[i];
+  for (int64_t i = 0; i < n; ++i)
+    z[i] = Select::first_wins(Codec::decode(x[i]), Codec::decode(y[i])) ? x[i] : y[i];
 }
 
 template <class Codec>
@@ -89,7 +90,8 @@ void native3(const void* a, const void* b, void* out, int64_t count, ReduceOp op
     case ReduceOp::avg:
       if constexpr (std::is_integral_v<T>) {
         using U = std::make_unsigned_t<T>;
-        for (int64_t i = 0; i < count; ++i) z[i] = static_cast<T>(static_cast<U>(y[i]) + static_cast<U>(x[i]));
+        for (int64_t i = 0; i < count; ++i)
+          z[i] = static_cast<T>(static_cast<U>(y[i]) + static_cast<U>(x[i]));
       } else {
         for (int64_t i = 0; i < count; ++i) z[i] = y[i] + x[i];
       }
@@ -107,9 +109,15 @@ template <class Codec>
 void codec3(const void* a, const void* b, void* out, int64_t count, ReduceOp op) {
   switch (op) {
     case ReduceOp::sum:
-    case ReduceOp::avg: sum3<Codec>(a, b, out, count); break;
-    case ReduceOp::max: select3<Codec, Max>(a, b, out, count); break;
-    case ReduceOp::min: select3<Codec, Min>(a, b, out, count); break;
+    case ReduceOp::avg:
+      sum3<Codec>(a, b, out, count);
+      break;
+    case ReduceOp::max:
+      select3<Codec, Max>(a, b, out, count);
+      break;
+    case ReduceOp::min:
+      select3<Codec, Min>(a, b, out, count);
+      break;
   }
 }
 
@@ -210,16 +218,36 @@ void divide_in_place(void* data, int64_t count, DType dtype, int divisor) {
 
 void reduce_local(const void* in, const void* own, void* out, int64_t count, DType dtype, ReduceOp op) {
   switch (dtype) {
-    case DType::f32: native3<float>(in, own, out, count, op); break;
-    case DType::f64: native3<double>(in, own, out, count, op); break;
-    case DType::i8: native3<int8_t>(in, own, out, count, op); break;
-    case DType::u8: native3<uint8_t>(in, own, out, count, op); break;
-    case DType::i32: native3<int32_t>(in, own, out, count, op); break;
-    case DType::i64: native3<int64_t>(in, own, out, count, op); break;
-    case DType::f16: codec3<lowp::F16>(in, own, out, count, op); break;
-    case DType::bf16: codec3<lowp::BF16>(in, own, out, count, op); break;
-    case DType::f8_e4m3: codec3<lowp::E4M3>(in, own, out, count, op); break;
-    case DType::f8_e5m2: codec3<lowp::E5M2>(in, own, out, count, op); break;
+    case DType::f32:
+      native3<float>(in, own, out, count, op);
+      break;
+    case DType::f64:
+      native3<double>(in, own, out, count, op);
+      break;
+    case DType::i8:
+      native3<int8_t>(in, own, out, count, op);
+      break;
+    case DType::u8:
+      native3<uint8_t>(in, own, out, count, op);
+      break;
+    case DType::i32:
+      native3<int32_t>(in, own, out, count, op);
+      break;
+    case DType::i64:
+      native3<int64_t>(in, own, out, count, op);
+      break;
+    case DType::f16:
+      codec3<lowp::F16>(in, own, out, count, op);
+      break;
+    case DType::bf16:
+      codec3<lowp::BF16>(in, own, out, count, op);
+      break;
+    case DType::f8_e4m3:
+      codec3<lowp::E4M3>(in, own, out, count, op);
+      break;
+    case DType::f8_e5m2:
+      codec3<lowp::E5M2>(in, own, out, count, op);
+      break;
   }
 }
 

@@ -164,13 +164,15 @@ class RingAllReduceWork final : public Work {
       const int n = static_cast<int>(std::min<int64_t>(segment_, length(r) - j * segment_));
       const int rc = MPI_Irecv(into + j * segment_ * element_, n, plan_.type, prev, plan_.tag, plan_.comm,
                                &recvs_[static_cast<size_t>(j)]);
-      if (rc != MPI_SUCCESS) return strformat("MPI (ring step %d): %s", step + 1, mpi_error_string(rc).c_str());
+      if (rc != MPI_SUCCESS)
+        return strformat("MPI (ring step %d): %s", step + 1, mpi_error_string(rc).c_str());
     }
     for (int64_t j = 0; j < send_segments; ++j) {
       const int n = static_cast<int>(std::min<int64_t>(segment_, length(s) - j * segment_));
       const int rc = MPI_Isend(from + j * segment_ * element_, n, plan_.type, next, plan_.tag, plan_.comm,
                                &sends_[static_cast<size_t>(j)]);
-      if (rc != MPI_SUCCESS) return strformat("MPI (ring step %d): %s", step + 1, mpi_error_string(rc).c_str());
+      if (rc != MPI_SUCCESS)
+        return strformat("MPI (ring step %d): %s", step + 1, mpi_error_string(rc).c_str());
     }
     return {};
   }

@@ -10,8 +10,8 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
-#include <ostream>
 #include <memory>
+#include <ostream>
 #include <thread>
 #include <tuple>
 
