@@ -99,11 +99,18 @@ fs::path save_trainer_checkpoint(const fs::path& root, const model::GptModel& mo
   SafetensorsWriter weights;
   SafetensorsWriter moments;
   weights.set_metadata("format", "accel");
+  // The writer keeps pointers until write(): device buffers are staged in
+  // host copies that live until then.
+  std::vector<at::Tensor> staged;
+  auto host_data = [&](const at::Tensor& t) {
+    staged.push_back(t.is_cpu() ? t : t.cpu());
+    return staged.back().data_ptr<float>();
+  };
   for (size_t u = 0; u < model.units().size(); ++u) {
     const model::Unit& unit = model.units()[u];
-    const float* values = unit.flat_params().data_ptr<float>();
-    const float* avg = optimizer.exp_avg()[u].data_ptr<float>();
-    const float* avg_sq = optimizer.exp_avg_sq()[u].data_ptr<float>();
+    const float* values = host_data(unit.flat_params());
+    const float* avg = host_data(optimizer.exp_avg()[u]);
+    const float* avg_sq = host_data(optimizer.exp_avg_sq()[u]);
     for (const model::Param& p : unit.params()) {
       const size_t bytes = static_cast<size_t>(p.spec.numel()) * sizeof(float);
       weights.add(p.spec.name, DType::F32, p.spec.shape, values + p.offset, bytes);
@@ -151,12 +158,20 @@ TrainerState load_trainer_checkpoint(const fs::path& dir, model::GptModel& model
   const SafetensorsFile weights = SafetensorsFile::open(weights_path);
   const SafetensorsFile moments = SafetensorsFile::open(moments_path);
 
+  // Device buffers are filled through host staging copies, after every
+  // tensor was checked (restore_all), so a bad checkpoint changes nothing.
+  std::vector<std::pair<at::Tensor, at::Tensor>> staged;  // (device target, host copy)
+  auto host_data = [&](at::Tensor& t) {
+    if (t.is_cpu()) return t.data_ptr<float>();
+    staged.emplace_back(t, at::empty_like(t, at::kCPU));
+    return staged.back().second.data_ptr<float>();
+  };
   std::vector<TensorRestore> restores;
   for (size_t u = 0; u < model.units().size(); ++u) {
     model::Unit& unit = model.units()[u];
-    float* values = unit.flat_params().data_ptr<float>();
-    float* avg = optimizer.exp_avg()[u].data_ptr<float>();
-    float* avg_sq = optimizer.exp_avg_sq()[u].data_ptr<float>();
+    float* values = host_data(unit.flat_params());
+    float* avg = host_data(optimizer.exp_avg()[u]);
+    float* avg_sq = host_data(optimizer.exp_avg_sq()[u]);
     for (const model::Param& p : unit.params()) {
       restores.push_back({&weights, &weights_path, p.spec.name, &p.spec.shape, values + p.offset});
       restores.push_back({&moments, &moments_path, p.spec.name + ".exp_avg", &p.spec.shape, avg + p.offset});
@@ -164,6 +179,8 @@ TrainerState load_trainer_checkpoint(const fs::path& dir, model::GptModel& model
     }
   }
   restore_all(restores);
+  at::NoGradGuard no_grad;
+  for (auto& [target, host] : staged) target.copy_(host);
   // Not state.step: skipped fp16 steps do not advance AdamW's bias correction.
   optimizer.set_step_count(state.optimizer_steps);
   return state;

@@ -88,6 +88,8 @@ po::options_description run_options(RunConfig& c, RawStrings& raw) {
   po::options_description model("Model");
   model.add_options()
       ("model", po::value(&c.model)->default_value(c.model), "gpt-tiny|gpt-small")
+      ("device", po::value(&c.device)->default_value(c.device),
+       "auto|cpu|cuda: auto trains on cuda:<local rank> when CUDA is available, else on the CPU")
       ("n-layer", po::value(&raw.n_layer), "override: transformer blocks")
       ("n-head", po::value(&raw.n_head), "override: attention heads")
       ("n-embd", po::value(&raw.n_embd), "override: embedding width")
@@ -200,6 +202,8 @@ void validate(const RunConfig& c) {
   require(c.comm.backend == "auto" || c.comm.backend == "mpi" || c.comm.backend == "nccl",
           "--init_process_group.backend: '" + c.comm.backend + "' is not one of: auto, mpi, nccl");
   require(c.comm.timeout_s > 0, "--init_process_group.timeout must be > 0");
+  require(c.device == "auto" || c.device == "cpu" || c.device == "cuda",
+          "--device: '" + c.device + "' is not one of: auto, cpu, cuda");
   require(c.data == "synthetic" || c.data.rfind("text:", 0) == 0 || c.data.rfind("tokens:", 0) == 0,
           "--data: '" + c.data + "' is not synthetic, text:PATH or tokens:PATH");
 }

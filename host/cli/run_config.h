@@ -58,6 +58,7 @@ struct RunConfig {
   std::vector<std::string> plugins;
   std::vector<std::string> plugin_paths;
 
+  std::string device = "auto";  // auto: cuda:<local rank> when CUDA is available, else cpu
   std::string model = "gpt-tiny";
   ModelOverrides model_overrides;
 

@@ -43,17 +43,18 @@ std::vector<ParamSpec> block_specs(const GptConfig& c, int64_t layer) {
 
 }  // namespace
 
-GptModel::GptModel(const GptConfig& config) : config_(config) {
+GptModel::GptModel(const GptConfig& config, at::Device device) : config_(config) {
   const int64_t C = config.n_embd;
   units_.emplace_back(
       "embedding", UnitKind::embedding,
       std::vector<ParamSpec>{
           {"wte.weight", ParamRole::embedding, ParallelHint::vocab, {config.vocab_size, C}, InitKind::normal, 0.02},
-          {"wpe.weight", ParamRole::embedding, ParallelHint::replicated, {config.seq_len, C}, InitKind::normal, 0.02}});
+          {"wpe.weight", ParamRole::embedding, ParallelHint::replicated, {config.seq_len, C}, InitKind::normal, 0.02}},
+      device);
   for (int64_t layer = 0; layer < config.n_layer; ++layer) {
-    units_.emplace_back("block." + std::to_string(layer), UnitKind::block, block_specs(config, layer));
+    units_.emplace_back("block." + std::to_string(layer), UnitKind::block, block_specs(config, layer), device);
   }
-  units_.emplace_back("head", UnitKind::head, layer_norm("ln_f", C));
+  units_.emplace_back("head", UnitKind::head, layer_norm("ln_f", C), device);
   block_layout_ = BlockLayout::resolve(units_[1]);
 }
 

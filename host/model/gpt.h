@@ -20,9 +20,10 @@ namespace accel::model {
 
 class GptModel {
  public:
-  explicit GptModel(const GptConfig& config);
+  explicit GptModel(const GptConfig& config, at::Device device = at::kCPU);
 
   const GptConfig& config() const { return config_; }
+  at::Device device() const { return units_.front().flat_params().device(); }
   std::vector<Unit>& units() { return units_; }
   const std::vector<Unit>& units() const { return units_; }
   int64_t num_parameters() const;

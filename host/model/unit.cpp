@@ -17,7 +17,7 @@ const char* to_string(UnitKind kind) {
   return "?";
 }
 
-Unit::Unit(std::string name, UnitKind kind, std::vector<ParamSpec> specs)
+Unit::Unit(std::string name, UnitKind kind, std::vector<ParamSpec> specs, at::Device device)
     : name_(std::move(name)), kind_(kind) {
   // Decayed parameters first, each group in declaration order, so AdamW's
   // weight decay is one contiguous range of the flat buffer.
@@ -27,7 +27,7 @@ Unit::Unit(std::string name, UnitKind kind, std::vector<ParamSpec> specs)
     if (spec.decays()) decay_numel_ += spec.numel();
     total += spec.numel();
   }
-  const auto options = at::TensorOptions().dtype(at::kFloat);
+  const auto options = at::TensorOptions().dtype(at::kFloat).device(device);
   flat_params_ = at::zeros({total}, options);
   flat_grads_ = at::zeros({total}, options);
 
@@ -55,10 +55,13 @@ const Param& Unit::param(std::string_view name) const {
 
 void Unit::initialise(uint64_t seed) {
   at::NoGradGuard no_grad;
-  float* base = flat_params_.data_ptr<float>();
+  // Generated on the CPU (the counter-based streams are CPU code), then copied.
+  at::Tensor host = flat_params_.is_cpu() ? flat_params_ : at::empty_like(flat_params_, at::kCPU);
+  float* base = host.data_ptr<float>();
   for (const Param& p : params_) {
     init_parameter_slice(p.spec, seed, 0, p.spec.numel(), base + p.offset);
   }
+  if (!flat_params_.is_cpu()) flat_params_.copy_(host);
 }
 
 }  // namespace accel::model

@@ -34,7 +34,8 @@ struct Param {
 
 class Unit {
  public:
-  Unit(std::string name, UnitKind kind, std::vector<ParamSpec> specs);
+  // Buffers live on `device` (CPU, or this rank's CUDA device).
+  Unit(std::string name, UnitKind kind, std::vector<ParamSpec> specs, at::Device device = at::kCPU);
   Unit(Unit&&) = default;
   Unit& operator=(Unit&&) = default;
 

@@ -2,6 +2,7 @@
 #include "host/train/trainer.h"
 
 #include <torch/csrc/autograd/autograd.h>
+#include <torch/cuda.h>
 
 #include <chrono>
 #include <limits>
@@ -29,8 +30,17 @@ namespace {
 // The plugins' tensors and strings (runtime/plugin_state.h), beside the model's.
 constexpr const char* kPluginStateFile = "plugin_state.safetensors";
 
-model::GptModel build_model(const RunConfig& config) {
-  model::GptModel model(model::make_gpt_config(config.model, config.model_overrides));
+// --device: auto trains on this rank's GPU (cuda:<local rank>) when CUDA is
+// available, else on the CPU; cuda insists, and fails clearly without one.
+at::Device resolve_device(const std::string& choice, int local_rank) {
+  const int gpus = torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
+  if (choice == "cpu" || (choice == "auto" && gpus == 0)) return at::kCPU;
+  if (gpus == 0) throw std::invalid_argument("--device cuda: no CUDA device is available on this machine");
+  return at::Device(at::kCUDA, static_cast<at::DeviceIndex>(local_rank % gpus));
+}
+
+model::GptModel build_model(const RunConfig& config, at::Device device) {
+  model::GptModel model(model::make_gpt_config(config.model, config.model_overrides), device);
   model.initialise(config.seed);
   return model;
 }
@@ -48,7 +58,7 @@ Trainer::Trainer(const RunConfig& config, int rank, int world_size, plugin::Hook
     : config_(config),
       rank_(rank),
       world_size_(world_size),
-      model_(build_model(config)),
+      model_(build_model(config, resolve_device(config.device, context ? context->identity.local_rank : 0))),
       dataset_(data::open_dataset(config.data, model_.config().seq_len, model_.config().vocab_size, config.seed)),
       sampler_(dataset_->num_windows(), config.data_order, config.seed),
       optimizer_(model_.units()),
@@ -58,6 +68,7 @@ Trainer::Trainer(const RunConfig& config, int rank, int world_size, plugin::Hook
       context_(context) {
   if (context_) {
     context_->model = &model_;
+    if (model_.device().is_cuda()) context_->identity.device = DLDevice{kDLCUDA, model_.device().index()};
     context_->model_run.name = config_.model;
     context_->model_run.micro_batch_size = config_.batch_size / (world_size_ * config_.grad_accum);
     context_->model_run.compute_dtype = config_.mixed_precision == MixedPrecision::bf16   ? DLDataType{kDLBfloat, 16, 1}
@@ -94,8 +105,9 @@ AccelUnitHookArgs unit_args(size_t unit, int64_t micro, uint32_t flags, const DL
 
 double Trainer::forward_backward(const at::Tensor& batch, int64_t micro, double loss_multiplier, bool last_micro) {
   const int64_t T = batch.size(1) - 1;
-  const at::Tensor inputs = batch.narrow(1, 0, T);
-  const at::Tensor targets = batch.narrow(1, 1, T);
+  const at::Tensor on_device = batch.to(model_.device());
+  const at::Tensor inputs = on_device.narrow(1, 0, T);
+  const at::Tensor targets = on_device.narrow(1, 1, T);
   const size_t num_units = model_.units().size();
   const uint32_t flags = last_micro ? ACCEL_UNIT_HOOK_LAST_MICRO_BATCH : 0;
   const bool unit_hooks = hooks_ && hooks_->has_unit_hooks();
@@ -106,7 +118,7 @@ double Trainer::forward_backward(const at::Tensor& batch, int64_t micro, double 
   std::vector<at::Tensor> unit_inputs(num_units), unit_outputs(num_units);
   at::Tensor loss;
   {
-    AutocastScope autocast(config_.mixed_precision, config_.autocast, at::kCPU);
+    AutocastScope autocast(config_.mixed_precision, config_.autocast, model_.device().type());
     at::Tensor x = inputs;
     for (size_t u = 0; u < num_units; ++u) {
       unit_inputs[u] = u == 0 ? x : x.detach().requires_grad_(true);
@@ -368,8 +380,9 @@ void Trainer::save_checkpoint() {
 void Trainer::run() {
   if (!config_.resume.empty()) resume_from(config_.resume);
   start_plugins();
-  log::info(strformat("model %s: %s, %lld parameters", config_.model.c_str(), model_.config().describe().c_str(),
-                      static_cast<long long>(model_.num_parameters())));
+  log::info(strformat("model %s: %s, %lld parameters, on %s", config_.model.c_str(),
+                      model_.config().describe().c_str(), static_cast<long long>(model_.num_parameters()),
+                      model_.device().str().c_str()));
   log::info(strformat("data %s, order %s; %lld steps of %lld sequences (x%lld accumulation), %s precision",
                       dataset_->describe().c_str(), to_string(config_.data_order),
                       static_cast<long long>(config_.steps), static_cast<long long>(config_.batch_size),

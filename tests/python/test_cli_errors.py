@@ -30,6 +30,13 @@ class BadInput(TempDirMixin, unittest.TestCase):
         self.expect_error("--model", "gpt-huge", mentions=["gpt-huge"])
         self.expect_error("--n-embd", 30, "--n-head", 4, mentions=["--n-embd"])
 
+    def test_device_choice(self):
+        self.expect_error("--device", "tpu", mentions=["--device", "auto, cpu, cuda"], code=2)
+        import torch
+        if not torch.cuda.is_available():
+            self.expect_error("--device", "cuda", mentions=["--device cuda: no CUDA device"])
+        run_host("--device", "cpu", "--steps", 1)  # explicit CPU works everywhere
+
     def test_missing_or_bad_data_file(self):
         self.expect_error("--data", "tokens:" + self.path("missing.bin"), mentions=["missing.bin", "cannot open"])
         with open(self.path("odd.bin"), "wb") as f:
