@@ -357,7 +357,10 @@ void check_gemm_dtypes(const at::Tensor& a, const at::Tensor& b) {
   const bool both_e5m2 = a.scalar_type() == at::ScalarType::Float8_e5m2 && b.scalar_type() == at::ScalarType::Float8_e5m2;
   const bool ok = (a8 && b8 && !both_e5m2) ||
                   (!a8 && !b8 && is_compute_float(a.scalar_type()) && is_compute_float(b.scalar_type()));
-  if (!ok) fail(ACCEL_ERROR_UNSUPPORTED, "gemm of " + dtype_of(a) + " x " + dtype_of(b) + " is not implemented");
+  if (!ok) {
+    fail(ACCEL_ERROR_UNSUPPORTED,
+         "gemm of " + dtype_of(a) + " x " + dtype_of(b) + " is not supported (E4M3 x E4M3 and E4M3 x E5M2 are)");
+  }
 }
 
 AccelStatus gemm(AccelHost* host, const AccelGemmArgs* args) {
@@ -402,7 +405,7 @@ AccelStatus gemm(AccelHost* host, const AccelGemmArgs* args) {
     }
     if ((args->flags & ACCEL_GEMM_ACCUMULATE) != 0) {
       if (is_kernel_fp8(out.scalar_type())) {
-        fail(ACCEL_ERROR_UNSUPPORTED, "ACCEL_GEMM_ACCUMULATE into an FP8 out is not implemented");
+        fail(ACCEL_ERROR_UNSUPPORTED, "ACCEL_GEMM_ACCUMULATE into an FP8 output is not supported");
       }
       result.add_(out.to(at::kFloat));
     }

@@ -54,7 +54,7 @@ class Ddp final : public accel::sdk::Plugin {
         hook_(s.option<std::string>("comm_hook")) {
     if (hook_ == "power_sgd") {
       throw Error(ACCEL_ERROR_UNSUPPORTED,
-                  "comm_hook power_sgd is not available: its low-rank error feedback is not implemented and "
+                  "comm_hook power_sgd is not available: its low-rank compression with error feedback is not built and "
                   "verified yet; use no, fp16 or bf16");
     }
     if (s.option<std::string>("comm_wrapper") != "no") {
