@@ -15,7 +15,7 @@
 #include "host/comm/process_group.h"
 #include "host/runtime/host_context.h"
 #include "host/runtime/plugin_state.h"
-#include "host/train/dl_view.h"
+#include "host/runtime/tensor_views.h"
 #include "host/train/linear_chain.h"
 #include "host/train/autocast_scope.h"
 #include "host/train/grad_clip.h"
@@ -123,14 +123,14 @@ double Trainer::forward_backward(const at::Tensor& batch, int64_t micro, double 
     for (size_t u = 0; u < num_units; ++u) {
       unit_inputs[u] = u == 0 ? x : x.detach().requires_grad_(true);
       if (unit_hooks) {
-        std::optional<DlView> view;
+        std::optional<runtime::TensorView> view;
         if (u > 0) view.emplace(unit_inputs[u]);
         AccelUnitHookArgs args = unit_args(u, micro, flags, view ? view->get() : nullptr);
         hooks_->unit_forward_pre(args);
       }
       unit_outputs[u] = model_.forward_unit(u, unit_inputs[u]);
       if (unit_hooks) {
-        DlView view(unit_outputs[u]);
+        runtime::TensorView view(unit_outputs[u]);
         AccelUnitHookArgs args = unit_args(u, micro, flags, view.get());
         hooks_->unit_forward_post(args);
       }
@@ -147,19 +147,19 @@ double Trainer::forward_backward(const at::Tensor& batch, int64_t micro, double 
   for (size_t k = 0; k < num_units; ++k) {
     const size_t u = num_units - 1 - k;
     if (unit_hooks) {
-      DlView view(grad_output);
+      runtime::TensorView view(grad_output);
       AccelUnitHookArgs args = unit_args(u, micro, flags, view.get());
       hooks_->unit_backward_pre(args);
     }
     unit_outputs[u].backward(grad_output);
     const at::Tensor grad_input = u > 0 ? unit_inputs[u].grad() : at::Tensor();
     if (unit_hooks) {
-      std::optional<DlView> view;
+      std::optional<runtime::TensorView> view;
       if (grad_input.defined()) view.emplace(grad_input);
       AccelUnitHookArgs args = unit_args(u, micro, flags, view ? view->get() : nullptr);
       hooks_->unit_backward_post(args);
       if (last_micro) {
-        DlView grads(model_.units()[u].flat_grads());
+        runtime::TensorView grads(model_.units()[u].flat_grads());
         AccelGradientsReadyArgs ready{};
         ready.struct_size = sizeof(ready);
         ready.unit = static_cast<int32_t>(u);
@@ -177,7 +177,7 @@ double Trainer::clip_or_measure(std::vector<at::Tensor>& grads) {
   const double max_norm = config_.optimizer.grad_clip;
   if (hooks_) {
     at::Tensor total_norm = at::zeros({}, at::kFloat);
-    DlView norm_view(total_norm);
+    runtime::TensorView norm_view(total_norm);
     AccelClipArgs args{};
     args.struct_size = sizeof(args);
     args.max_norm = max_norm > 0 ? max_norm : std::numeric_limits<double>::infinity();
@@ -261,7 +261,7 @@ StepOutcome Trainer::train_step(int64_t step) {
   if (hooks_) {
     const at::Tensor loss = at::full({}, outcome.loss, at::kFloat);
     const at::Tensor norm = at::full({}, outcome.grad_norm, at::kFloat);
-    DlView loss_view(loss), norm_view(norm);
+    runtime::TensorView loss_view(loss), norm_view(norm);
     step_args.flags = outcome.skipped ? ACCEL_STEP_SKIPPED : 0;
     step_args.loss = loss_view.get();
     step_args.grad_norm = outcome.skipped ? nullptr : norm_view.get();
