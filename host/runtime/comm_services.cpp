@@ -199,18 +199,59 @@ AccelStatus all_to_all(AccelHost* host, const AccelCollectiveArgs* a, AccelWork*
   });
 }
 
-AccelStatus send(AccelHost* host, const AccelCollectiveArgs* a, AccelWork** work) {
-  return collective("comm.send", host, a, work, [&](comm::ProcessGroup& g, HostContext& c) {
-    const Buffer in = buffer_of(a->input, "input");
-    c.comm_bytes += static_cast<int64_t>(in.bytes());
-    return g.send_async(in, a->peer, 0, options_of(a));
+// The send/recv batch open on this thread (batch_begin .. batch_end): its
+// operations are issued together, so a pipeline stage may send to and receive
+// from its neighbours in any order without deadlock.
+struct OpenBatch {
+  bool open = false;
+  comm::ProcessGroup* group = nullptr;
+  std::vector<comm::P2POp> ops;
+  std::string label;
+};
+thread_local OpenBatch t_batch;
+
+// Queues a send or recv in the open batch instead of issuing it.
+void queue_p2p(HostContext& context, const AccelCollectiveArgs* a, AccelWork** work, comm::P2POp::Kind kind) {
+  if (work) fail(ACCEL_ERROR_INVALID_ARGUMENT, "inside a batch, send/recv take work == NULL (batch_end returns it)");
+  comm::ProcessGroup& group = group_of(context, a->group);
+  if (t_batch.group && t_batch.group != &group) fail(ACCEL_ERROR_INVALID_ARGUMENT, "a batch spans one group");
+  t_batch.group = &group;
+  comm::P2POp op;
+  op.kind = kind;
+  op.buffer = buffer_of(kind == comm::P2POp::Kind::send ? a->input : a->output,
+                        kind == comm::P2POp::Kind::send ? "input" : "output");
+  op.peer = a->peer;
+  if (kind == comm::P2POp::Kind::send) context.comm_bytes += static_cast<int64_t>(op.buffer.bytes());
+  if (t_batch.label.empty() && a->label) t_batch.label = a->label;
+  t_batch.ops.push_back(op);
+}
+
+AccelStatus point_to_point(const char* name, AccelHost* host, const AccelCollectiveArgs* a, AccelWork** work,
+                           comm::P2POp::Kind kind) {
+  return call_service(name, [&] {
+    ACCEL_REQUIRE_ARGS(a, AccelCollectiveArgs, label);
+    HostContext& context = context_of(host);
+    if (t_batch.open) {
+      queue_p2p(context, a, work, kind);
+      return;
+    }
+    comm::ProcessGroup& g = group_of(context, a->group);
+    if (kind == comm::P2POp::Kind::send) {
+      const Buffer in = buffer_of(a->input, "input");
+      context.comm_bytes += static_cast<int64_t>(in.bytes());
+      finish(g.send_async(in, a->peer, 0, options_of(a)), work);
+    } else {
+      finish(g.recv_async(buffer_of(a->output, "output"), a->peer, 0, options_of(a)), work);
+    }
   });
 }
 
+AccelStatus send(AccelHost* host, const AccelCollectiveArgs* a, AccelWork** work) {
+  return point_to_point("comm.send", host, a, work, comm::P2POp::Kind::send);
+}
+
 AccelStatus recv(AccelHost* host, const AccelCollectiveArgs* a, AccelWork** work) {
-  return collective("comm.recv", host, a, work, [&](comm::ProcessGroup& g, HostContext&) {
-    return g.recv_async(buffer_of(a->output, "output"), a->peer, 0, options_of(a));
-  });
+  return point_to_point("comm.recv", host, a, work, comm::P2POp::Kind::recv);
 }
 
 AccelStatus barrier(AccelHost* host, const AccelCollectiveArgs* a, AccelWork** work) {
@@ -218,16 +259,29 @@ AccelStatus barrier(AccelHost* host, const AccelCollectiveArgs* a, AccelWork** w
                     [&](comm::ProcessGroup& g, HostContext&) { return g.barrier_async(options_of(a)); });
 }
 
-AccelStatus batch_begin(AccelHost*) {
-  record_service_failure(ACCEL_ERROR_UNSUPPORTED, "comm.batch_begin",
-                         "batched send/recv arrive with the pipeline strategy");
-  return ACCEL_ERROR_UNSUPPORTED;
+AccelStatus batch_begin(AccelHost* host) {
+  return call_service("comm.batch_begin", [&] {
+    context_of(host);
+    if (t_batch.open) fail(ACCEL_ERROR_FAILED_PRECONDITION, "batches do not nest");
+    t_batch = OpenBatch{};
+    t_batch.open = true;
+  });
 }
 
-AccelStatus batch_end(AccelHost*, AccelWork**) {
-  record_service_failure(ACCEL_ERROR_UNSUPPORTED, "comm.batch_end",
-                         "batched send/recv arrive with the pipeline strategy");
-  return ACCEL_ERROR_UNSUPPORTED;
+AccelStatus batch_end(AccelHost* host, AccelWork** work) {
+  return call_service("comm.batch_end", [&] {
+    context_of(host);
+    if (!t_batch.open) fail(ACCEL_ERROR_FAILED_PRECONDITION, "batch_end without batch_begin");
+    OpenBatch batch = std::move(t_batch);
+    t_batch = OpenBatch{};
+    if (batch.ops.empty()) {
+      if (work) *work = nullptr;
+      return;
+    }
+    comm::OpOptions options;
+    options.label = batch.label;
+    finish(batch.group->batch_p2p_async(batch.ops, options), work);
+  });
 }
 
 AccelStatus work_wait(AccelHost*, AccelWork* work, AccelStream) {

@@ -114,6 +114,17 @@ class DdpOptions(TempDirMixin, unittest.TestCase):
 
 
 @unittest.skipUnless(MPIRUN, "mpirun not found")
+class PointToPoint(unittest.TestCase):
+    def test_batched_and_plain_send_recv_around_a_ring(self):
+        plugins = os.environ.get("ACCEL_TEST_PLUGINS",
+                                 os.path.join(os.path.dirname(__file__), "../../build/test_plugins"))
+        for n in (2, 3):
+            proc = mpirun(n, *COMMON, "--steps", 1, "--batch-size", 6, "--plugin-path", os.path.join(plugins, "good"),
+                          "--plugin", "p2p_ring")
+            self.assertIn("ring exchange verified", proc.stderr)
+
+
+@unittest.skipUnless(MPIRUN, "mpirun not found")
 class Failures(unittest.TestCase):
     """No run hangs: a rank that skips a collective or dies ends the job
     within the timeout, with a message naming the rank and the operation."""
