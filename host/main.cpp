@@ -1,6 +1,7 @@
 // accel-host: the one place that turns an error into a message and an exit
-// code. Subcommands: `check-plugin PATH` (host/app/check_plugin.h); anything
-// else is a run (host/app/run.h).
+// code. Subcommands: `check-plugin PATH` (host/app/check_plugin.h),
+// `merge-weights CHECKPOINT_DIR OUTPUT_PATH` (host/app/merge_weights.h);
+// anything else is a run (host/app/run.h).
 //
 // Exit codes: 0 success, 1 runtime failure, 2 usage error (bad option or
 // value, a plugin that cannot be loaded).
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "host/app/check_plugin.h"
+#include "host/app/merge_weights.h"
 #include "host/app/run.h"
 #include "host/cli/options.h"
 #include "host/comm/mpi_session.h"
@@ -22,6 +24,8 @@ int main(int argc, char** argv) {
   try {
     if (!args.empty() && args.front() == "check-plugin") {
       code = accel::app::check_plugin({args.begin() + 1, args.end()}, mpi);
+    } else if (!args.empty() && args.front() == "merge-weights") {
+      code = accel::app::merge_weights_command({args.begin() + 1, args.end()}, mpi);
     } else {
       code = accel::app::run_accel(args, mpi);
     }

@@ -30,9 +30,17 @@
  * (plan_manage_storage) is not materialised by the host: the plugin calls
  * materialize before the unit runs (usually in unit_forward_pre /
  * unit_backward_pre, filling parameters from its shards, zeroing gradients)
- * and release after (unit_forward_post / unit_backward_post). Running a unit
- * whose buffers are not materialised fails with
- * ACCEL_ERROR_FAILED_PRECONDITION naming it.
+ * and release after (unit_forward_post / unit_backward_post). The host does
+ * not zero managed gradients. Running a unit whose buffers are not
+ * materialised (forward: its parameters; backward: parameters and
+ * gradients; the head also reads the embedding's, which it is tied to) ends
+ * the run with an error naming the unit and the missing buffer.
+ *
+ * Activation checkpointing (set_checkpointing): the host runs such a unit's
+ * forward without keeping activations, and just before its backward runs
+ * unit_forward_pre, the forward and unit_forward_post again with
+ * ACCEL_UNIT_HOOK_RECOMPUTE. The last unit (its output feeds the loss) is
+ * never recomputed.
  *
  * Thread-safety: loop thread only. */
 #ifndef ACCEL_ABI_MODEL_H_
@@ -248,16 +256,24 @@ typedef struct AccelMaterializeArgs {
 } AccelMaterializeArgs;
 
 /* Allocates the selected full flat buffers of a unit (accounted as PARAMS
- * / GRADS); a buffer already materialised is returned as it is. Only a
- * buffer's manager (the plugin that took it over) calls it; in setup, with
- * ACCEL_INIT_FROM_SEED, to cut its shards from the initial values.
- * Phase: run. */
+ * / GRADS); a buffer already materialised is returned as it is (asking for
+ * it in another dtype is ACCEL_ERROR_UNSUPPORTED). Only a buffer's manager
+ * (the plugin that took it over; anyone else gets
+ * ACCEL_ERROR_FAILED_PRECONDITION) calls it; in setup, with
+ * ACCEL_INIT_FROM_SEED, to cut its shards from the initial values. Storage
+ * dtypes are f32, bf16 and f16; while both buffers of a unit are
+ * materialised they share one dtype, because autograd accumulates into the
+ * parameters' gradients in place (ACCEL_ERROR_INVALID_ARGUMENT otherwise):
+ * a plugin reducing in another dtype casts after backward. On host-kept
+ * storage it returns the kept fp32 buffers. Phase: run. */
 typedef AccelStatus AccelModelMaterializeFn(AccelHost* host,
                                             AccelMaterializeArgs* args);
 
 /* Frees the selected full buffers of `unit` once the work enqueued on
- * `stream` is done; their views become invalid. Only a buffer's manager.
- * Phase: run. */
+ * `stream` is done; their views become invalid. Only a buffer's manager;
+ * host-kept storage is not freed (a no-op). Autograd state saved in forward
+ * survives a release: parameters gathered again before backward are what
+ * backward reads. Phase: run. */
 typedef AccelStatus AccelModelReleaseFn(AccelHost* host, int32_t unit,
                                         uint32_t what, AccelStream stream);
 

@@ -1,4 +1,4 @@
-// Save and resume of the single-process trainer (see trainer_checkpoint.h).
+// Save and resume of the trainer's checkpoints (see trainer_checkpoint.h).
 #include "host/checkpoint/trainer_checkpoint.h"
 
 #include <nlohmann/json.hpp>
@@ -7,12 +7,17 @@
 
 #include "host/checkpoint/atomic_dir.h"
 #include "host/checkpoint/safetensors.h"
+#include "host/comm/string_exchange.h"
+#include "host/runtime/service_support.h"
 
 namespace accel::checkpoint {
 namespace {
 
 namespace fs = std::filesystem;
 constexpr int kStateFormatVersion = 1;
+constexpr const char* kModelFile = runtime::CheckpointReader::kModelFile;
+constexpr const char* kOptimizerFile = runtime::CheckpointReader::kOptimizerFile;
+constexpr const char* kMoments[] = {"exp_avg", "exp_avg_sq"};
 
 nlohmann::json to_json(const model::GptConfig& c) {
   return {{"n_layer", c.n_layer}, {"n_head", c.n_head}, {"n_embd", c.n_embd},
@@ -36,7 +41,145 @@ void write_text_file(const fs::path& path, const std::string& text) {
   if (!out) throw CheckpointError("cannot write '" + path.string() + "'");
 }
 
-TrainerState read_state(const fs::path& path) {
+// Units whose storage a plugin took over have no host buffers
+// (flat_params() undefined): their state is the plugin's to save.
+bool host_keeps(const model::Unit& unit) { return unit.has_params(); }
+
+std::vector<at::Tensor> moments_of(train::FlatAdamW& optimizer, size_t unit) {
+  return {optimizer.exp_avg().at(unit), optimizer.exp_avg_sq().at(unit)};
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Saving
+// ---------------------------------------------------------------------------
+
+std::vector<std::string> write_host_files(const fs::path& dir, const model::GptModel& model,
+                                          train::FlatAdamW& optimizer, const TrainerState& state,
+                                          bool host_optimizer, runtime::SliceInventory* inventory) {
+  SafetensorsWriter weights;
+  SafetensorsWriter moments;
+  weights.set_metadata("format", "accel");
+  // The writer keeps pointers until write(): device buffers are staged in
+  // host copies that live until then.
+  std::vector<at::Tensor> staged;
+  auto host_data = [&](const at::Tensor& t) {
+    staged.push_back(t.is_cpu() ? t : t.cpu());
+    return staged.back().data_ptr<float>();
+  };
+  const auto note = [&](AccelCheckpointSpace space, const std::string& name, const std::vector<int64_t>& shape) {
+    if (inventory) {
+      inventory->add(runtime::plugin_state_name(space, "", name), DType::F32, shape,
+                     {std::vector<int64_t>(shape.size(), 0), shape});
+    }
+  };
+  bool any_unit = false;
+  for (size_t u = 0; u < model.units().size(); ++u) {
+    const model::Unit& unit = model.units()[u];
+    if (!host_keeps(unit)) continue;
+    any_unit = true;
+    const float* values = host_data(unit.flat_params());
+    for (const model::Param& p : unit.params()) {
+      const size_t bytes = static_cast<size_t>(p.spec.numel()) * sizeof(float);
+      weights.add(p.spec.name, DType::F32, p.spec.shape, values + p.offset, bytes);
+      note(ACCEL_CHECKPOINT_MODEL, p.spec.name, p.spec.shape);
+    }
+    if (!host_optimizer) continue;
+    const std::vector<at::Tensor> unit_moments = moments_of(optimizer, u);
+    const float* avg = host_data(unit_moments[0]);
+    const float* avg_sq = host_data(unit_moments[1]);
+    for (const model::Param& p : unit.params()) {
+      const size_t bytes = static_cast<size_t>(p.spec.numel()) * sizeof(float);
+      moments.add(p.spec.name + ".exp_avg", DType::F32, p.spec.shape, avg + p.offset, bytes);
+      moments.add(p.spec.name + ".exp_avg_sq", DType::F32, p.spec.shape, avg_sq + p.offset, bytes);
+      note(ACCEL_CHECKPOINT_OPTIMIZER, std::string("exp_avg/") + p.spec.name, p.spec.shape);
+      note(ACCEL_CHECKPOINT_OPTIMIZER, std::string("exp_avg_sq/") + p.spec.name, p.spec.shape);
+    }
+  }
+  std::vector<std::string> files;
+  if (any_unit) {
+    weights.write(dir / kModelFile);
+    files.push_back(kModelFile);
+    if (host_optimizer) {
+      moments.write(dir / kOptimizerFile);
+      files.push_back(kOptimizerFile);
+    }
+  }
+
+  const nlohmann::json j = {
+      {"format_version", kStateFormatVersion},
+      {"step", state.step},
+      {"data_position", state.data_position},
+      {"optimizer_steps", state.optimizer_steps},
+      {"rng", {{"kind", "counter"}, {"data_seed", state.data_seed}}},
+      {"loss_scaler", {{"scale", state.loss_scale}, {"growth_tracker", state.loss_scale_growth_tracker}}},
+      {"model", to_json(state.model)},
+      {"plugins", state.plugins},
+      {"world_size", state.world_size}};
+  write_text_file(dir / kTrainerStateFile, j.dump(2) + "\n");
+  files.push_back(kTrainerStateFile);
+  return files;
+}
+
+RankGroup rank_group_over(comm::Communicator* world) {
+  RankGroup group;
+  if (world == nullptr || world->size() == 1) return group;
+  group.rank = world->rank();
+  group.world_size = world->size();
+  group.exchange = [world](const std::string& mine) {
+    return comm::all_gather_strings(*world, mine, "host checkpoint commit");
+  };
+  return group;
+}
+
+fs::path save_checkpoint_from_all_ranks(const fs::path& root, const RankGroup& group, const model::GptModel& model,
+                                        train::FlatAdamW& optimizer, const TrainerState& state, bool host_optimizer,
+                                        const PluginStateSaver& save_plugins) {
+  const auto write = [&](const fs::path& dir) {
+    runtime::PluginStateWriter writer;
+    if (save_plugins) save_plugins(writer);
+    runtime::SliceInventory inventory = writer.inventory();
+    RankContribution contribution;
+    if (group.rank == 0) contribution.files = write_host_files(dir, model, optimizer, state, host_optimizer, &inventory);
+    if (!writer.empty()) {
+      const std::string name = runtime::plugin_state_file_name(group.rank);
+      writer.write(dir / name);
+      contribution.files.push_back(name);
+    }
+    contribution.note = inventory.to_json();
+    return contribution;
+  };
+  const auto check_tiling = [](const std::vector<std::string>& notes) {
+    std::vector<runtime::SliceInventory> ranks;
+    for (const std::string& note : notes) ranks.push_back(runtime::SliceInventory::from_json(note));
+    runtime::SliceInventory::check_tiling(ranks);
+  };
+  return commit_from_all_ranks(root, "step_" + std::to_string(state.step), group, write, check_tiling);
+}
+
+fs::path save_trainer_checkpoint(const fs::path& root, const model::GptModel& model, train::FlatAdamW& optimizer,
+                                 const TrainerState& state) {
+  return save_checkpoint_from_all_ranks(root, RankGroup{}, model, optimizer, state, /*host_optimizer=*/true);
+}
+
+// ---------------------------------------------------------------------------
+// Resuming
+// ---------------------------------------------------------------------------
+
+fs::path resolve_resume_dir(const fs::path& dir) {
+  if (!fs::is_directory(dir)) throw CheckpointError("--resume: '" + dir.string() + "' is not a directory");
+  if (fs::exists(dir / kManifestFileName)) {
+    std::string why;
+    if (!verify_manifest(dir, &why)) throw CheckpointError("--resume: '" + dir.string() + "' is damaged: " + why);
+    return dir;
+  }
+  if (auto newest = find_newest_complete(dir)) return *newest;
+  throw CheckpointError("--resume: '" + dir.string() + "' holds no complete checkpoint");
+}
+
+TrainerState read_trainer_state(const fs::path& dir) {
+  const fs::path path = dir / kTrainerStateFile;
   std::ifstream in(path);
   if (!in) throw CheckpointError("'" + path.string() + "' is missing");
   try {
@@ -54,135 +197,81 @@ TrainerState read_state(const fs::path& path) {
     s.loss_scale_growth_tracker = j.at("loss_scaler").at("growth_tracker").get<int64_t>();
     s.model = gpt_config_from_json(j.at("model"));
     s.plugins = j.value("plugins", std::string());
+    s.world_size = j.value("world_size", 1);
+    if (s.world_size < 1) throw CheckpointError("'" + path.string() + "' has world_size " + std::to_string(s.world_size));
     return s;
   } catch (const nlohmann::json::exception& e) {
     throw CheckpointError("'" + path.string() + "' is not a valid trainer state: " + e.what());
   }
 }
 
-// One tensor to restore: where it comes from and where it goes.
-struct TensorRestore {
-  const SafetensorsFile* file;
-  const fs::path* path;
-  std::string name;
-  const std::vector<int64_t>* shape;
-  float* destination;
-};
-
-// Checks every tensor first, so a bad checkpoint changes nothing in memory.
-void restore_all(const std::vector<TensorRestore>& restores) {
-  std::vector<const TensorInfo*> infos;
-  for (const TensorRestore& r : restores) {
-    const TensorInfo* info = r.file->find(r.name);
-    if (!info) throw CheckpointError("'" + r.path->string() + "' has no tensor '" + r.name + "'");
-    if (info->dtype != DType::F32 || info->shape != *r.shape) {
-      std::string want;
-      for (int64_t d : *r.shape) want += (want.empty() ? "" : ",") + std::to_string(d);
-      throw CheckpointError("'" + r.path->string() + "': tensor '" + r.name + "' is " +
-                            std::string(dtype_name(info->dtype)) + " of another shape; expected F32 [" +
-                            want + "]");
-    }
-    infos.push_back(info);
-  }
-  for (size_t i = 0; i < restores.size(); ++i) {
-    restores[i].file->read(*infos[i], restores[i].destination, infos[i]->data_end - infos[i]->data_begin);
-  }
-}
-
-}  // namespace
-
-fs::path save_trainer_checkpoint(const fs::path& root, const model::GptModel& model,
-                                 train::FlatAdamW& optimizer, const TrainerState& state,
-                                 const ExtraFilesWriter& write_extra) {
-  PendingCheckpointDir pending = PendingCheckpointDir::create(root, "step_" + std::to_string(state.step));
-
-  SafetensorsWriter weights;
-  SafetensorsWriter moments;
-  weights.set_metadata("format", "accel");
-  // The writer keeps pointers until write(): device buffers are staged in
-  // host copies that live until then.
-  std::vector<at::Tensor> staged;
-  auto host_data = [&](const at::Tensor& t) {
-    staged.push_back(t.is_cpu() ? t : t.cpu());
-    return staged.back().data_ptr<float>();
-  };
-  for (size_t u = 0; u < model.units().size(); ++u) {
-    const model::Unit& unit = model.units()[u];
-    const float* values = host_data(unit.flat_params());
-    const float* avg = host_data(optimizer.exp_avg()[u]);
-    const float* avg_sq = host_data(optimizer.exp_avg_sq()[u]);
-    for (const model::Param& p : unit.params()) {
-      const size_t bytes = static_cast<size_t>(p.spec.numel()) * sizeof(float);
-      weights.add(p.spec.name, DType::F32, p.spec.shape, values + p.offset, bytes);
-      moments.add(p.spec.name + ".exp_avg", DType::F32, p.spec.shape, avg + p.offset, bytes);
-      moments.add(p.spec.name + ".exp_avg_sq", DType::F32, p.spec.shape, avg_sq + p.offset, bytes);
-    }
-  }
-  weights.write(pending.dir() / "model.safetensors");
-  moments.write(pending.dir() / "optimizer.safetensors");
-
-  const nlohmann::json j = {
-      {"format_version", kStateFormatVersion},
-      {"step", state.step},
-      {"data_position", state.data_position},
-      {"optimizer_steps", state.optimizer_steps},
-      {"rng", {{"kind", "counter"}, {"data_seed", state.data_seed}}},
-      {"loss_scaler", {{"scale", state.loss_scale}, {"growth_tracker", state.loss_scale_growth_tracker}}},
-      {"model", to_json(state.model)},
-      {"plugins", state.plugins}};
-  write_text_file(pending.dir() / "trainer_state.json", j.dump(2) + "\n");
-  if (write_extra) write_extra(pending.dir());
-  pending.commit();
-  return pending.final_dir();
-}
-
-fs::path resolve_resume_dir(const fs::path& dir) {
-  if (!fs::is_directory(dir)) throw CheckpointError("--resume: '" + dir.string() + "' is not a directory");
-  if (fs::exists(dir / "manifest.json")) {
-    std::string why;
-    if (!verify_manifest(dir, &why)) throw CheckpointError("--resume: '" + dir.string() + "' is damaged: " + why);
-    return dir;
-  }
-  if (auto newest = find_newest_complete(dir)) return *newest;
-  throw CheckpointError("--resume: '" + dir.string() + "' holds no complete checkpoint");
-}
-
-TrainerState load_trainer_checkpoint(const fs::path& dir, model::GptModel& model, train::FlatAdamW& optimizer) {
-  TrainerState state = read_state(dir / "trainer_state.json");
+void check_same_model(const fs::path& dir, const TrainerState& state, const model::GptModel& model) {
   if (!(state.model == model.config())) {
     throw CheckpointError("'" + dir.string() + "' was written for model " + state.model.describe() +
                           ", this run has " + model.config().describe());
   }
-  const fs::path weights_path = dir / "model.safetensors";
-  const fs::path moments_path = dir / "optimizer.safetensors";
-  const SafetensorsFile weights = SafetensorsFile::open(weights_path);
-  const SafetensorsFile moments = SafetensorsFile::open(moments_path);
+}
 
-  // Device buffers are filled through host staging copies, after every
-  // tensor was checked (restore_all), so a bad checkpoint changes nothing.
-  std::vector<std::pair<at::Tensor, at::Tensor>> staged;  // (device target, host copy)
-  auto host_data = [&](at::Tensor& t) {
-    if (t.is_cpu()) return t.data_ptr<float>();
-    staged.emplace_back(t, at::empty_like(t, at::kCPU));
-    return staged.back().second.data_ptr<float>();
+void restore_host_state(const fs::path& dir, const runtime::CheckpointReader& reader, const TrainerState& state,
+                        model::GptModel& model, train::FlatAdamW& optimizer, bool host_optimizer) {
+  // One tensor to restore: where it comes from and the view it fills.
+  struct Restore {
+    AccelCheckpointSpace space;
+    std::string name;
+    const std::vector<int64_t>* shape;
+    at::Tensor destination;
   };
-  std::vector<TensorRestore> restores;
+  std::vector<Restore> restores;
+  const auto view_of = [](const at::Tensor& flat, const model::Param& p) {
+    return flat.narrow(0, p.offset, p.spec.numel()).view(p.spec.shape);
+  };
   for (size_t u = 0; u < model.units().size(); ++u) {
     model::Unit& unit = model.units()[u];
-    float* values = host_data(unit.flat_params());
-    float* avg = host_data(optimizer.exp_avg()[u]);
-    float* avg_sq = host_data(optimizer.exp_avg_sq()[u]);
+    if (!host_keeps(unit)) continue;
     for (const model::Param& p : unit.params()) {
-      restores.push_back({&weights, &weights_path, p.spec.name, &p.spec.shape, values + p.offset});
-      restores.push_back({&moments, &moments_path, p.spec.name + ".exp_avg", &p.spec.shape, avg + p.offset});
-      restores.push_back({&moments, &moments_path, p.spec.name + ".exp_avg_sq", &p.spec.shape, avg_sq + p.offset});
+      restores.push_back({ACCEL_CHECKPOINT_MODEL, p.spec.name, &p.spec.shape, view_of(unit.flat_params(), p)});
+    }
+    if (!host_optimizer) continue;
+    const std::vector<at::Tensor> unit_moments = moments_of(optimizer, u);
+    for (size_t m = 0; m < unit_moments.size(); ++m) {
+      for (const model::Param& p : unit.params()) {
+        restores.push_back({ACCEL_CHECKPOINT_OPTIMIZER, std::string(kMoments[m]) + "/" + p.spec.name, &p.spec.shape,
+                            view_of(unit_moments[m], p)});
+      }
     }
   }
-  restore_all(restores);
+  const std::string where = "'" + dir.string() + "': ";
+  const auto run = [&](const char* what, const auto& body) {
+    try {
+      body();
+    } catch (const runtime::ServiceError& e) {
+      throw CheckpointError(where + what + ": " + e.what());
+    }
+  };
+  // Check every tensor first, so a bad checkpoint changes nothing in memory.
+  for (const Restore& r : restores) {
+    const std::vector<int64_t> origin(r.shape->size(), 0);
+    run(r.space == ACCEL_CHECKPOINT_MODEL ? "parameters" : "optimizer state", [&] {
+      reader.check_readable("", r.space, r.name, *r.shape, origin, *r.shape, r.destination.scalar_type());
+    });
+  }
   at::NoGradGuard no_grad;
-  for (auto& [target, host] : staged) target.copy_(host);
-  // Not state.step: skipped fp16 steps do not advance AdamW's bias correction.
+  for (const Restore& r : restores) {
+    const std::vector<int64_t> origin(r.shape->size(), 0);
+    run("reading", [&] { reader.read("", r.space, r.name, *r.shape, origin, r.destination); });
+  }
+  // Not state.step: skipped fp16 steps do not advance AdamW's bias
+  // correction. Set whoever runs the step: a plugin's optimizer_step is
+  // told the host's count.
   optimizer.set_step_count(state.optimizer_steps);
+}
+
+TrainerState load_trainer_checkpoint(const fs::path& dir, model::GptModel& model, train::FlatAdamW& optimizer,
+                                     bool host_optimizer) {
+  TrainerState state = read_trainer_state(dir);
+  check_same_model(dir, state, model);
+  const runtime::CheckpointReader reader = runtime::CheckpointReader::open_directory(dir);
+  restore_host_state(dir, reader, state, model, optimizer, host_optimizer);
   return state;
 }
 

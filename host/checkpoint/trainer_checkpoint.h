@@ -1,23 +1,42 @@
-// Checkpoints of the single-process trainer: a directory holding
-//   model.safetensors       every parameter by name, fp32, global shape
-//   optimizer.safetensors   "<param>.exp_avg" / "<param>.exp_avg_sq"
-//   trainer_state.json      step, data position, RNG seed, loss scaler,
-//                           the model's shape (checked on resume)
+// Checkpoints of the trainer: a directory holding
+//   model.safetensors       the parameters of the units the host keeps
+//                           storage for, by name, fp32, global shape
+//   optimizer.safetensors   their "<param>.exp_avg" / "<param>.exp_avg_sq",
+//                           only when the host ran the optimizer step
+//   trainer_state.json      step, data position, RNG seed, loss scaler, the
+//                           model's shape (checked on resume), world size
+//   plugin_state.safetensors, plugin_state.rank<r>.safetensors
+//                           what each rank's plugins put (plugin_state.h)
 //   manifest.json           sizes and checksums (atomic_dir.h)
-// written as ROOT/step_N.tmp and renamed to ROOT/step_N only once complete,
-// so a crash mid-save never damages the last good checkpoint.
+// written by every rank as ROOT/step_N.tmp and renamed to ROOT/step_N only
+// once complete (rank_commit.h), so a crash or a failing rank never damages
+// the last good checkpoint. Resume reads it through the one CheckpointReader
+// (host/runtime/checkpoint_reader.h), by parameter name and global shape, so
+// any strategy at any world size resumes any other's checkpoint.
 // docs/checkpoint_format.md describes the layout.
+//
+// Thread-safety: none; the trainer's loop thread calls these.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <string>
+#include <vector>
 
+#include "host/checkpoint/rank_commit.h"
 #include "host/model/gpt.h"
+#include "host/runtime/checkpoint_reader.h"
+#include "host/runtime/plugin_state.h"
 #include "host/train/flat_adamw.h"
 
+namespace accel::comm {
+class Communicator;
+}
+
 namespace accel::checkpoint {
+
+inline constexpr const char* kTrainerStateFile = "trainer_state.json";
 
 struct TrainerState {
   int64_t step = 0;           // training steps completed
@@ -28,26 +47,73 @@ struct TrainerState {
   int64_t loss_scale_growth_tracker = 0;
   model::GptConfig model;
   std::string plugins;        // comma-separated names of the plugins of the saving run
+  int32_t world_size = 1;     // ranks of the saving run (1 when the file predates the field)
 };
 
-// Writes extra files (the plugins' state) into the pending directory before
-// the checkpoint is committed, so they are covered by its manifest.
-using ExtraFilesWriter = std::function<void(const std::filesystem::path& pending_dir)>;
+// ---------------------------------------------------------------------------
+// Saving
+// ---------------------------------------------------------------------------
 
-// Writes ROOT/step_<state.step> atomically; returns its path.
-std::filesystem::path save_trainer_checkpoint(const std::filesystem::path& root,
-                                              const model::GptModel& model,
-                                              train::FlatAdamW& optimizer, const TrainerState& state,
-                                              const ExtraFilesWriter& write_extra = {});
+// Writes the host's own files into `dir` (rank 0's share of a checkpoint):
+// model.safetensors with the parameters of every unit whose storage the host
+// keeps (omitted when it keeps none), optimizer.safetensors with their AdamW
+// moments when `host_optimizer` (the host ran the optimizer step), and
+// trainer_state.json. Adds each tensor to `inventory` when given (the
+// commit-time tiling check). Returns the names of the files written.
+std::vector<std::string> write_host_files(const std::filesystem::path& dir, const model::GptModel& model,
+                                          train::FlatAdamW& optimizer, const TrainerState& state,
+                                          bool host_optimizer, runtime::SliceInventory* inventory = nullptr);
+
+// The plugins' save_state hooks with `writer` installed as the put target.
+using PluginStateSaver = std::function<void(runtime::PluginStateWriter& writer)>;
+
+// The ranks of `world` as a RankGroup whose exchange is an all-gather over
+// it; null `world`: one process.
+RankGroup rank_group_over(comm::Communicator* world);
+
+// Saves ROOT/step_<state.step> from every rank of `group`: every rank runs
+// `save_plugins` (the hooks may be collective) and writes its plugin-state
+// file when anything was put; rank 0 also writes the host's files. On rank 0
+// the slices of all ranks (the host's tensors included) must tile every
+// tensor. Returns the directory on every rank; throws CheckpointError on
+// every rank, publishing nothing, when any rank failed.
+std::filesystem::path save_checkpoint_from_all_ranks(const std::filesystem::path& root, const RankGroup& group,
+                                                     const model::GptModel& model, train::FlatAdamW& optimizer,
+                                                     const TrainerState& state, bool host_optimizer,
+                                                     const PluginStateSaver& save_plugins = {});
+
+// One process, no plugins: writes ROOT/step_<state.step> atomically.
+std::filesystem::path save_trainer_checkpoint(const std::filesystem::path& root, const model::GptModel& model,
+                                              train::FlatAdamW& optimizer, const TrainerState& state);
+
+// ---------------------------------------------------------------------------
+// Resuming
+// ---------------------------------------------------------------------------
 
 // --resume DIR: DIR itself when it is a checkpoint (holds a manifest), else the
 // newest complete step_N under DIR. Throws CheckpointError when there is none.
 std::filesystem::path resolve_resume_dir(const std::filesystem::path& dir);
 
-// Loads weights and optimizer state in place. Throws CheckpointError naming
-// the file and the problem (verification failure, missing tensor, shape or
-// model mismatch) before changing anything it cannot finish.
+// DIR/trainer_state.json; throws CheckpointError naming the file.
+TrainerState read_trainer_state(const std::filesystem::path& dir);
+
+// Throws CheckpointError("'DIR' was written for model ..., this run has ...")
+// unless the checkpoint's model shape is this run's.
+void check_same_model(const std::filesystem::path& dir, const TrainerState& state, const model::GptModel& model);
+
+// Restores the host's part from `reader`: the parameters of every unit whose
+// storage the host keeps (MODEL space, by name and global shape, from
+// whichever files hold them), their AdamW moments (OPTIMIZER space) when
+// `host_optimizer`, and the optimizer's step count. Everything is checked
+// before anything changes; throws CheckpointError naming DIR and the first
+// tensor missing, partly saved or of another shape.
+void restore_host_state(const std::filesystem::path& dir, const runtime::CheckpointReader& reader,
+                        const TrainerState& state, model::GptModel& model, train::FlatAdamW& optimizer,
+                        bool host_optimizer);
+
+// All of resume's host side for one directory: read_trainer_state,
+// check_same_model, CheckpointReader::open_directory, restore_host_state.
 TrainerState load_trainer_checkpoint(const std::filesystem::path& dir, model::GptModel& model,
-                                     train::FlatAdamW& optimizer);
+                                     train::FlatAdamW& optimizer, bool host_optimizer = true);
 
 }  // namespace accel::checkpoint

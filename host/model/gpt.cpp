@@ -43,18 +43,18 @@ std::vector<ParamSpec> block_specs(const GptConfig& c, int64_t layer) {
 
 }  // namespace
 
-GptModel::GptModel(const GptConfig& config, at::Device device) : config_(config) {
+GptModel::GptModel(const GptConfig& config, at::Device device, bool allocate) : config_(config) {
   const int64_t C = config.n_embd;
   units_.emplace_back(
       "embedding", UnitKind::embedding,
       std::vector<ParamSpec>{
           {"wte.weight", ParamRole::embedding, ParallelHint::vocab, {config.vocab_size, C}, InitKind::normal, 0.02},
           {"wpe.weight", ParamRole::embedding, ParallelHint::replicated, {config.seq_len, C}, InitKind::normal, 0.02}},
-      device);
+      device, allocate);
   for (int64_t layer = 0; layer < config.n_layer; ++layer) {
-    units_.emplace_back("block." + std::to_string(layer), UnitKind::block, block_specs(config, layer), device);
+    units_.emplace_back("block." + std::to_string(layer), UnitKind::block, block_specs(config, layer), device, allocate);
   }
-  units_.emplace_back("head", UnitKind::head, layer_norm("ln_f", C), device);
+  units_.emplace_back("head", UnitKind::head, layer_norm("ln_f", C), device, allocate);
   block_layout_ = BlockLayout::resolve(units_[1]);
 }
 
@@ -95,7 +95,10 @@ int64_t GptModel::num_parameters() const {
 }
 
 void GptModel::initialise(uint64_t seed) {
-  for (Unit& u : units_) u.initialise(seed);
+  init_seed_ = seed;
+  for (Unit& u : units_) {
+    if (u.has_params()) u.initialise(seed);
+  }
 }
 
 void GptModel::zero_grads() {

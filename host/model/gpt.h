@@ -20,15 +20,21 @@ namespace accel::model {
 
 class GptModel {
  public:
-  explicit GptModel(const GptConfig& config, at::Device device = at::kCPU);
+  // With `allocate` false no unit has storage yet: the trainer materialises
+  // the units it keeps after the plugins planned (unit.h), so a unit a
+  // sharding plugin takes over is never allocated whole by the host.
+  explicit GptModel(const GptConfig& config, at::Device device = at::kCPU, bool allocate = true);
 
   const GptConfig& config() const { return config_; }
-  at::Device device() const { return units_.front().flat_params().device(); }
+  at::Device device() const { return units_.front().device(); }
   std::vector<Unit>& units() { return units_; }
   const std::vector<Unit>& units() const { return units_; }
   int64_t num_parameters() const;
 
+  // Fills the parameters of every unit that has them from `seed`, and
+  // remembers it for units materialised later (init_seed()).
   void initialise(uint64_t seed);
+  uint64_t init_seed() const { return init_seed_; }
   void zero_grads();
 
   // Runs unit `index` on its input: token ids [B, T] (int64) for the
@@ -60,6 +66,7 @@ class GptModel {
   };
 
   GptConfig config_;
+  uint64_t init_seed_ = 0;
   std::vector<Unit> units_;
   BlockLayout block_layout_{};
   LinearFn linear_;

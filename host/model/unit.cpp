@@ -17,33 +17,80 @@ const char* to_string(UnitKind kind) {
   return "?";
 }
 
-Unit::Unit(std::string name, UnitKind kind, std::vector<ParamSpec> specs, at::Device device)
-    : name_(std::move(name)), kind_(kind) {
+Unit::Unit(std::string name, UnitKind kind, std::vector<ParamSpec> specs, at::Device device, bool allocate)
+    : name_(std::move(name)), kind_(kind), device_(device) {
   // Decayed parameters first, each group in declaration order, so AdamW's
   // weight decay is one contiguous range of the flat buffer.
   std::stable_partition(specs.begin(), specs.end(), [](const ParamSpec& s) { return s.decays(); });
-  int64_t total = 0;
-  for (const ParamSpec& spec : specs) {
-    if (spec.decays()) decay_numel_ += spec.numel();
-    total += spec.numel();
-  }
-  const auto options = at::TensorOptions().dtype(at::kFloat).device(device);
-  flat_params_ = at::zeros({total}, options);
-  flat_grads_ = at::zeros({total}, options);
-
   int64_t offset = 0;
   for (ParamSpec& spec : specs) {
-    const int64_t n = spec.numel();
+    if (spec.decays()) decay_numel_ += spec.numel();
     Param param;
     param.offset = offset;
-    param.value = flat_params_.narrow(0, offset, n).view(spec.shape);
+    offset += spec.numel();
+    // The parameter's autograd leaf for the unit's lifetime; materialising
+    // rebinds its data (see unit.h).
+    param.value = at::empty({0}, at::TensorOptions().dtype(at::kFloat).device(device));
     param.value.requires_grad_(true);
-    // Pre-assigned gradient: autograd accumulates in place into this view.
-    param.value.mutable_grad() = flat_grads_.narrow(0, offset, n).view(spec.shape);
     param.spec = std::move(spec);
     params_.push_back(std::move(param));
-    offset += n;
   }
+  numel_ = offset;
+  if (allocate) {
+    materialize_params(at::kFloat, Fill::zeros);
+    materialize_grads(at::kFloat, /*zero=*/true);
+  }
+}
+
+void Unit::materialize_params(at::ScalarType dtype, Fill fill, uint64_t seed) {
+  if (has_params()) {
+    if (flat_params_.scalar_type() != dtype) {
+      throw std::logic_error("unit " + name_ + ": parameters are materialised as " +
+                             std::string(c10::toString(flat_params_.scalar_type())) + ", not " + c10::toString(dtype));
+    }
+    return;
+  }
+  if (has_grads() && flat_grads_.scalar_type() != dtype) {
+    throw std::logic_error("unit " + name_ + ": parameters must have their gradients' dtype " +
+                           std::string(c10::toString(flat_grads_.scalar_type())));
+  }
+  const auto options = at::TensorOptions().dtype(dtype).device(device_);
+  flat_params_ = fill == Fill::zeros ? at::zeros({numel_}, options) : at::empty({numel_}, options);
+  at::NoGradGuard no_grad;
+  for (Param& p : params_) p.value.set_data(flat_params_.narrow(0, p.offset, p.spec.numel()).view(p.spec.shape));
+  if (fill == Fill::from_seed) initialise(seed);
+}
+
+void Unit::materialize_grads(at::ScalarType dtype, bool zero) {
+  if (has_grads()) {
+    if (flat_grads_.scalar_type() != dtype) {
+      throw std::logic_error("unit " + name_ + ": gradients are materialised as " +
+                             std::string(c10::toString(flat_grads_.scalar_type())) + ", not " + c10::toString(dtype));
+    }
+    return;
+  }
+  if (has_params() && flat_params_.scalar_type() != dtype) {
+    throw std::logic_error("unit " + name_ + ": gradients must have the parameters' dtype " +
+                           std::string(c10::toString(flat_params_.scalar_type())) + " (autograd accumulates into "
+                           "them), not " + c10::toString(dtype));
+  }
+  const auto options = at::TensorOptions().dtype(dtype).device(device_);
+  flat_grads_ = zero ? at::zeros({numel_}, options) : at::empty({numel_}, options);
+  // Pre-assigned gradients: autograd accumulates in place into these views.
+  for (Param& p : params_) p.value.mutable_grad() = flat_grads_.narrow(0, p.offset, p.spec.numel()).view(p.spec.shape);
+}
+
+void Unit::release_params() {
+  if (!has_params()) return;
+  at::NoGradGuard no_grad;
+  for (Param& p : params_) p.value.set_data(at::empty({0}, flat_params_.options()));
+  flat_params_ = at::Tensor();
+}
+
+void Unit::release_grads() {
+  if (!has_grads()) return;
+  for (Param& p : params_) p.value.mutable_grad() = at::Tensor();
+  flat_grads_ = at::Tensor();
 }
 
 const Param& Unit::param(std::string_view name) const {
@@ -54,14 +101,17 @@ const Param& Unit::param(std::string_view name) const {
 }
 
 void Unit::initialise(uint64_t seed) {
+  if (!has_params()) throw std::logic_error("unit " + name_ + ": cannot initialise parameters that are not materialised");
   at::NoGradGuard no_grad;
-  // Generated on the CPU (the counter-based streams are CPU code), then copied.
-  at::Tensor host = flat_params_.is_cpu() ? flat_params_ : at::empty_like(flat_params_, at::kCPU);
+  // Generated in fp32 on the CPU (the counter-based streams are CPU code),
+  // then copied (and cast).
+  const bool direct = flat_params_.is_cpu() && flat_params_.scalar_type() == at::kFloat;
+  at::Tensor host = direct ? flat_params_ : at::empty({numel_}, at::kFloat);
   float* base = host.data_ptr<float>();
   for (const Param& p : params_) {
     init_parameter_slice(p.spec, seed, 0, p.spec.numel(), base + p.offset);
   }
-  if (!flat_params_.is_cpu()) flat_params_.copy_(host);
+  if (!direct) flat_params_.copy_(host);
 }
 
 }  // namespace accel::model

@@ -3,12 +3,23 @@
 // flat buffer, with a flat gradient buffer of the same layout.
 //
 // Invariants:
-//  - every parameter tensor is a view into flat_params(); its .grad() is the
+//  - while the parameters are materialised, every parameter tensor is a view
+//    into flat_params(); while the gradients are too, its .grad() is the
 //    matching view into flat_grads(), so autograd accumulates straight into
 //    the flat buffer that a collective or optimizer consumes;
 //  - parameters that AdamW decays come first: [0, decay_numel()) decays,
 //    the rest (biases, norms) does not;
-//  - buffers are fp32 masters; mixed precision casts happen in compute.
+//  - host-kept buffers are fp32 masters; a plugin that manages a unit's
+//    storage (FSDP) may materialise it in bf16/fp16, gradients in the same
+//    dtype as the parameters (autograd accumulates into .grad in place).
+//
+// Storage can come and go (materialize_* / release_*) while the Param
+// objects stay: each parameter is ONE autograd leaf for the unit's lifetime,
+// and materialising rebinds its data (Variable::set_data) to the new buffer.
+// Autograd graphs saved in forward (a linear saves its weight) therefore see
+// the re-gathered values in backward, and gradients land in the buffer that
+// is current when backward runs. A released parameter holds a 0-element
+// tensor; a released gradient is undefined.
 // Not thread-safe: one training thread owns the units.
 #pragma once
 
@@ -34,8 +45,10 @@ struct Param {
 
 class Unit {
  public:
-  // Buffers live on `device` (CPU, or this rank's CUDA device).
-  Unit(std::string name, UnitKind kind, std::vector<ParamSpec> specs, at::Device device = at::kCPU);
+  // Buffers live on `device` (CPU, or this rank's CUDA device). With
+  // `allocate`, both fp32 buffers are materialised (zeros); without, neither.
+  Unit(std::string name, UnitKind kind, std::vector<ParamSpec> specs, at::Device device = at::kCPU,
+       bool allocate = true);
   Unit(Unit&&) = default;
   Unit& operator=(Unit&&) = default;
 
@@ -48,12 +61,32 @@ class Unit {
   at::Tensor& flat_grads() { return flat_grads_; }
   const at::Tensor& flat_params() const { return flat_params_; }
   const at::Tensor& flat_grads() const { return flat_grads_; }
-  int64_t numel() const { return flat_params_.numel(); }
+  int64_t numel() const { return numel_; }
   int64_t decay_numel() const { return decay_numel_; }
+  at::Device device() const { return device_; }
+
+  bool has_params() const { return flat_params_.defined(); }
+  bool has_grads() const { return flat_grads_.defined(); }
+
+  // How freshly materialised parameters are filled.
+  enum class Fill { undefined, zeros, from_seed };
+  // Allocates the flat parameter buffer in `dtype` and rebinds every
+  // parameter to its view; from_seed fills the initial values of `seed`
+  // (computed in fp32, then cast). Throws std::logic_error when already
+  // materialised in another dtype; a no-op when in the same one.
+  void materialize_params(at::ScalarType dtype, Fill fill, uint64_t seed = 0);
+  // Allocates the flat gradient buffer (dtype must equal the parameters'
+  // when they are materialised) and points every parameter's .grad at it.
+  void materialize_grads(at::ScalarType dtype, bool zero);
+  void release_params();
+  void release_grads();
 
   // Fills every parameter from (seed, parameter name): see seeded_init.h.
+  // Only a unit whose parameters are materialised.
   void initialise(uint64_t seed);
-  void zero_grads() { flat_grads_.zero_(); }
+  void zero_grads() {
+    if (has_grads()) flat_grads_.zero_();
+  }
 
  private:
   std::string name_;
@@ -61,6 +94,8 @@ class Unit {
   std::vector<Param> params_;
   at::Tensor flat_params_;
   at::Tensor flat_grads_;
+  at::Device device_;
+  int64_t numel_ = 0;
   int64_t decay_numel_ = 0;
 };
 

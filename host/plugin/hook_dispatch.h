@@ -48,6 +48,9 @@ class HookDispatcher {
   bool clip_gradients(const AccelClipArgs& args);
   bool optimizer_step(const AccelOptimizerStepArgs& args);
   bool train_step(const AccelTrainStepArgs& args);
+  // Whether a plugin took over the optimizer step (known after create_all):
+  // the host then keeps no optimizer state.
+  bool owns_optimizer_step() const { return optimizer_owner_ != nullptr; }
 
   // ---- the linear chain: the plugins that join it, outermost first
   const std::vector<LoadedPlugin*>& linear_links() const { return linear_links_; }

@@ -1,7 +1,9 @@
 // The checkpoint area of the services table (accel/checkpoint.h): put/get of
 // tensor slices by global offset and of small strings, routed to the
-// PluginStateWriter / PluginStateReader the trainer installs in HostContext
-// for the duration of the save_state / load_state hooks (plugin_state.h).
+// PluginStateWriter (plugin_state.h) / CheckpointReader (checkpoint_reader.h)
+// the trainer installs in HostContext for the duration of the save_state /
+// load_state hooks. The reader serves every file of the checkpoint: the
+// plugin-state files of every rank and the host's model and optimizer files.
 //
 // Phases: put/put_string need HostContext::state_writer (inside save_state),
 // get/info/get_string need HostContext::state_reader (inside load_state);
@@ -15,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "host/runtime/checkpoint_reader.h"
 #include "host/runtime/host_context.h"
 #include "host/runtime/plugin_state.h"
 #include "host/runtime/service_support.h"
@@ -29,7 +32,7 @@ PluginStateWriter& writer_of(HostContext& context) {
   return *context.state_writer;
 }
 
-const PluginStateReader& reader_of(HostContext& context) {
+const CheckpointReader& reader_of(HostContext& context) {
   if (context.state_reader == nullptr) fail(ACCEL_ERROR_FAILED_PRECONDITION, "allowed only inside load_state");
   return *context.state_reader;
 }
@@ -68,7 +71,7 @@ AccelStatus put(AccelHost* host, const AccelCheckpointSliceArgs* args) {
 
 AccelStatus get(AccelHost* host, const AccelCheckpointSliceArgs* args) {
   return call_service("checkpoint get", [&] {
-    const PluginStateReader& reader = reader_of(context_of(host));
+    const CheckpointReader& reader = reader_of(context_of(host));
     const SliceGeometry g = geometry_of(args);
     reader.get(plugin_name_of(host), args->space, g.name, g.global_shape, g.global_offset, args->local);
   });
@@ -76,7 +79,7 @@ AccelStatus get(AccelHost* host, const AccelCheckpointSliceArgs* args) {
 
 AccelStatus info(AccelHost* host, AccelCheckpointSpace space, const char* name, AccelCheckpointTensorInfo* out) {
   return call_service("checkpoint info", [&] {
-    const PluginStateReader& reader = reader_of(context_of(host));
+    const CheckpointReader& reader = reader_of(context_of(host));
     const std::string text = required_text(name, "name");
     if (out == nullptr) fail(ACCEL_ERROR_INVALID_ARGUMENT, "info is NULL");
     const StoredTensor* tensor = reader.find(plugin_name_of(host), space, text);
@@ -101,7 +104,7 @@ AccelStatus put_string(AccelHost* host, AccelCheckpointSpace space, const char* 
 
 AccelStatus get_string(AccelHost* host, AccelCheckpointSpace space, const char* key, const char** value) {
   return call_service("checkpoint get_string", [&] {
-    const PluginStateReader& reader = reader_of(context_of(host));
+    const CheckpointReader& reader = reader_of(context_of(host));
     const std::string text = required_text(key, "key");
     if (value == nullptr) fail(ACCEL_ERROR_INVALID_ARGUMENT, "value is NULL");
     const std::string* found = reader.find_string(plugin_name_of(host), space, text);

@@ -170,7 +170,7 @@ AccelStatus all_reduce(AccelHost* host, const AccelCollectiveArgs* a, AccelWork*
 AccelStatus all_gather(AccelHost* host, const AccelCollectiveArgs* a, AccelWork** work) {
   return collective("comm.all_gather", host, a, work, [&](comm::ProcessGroup& g, HostContext& c) {
     const Buffer in = buffer_of(a->input, "input"), out = buffer_of(a->output, "output");
-    c.comm_bytes += static_cast<int64_t>(in.bytes());
+    c.comm_bytes += static_cast<int64_t>(out.bytes());  // the gathered (full) tensor
     return g.all_gather_async(in, out, options_of(a));
   });
 }

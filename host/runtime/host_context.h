@@ -34,7 +34,7 @@ class ProcessGroup;
 namespace accel::runtime {
 
 class PluginStateWriter;  // plugin_state.h: checkpoint put target
-class PluginStateReader;  // plugin_state.h: checkpoint get source
+class CheckpointReader;   // checkpoint_reader.h: checkpoint get source
 class MemoryAccounting;   // memory_services.h
 class ModelView;          // model_services.h: the ABI's model info structs
 
@@ -116,7 +116,7 @@ class HostContext {
 
   // Checkpoint put/get targets, set around save_state / load_state calls.
   PluginStateWriter* state_writer = nullptr;
-  PluginStateReader* state_reader = nullptr;
+  CheckpointReader* state_reader = nullptr;
 
   // Called for every trace event while at least one plugin captures; set by
   // the plugin registry (it forwards to the capturing plugins' trace_event).
@@ -148,8 +148,10 @@ class HostContext {
   std::map<int, std::shared_ptr<AccelGroup>> standard_groups;
   // The mesh plugins declared while planning (0: not said).
   AccelMeshSpec mesh{};
-  // Payload bytes of every collective plugins issued (input bytes; a
-  // broadcast counts its buffer once); the trainer reports it per step.
+  // Bytes of the full tensor each collective plugins issued works on: the
+  // buffer of an all_reduce or broadcast, the output of an all_gather, the
+  // input of a reduce_scatter (so FSDP's gather-gather-scatter of a model of
+  // P bytes counts 3 P, DDP's all_reduce P); the trainer reports it per step.
   std::atomic<int64_t> comm_bytes{0};
 };
 

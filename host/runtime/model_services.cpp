@@ -3,19 +3,22 @@
 // and recorded into HostContext::plan, resolved by the host later), and run
 // (storage and parameter views).
 //
-// What this host version does not do yet: materialise or release storage a
-// plugin took over (the sharding strategies' issue brings the trainer's side
-// of it), and run_forward / run_backward (NULL in the table: they arrive with
-// the pipeline strategy). materialize / release of host-kept storage succeed
-// as no-ops returning the kept buffers.
+// Storage a plugin took over (plan_manage_storage) is allocated by
+// materialize and freed by release, for that plugin only, and accounted as
+// PARAMS / GRADS in the memory ledger; host-kept storage exists from setup on
+// and materialize returns it as it is. What this host version does not do
+// yet: run_forward / run_backward (NULL in the table: they arrive with the
+// pipeline strategy).
 //
 // Phases: inspect needs HostContext::model; plan needs HostContext::planning;
 // run needs HostContext::running. A call in the wrong phase is
 // ACCEL_ERROR_FAILED_PRECONDITION. Thread-safety: loop thread only.
 #include "host/runtime/model_services.h"
 
+#include <stdexcept>
 #include <string>
 
+#include "host/runtime/memory_services.h"
 #include "host/runtime/service_support.h"
 #include "host/util/strformat.h"
 
@@ -170,10 +173,11 @@ const AccelUnitInfo* ModelView::unit(int32_t unit, const HostContext& context) {
   if ((managed & ACCEL_STORAGE_PARAMS) != 0) flags |= ACCEL_UNIT_FLAG_PLUGIN_PARAMS;
   if ((managed & ACCEL_STORAGE_GRADS) != 0) flags |= ACCEL_UNIT_FLAG_PLUGIN_GRADS;
   if (ckpt_it != plan.checkpointing.end() && ckpt_it->second) flags |= ACCEL_UNIT_FLAG_CHECKPOINTED;
-  // Host-kept buffers exist from construction on (managed ones are never
-  // materialised by this host version).
-  if ((managed & ACCEL_STORAGE_PARAMS) == 0) flags |= ACCEL_UNIT_FLAG_PARAMS_MATERIALIZED;
-  if ((managed & ACCEL_STORAGE_GRADS) == 0) flags |= ACCEL_UNIT_FLAG_GRADS_MATERIALIZED;
+  const model::Unit& host_unit = model_->units().at(static_cast<size_t>(unit));
+  if (host_unit.has_params()) flags |= ACCEL_UNIT_FLAG_PARAMS_MATERIALIZED;
+  if (host_unit.has_grads()) flags |= ACCEL_UNIT_FLAG_GRADS_MATERIALIZED;
+  entry.info.param_dtype = host_unit.has_params() ? to_dl_dtype(host_unit.flat_params().scalar_type())
+                                                  : accel_dtype(kDLFloat, 32);
   entry.info.flags = flags;
   return &entry.info;
 }
@@ -409,11 +413,41 @@ AccelStatus set_checkpointing(AccelHost* host, int32_t unit, bool enabled) {
 
 // --- run ---
 
-[[noreturn]] void managed_storage_unsupported(ModelView& view, HostContext& context, int32_t unit) {
-  fail(ACCEL_ERROR_UNSUPPORTED,
-       std::string("unit ") + view.unit(unit, context)->name +
-           ": storage taken over by a plugin cannot be materialised or released by this host version "
-           "(arrives with the sharding strategies)");
+// Accounts a plugin-materialised buffer in the memory ledger (PARAMS /
+// GRADS, on the device), so per-category peaks include gathered units.
+void account(HostContext& context, const at::Tensor& buffer, AccelMemoryCategory category, bool allocated) {
+  if (!context.memory || !buffer.defined()) return;
+  const AccelMemoryPlace place = ACCEL_MEMORY_DEVICE;  // the rank's device (host memory on CPU runs)
+  const auto bytes = static_cast<int64_t>(buffer.nbytes());
+  if (allocated) {
+    context.memory->record_allocate(place, category, bytes);
+  } else {
+    context.memory->record_free(place, category, bytes);
+  }
+}
+
+// Only a buffer's manager materialises or releases it; host-kept buffers
+// exist from setup on and are returned (materialize) or kept (release).
+void require_manager(HostContext& context, ModelView& view, AccelHost* host, int32_t unit, uint32_t what) {
+  for (uint32_t bit : {ACCEL_STORAGE_PARAMS, ACCEL_STORAGE_GRADS}) {
+    if ((what & bit) == 0) continue;
+    const auto it = context.plan.buffer_manager.find({unit, bit});
+    if (it != context.plan.buffer_manager.end() && it->second != plugin_name_of(host)) {
+      fail(ACCEL_ERROR_FAILED_PRECONDITION,
+           strformat("the %s of unit %s are managed by plugin %s", bit == ACCEL_STORAGE_PARAMS ? "parameters" : "gradients",
+                     view.unit(unit, context)->name, it->second.c_str()));
+    }
+  }
+}
+
+at::ScalarType storage_type(DLDataType wanted, const char* what) {
+  if (accel_dtype_is_unset(wanted)) return at::kFloat;
+  const auto type = to_scalar_type(wanted);
+  if (!type || (*type != at::kFloat && *type != at::kBFloat16 && *type != at::kHalf)) {
+    fail(ACCEL_ERROR_UNSUPPORTED, std::string(what) + " " + describe_dtype(wanted) +
+                                      ": unit storage is float32, bfloat16 or float16");
+  }
+  return *type;
 }
 
 AccelStatus materialize(AccelHost* host, AccelMaterializeArgs* args) {
@@ -431,18 +465,39 @@ AccelStatus materialize(AccelHost* host, AccelMaterializeArgs* args) {
     if (args->init == ACCEL_INIT_FROM_SEED && args->what != ACCEL_STORAGE_PARAMS) {
       fail(ACCEL_ERROR_INVALID_ARGUMENT, "ACCEL_INIT_FROM_SEED is for ACCEL_STORAGE_PARAMS alone");
     }
-    if ((managed_bits(context, args->unit) & args->what) != 0) managed_storage_unsupported(view, context, args->unit);
-    // Host-kept buffers are always materialised, in the unit's dtype: they
-    // are returned as they are (accel/model.h), whatever `init` asks.
-    const DLDataType kept = view.unit(args->unit, context)->param_dtype;
-    for (const DLDataType& wanted : {args->param_dtype, args->grad_dtype}) {
-      if (!accel_dtype_is_unset(wanted) && !accel_dtype_equal(wanted, kept)) {
-        fail(ACCEL_ERROR_UNSUPPORTED, "host-kept storage is " + describe_dtype(kept) + "; cannot materialise it as " +
-                                          describe_dtype(wanted));
-      }
-    }
+    require_manager(context, view, host, args->unit, args->what);
+    model::Unit& unit = context.model->units().at(static_cast<size_t>(args->unit));
+    const uint32_t managed = managed_bits(context, args->unit);
     const bool params = (args->what & ACCEL_STORAGE_PARAMS) != 0;
     const bool grads = (args->what & ACCEL_STORAGE_GRADS) != 0;
+    const at::ScalarType param_type = storage_type(args->param_dtype, "param_dtype");
+    const at::ScalarType grad_type =
+        accel_dtype_is_unset(args->grad_dtype) ? param_type : storage_type(args->grad_dtype, "grad_dtype");
+    try {
+      if (params && (managed & ACCEL_STORAGE_PARAMS) != 0 && !unit.has_params()) {
+        const auto fill = args->init == ACCEL_INIT_FROM_SEED ? model::Unit::Fill::from_seed
+                          : args->init == ACCEL_INIT_ZERO    ? model::Unit::Fill::zeros
+                                                             : model::Unit::Fill::undefined;
+        unit.materialize_params(param_type, fill, context.model->init_seed());
+        account(context, unit.flat_params(), ACCEL_MEMORY_PARAMS, true);
+      }
+      if (grads && (managed & ACCEL_STORAGE_GRADS) != 0 && !unit.has_grads()) {
+        unit.materialize_grads(grad_type, args->init == ACCEL_INIT_ZERO);
+        account(context, unit.flat_grads(), ACCEL_MEMORY_GRADS, true);
+      }
+    } catch (const std::logic_error& e) {
+      fail(ACCEL_ERROR_INVALID_ARGUMENT, e.what());
+    }
+    // Whatever exists is returned as it is (accel/model.h), but never in a
+    // dtype other than the one asked for.
+    if (params && !accel_dtype_is_unset(args->param_dtype) && unit.flat_params().scalar_type() != param_type) {
+      fail(ACCEL_ERROR_UNSUPPORTED, std::string("unit ") + unit.name() + ": parameters are materialised as " +
+                                        c10::toString(unit.flat_params().scalar_type()));
+    }
+    if (grads && !accel_dtype_is_unset(args->grad_dtype) && unit.flat_grads().scalar_type() != grad_type) {
+      fail(ACCEL_ERROR_UNSUPPORTED, std::string("unit ") + unit.name() + ": gradients are materialised as " +
+                                        c10::toString(unit.flat_grads().scalar_type()));
+    }
     args->params = params ? view.storage_view(*context.model, args->unit, ACCEL_STORAGE_PARAMS) : nullptr;
     args->grads = grads ? view.storage_view(*context.model, args->unit, ACCEL_STORAGE_GRADS) : nullptr;
   });
@@ -455,8 +510,19 @@ AccelStatus release(AccelHost* host, int32_t unit, uint32_t what, AccelStream /*
     ModelView& view = view_of(context);
     check_unit(view, unit);
     check_storage_bits(what, false);
-    if ((managed_bits(context, unit) & what) != 0) managed_storage_unsupported(view, context, unit);
-    // Host-kept storage stays: nothing to free.
+    require_manager(context, view, host, unit, what);
+    // CPU work is synchronous and device work is stream-ordered by the
+    // caching allocator, so the buffer can go at once. Host-kept storage stays.
+    model::Unit& u = context.model->units().at(static_cast<size_t>(unit));
+    const uint32_t managed = managed_bits(context, unit) & what;
+    if ((managed & ACCEL_STORAGE_PARAMS) != 0 && u.has_params()) {
+      account(context, u.flat_params(), ACCEL_MEMORY_PARAMS, false);
+      u.release_params();
+    }
+    if ((managed & ACCEL_STORAGE_GRADS) != 0 && u.has_grads()) {
+      account(context, u.flat_grads(), ACCEL_MEMORY_GRADS, false);
+      u.release_grads();
+    }
   });
 }
 
@@ -466,14 +532,12 @@ AccelStatus get_storage(AccelHost* host, int32_t unit, const DLTensor** params, 
     require_running(context);
     ModelView& view = view_of(context);
     check_unit(view, unit);
-    const uint32_t managed = managed_bits(context, unit);
+    const model::Unit& u = context.model->units().at(static_cast<size_t>(unit));
     if (params != nullptr) {
-      *params = (managed & ACCEL_STORAGE_PARAMS) != 0 ? nullptr
-                                                      : view.storage_view(*context.model, unit, ACCEL_STORAGE_PARAMS);
+      *params = u.has_params() ? view.storage_view(*context.model, unit, ACCEL_STORAGE_PARAMS) : nullptr;
     }
     if (grads != nullptr) {
-      *grads = (managed & ACCEL_STORAGE_GRADS) != 0 ? nullptr
-                                                    : view.storage_view(*context.model, unit, ACCEL_STORAGE_GRADS);
+      *grads = u.has_grads() ? view.storage_view(*context.model, unit, ACCEL_STORAGE_GRADS) : nullptr;
     }
   });
 }
@@ -488,9 +552,11 @@ AccelStatus get_param_view(AccelHost* host, int32_t unit, int32_t index, uint32_
     if (out == nullptr) fail(ACCEL_ERROR_INVALID_ARGUMENT, "view is NULL");
     const AccelParamInfo& info = *view.param(unit, index);
     const int32_t owner_unit = info.tied_unit >= 0 ? info.tied_unit : unit;
-    if ((managed_bits(context, owner_unit) & what) != 0) {
+    const model::Unit& owner = context.model->units().at(static_cast<size_t>(owner_unit));
+    if (what == ACCEL_STORAGE_PARAMS ? !owner.has_params() : !owner.has_grads()) {
       fail(ACCEL_ERROR_FAILED_PRECONDITION,
-           std::string(info.name) + ": its unit's storage is managed by a plugin and not materialised");
+           std::string(info.name) + ": its unit's " + (what == ACCEL_STORAGE_PARAMS ? "parameters" : "gradients") +
+               " are not materialised");
     }
     *out = view.param_view(*context.model, unit, index, what);
   });

@@ -1,9 +1,10 @@
-// Plugin state files: writer and reader (see plugin_state.h for the layout
-// and invariants).
+// Plugin state files: the writer, the names and codecs the reader shares,
+// and the commit-time tiling check (see plugin_state.h).
 #include "host/runtime/plugin_state.h"
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -17,28 +18,11 @@ namespace {
 using checkpoint::CheckpointError;
 using checkpoint::DType;
 
-constexpr const char* kMetadataKey = "accel.plugin_state";
-constexpr const char* kFormat = "accel-plugin-state";
-constexpr int kFormatVersion = 1;
-
-const char* space_name(AccelCheckpointSpace space) {
-  switch (space) {
-    case ACCEL_CHECKPOINT_MODEL: return "model";
-    case ACCEL_CHECKPOINT_OPTIMIZER: return "optimizer";
-    case ACCEL_CHECKPOINT_PLUGIN: return "plugin";
-    default: return nullptr;
-  }
-}
-
-std::optional<AccelCheckpointSpace> space_from_name(const std::string& name) {
-  for (AccelCheckpointSpace s : {ACCEL_CHECKPOINT_MODEL, ACCEL_CHECKPOINT_OPTIMIZER, ACCEL_CHECKPOINT_PLUGIN}) {
-    if (name == space_name(s)) return s;
-  }
-  return std::nullopt;
-}
+constexpr const char* kFilePrefix = "plugin_state";
+constexpr const char* kFileSuffix = ".safetensors";
 
 void check_space(AccelCheckpointSpace space) {
-  if (space_name(space) == nullptr) {
+  if (checkpoint_space_name(space) == nullptr) {
     fail(ACCEL_ERROR_INVALID_ARGUMENT, strformat("unknown checkpoint space %d", static_cast<int>(space)));
   }
 }
@@ -59,6 +43,58 @@ const std::vector<std::pair<DLDataType, DType>>& dtype_pairs() {
   return pairs;
 }
 
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Names, spaces, dtypes, boxes
+// ---------------------------------------------------------------------------
+
+std::string plugin_state_file_name(int rank) {
+  return rank == 0 ? std::string(kFilePrefix) + kFileSuffix
+                   : std::string(kFilePrefix) + ".rank" + std::to_string(rank) + kFileSuffix;
+}
+
+std::optional<int> plugin_state_file_rank(const std::string& file_name) {
+  if (file_name == plugin_state_file_name(0)) return 0;
+  const std::string prefix = std::string(kFilePrefix) + ".rank";
+  const std::string suffix = kFileSuffix;
+  if (file_name.size() <= prefix.size() + suffix.size() || file_name.compare(0, prefix.size(), prefix) != 0 ||
+      file_name.compare(file_name.size() - suffix.size(), suffix.size(), suffix) != 0) {
+    return std::nullopt;
+  }
+  const std::string digits = file_name.substr(prefix.size(), file_name.size() - prefix.size() - suffix.size());
+  // Canonical decimal only ("rank01" is not rank 1), small enough for an int.
+  if (digits.size() > 9 || digits[0] == '0' ||
+      !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    return std::nullopt;
+  }
+  return std::stoi(digits);
+}
+
+std::string plugin_state_name(AccelCheckpointSpace space, const std::string& plugin, const std::string& name) {
+  switch (space) {
+    case ACCEL_CHECKPOINT_MODEL: return "@model/" + name;
+    case ACCEL_CHECKPOINT_OPTIMIZER: return "@optimizer/" + name;
+    default: return plugin + "/" + name;
+  }
+}
+
+const char* checkpoint_space_name(AccelCheckpointSpace space) {
+  switch (space) {
+    case ACCEL_CHECKPOINT_MODEL: return "model";
+    case ACCEL_CHECKPOINT_OPTIMIZER: return "optimizer";
+    case ACCEL_CHECKPOINT_PLUGIN: return "plugin";
+    default: return nullptr;
+  }
+}
+
+std::optional<AccelCheckpointSpace> checkpoint_space_from_name(const std::string& name) {
+  for (AccelCheckpointSpace s : {ACCEL_CHECKPOINT_MODEL, ACCEL_CHECKPOINT_OPTIMIZER, ACCEL_CHECKPOINT_PLUGIN}) {
+    if (name == checkpoint_space_name(s)) return s;
+  }
+  return std::nullopt;
+}
+
 std::optional<DType> to_file_dtype(DLDataType dtype) {
   for (const auto& [dl, file] : dtype_pairs()) {
     if (accel_dtype_equal(dl, dtype)) return file;
@@ -73,46 +109,141 @@ std::optional<DLDataType> from_file_dtype(DType dtype) {
   return std::nullopt;
 }
 
-int64_t volume(const std::vector<int64_t>& shape) {
+int64_t box_volume(const std::vector<int64_t>& extent) {
   int64_t n = 1;
-  for (int64_t d : shape) n *= d;
+  for (int64_t d : extent) n *= d;
   return n;
 }
 
-// The intersection of two boxes, as (offset, extent); nullopt when empty.
-std::optional<std::pair<std::vector<int64_t>, std::vector<int64_t>>> intersect(
-    const std::vector<int64_t>& a_off, const std::vector<int64_t>& a_ext, const std::vector<int64_t>& b_off,
-    const std::vector<int64_t>& b_ext) {
-  std::vector<int64_t> off(a_off.size()), ext(a_off.size());
-  for (size_t i = 0; i < a_off.size(); ++i) {
-    off[i] = std::max(a_off[i], b_off[i]);
-    const int64_t stop = std::min(a_off[i] + a_ext[i], b_off[i] + b_ext[i]);
-    if (stop <= off[i]) return std::nullopt;
-    ext[i] = stop - off[i];
+std::optional<SliceBox> box_intersection(const SliceBox& a, const SliceBox& b) {
+  SliceBox common{std::vector<int64_t>(a.offset.size()), std::vector<int64_t>(a.offset.size())};
+  for (size_t i = 0; i < a.offset.size(); ++i) {
+    common.offset[i] = std::max(a.offset[i], b.offset[i]);
+    const int64_t stop = std::min(a.offset[i] + a.extent[i], b.offset[i] + b.extent[i]);
+    if (stop <= common.offset[i]) return std::nullopt;
+    common.extent[i] = stop - common.offset[i];
   }
-  return std::pair{std::move(off), std::move(ext)};
+  return common;
 }
 
-// `box` of `tensor` (whose first element sits at global `origin`).
-at::Tensor sub_box(at::Tensor tensor, const std::vector<int64_t>& origin, const std::vector<int64_t>& off,
-                   const std::vector<int64_t>& ext) {
-  for (size_t i = 0; i < off.size(); ++i) {
-    tensor = tensor.narrow(static_cast<int64_t>(i), off[i] - origin[i], ext[i]);
+std::optional<std::pair<size_t, size_t>> find_overlapping_boxes(const std::vector<SliceBox>& boxes) {
+  std::vector<size_t> order;
+  for (size_t i = 0; i < boxes.size(); ++i) {
+    if (box_volume(boxes[i].extent) > 0) order.push_back(i);
   }
-  return tensor;
+  if (order.size() < 2) return std::nullopt;
+  const auto ordered = [](size_t a, size_t b) { return std::minmax(a, b); };
+  // A scalar has one element: two non-empty boxes of it always overlap.
+  if (boxes[order[0]].offset.empty()) return ordered(order[0], order[1]);
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return boxes[a].offset[0] < boxes[b].offset[0]; });
+  // Sweep over dimension 0: only boxes whose rows are still open can overlap
+  // the next one; the rest leave the active list for good.
+  std::vector<size_t> active;
+  for (size_t i : order) {
+    const int64_t start = boxes[i].offset[0];
+    std::erase_if(active, [&](size_t k) { return boxes[k].offset[0] + boxes[k].extent[0] <= start; });
+    for (size_t k : active) {
+      if (box_intersection(boxes[i], boxes[k])) return ordered(i, k);
+    }
+    active.push_back(i);
+  }
+  return std::nullopt;
 }
 
-bool is_float_type(at::ScalarType t) {
-  return t == at::kFloat || t == at::kDouble || t == at::kHalf || t == at::kBFloat16;
+// ---------------------------------------------------------------------------
+// The commit-time tiling check
+// ---------------------------------------------------------------------------
+
+void SliceInventory::add(const std::string& stored, DType dtype, const std::vector<int64_t>& global_shape,
+                         SliceBox box) {
+  Entry& entry = entries_[stored];
+  if (entry.boxes.empty()) {
+    entry.dtype = dtype;
+    entry.global_shape = global_shape;
+  }
+  entry.boxes.push_back(std::move(box));
 }
 
-}  // namespace
+std::string SliceInventory::to_json() const {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [stored, entry] : entries_) {
+    nlohmann::json boxes = nlohmann::json::array();
+    for (const SliceBox& box : entry.boxes) boxes.push_back({box.offset, box.extent});
+    j[stored] = {{"dtype", std::string(checkpoint::dtype_name(entry.dtype))},
+                 {"global_shape", entry.global_shape},
+                 {"boxes", std::move(boxes)}};
+  }
+  return j.dump();
+}
 
-std::string plugin_state_name(AccelCheckpointSpace space, const std::string& plugin, const std::string& name) {
-  switch (space) {
-    case ACCEL_CHECKPOINT_MODEL: return "@model/" + name;
-    case ACCEL_CHECKPOINT_OPTIMIZER: return "@optimizer/" + name;
-    default: return plugin + "/" + name;
+SliceInventory SliceInventory::from_json(const std::string& text) {
+  SliceInventory inventory;
+  try {
+    const nlohmann::json parsed = nlohmann::json::parse(text);  // outlives the loop over its items
+    for (const auto& [stored, j] : parsed.items()) {
+      Entry& entry = inventory.entries_[stored];
+      const auto dtype = checkpoint::dtype_from_name(j.at("dtype").get<std::string>());
+      if (!dtype) throw CheckpointError("slice inventory: '" + stored + "' has an unknown dtype");
+      entry.dtype = *dtype;
+      entry.global_shape = j.at("global_shape").get<std::vector<int64_t>>();
+      for (const auto& b : j.at("boxes")) {
+        entry.boxes.push_back({b.at(0).get<std::vector<int64_t>>(), b.at(1).get<std::vector<int64_t>>()});
+        if (entry.boxes.back().offset.size() != entry.global_shape.size() ||
+            entry.boxes.back().extent.size() != entry.global_shape.size()) {
+          throw CheckpointError("slice inventory: '" + stored + "' has a box of the wrong rank");
+        }
+      }
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw CheckpointError(std::string("slice inventory is malformed: ") + e.what());
+  }
+  return inventory;
+}
+
+void SliceInventory::check_tiling(const std::vector<SliceInventory>& ranks) {
+  struct Owned {
+    SliceBox box;
+    size_t rank;
+  };
+  std::map<std::string, std::pair<const Entry*, std::vector<Owned>>> merged;
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    for (const auto& [stored, entry] : ranks[r].entries_) {
+      auto& [first, boxes] = merged[stored];
+      if (first == nullptr) {
+        first = &entry;
+      } else if (first->dtype != entry.dtype || first->global_shape != entry.global_shape) {
+        throw CheckpointError(strformat("'%s': rank %zu saved it as %s ", stored.c_str(), r,
+                                        std::string(checkpoint::dtype_name(entry.dtype)).c_str()) +
+                              describe_shape(entry.global_shape) + ", another rank as " +
+                              std::string(checkpoint::dtype_name(first->dtype)) + " " +
+                              describe_shape(first->global_shape));
+      }
+      for (const SliceBox& box : entry.boxes) boxes.push_back({box, r});
+    }
+  }
+  for (const auto& [stored, merged_entry] : merged) {
+    const auto& [entry, boxes] = merged_entry;
+    int64_t covered = 0;
+    std::vector<SliceBox> plain;
+    for (const Owned& owned : boxes) {
+      covered += box_volume(owned.box.extent);
+      plain.push_back(owned.box);
+    }
+    if (const auto clash = find_overlapping_boxes(plain)) {
+      const Owned& a = boxes[clash->first];
+      const Owned& b = boxes[clash->second];
+      throw CheckpointError(strformat("'%s': the slice of rank %zu at ", stored.c_str(), a.rank) +
+                            describe_shape(a.box.offset) + strformat(" overlaps the slice of rank %zu at ", b.rank) +
+                            describe_shape(b.box.offset) + " (replicated state is saved by one replica only)");
+    }
+    const int64_t total = box_volume(entry->global_shape);
+    if (covered != total) {
+      throw CheckpointError(strformat("'%s': the slices saved by all ranks cover %lld of %lld elements of ",
+                                      stored.c_str(), static_cast<long long>(covered),
+                                      static_cast<long long>(total)) +
+                            describe_shape(entry->global_shape));
+    }
   }
 }
 
@@ -155,7 +286,7 @@ void PluginStateWriter::put(const std::string& plugin, AccelCheckpointSpace spac
                                              " differs from the earlier put's " + describe_dtype(meta.dtype));
     }
     for (const StoredTensor::Slice& other : meta.slices) {
-      if (volume(extent) > 0 && intersect(global_offset, extent, other.offset, other.shape)) {
+      if (box_volume(extent) > 0 && box_intersection({global_offset, extent}, {other.offset, other.shape})) {
         fail(ACCEL_ERROR_INVALID_ARGUMENT, "'" + name + "': slice at " + describe_shape(global_offset) +
                                                " overlaps the one put at " + describe_shape(other.offset));
       }
@@ -173,7 +304,7 @@ void PluginStateWriter::put(const std::string& plugin, AccelCheckpointSpace spac
   at::Tensor copy = at::empty(slice.sizes(), slice.options().device(at::kCPU));
   copy.copy_(slice);
   const size_t k = entry.meta.slices.size();
-  entry.meta.slices.push_back({k == 0 ? stored : stored + "#" + std::to_string(k), global_offset, extent});
+  entry.meta.slices.push_back({0, k == 0 ? stored : stored + "#" + std::to_string(k), global_offset, extent});
   entry.data.push_back(std::move(copy));
 }
 
@@ -188,8 +319,8 @@ void PluginStateWriter::put_string(const std::string& plugin, AccelCheckpointSpa
 void PluginStateWriter::check_complete() const {
   for (const auto& [stored, entry] : tensors_) {
     int64_t covered = 0;
-    for (const StoredTensor::Slice& s : entry.meta.slices) covered += volume(s.shape);
-    const int64_t total = volume(entry.meta.global_shape);
+    for (const StoredTensor::Slice& s : entry.meta.slices) covered += box_volume(s.shape);
+    const int64_t total = box_volume(entry.meta.global_shape);
     if (covered != total) {
       fail(ACCEL_ERROR_INVALID_ARGUMENT,
            strformat("'%s': the saved slices cover %lld of %lld elements of ", stored.c_str(),
@@ -197,6 +328,16 @@ void PluginStateWriter::check_complete() const {
                describe_shape(entry.meta.global_shape));
     }
   }
+}
+
+SliceInventory PluginStateWriter::inventory() const {
+  SliceInventory inventory;
+  for (const auto& [stored, entry] : tensors_) {
+    for (const StoredTensor::Slice& slice : entry.meta.slices) {
+      inventory.add(stored, *to_file_dtype(entry.meta.dtype), entry.meta.global_shape, {slice.offset, slice.shape});
+    }
+  }
+  return inventory;
 }
 
 void PluginStateWriter::write(const std::filesystem::path& path) const {
@@ -211,7 +352,7 @@ void PluginStateWriter::write(const std::filesystem::path& path) const {
       writer.add(slice.tensor, dtype, slice.shape, data.data_ptr(), data.nbytes());
       slices.push_back({{"tensor", slice.tensor}, {"offset", slice.offset}});
     }
-    tensors[stored] = {{"space", space_name(entry.meta.space)},
+    tensors[stored] = {{"space", checkpoint_space_name(entry.meta.space)},
                        {"plugin", entry.meta.plugin},
                        {"name", entry.meta.name},
                        {"dtype", std::string(checkpoint::dtype_name(dtype))},
@@ -220,157 +361,14 @@ void PluginStateWriter::write(const std::filesystem::path& path) const {
   }
   nlohmann::json strings = nlohmann::json::object();
   for (const auto& [stored, s] : strings_) {
-    strings[stored] = {{"space", space_name(s.space)}, {"plugin", s.plugin}, {"key", s.key}, {"value", s.value}};
+    strings[stored] = {{"space", checkpoint_space_name(s.space)}, {"plugin", s.plugin}, {"key", s.key}, {"value", s.value}};
   }
-  const nlohmann::json meta = {{"format", kFormat},
-                               {"format_version", kFormatVersion},
+  const nlohmann::json meta = {{"format", kPluginStateFormat},
+                               {"format_version", kPluginStateFormatVersion},
                                {"tensors", std::move(tensors)},
                                {"strings", std::move(strings)}};
-  writer.set_metadata(kMetadataKey, meta.dump());
+  writer.set_metadata(kPluginStateMetadataKey, meta.dump());
   writer.write(path);
-}
-
-// ---------------------------------------------------------------------------
-// Reader
-// ---------------------------------------------------------------------------
-
-void PluginStateReader::open(const std::filesystem::path& path) {
-  checkpoint::SafetensorsFile file = checkpoint::SafetensorsFile::open(path);
-  const std::string where = path.string() + ": plugin state: ";
-  const auto meta_it = file.metadata().find(kMetadataKey);
-  if (meta_it == file.metadata().end()) throw CheckpointError(where + "no \"" + kMetadataKey + "\" metadata");
-  std::map<std::string, StoredTensor> tensors;
-  std::map<std::string, std::string> strings;
-  try {
-    const nlohmann::json meta = nlohmann::json::parse(meta_it->second);
-    if (meta.at("format") != kFormat) throw CheckpointError(where + "unknown format " + meta.at("format").dump());
-    if (meta.at("format_version") != kFormatVersion) {
-      throw CheckpointError(where + "format_version " + meta.at("format_version").dump() + " is not 1");
-    }
-    for (const auto& [stored, j] : meta.at("tensors").items()) {
-      StoredTensor t;
-      const auto space = space_from_name(j.at("space").get<std::string>());
-      if (!space) throw CheckpointError(where + "'" + stored + "': unknown space " + j.at("space").dump());
-      t.space = *space;
-      t.plugin = j.at("plugin").get<std::string>();
-      t.name = j.at("name").get<std::string>();
-      t.global_shape = j.at("global_shape").get<std::vector<int64_t>>();
-      if (stored != plugin_state_name(t.space, t.plugin, t.name)) {
-        throw CheckpointError(where + "'" + stored + "' does not match its space, plugin and name");
-      }
-      const auto file_dtype = checkpoint::dtype_from_name(j.at("dtype").get<std::string>());
-      if (!file_dtype || !from_file_dtype(*file_dtype)) {
-        throw CheckpointError(where + "'" + stored + "': unknown dtype " + j.at("dtype").dump());
-      }
-      t.dtype = *from_file_dtype(*file_dtype);
-      for (int64_t d : t.global_shape) {
-        if (d < 0) throw CheckpointError(where + "'" + stored + "': negative global shape");
-      }
-      for (const auto& js : j.at("slices")) {
-        StoredTensor::Slice s;
-        s.tensor = js.at("tensor").get<std::string>();
-        s.offset = js.at("offset").get<std::vector<int64_t>>();
-        const checkpoint::TensorInfo* info = file.find(s.tensor);
-        if (info == nullptr) throw CheckpointError(where + "'" + stored + "': slice tensor '" + s.tensor + "' is missing");
-        if (info->dtype != *file_dtype) throw CheckpointError(where + "'" + s.tensor + "' has another dtype than its tensor");
-        s.shape = info->shape;
-        if (s.shape.size() != t.global_shape.size() || s.offset.size() != t.global_shape.size()) {
-          throw CheckpointError(where + "'" + s.tensor + "' has the wrong number of dimensions");
-        }
-        for (size_t i = 0; i < s.shape.size(); ++i) {
-          if (s.offset[i] < 0 || s.offset[i] + s.shape[i] > t.global_shape[i]) {
-            throw CheckpointError(where + "'" + s.tensor + "' lies outside its global shape");
-          }
-        }
-        for (const StoredTensor::Slice& other : t.slices) {
-          if (volume(s.shape) > 0 && intersect(s.offset, s.shape, other.offset, other.shape)) {
-            throw CheckpointError(where + "'" + s.tensor + "' overlaps '" + other.tensor + "'");
-          }
-        }
-        t.slices.push_back(std::move(s));
-      }
-      tensors.emplace(stored, std::move(t));
-    }
-    for (const auto& [stored, j] : meta.at("strings").items()) strings[stored] = j.at("value").get<std::string>();
-  } catch (const nlohmann::json::exception& e) {
-    throw CheckpointError(where + "malformed metadata: " + e.what());
-  }
-  file_.emplace(std::move(file));
-  tensors_ = std::move(tensors);
-  strings_ = std::move(strings);
-}
-
-const StoredTensor* PluginStateReader::find(const std::string& plugin, AccelCheckpointSpace space,
-                                            const std::string& name) const {
-  const auto it = tensors_.find(plugin_state_name(space, plugin, name));
-  return it == tensors_.end() ? nullptr : &it->second;
-}
-
-const std::string* PluginStateReader::find_string(const std::string& plugin, AccelCheckpointSpace space,
-                                                  const std::string& key) const {
-  const auto it = strings_.find(plugin_state_name(space, plugin, key));
-  return it == strings_.end() ? nullptr : &it->second;
-}
-
-at::Tensor PluginStateReader::read_slice(const StoredTensor& tensor, const StoredTensor::Slice& slice) const {
-  const checkpoint::TensorInfo* info = file_->find(slice.tensor);
-  at::Tensor data = at::empty(slice.shape, at::TensorOptions().dtype(*to_scalar_type(tensor.dtype)));
-  file_->read(*info, data.data_ptr(), data.nbytes());
-  return data;
-}
-
-void PluginStateReader::get(const std::string& plugin, AccelCheckpointSpace space, const std::string& name,
-                            const std::vector<int64_t>& global_shape, const std::vector<int64_t>& global_offset,
-                            const DLTensor* local) const {
-  check_space(space);
-  if (!file_) fail(ACCEL_ERROR_FAILED_PRECONDITION, "no plugin state file is open");
-  at::Tensor target = to_aten(local, "local");
-  const StoredTensor* tensor = find(plugin, space, name);
-  if (tensor == nullptr) {
-    fail(ACCEL_ERROR_NOT_FOUND, "no tensor '" + name + "' in " + space_name(space) + " state of " +
-                                    file_->path().string());
-  }
-  if (tensor->global_shape != global_shape) {
-    fail(ACCEL_ERROR_INVALID_ARGUMENT, "'" + name + "': global shape " + describe_shape(global_shape) +
-                                           " requested, " + describe_shape(tensor->global_shape) + " saved");
-  }
-  const std::vector<int64_t> extent(target.sizes().begin(), target.sizes().end());
-  if (extent.size() != global_shape.size() || global_offset.size() != global_shape.size()) {
-    fail(ACCEL_ERROR_INVALID_ARGUMENT, "'" + name + "': local does not have the tensor's dimensions");
-  }
-  for (size_t i = 0; i < extent.size(); ++i) {
-    if (global_offset[i] < 0 || global_offset[i] + extent[i] > global_shape[i]) {
-      fail(ACCEL_ERROR_INVALID_ARGUMENT, "'" + name + "': region " + describe_shape(extent) + " at " +
-                                             describe_shape(global_offset) + " lies outside " +
-                                             describe_shape(global_shape));
-    }
-  }
-  const at::ScalarType saved_type = *to_scalar_type(tensor->dtype);
-  if (saved_type != target.scalar_type() && !(is_float_type(saved_type) && is_float_type(target.scalar_type()))) {
-    fail(ACCEL_ERROR_INVALID_ARGUMENT, "'" + name + "' was saved as " + describe_dtype(tensor->dtype) +
-                                           " and cannot be read as " + describe_dtype(local->dtype) +
-                                           " (only float dtypes convert; FP8 never implicitly)");
-  }
-  // Assemble the rectangle from every saved slice that overlaps it. Saved
-  // slices never overlap, so the overlaps' volumes add up to the region's
-  // exactly when it was saved completely.
-  at::Tensor staging = at::empty(target.sizes(), at::TensorOptions().dtype(saved_type));
-  int64_t covered = 0;
-  for (const StoredTensor::Slice& slice : tensor->slices) {
-    const auto overlap = intersect(global_offset, extent, slice.offset, slice.shape);
-    if (!overlap) continue;
-    const at::Tensor data = read_slice(*tensor, slice);
-    sub_box(staging, global_offset, overlap->first, overlap->second)
-        .copy_(sub_box(data, slice.offset, overlap->first, overlap->second));
-    covered += volume(overlap->second);
-  }
-  if (covered != volume(extent)) {
-    fail(ACCEL_ERROR_NOT_FOUND,
-         "'" + name + "': region " + describe_shape(extent) + " at " + describe_shape(global_offset) +
-             strformat(" was only partly saved (%lld of %lld elements)", static_cast<long long>(covered),
-                       static_cast<long long>(volume(extent))));
-  }
-  target.copy_(staging);
 }
 
 }  // namespace accel::runtime

@@ -1,20 +1,20 @@
-// What plugins save and load through the checkpoint services
-// (accel/checkpoint.h): tensor slices by global offset, and small strings.
+// What plugins save through the checkpoint services (accel/checkpoint.h):
+// tensor slices by global offset, and small strings, written by every rank
+// into its own plugin-state file. Reading them back, together with the
+// host's own files, is CheckpointReader's (checkpoint_reader.h).
 //
 // PluginStateWriter collects a rank's put()/put_string() items during the
 // save_state hooks, copying each slice's data when it is put (so the plugin
-// may reuse its buffer at once), and writes them as ONE safetensors file.
-// PluginStateReader opens such a file, validates it, and serves get() of any
-// rectangle of a saved tensor, assembled from whichever saved slices overlap
-// it, plus info() and get_string().
+// may reuse its buffer at once), and writes them as ONE safetensors file:
+// `plugin_state.safetensors` on rank 0, `plugin_state.rank<r>.safetensors`
+// on rank r > 0 (plugin_state_file_name).
 //
-// File layout (one safetensors file, docs/checkpoint_format.md): each slice is
-// one tensor named after its owner — "<plugin>/<name>" for plugin state,
-// "@model/<name>" and "@optimizer/<name>" for the shared spaces (a plugin name
-// never starts with '@'); a tensor's second and later slices add "#<k>". The
-// "__metadata__" key "accel.plugin_state" holds JSON with each tensor's space,
-// owner, name, global shape and the global offset of each slice, and the
-// strings:
+// File layout (docs/checkpoint_format.md): each slice is one tensor named
+// after its owner — "<plugin>/<name>" for plugin state, "@model/<name>" and
+// "@optimizer/<name>" for the shared spaces (a plugin name never starts with
+// '@'); a tensor's second and later slices add "#<k>". The "__metadata__" key
+// "accel.plugin_state" holds JSON with each tensor's space, owner, name,
+// global shape and the global offset of each slice, and the strings:
 //   {"format":"accel-plugin-state","format_version":1,
 //    "tensors":{"fp8/amax_history":{"space":"plugin","plugin":"fp8",
 //       "name":"amax_history","dtype":"F32","global_shape":[1024,8],
@@ -23,12 +23,13 @@
 //       "key":"recipe","value":"..."}}}
 //
 // Invariants: the slices of one tensor share its dtype and global shape, lie
-// inside it and never overlap (put refuses otherwise; open re-checks). Whether
-// they tile the tensor is checked by check_complete() for a single writer, and
-// by the host's commit across ranks.
+// inside it and never overlap (put refuses otherwise; the reader re-checks,
+// across files too). Whether they tile the tensor is checked by
+// check_complete() for a single writer, and across ranks at commit by
+// SliceInventory::check_tiling.
 //
-// Errors: put/get/info throw ServiceError with the ABI's statuses; write()
-// and open() throw checkpoint::CheckpointError naming the file.
+// Errors: put throws ServiceError with the ABI's statuses; write() throws
+// checkpoint::CheckpointError naming the file.
 // Thread-safety: none; the checkpoint services are loop-thread only.
 #pragma once
 
@@ -45,10 +46,50 @@
 
 namespace accel::runtime {
 
+// ---------------------------------------------------------------------------
+// Names, spaces, dtypes and boxes shared by the writer, the reader and the
+// commit check
+// ---------------------------------------------------------------------------
+
+inline constexpr const char* kPluginStateMetadataKey = "accel.plugin_state";
+inline constexpr const char* kPluginStateFormat = "accel-plugin-state";
+inline constexpr int kPluginStateFormatVersion = 1;
+
+// The plugin-state file of `rank`: "plugin_state.safetensors" for rank 0,
+// "plugin_state.rank<r>.safetensors" otherwise.
+std::string plugin_state_file_name(int rank);
+// The rank of a plugin-state file name; nullopt for any other name.
+std::optional<int> plugin_state_file_rank(const std::string& file_name);
+
 // The stored tensor (or string) name of `name` in `space` for `plugin`.
 std::string plugin_state_name(AccelCheckpointSpace space, const std::string& plugin, const std::string& name);
 
-// What the file holds for one tensor name.
+// "model", "optimizer", "plugin"; nullptr for a value outside the enum.
+const char* checkpoint_space_name(AccelCheckpointSpace space);
+std::optional<AccelCheckpointSpace> checkpoint_space_from_name(const std::string& name);
+
+// The safetensors dtype of an ABI dtype and back; nullopt where none.
+std::optional<checkpoint::DType> to_file_dtype(DLDataType dtype);
+std::optional<DLDataType> from_file_dtype(checkpoint::DType dtype);
+
+// A rectangle of a tensor: the global offset of its first element and its
+// extent, one entry per dimension.
+struct SliceBox {
+  std::vector<int64_t> offset;
+  std::vector<int64_t> extent;
+};
+int64_t box_volume(const std::vector<int64_t>& extent);
+// The common part of two boxes of one tensor; nullopt when it is empty.
+std::optional<SliceBox> box_intersection(const SliceBox& a, const SliceBox& b);
+// Two non-empty boxes of `boxes` that overlap, as indices (first < second);
+// nullopt when none do. Sorts by the start in dimension 0, so slices that
+// partition rows (the usual sharding) cost n log n, not n^2.
+std::optional<std::pair<size_t, size_t>> find_overlapping_boxes(const std::vector<SliceBox>& boxes);
+
+// ---------------------------------------------------------------------------
+// What was saved for one tensor name
+// ---------------------------------------------------------------------------
+
 struct StoredTensor {
   AccelCheckpointSpace space = ACCEL_CHECKPOINT_PLUGIN;
   std::string plugin;  // the owner, "" for MODEL / OPTIMIZER
@@ -56,12 +97,49 @@ struct StoredTensor {
   DLDataType dtype{};
   std::vector<int64_t> global_shape;
   struct Slice {
+    size_t file = 0;              // which file holds it (the reader's index)
     std::string tensor;           // the safetensors tensor holding it
     std::vector<int64_t> offset;  // global offset of its first element
     std::vector<int64_t> shape;   // its extent
   };
   std::vector<Slice> slices;
 };
+
+// ---------------------------------------------------------------------------
+// The commit-time tiling check
+// ---------------------------------------------------------------------------
+
+// The slices one rank saved, by stored name (dtype, global shape, boxes),
+// without their data: small enough to gather to rank 0, where the union
+// over all ranks must tile every tensor exactly (accel/checkpoint.h: "the
+// host checks at commit that the slices of each tensor tile its global
+// shape").
+class SliceInventory {
+ public:
+  void add(const std::string& stored, checkpoint::DType dtype, const std::vector<int64_t>& global_shape,
+           SliceBox box);
+
+  std::string to_json() const;
+  // Throws CheckpointError for text that is not an inventory.
+  static SliceInventory from_json(const std::string& text);
+
+  // Throws CheckpointError naming the first tensor whose slices, over all
+  // `ranks` (index = rank), disagree on dtype or global shape, overlap, or
+  // leave part of it unsaved.
+  static void check_tiling(const std::vector<SliceInventory>& ranks);
+
+ private:
+  struct Entry {
+    checkpoint::DType dtype = checkpoint::DType::F32;
+    std::vector<int64_t> global_shape;
+    std::vector<SliceBox> boxes;
+  };
+  std::map<std::string, Entry> entries_;
+};
+
+// ---------------------------------------------------------------------------
+// Writer
+// ---------------------------------------------------------------------------
 
 class PluginStateWriter {
  public:
@@ -78,6 +156,8 @@ class PluginStateWriter {
   void check_complete() const;
 
   bool empty() const { return tensors_.empty() && strings_.empty(); }
+  // Every slice put so far, for the commit-time check across ranks.
+  SliceInventory inventory() const;
   // Writes the file (fsynced; not atomic on its own: see atomic_dir.h).
   void write(const std::filesystem::path& path) const;
 
@@ -92,30 +172,6 @@ class PluginStateWriter {
   };
   std::map<std::string, Entry> tensors_;         // by stored name
   std::map<std::string, StoredString> strings_;  // by stored name
-};
-
-class PluginStateReader {
- public:
-  // Opens and validates `path`; throws CheckpointError naming the file.
-  void open(const std::filesystem::path& path);
-
-  // Fills `local` (any place, any strides) with the rectangle at
-  // `global_offset`, converting float dtypes (never FP8). NOT_FOUND names a
-  // tensor or region that was not saved; INVALID_ARGUMENT a global shape or
-  // dtype that does not match.
-  void get(const std::string& plugin, AccelCheckpointSpace space, const std::string& name,
-           const std::vector<int64_t>& global_shape, const std::vector<int64_t>& global_offset,
-           const DLTensor* local) const;
-  // nullptr when absent.
-  const StoredTensor* find(const std::string& plugin, AccelCheckpointSpace space, const std::string& name) const;
-  const std::string* find_string(const std::string& plugin, AccelCheckpointSpace space, const std::string& key) const;
-
- private:
-  at::Tensor read_slice(const StoredTensor& tensor, const StoredTensor::Slice& slice) const;
-
-  std::optional<checkpoint::SafetensorsFile> file_;
-  std::map<std::string, StoredTensor> tensors_;
-  std::map<std::string, std::string> strings_;
 };
 
 }  // namespace accel::runtime

@@ -21,17 +21,20 @@ void adamw_step_flat(at::Tensor& param, const at::Tensor& grad, at::Tensor& exp_
   param.addcdiv_(exp_avg, denom, -step_size);
 }
 
-FlatAdamW::FlatAdamW(const std::vector<model::Unit>& units) {
+void FlatAdamW::allocate_state(const std::vector<model::Unit>& units) {
+  exp_avg_.clear();
+  exp_avg_sq_.clear();
   for (const model::Unit& unit : units) {
-    exp_avg_.push_back(at::zeros_like(unit.flat_params()));
-    exp_avg_sq_.push_back(at::zeros_like(unit.flat_params()));
+    exp_avg_.push_back(unit.has_params() ? at::zeros_like(unit.flat_params()) : at::Tensor());
+    exp_avg_sq_.push_back(unit.has_params() ? at::zeros_like(unit.flat_params()) : at::Tensor());
   }
 }
 
 void FlatAdamW::step(std::vector<model::Unit>& units, const OptimizerOptions& o, double lr) {
   ++step_count_;
   const AdamWHyper hyper{lr, o.beta1, o.beta2, o.eps, o.weight_decay};
-  for (size_t i = 0; i < units.size(); ++i) {
+  for (size_t i = 0; i < units.size() && i < exp_avg_.size(); ++i) {
+    if (!exp_avg_[i].defined()) continue;
     adamw_step_flat(units[i].flat_params(), units[i].flat_grads(), exp_avg_[i], exp_avg_sq_[i],
                     units[i].decay_numel(), step_count_, hyper);
   }
@@ -39,8 +42,8 @@ void FlatAdamW::step(std::vector<model::Unit>& units, const OptimizerOptions& o,
 
 size_t FlatAdamW::state_bytes() const {
   size_t bytes = 0;
-  for (const at::Tensor& t : exp_avg_) bytes += t.nbytes();
-  for (const at::Tensor& t : exp_avg_sq_) bytes += t.nbytes();
+  for (const at::Tensor& t : exp_avg_) bytes += t.defined() ? t.nbytes() : 0;
+  for (const at::Tensor& t : exp_avg_sq_) bytes += t.defined() ? t.nbytes() : 0;
   return bytes;
 }
 

@@ -25,10 +25,16 @@ struct AdamWHyper {
 void adamw_step_flat(at::Tensor& param, const at::Tensor& grad, at::Tensor& exp_avg,
                      at::Tensor& exp_avg_sq, int64_t decay_numel, int64_t step, const AdamWHyper& h);
 
-// The optimizer state of a whole model: moment buffers per unit, and the step count.
+// The optimizer state of a whole model: moment buffers per unit, and the step
+// count. Units without host storage (a plugin manages them) have no state:
+// their exp_avg()/exp_avg_sq() entries are undefined and step() skips them.
 class FlatAdamW {
  public:
-  explicit FlatAdamW(const std::vector<model::Unit>& units);
+  FlatAdamW() = default;
+  explicit FlatAdamW(const std::vector<model::Unit>& units) { allocate_state(units); }
+  // Zeroed moments for every unit whose parameters are materialised.
+  void allocate_state(const std::vector<model::Unit>& units);
+  bool has_state() const { return !exp_avg_.empty(); }
 
   void step(std::vector<model::Unit>& units, const OptimizerOptions& options, double lr);
 

@@ -21,6 +21,11 @@ struct StepMetrics {
   bool skipped = false;  // fp16 overflow: the optimizer step was skipped
   int64_t comm_bytes = 0;  // payload bytes of the plugins' collectives in this step
   std::map<std::string, double> plugin_metrics;  // "PLUGIN.name" -> value (trace->metric)
+  // Peak accounted bytes on the rank's device during the step, by memory
+  // category ("params", "grads", "optimizer", "activations", "comm",
+  // "workspace", "other", "all"): the host's own buffers and every plugin's
+  // (memory services). Empty without plugins' services.
+  std::map<std::string, int64_t> memory_peak_bytes;
 };
 
 class MetricsWriter {

@@ -14,6 +14,7 @@
 #include "host/plugin/hook_dispatch.h"
 #include "host/comm/process_group.h"
 #include "host/runtime/host_context.h"
+#include "host/runtime/memory_services.h"
 #include "host/runtime/plugin_state.h"
 #include "host/runtime/tensor_views.h"
 #include "host/train/linear_chain.h"
@@ -39,16 +40,28 @@ at::Device resolve_device(const std::string& choice, int local_rank) {
   return at::Device(at::kCUDA, static_cast<at::DeviceIndex>(local_rank % gpus));
 }
 
+// No unit has storage yet: the plugins plan first, then the host
+// materialises the units it keeps (materialize_host_units).
 model::GptModel build_model(const RunConfig& config, at::Device device) {
-  model::GptModel model(model::make_gpt_config(config.model, config.model_overrides), device);
-  model.initialise(config.seed);
-  return model;
+  return model::GptModel(model::make_gpt_config(config.model, config.model_overrides), device,
+                         /*allocate=*/false);
 }
 
+// The gradient buffers the host holds (a plugin managing a unit's storage
+// clips and steps it itself).
 std::vector<at::Tensor> flat_grads_of(model::GptModel& model) {
   std::vector<at::Tensor> grads;
-  for (model::Unit& unit : model.units()) grads.push_back(unit.flat_grads());
+  for (model::Unit& unit : model.units()) {
+    if (unit.has_grads()) grads.push_back(unit.flat_grads());
+  }
   return grads;
+}
+
+// Units unit `u`'s computation touches: itself, and for the head the token
+// embedding it is tied to (gpt.h).
+std::vector<size_t> units_read_by(const model::GptModel& model, size_t u) {
+  if (model.units()[u].kind() == model::UnitKind::head) return {u, 0};
+  return {u};
 }
 
 }  // namespace
@@ -61,7 +74,6 @@ Trainer::Trainer(const RunConfig& config, int rank, int world_size, plugin::Hook
       model_(build_model(config, resolve_device(config.device, context ? context->identity.local_rank : 0))),
       dataset_(data::open_dataset(config.data, model_.config().seq_len, model_.config().vocab_size, config.seed)),
       sampler_(dataset_->num_windows(), config.data_order, config.seed),
-      optimizer_(model_.units()),
       loss_scaler_(config.grad_scaler, config.mixed_precision == MixedPrecision::fp16),
       metrics_(rank == 0 ? config.metrics_file : std::string()),
       hooks_(hooks && !hooks->empty() ? hooks : nullptr),
@@ -103,6 +115,25 @@ AccelUnitHookArgs unit_args(size_t unit, int64_t micro, uint32_t flags, const DL
 
 }  // namespace
 
+void Trainer::require_storage(size_t u, bool backward) const {
+  for (size_t touched : units_read_by(model_, u)) {
+    const model::Unit& unit = model_.units()[touched];
+    const char* missing = !unit.has_params() ? "parameters" : (backward && !unit.has_grads()) ? "gradients" : nullptr;
+    if (missing == nullptr) continue;
+    throw std::runtime_error(strformat("unit %s: its %s are not materialised when %s %s runs (the plugin managing "
+                                       "its storage must materialize it in the unit's %s hook)",
+                                       unit.name().c_str(), missing, model_.units()[u].name().c_str(),
+                                       backward ? "backward" : "forward", backward ? "backward_pre" : "forward_pre"));
+  }
+}
+
+bool Trainer::recomputes(size_t u) const {
+  // The last unit's output feeds the loss directly: it is never recomputed.
+  if (context_ == nullptr || u + 1 == model_.units().size()) return false;
+  const auto it = context_->plan.checkpointing.find(static_cast<int32_t>(u));
+  return it != context_->plan.checkpointing.end() && it->second;
+}
+
 double Trainer::forward_backward(const at::Tensor& batch, int64_t micro, double loss_multiplier, bool last_micro) {
   const int64_t T = batch.size(1) - 1;
   const at::Tensor on_device = batch.to(model_.device());
@@ -113,29 +144,43 @@ double Trainer::forward_backward(const at::Tensor& batch, int64_t micro, double 
   const bool unit_hooks = hooks_ && hooks_->has_unit_hooks();
   if (linear_chain_) linear_chain_->set_micro_batch(static_cast<int32_t>(micro));
 
+  // One unit's forward between its hooks. A recomputing unit (activation
+  // checkpointing) keeps no graph the first time, and runs again with
+  // ACCEL_UNIT_HOOK_RECOMPUTE just before its backward.
+  std::vector<at::Tensor> unit_inputs(num_units), unit_outputs(num_units);
+  const auto run_unit = [&](size_t u, uint32_t hook_flags) {
+    if (unit_hooks) {
+      std::optional<runtime::TensorView> view;
+      if (u > 0) view.emplace(unit_inputs[u]);
+      AccelUnitHookArgs args = unit_args(u, micro, hook_flags, view ? view->get() : nullptr);
+      hooks_->unit_forward_pre(args);
+    }
+    require_storage(u, /*backward=*/false);
+    AutocastScope autocast(config_.mixed_precision, config_.autocast, model_.device().type());
+    if (recomputes(u) && (hook_flags & ACCEL_UNIT_HOOK_RECOMPUTE) == 0) {
+      at::NoGradGuard no_grad;
+      unit_outputs[u] = model_.forward_unit(u, unit_inputs[u]);
+    } else {
+      unit_outputs[u] = model_.forward_unit(u, unit_inputs[u]);
+    }
+    if (unit_hooks) {
+      runtime::TensorView view(unit_outputs[u]);
+      AccelUnitHookArgs args = unit_args(u, micro, hook_flags, view.get());
+      hooks_->unit_forward_post(args);
+    }
+  };
+
   // Forward, one unit at a time. Each unit's input is a detached leaf, so
   // backward below can run unit by unit, newest first.
-  std::vector<at::Tensor> unit_inputs(num_units), unit_outputs(num_units);
+  at::Tensor x = inputs;
+  for (size_t u = 0; u < num_units; ++u) {
+    unit_inputs[u] = u == 0 ? x : x.detach().requires_grad_(true);
+    run_unit(u, flags);
+    x = unit_outputs[u];
+  }
   at::Tensor loss;
   {
     AutocastScope autocast(config_.mixed_precision, config_.autocast, model_.device().type());
-    at::Tensor x = inputs;
-    for (size_t u = 0; u < num_units; ++u) {
-      unit_inputs[u] = u == 0 ? x : x.detach().requires_grad_(true);
-      if (unit_hooks) {
-        std::optional<runtime::TensorView> view;
-        if (u > 0) view.emplace(unit_inputs[u]);
-        AccelUnitHookArgs args = unit_args(u, micro, flags, view ? view->get() : nullptr);
-        hooks_->unit_forward_pre(args);
-      }
-      unit_outputs[u] = model_.forward_unit(u, unit_inputs[u]);
-      if (unit_hooks) {
-        runtime::TensorView view(unit_outputs[u]);
-        AccelUnitHookArgs args = unit_args(u, micro, flags, view.get());
-        hooks_->unit_forward_post(args);
-      }
-      x = unit_outputs[u];
-    }
     const at::Tensor& logits = unit_outputs.back();
     loss = at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}).to(at::kFloat), targets.reshape({-1}));
   }
@@ -146,12 +191,15 @@ double Trainer::forward_backward(const at::Tensor& batch, int64_t micro, double 
       torch::autograd::grad({loss * loss_multiplier}, {unit_outputs.back()}, /*grad_outputs=*/{}, /*retain_graph=*/true)[0];
   for (size_t k = 0; k < num_units; ++k) {
     const size_t u = num_units - 1 - k;
+    if (recomputes(u)) run_unit(u, flags | ACCEL_UNIT_HOOK_RECOMPUTE);
     if (unit_hooks) {
       runtime::TensorView view(grad_output);
       AccelUnitHookArgs args = unit_args(u, micro, flags, view.get());
       hooks_->unit_backward_pre(args);
     }
+    require_storage(u, /*backward=*/true);
     unit_outputs[u].backward(grad_output);
+    unit_outputs[u] = at::Tensor();  // frees the unit's graph and activations
     const at::Tensor grad_input = u > 0 ? unit_inputs[u].grad() : at::Tensor();
     if (unit_hooks) {
       std::optional<runtime::TensorView> view;
@@ -159,12 +207,14 @@ double Trainer::forward_backward(const at::Tensor& batch, int64_t micro, double 
       AccelUnitHookArgs args = unit_args(u, micro, flags, view ? view->get() : nullptr);
       hooks_->unit_backward_post(args);
       if (last_micro) {
-        runtime::TensorView grads(model_.units()[u].flat_grads());
+        const model::Unit& unit = model_.units()[u];
+        std::optional<runtime::TensorView> grads;
+        if (unit.has_grads()) grads.emplace(unit.flat_grads());
         AccelGradientsReadyArgs ready{};
         ready.struct_size = sizeof(ready);
         ready.unit = static_cast<int32_t>(u);
         ready.micro_batch = static_cast<int32_t>(micro);
-        ready.grads = grads.get();
+        ready.grads = grads ? grads->get() : nullptr;
         hooks_->gradients_ready(ready);
       }
     }
@@ -272,8 +322,17 @@ StepOutcome Trainer::train_step(int64_t step) {
 }
 
 void Trainer::resume_from(const std::string& dir) {
+  // Runs after the host materialised its own units: only those are restored
+  // here, by name and global shape from whichever files hold them (the
+  // plugins load theirs in load_state), so any strategy's checkpoint at any
+  // world size resumes here. Every rank reads and checks for itself; nothing
+  // changes unless everything checks out.
   const std::filesystem::path checkpoint = checkpoint::resolve_resume_dir(dir);
-  const checkpoint::TrainerState state = checkpoint::load_trainer_checkpoint(checkpoint, model_, optimizer_);
+  const checkpoint::TrainerState state = checkpoint::read_trainer_state(checkpoint);
+  checkpoint::check_same_model(checkpoint, state, model_);
+  auto reader = std::make_unique<runtime::CheckpointReader>(runtime::CheckpointReader::open_directory(checkpoint));
+  const bool host_optimizer = !hooks_ || !hooks_->owns_optimizer_step();
+  checkpoint::restore_host_state(checkpoint, *reader, state, model_, optimizer_, host_optimizer);
   if (state.data_seed != config_.seed) {
     log::warn(strformat("--seed %llu differs from the checkpoint's %llu; the checkpoint's data order is kept",
                         static_cast<unsigned long long>(config_.seed),
@@ -285,11 +344,18 @@ void Trainer::resume_from(const std::string& dir) {
   completed_steps_ = state.step;
   resumed_from_ = checkpoint.string();
   saved_plugins_ = state.plugins;
+  saved_world_size_ = state.world_size;
+  // Plugins read the same checkpoint in load_state; without plugins there
+  // is nothing more to read, so the files close now.
+  if (hooks_) resume_reader_ = std::move(reader);
   log::info(strformat("resumed from %s at step %lld", checkpoint.c_str(), static_cast<long long>(state.step)));
 }
 
-void Trainer::start_plugins() {
-  if (!hooks_) return;
+void Trainer::plan_plugins() {
+  if (!hooks_) {
+    materialize_host_units();
+    return;
+  }
   hooks_->create_all();
   if (!hooks_->linear_links().empty()) {
     linear_chain_ = std::make_unique<LinearChain>(hooks_->linear_links(), *context_);
@@ -301,32 +367,71 @@ void Trainer::start_plugins() {
   hooks_->plan_model();
   if (context_->world) runtime::resolve_standard_groups(*context_);
   const runtime::ModelPlan& plan = context_->plan;
-  if (!plan.splits.empty() || !plan.unit_stage.empty() || !plan.managed_storage.empty()) {
-    // Resolving splits, stages and plugin-managed storage is the work of the
-    // strategies that need it (Megatron, pipeline, FSDP); until a host
-    // version resolves them, a plan that asks for them is refused here
-    // rather than silently ignored.
-    throw std::runtime_error("the plugins' model plan splits parameters, assigns pipeline stages or takes over "
-                             "unit storage, which this host version does not resolve yet");
+  if (!plan.splits.empty() || !plan.unit_stage.empty()) {
+    // Resolving splits and stages is the work of the strategies that need
+    // them (Megatron, pipeline); until a host version resolves them, a plan
+    // that asks for them is refused here rather than silently ignored.
+    throw std::runtime_error("the plugins' model plan splits parameters or assigns pipeline stages, which this host "
+                             "version does not resolve yet");
   }
+  for (const auto& [unit, what] : plan.managed_storage) {
+    if (what != (ACCEL_STORAGE_PARAMS | ACCEL_STORAGE_GRADS)) {
+      // ZeRO-2's "gradients only" needs the host to keep parameters but not
+      // gradients, and then to step what it keeps; not resolved yet.
+      throw std::runtime_error("plugin " + plan.managed_by.at(unit) +
+                               " takes over only part of a unit's storage, which this host version does not "
+                               "resolve yet (it resolves parameters and gradients together)");
+    }
+  }
+  materialize_host_units();
+}
+
+void Trainer::materialize_host_units() {
+  std::vector<model::Unit>& units = model_.units();
+  for (size_t u = 0; u < units.size(); ++u) {
+    if (context_ && context_->plan.managed_storage.count(static_cast<int32_t>(u)) != 0) continue;
+    units[u].materialize_params(at::kFloat, model::Unit::Fill::undefined);
+    units[u].materialize_grads(at::kFloat, /*zero=*/true);
+  }
+  model_.initialise(config_.seed);
+  const bool host_steps = !hooks_ || !hooks_->owns_optimizer_step();
+  if (host_steps) optimizer_.allocate_state(units);
+  // The host's own buffers in the memory ledger, beside the plugins'.
+  if (context_ && context_->memory) {
+    for (const model::Unit& unit : units) {
+      if (!unit.has_params()) continue;
+      const auto bytes = static_cast<int64_t>(unit.flat_params().nbytes());
+      context_->memory->record_allocate(ACCEL_MEMORY_DEVICE, ACCEL_MEMORY_PARAMS, bytes);
+      context_->memory->record_allocate(ACCEL_MEMORY_DEVICE, ACCEL_MEMORY_GRADS, bytes);
+      if (host_steps) context_->memory->record_allocate(ACCEL_MEMORY_DEVICE, ACCEL_MEMORY_OPTIMIZER, 2 * bytes);
+    }
+  }
+}
+
+void Trainer::setup_plugins() {
+  if (!hooks_) return;
   const bool resuming = !resumed_from_.empty();
   hooks_->setup(completed_steps_, static_cast<int32_t>(config_.grad_accum), resuming);
   if (resuming) load_plugin_state();
 }
 
 void Trainer::load_plugin_state() {
-  runtime::PluginStateReader reader;
-  const std::filesystem::path file = std::filesystem::path(resumed_from_) / kPluginStateFile;
-  const bool present = std::filesystem::exists(file);
-  if (present) reader.open(file);
-  context_->state_reader = present ? &reader : nullptr;
+  // The reader of resume_from: every rank's plugin-state file and the
+  // host's files, so a plugin finds MODEL / OPTIMIZER state whoever saved it.
+  if (!resume_reader_) {
+    resume_reader_ = std::make_unique<runtime::CheckpointReader>(
+        runtime::CheckpointReader::open_directory(resumed_from_));
+  }
+  context_->state_reader = resume_reader_.get();
   try {
-    hooks_->load_state(completed_steps_, /*saved_world_size=*/1, saved_plugins_.c_str());
+    hooks_->load_state(completed_steps_, saved_world_size_, saved_plugins_.c_str());
   } catch (...) {
     context_->state_reader = nullptr;
+    resume_reader_.reset();
     throw;
   }
   context_->state_reader = nullptr;
+  resume_reader_.reset();
 }
 
 void Trainer::save_checkpoint() {
@@ -338,16 +443,18 @@ void Trainer::save_checkpoint() {
   state.loss_scale = loss_scaler_.scale();
   state.loss_scale_growth_tracker = loss_scaler_.growth_tracker();
   state.model = model_.config();
+  state.world_size = world_size_;
   std::string plugins;
   if (hooks_) {
     for (const std::string& name : hooks_->plugin_names()) plugins += (plugins.empty() ? "" : ",") + name;
   }
   state.plugins = plugins;
-  // Every rank runs the plugins' save_state (it may be collective); rank 0
-  // writes the files: data-parallel replicas hold the same state.
-  const auto write_plugin_state = [&](const std::filesystem::path& dir) {
+  // Every rank runs the plugins' save_state (it may be collective) and
+  // writes what they put into its own file; rank 0 adds the host's files.
+  // Any rank's failure fails the save on every rank, and no rank goes on
+  // (or exits) before the checkpoint is committed (rank_commit.h).
+  const auto save_plugins = [&](runtime::PluginStateWriter& writer) {
     if (!hooks_) return;
-    runtime::PluginStateWriter writer;
     context_->state_writer = &writer;
     try {
       hooks_->save_state(completed_steps_, world_size_);
@@ -356,30 +463,18 @@ void Trainer::save_checkpoint() {
       throw;
     }
     context_->state_writer = nullptr;
-    if (!writer.empty()) writer.write(dir / kPluginStateFile);
   };
-  if (rank_ != 0) {
-    if (hooks_) {
-      runtime::PluginStateWriter discarded;
-      context_->state_writer = &discarded;
-      hooks_->save_state(completed_steps_, world_size_);
-      context_->state_writer = nullptr;
-    }
-  } else {
-    const auto path =
-        checkpoint::save_trainer_checkpoint(config_.save_dir, model_, optimizer_, state, write_plugin_state);
-    log::info("saved checkpoint " + path.string());
-  }
-  // No rank goes on (or exits) before the checkpoint is committed.
-  if (world_size_ > 1) {
-    const comm::Status status = context_->world->barrier({0, "host checkpoint commit"});
-    if (!status.ok()) throw std::runtime_error(status.message);
-  }
+  const bool host_optimizer = !hooks_ || !hooks_->owns_optimizer_step();
+  const std::filesystem::path path = checkpoint::save_checkpoint_from_all_ranks(
+      config_.save_dir, checkpoint::rank_group_over(world_size_ > 1 ? context_->world : nullptr), model_, optimizer_,
+      state, host_optimizer, save_plugins);
+  if (rank_ == 0) log::info("saved checkpoint " + path.string());
 }
 
 void Trainer::run() {
+  plan_plugins();
   if (!config_.resume.empty()) resume_from(config_.resume);
-  start_plugins();
+  setup_plugins();
   log::info(strformat("model %s: %s, %lld parameters, on %s", config_.model.c_str(),
                       model_.config().describe().c_str(), static_cast<long long>(model_.num_parameters()),
                       model_.device().str().c_str()));
@@ -391,6 +486,7 @@ void Trainer::run() {
   const double tokens_per_step = static_cast<double>(config_.batch_size * model_.config().seq_len);
   while (completed_steps_ < config_.steps) {
     const auto start = std::chrono::steady_clock::now();
+    if (context_ && context_->memory) context_->memory->reset_peak();
     const StepOutcome outcome = train_step(completed_steps_);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     ++completed_steps_;
@@ -408,6 +504,16 @@ void Trainer::run() {
       std::lock_guard<std::mutex> lock(context_->mutex);
       m.plugin_metrics.swap(context_->step_metrics);
       m.comm_bytes = context_->comm_bytes.exchange(0);
+      if (context_->memory) {
+        static constexpr std::pair<AccelMemoryCategory, const char*> kCategories[] = {
+            {ACCEL_MEMORY_PARAMS, "params"},   {ACCEL_MEMORY_GRADS, "grads"},
+            {ACCEL_MEMORY_OPTIMIZER, "optimizer"}, {ACCEL_MEMORY_ACTIVATIONS, "activations"},
+            {ACCEL_MEMORY_COMM, "comm"},       {ACCEL_MEMORY_WORKSPACE, "workspace"},
+            {ACCEL_MEMORY_OTHER, "other"},     {ACCEL_MEMORY_ALL, "all"}};
+        for (const auto& [category, name] : kCategories) {
+          m.memory_peak_bytes[name] = context_->memory->counters(ACCEL_MEMORY_DEVICE, category).peak_bytes;
+        }
+      }
     }
     metrics_.write(m);
     if (completed_steps_ % config_.log_every == 0 || completed_steps_ == config_.steps || completed_steps_ == 1) {

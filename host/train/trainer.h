@@ -24,6 +24,7 @@ class HookDispatcher;
 }
 namespace accel::runtime {
 class HostContext;
+class CheckpointReader;
 }
 
 namespace accel::train {
@@ -57,7 +58,13 @@ class Trainer {
 
  private:
   void resume_from(const std::string& dir);
-  void start_plugins();
+  // create and plan_model of every plugin, the standard groups, then the
+  // host's own storage (every unit no plugin took over) and optimizer state.
+  void plan_plugins();
+  void materialize_host_units();
+  // setup of every plugin (after a resume restored the host's state), then
+  // load_state when resuming.
+  void setup_plugins();
   void load_plugin_state();
   void save_checkpoint();
   at::Tensor load_batch(const std::vector<int64_t>& windows) const;
@@ -65,6 +72,11 @@ class Trainer {
   // at unit boundaries); returns the unscaled loss.
   double forward_backward(const at::Tensor& batch, int64_t micro, double loss_multiplier, bool last_micro);
   double clip_or_measure(std::vector<at::Tensor>& grads);
+  // Throws naming the unit when storage unit `u` computes with is not
+  // materialised (a managing plugin forgot it).
+  void require_storage(size_t u, bool backward) const;
+  // Whether unit `u` recomputes its activations in backward.
+  bool recomputes(size_t u) const;
 
   RunConfig config_;
   int rank_;
@@ -79,6 +91,10 @@ class Trainer {
   runtime::HostContext* context_;
   std::string resumed_from_;  // the checkpoint directory, when resuming
   std::string saved_plugins_;  // the plugins of the run that wrote it
+  int32_t saved_world_size_ = 1;  // the ranks of the run that wrote it
+  // The resumed checkpoint's reader, from resume_from until the plugins'
+  // load_state has read it too.
+  std::unique_ptr<runtime::CheckpointReader> resume_reader_;
   std::unique_ptr<LinearChain> linear_chain_;  // when a plugin joins the linear chain
   int64_t completed_steps_ = 0;
 };

@@ -66,3 +66,68 @@ TEST(Unit, ParameterHintsFollowMegatronSplits) {
 }
 
 }  // namespace
+
+namespace {
+
+// A model whose units are all materialised and initialised from `seed`,
+// and a twin built with deferred storage that materialises on demand.
+at::Tensor loss_of(GptModel& model, const at::Tensor& tokens) { return model.loss(tokens, tokens); }
+
+TEST(UnitStorage, DeferredUnitsHaveNoStorageUntilMaterialised) {
+  GptModel model(tiny(), at::kCPU, /*allocate=*/false);
+  for (const Unit& unit : model.units()) {
+    EXPECT_FALSE(unit.has_params());
+    EXPECT_FALSE(unit.has_grads());
+    EXPECT_GT(unit.numel(), 0);
+  }
+  EXPECT_EQ(model.num_parameters(), count_parameters(tiny()));
+  Unit& block = model.units()[1];
+  block.materialize_params(at::kFloat, Unit::Fill::from_seed, 7);
+  GptModel reference(tiny());
+  reference.initialise(7);
+  EXPECT_TRUE(at::equal(block.flat_params(), reference.units()[1].flat_params()));
+  EXPECT_THROW(block.materialize_grads(at::kBFloat16, true), std::logic_error);  // dtype must match params
+  block.release_params();
+  EXPECT_FALSE(block.has_params());
+  EXPECT_EQ(block.params()[0].value.numel(), 0);
+}
+
+// FSDP's pattern: parameters released after forward and gathered again
+// (into a NEW buffer) before backward; gradients materialised only for
+// backward. The result must equal keeping everything.
+TEST(UnitStorage, ReleaseBetweenForwardAndBackwardGivesTheSameGradients) {
+  const at::Tensor tokens = at::randint(0, 32, {2, 8}, at::kLong);
+  GptModel kept(tiny());
+  kept.initialise(3);
+  loss_of(kept, tokens).backward();
+
+  GptModel sharded(tiny(), at::kCPU, /*allocate=*/false);
+  sharded.initialise(3);
+  for (Unit& unit : sharded.units()) unit.materialize_params(at::kFloat, Unit::Fill::from_seed, 3);
+  const at::Tensor loss = loss_of(sharded, tokens);
+  for (Unit& unit : sharded.units()) unit.release_params();
+  for (Unit& unit : sharded.units()) {
+    unit.materialize_params(at::kFloat, Unit::Fill::from_seed, 3);  // "re-gathered"
+    unit.materialize_grads(at::kFloat, /*zero=*/true);
+  }
+  loss.backward();
+  for (size_t u = 0; u < kept.units().size(); ++u) {
+    EXPECT_TRUE(at::allclose(sharded.units()[u].flat_grads(), kept.units()[u].flat_grads(), 1e-6, 1e-7))
+        << kept.units()[u].name();
+  }
+}
+
+TEST(UnitStorage, ReducedPrecisionStorageComputesInThatDtype) {
+  GptModel model(tiny(), at::kCPU, /*allocate=*/false);
+  for (Unit& unit : model.units()) {
+    unit.materialize_params(at::kBFloat16, Unit::Fill::from_seed, 5);
+    unit.materialize_grads(at::kBFloat16, /*zero=*/true);
+  }
+  const at::Tensor tokens = at::randint(0, 32, {2, 8}, at::kLong);
+  model.loss(tokens, tokens).backward();
+  EXPECT_EQ(model.units()[1].flat_grads().scalar_type(), at::kBFloat16);
+  EXPECT_GT(model.units()[1].flat_grads().to(at::kFloat).abs().sum().item<double>(), 0.0);
+  EXPECT_EQ(model.units()[1].params()[0].value.grad().data_ptr(), model.units()[1].flat_grads().data_ptr());
+}
+
+}  // namespace

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "host/checkpoint/safetensors.h"
+#include "host/runtime/checkpoint_reader.h"
 #include "host/runtime/plugin_state.h"
 #include "tests/runtime/services_test_support.h"
 
@@ -67,14 +68,15 @@ class CheckpointServicesTest : public ServicesTest {
     context.state_writer = nullptr;
     writer.write(path());
   }
+  // What the trainer does on resume: index the whole checkpoint directory.
   void open_for_load() {
-    reader_.open(path());
+    reader_ = CheckpointReader::open_directory(dir_);
     context.state_reader = &reader_;
   }
   fs::path path() const { return dir_ / "plugin_state.safetensors"; }
 
   fs::path dir_;
-  PluginStateReader reader_;
+  CheckpointReader reader_;
 };
 
 TEST_F(CheckpointServicesTest, OutsideSaveOrLoadStateIsAPreconditionFailure) {
@@ -213,8 +215,8 @@ TEST_F(CheckpointServicesTest, OpenRefusesFilesWithoutPluginState) {
   const float one = 1.0f;
   plain.add("w", checkpoint::DType::F32, {1}, &one, sizeof(one));
   plain.write(path());
-  PluginStateReader reader;
-  EXPECT_THROW(reader.open(path()), checkpoint::CheckpointError);
+  CheckpointReader reader;
+  EXPECT_THROW(reader.add_plugin_state_file(path()), checkpoint::CheckpointError);
 
   checkpoint::SafetensorsWriter lying;
   lying.add("tester/w", checkpoint::DType::F32, {1}, &one, sizeof(one));
@@ -224,7 +226,7 @@ TEST_F(CheckpointServicesTest, OpenRefusesFilesWithoutPluginState) {
                          "global_shape":[1],"slices":[{"tensor":"tester/w","offset":[1]}]}}})");
   lying.write(path());
   try {
-    reader.open(path());
+    reader.add_plugin_state_file(path());
     FAIL() << "a slice outside its global shape was accepted";
   } catch (const checkpoint::CheckpointError& e) {
     EXPECT_NE(std::string(e.what()).find("outside its global shape"), std::string::npos) << e.what();

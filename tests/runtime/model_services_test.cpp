@@ -4,6 +4,8 @@
 // host-kept storage.
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include <string>
 #include <vector>
 
@@ -144,8 +146,10 @@ TEST_F(ModelServicesTest, PlansAreRecordedAndConflictsRefused) {
   EXPECT_EQ(m()->plan_manage_storage(&host, 2, 0), ACCEL_ERROR_INVALID_ARGUMENT);
   ASSERT_EQ(m()->set_checkpointing(&host, 2, true), ACCEL_OK);
 
-  context.planning = false;  // plans resolve
+  context.planning = false;  // plans resolve: the host keeps no storage of unit 1
   context.running = true;
+  model->units()[1].release_params();
+  model->units()[1].release_grads();
   const AccelUnitInfo* unit1 = nullptr;
   const AccelUnitInfo* unit2 = nullptr;
   ASSERT_EQ(m()->get_unit(&host, 1, &unit1), ACCEL_OK);
@@ -158,19 +162,47 @@ TEST_F(ModelServicesTest, PlansAreRecordedAndConflictsRefused) {
   EXPECT_EQ(unit2->pipeline_stage, 1);
   EXPECT_EQ(unit2->flags & ACCEL_UNIT_FLAG_LOCAL, 0u);  // this rank is stage 0
 
-  // Storage a plugin took over cannot be materialised by this host version.
-  AccelMaterializeArgs mat{};
-  mat.struct_size = sizeof(AccelMaterializeArgs);
-  mat.unit = 1;
-  mat.what = ACCEL_STORAGE_PARAMS;
-  EXPECT_EQ(m()->materialize(&host, &mat), ACCEL_ERROR_UNSUPPORTED);
-  EXPECT_NE(last_error().find("block.0"), std::string::npos) << last_error();
-  EXPECT_EQ(m()->release(&host, 1, ACCEL_STORAGE_PARAMS, nullptr), ACCEL_ERROR_UNSUPPORTED);
+  // Storage a plugin took over: absent until its manager materialises it.
   const DLTensor* params = reinterpret_cast<const DLTensor*>(0x1);
   ASSERT_EQ(m()->get_storage(&host, 1, &params, nullptr), ACCEL_OK);
   EXPECT_EQ(params, nullptr);
   const DLTensor* view = nullptr;
   EXPECT_EQ(m()->get_param_view(&host, 1, 0, ACCEL_STORAGE_PARAMS, &view), ACCEL_ERROR_FAILED_PRECONDITION);
+  AccelMaterializeArgs mat{};
+  mat.struct_size = sizeof(AccelMaterializeArgs);
+  mat.unit = 1;
+  mat.what = ACCEL_STORAGE_PARAMS;
+  mat.init = ACCEL_INIT_FROM_SEED;
+  EXPECT_EQ(m()->materialize(&other_host, &mat), ACCEL_ERROR_FAILED_PRECONDITION);  // not its manager
+  EXPECT_NE(last_error().find("managed by plugin tester"), std::string::npos) << last_error();
+  ASSERT_EQ(m()->materialize(&host, &mat), ACCEL_OK) << last_error();
+  model::GptModel seeded(model->config());
+  seeded.initialise(model->init_seed());
+  const at::Tensor& expected = seeded.units()[1].flat_params();
+  ASSERT_EQ(mat.params->shape[0], expected.numel());
+  EXPECT_EQ(std::memcmp(accel_tensor_begin(mat.params), expected.data_ptr(), expected.nbytes()), 0);
+  ASSERT_EQ(m()->get_unit(&host, 1, &unit1), ACCEL_OK);
+  EXPECT_EQ(unit1->flags & ACCEL_UNIT_FLAG_PARAMS_MATERIALIZED, ACCEL_UNIT_FLAG_PARAMS_MATERIALIZED);
+  EXPECT_EQ(unit1->flags & ACCEL_UNIT_FLAG_GRADS_MATERIALIZED, 0u);
+  // Gradients must share the parameters' dtype (autograd accumulates into them).
+  mat.what = ACCEL_STORAGE_GRADS;
+  mat.init = ACCEL_INIT_ZERO;
+  mat.grad_dtype = accel_dtype(kDLBfloat, 16);
+  EXPECT_EQ(m()->materialize(&host, &mat), ACCEL_ERROR_INVALID_ARGUMENT);
+  mat.grad_dtype = DLDataType{0, 0, 0};
+  ASSERT_EQ(m()->materialize(&host, &mat), ACCEL_OK) << last_error();
+  ASSERT_NE(mat.grads, nullptr);
+  EXPECT_EQ(m()->release(&other_host, 1, ACCEL_STORAGE_GRADS, nullptr), ACCEL_ERROR_FAILED_PRECONDITION);
+  EXPECT_EQ(m()->release(&host, 1, ACCEL_STORAGE_PARAMS | ACCEL_STORAGE_GRADS, nullptr), ACCEL_OK);
+  EXPECT_FALSE(model->units()[1].has_params());
+  EXPECT_FALSE(model->units()[1].has_grads());
+  // Re-materialised in bf16 (FSDP's param_dtype), with gradients to match.
+  mat.what = ACCEL_STORAGE_PARAMS | ACCEL_STORAGE_GRADS;
+  mat.param_dtype = accel_dtype(kDLBfloat, 16);
+  ASSERT_EQ(m()->materialize(&host, &mat), ACCEL_OK) << last_error();
+  EXPECT_EQ(mat.params->dtype.code, kDLBfloat);
+  EXPECT_EQ(mat.grads->dtype.code, kDLBfloat);
+  EXPECT_EQ(m()->release(&host, 1, ACCEL_STORAGE_PARAMS | ACCEL_STORAGE_GRADS, nullptr), ACCEL_OK);
 
   // Checkpointing may change between steps, not inside one.
   EXPECT_EQ(m()->set_checkpointing(&host, 2, false), ACCEL_OK);

@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""FSDP memory, communication and speed on this machine (issue 5's proof).
+
+Three tables, each printed as Markdown for docs/benchmarks.md:
+
+  memory  gpt-small at world sizes 1, 2, 4 (FULL_SHARD): rank 0's peak
+          accounted bytes of parameters, gradients and optimizer state
+          (metrics' memory_peak_bytes, the host's memory ledger, which every
+          materialised unit and every plugin buffer goes through) against
+          the theory 16 P / N plus the full units alive at once.
+  comm    gpt-small: collective bytes per step (metrics' comm_bytes: the full
+          tensor each collective works on) against 3 x parameter bytes for
+          FULL_SHARD and 2 x for SHARD_GRAD_OP.
+  speed   gpt-tiny: median step time of fsdp (no prefetch, forward+backward
+          prefetch) and ddp at the same world size.
+
+Usage: .venv/bin/python bench/fsdp_bench.py [--build build] [--tables memory,comm,speed]
+Every run uses --threads 1 per rank and mpirun --oversubscribe, so timings on
+this 2-core machine measure the strategy's overheads, not a GPU cluster.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+           "OMPI_MCA_rmaps_base_oversubscribe": "1"}
+
+# gpt-small (GPT-2 124M): the parameter count and the units FSDP keeps full
+# at once. The embedding group (wte, wpe and the tied head's ln_f) stays
+# gathered from the embedding's forward to the head's; one block is gathered
+# at a time, and a second one in flight under prefetch.
+GPT_SMALL_PARAMS = 124_439_808
+GPT_SMALL_EMBED_GROUP = 50257 * 768 + 1024 * 768 + 2 * 768
+GPT_SMALL_BLOCK = 12 * 768 * 768 + 13 * 768
+
+
+def run(build, world, args, workdir, tag):
+    metrics = os.path.join(workdir, tag + ".jsonl")
+    cmd = [os.path.join(build, "bin", "accel-host"), "--metrics-file", metrics, "--threads", "1",
+           "--log-level", "warn"] + args
+    if world > 1:
+        cmd = ["mpirun", "-n", str(world), "--bind-to", "none"] + cmd
+    env = dict(os.environ, **MPI_ENV)
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"{' '.join(cmd)} failed:\n{done.stderr[-2000:]}")
+    with open(metrics) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def padded_shard(numel, world):
+    return -(-numel // world)
+
+
+def memory_table(build, workdir):
+    small = ["--model", "gpt-small", "--seq-len", "64", "--batch-size", "4", "--steps", "2"]
+    print("| world | params peak | grads peak | optimizer peak | sum | theory | sum / theory |")
+    print("|---|---|---|---|---|---|---|")
+    for world in (1, 2, 4):
+        lines = run(build, world, small + ["--plugin", "fsdp"], workdir, f"mem{world}")
+        peak = lines[-1]["memory_peak_bytes"]
+        total = peak["params"] + peak["grads"] + peak["optimizer"]
+        shard = padded_shard(GPT_SMALL_PARAMS, world)
+        # 4 B fp32 master + 4 B grad shard + 8 B AdamW moments per owned
+        # element, plus the full fp32 params and grads of the embedding group
+        # and one block, alive together in backward.
+        in_flight = 2 * 4 * (GPT_SMALL_EMBED_GROUP + GPT_SMALL_BLOCK)
+        theory = 16 * shard + in_flight
+        mib = lambda b: f"{b / 2**20:.0f} MiB"
+        print(f"| {world} | {mib(peak['params'])} | {mib(peak['grads'])} | {mib(peak['optimizer'])} | "
+              f"{mib(total)} | {mib(theory)} | {total / theory:.3f} |")
+
+
+def comm_table(build, workdir):
+    small = ["--model", "gpt-small", "--seq-len", "64", "--batch-size", "4", "--steps", "2"]
+    param_bytes = 4 * GPT_SMALL_PARAMS
+    print("| strategy | world | comm bytes / step | x parameter bytes | theory |")
+    print("|---|---|---|---|---|")
+    for strategy, theory in (("FULL_SHARD", 3), ("SHARD_GRAD_OP", 2)):
+        lines = run(build, 4, small + ["--plugin", "fsdp", "--fsdp.sharding_strategy", strategy], workdir,
+                    f"comm-{strategy}")
+        per_step = lines[-1]["comm_bytes"]
+        print(f"| {strategy} | 4 | {per_step / 2**20:.0f} MiB | {per_step / param_bytes:.3f} | {theory} |")
+
+
+def speed_table(build, workdir, repeats):
+    tiny = ["--model", "gpt-tiny", "--batch-size", "8", "--steps", "25"]
+    contenders = [
+        ("ddp", ["--plugin", "ddp"]),
+        ("fsdp FULL_SHARD", ["--plugin", "fsdp"]),
+        ("fsdp FULL_SHARD + prefetch", ["--plugin", "fsdp", "--fsdp.forward_prefetch", "true",
+                                        "--fsdp.backward_prefetch", "BACKWARD_PRE"]),
+        ("fsdp SHARD_GRAD_OP", ["--plugin", "fsdp", "--fsdp.sharding_strategy", "SHARD_GRAD_OP"]),
+    ]
+    print("| world | contender | median step (ms) |")
+    print("|---|---|---|")
+    for world in (2, 4):
+        times = {name: [] for name, _ in contenders}
+        for repeat in range(repeats):
+            for name, extra in contenders[repeat % len(contenders):] + contenders[:repeat % len(contenders)]:
+                lines = run(build, world, tiny + extra, workdir, f"speed{world}")
+                tokens = 8 * 64
+                steps = [tokens / line["tokens_per_s"] * 1000 for line in lines[5:]]
+                times[name].append(statistics.median(steps))
+        for name, _ in contenders:
+            print(f"| {world} | {name} | {statistics.median(times[name]):.1f} |")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--build", default=os.path.join(ROOT, "build"))
+    parser.add_argument("--tables", default="memory,comm,speed")
+    parser.add_argument("--repeats", type=int, default=3)
+    opts = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="accel-fsdp-bench.") as workdir:
+        for table in opts.tables.split(","):
+            print(f"\n### {table}\n")
+            {"memory": lambda: memory_table(opts.build, workdir),
+             "comm": lambda: comm_table(opts.build, workdir),
+             "speed": lambda: speed_table(opts.build, workdir, opts.repeats)}[table]()
+
+
+if __name__ == "__main__":
+    main()

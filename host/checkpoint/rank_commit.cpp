@@ -1,0 +1,143 @@
+// The multi-rank commit protocol (see rank_commit.h).
+#include "host/checkpoint/rank_commit.h"
+
+#include <nlohmann/json.hpp>
+
+#include <exception>
+#include <optional>
+
+#include "host/checkpoint/atomic_dir.h"
+
+namespace accel::checkpoint {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The one line of the exception being handled (call inside a catch block).
+std::string current_error() {
+  try {
+    throw;
+  } catch (const std::exception& e) {
+    return e.what()[0] != '\0' ? e.what() : "unknown error";
+  } catch (...) {
+    return "unknown error";
+  }
+}
+
+// Every rank's string; the exchange of a group of one is the identity.
+std::vector<std::string> exchange_round(const RankGroup& group, const std::string& mine) {
+  if (group.world_size == 1 && !group.exchange) return {mine};
+  std::vector<std::string> all = group.exchange(mine);
+  if (all.size() != static_cast<size_t>(group.world_size)) {
+    throw CheckpointError("checkpoint commit: the exchange returned " + std::to_string(all.size()) +
+                          " strings for " + std::to_string(group.world_size) + " ranks");
+  }
+  return all;
+}
+
+// The failure to report from a round where rank r sent `failures[r]`
+// (nullopt: succeeded), or nullopt when every rank succeeded.
+std::optional<std::string> first_failure(const std::vector<std::optional<std::string>>& failures) {
+  std::optional<std::string> first;
+  size_t others = 0;
+  for (size_t r = 0; r < failures.size(); ++r) {
+    if (!failures[r]) continue;
+    if (first) {
+      ++others;
+    } else {
+      first = "rank " + std::to_string(r) + ": " + *failures[r];
+    }
+  }
+  if (first && others > 0) *first += " (and " + std::to_string(others) + " more rank(s) failed)";
+  return first;
+}
+
+// Deletes the pending directory of a failed save, if it can: one left
+// behind is a `.tmp` that resume never reads and the next save clears.
+void abandon_quietly(std::optional<PendingCheckpointDir>& pending) {
+  if (!pending) return;
+  try {
+    pending->abandon();
+  } catch (...) {
+  }
+}
+
+// A round in which only rank 0 acts: "" for success, else its error.
+void agree_on_root_outcome(const RankGroup& group, const std::string& root_error, const std::string& failed) {
+  const std::vector<std::string> all = exchange_round(group, group.rank == 0 ? root_error : std::string());
+  if (!all[0].empty()) throw CheckpointError(failed + "rank 0: " + all[0]);
+}
+
+}  // namespace
+
+fs::path commit_from_all_ranks(const fs::path& root, const std::string& name, const RankGroup& group,
+                               const RankFilesWriter& write, const CommitCheck& check) {
+  const std::string failed = "checkpoint " + (root / name).string() + " not saved: ";
+
+  // 1. Rank 0 makes the pending directory; the others wait for its outcome.
+  std::optional<PendingCheckpointDir> pending;
+  std::string root_error;
+  if (group.rank == 0) {
+    try {
+      pending.emplace(PendingCheckpointDir::create(root, name));
+    } catch (...) {
+      root_error = current_error();
+    }
+  }
+  agree_on_root_outcome(group, root_error, failed);
+
+  // 2. Every rank writes and syncs its files; entries (or the error) go to all.
+  nlohmann::json mine;
+  try {
+    if (group.rank != 0) pending.emplace(PendingCheckpointDir::attach(root, name));
+    RankContribution contribution = write(pending->dir());
+    nlohmann::json entries = nlohmann::json::array();
+    for (const ManifestEntry& e : pending->sync_files(contribution.files)) {
+      entries.push_back({{"file", e.file}, {"size", e.size}, {"crc32", e.crc32}});
+    }
+    mine = {{"entries", std::move(entries)}, {"note", std::move(contribution.note)}};
+  } catch (...) {
+    mine = {{"error", current_error()}};
+  }
+  const std::vector<std::string> all = exchange_round(group, mine.dump());
+
+  std::vector<ManifestEntry> entries;
+  std::vector<std::string> notes;
+  std::vector<std::optional<std::string>> failures(all.size());
+  try {
+    for (size_t r = 0; r < all.size(); ++r) {
+      const nlohmann::json j = nlohmann::json::parse(all[r]);
+      if (j.contains("error")) {
+        failures[r] = j.at("error").get<std::string>();
+        continue;
+      }
+      for (const auto& e : j.at("entries")) {
+        entries.push_back({e.at("file").get<std::string>(), e.at("size").get<uint64_t>(),
+                           e.at("crc32").get<uint32_t>()});
+      }
+      notes.push_back(j.at("note").get<std::string>());
+    }
+  } catch (const nlohmann::json::exception& e) {
+    // Every rank parses the same strings, so every rank lands here alike.
+    throw CheckpointError(failed + "malformed commit message: " + e.what());
+  }
+  if (const auto failure = first_failure(failures)) {
+    if (group.rank == 0) abandon_quietly(pending);
+    throw CheckpointError(failed + *failure);
+  }
+
+  // 3. Rank 0 checks the whole and publishes it; the others wait for that.
+  if (group.rank == 0) {
+    try {
+      if (check) check(notes);
+      pending->finalize(std::move(entries));
+    } catch (...) {
+      root_error = current_error();
+      abandon_quietly(pending);
+    }
+  }
+  agree_on_root_outcome(group, root_error, failed);
+  return root / name;
+}
+
+}  // namespace accel::checkpoint

@@ -1,0 +1,126 @@
+// checkpoint_io.cpp — saving and loading fsdp's tensors by global offset (see
+// checkpoint_io.h).
+#include "checkpoint_io.h"
+
+#include <accel/sdk/error.hpp>
+#include <accel/sdk/flat_slices.hpp>
+#include <accel/sdk/tensor.hpp>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace accel::fsdp {
+
+namespace {
+
+// One tensor kind of a unit: where it lives and under which name it is saved.
+struct Stored {
+  AccelCheckpointSpace space;
+  const char* prefix;  // "" for parameters, "exp_avg/" for moments
+};
+constexpr Stored kParams{ACCEL_CHECKPOINT_MODEL, ""};
+constexpr Stored kExpAvg{ACCEL_CHECKPOINT_OPTIMIZER, "exp_avg/"};
+constexpr Stored kExpAvgSq{ACCEL_CHECKPOINT_OPTIMIZER, "exp_avg_sq/"};
+
+// Views handed to `put` stay alive until save_state returns (the host may
+// read a slice until then); NULL when loading (`get` completes in the call).
+using KeptViews = std::vector<std::unique_ptr<sdk::ShapedView>>;
+
+// put (save) or get (load) one rectangle of a parameter-shaped tensor held
+// `at` elements into `buffer`.
+void transfer(const sdk::Services& s, KeptViews* kept, const Stored& kind, const ParamLayout& param,
+              const sdk::Rectangle& rect, const DLTensor& buffer, int64_t at) {
+  const bool save = kept != nullptr;
+  const std::string name = std::string(kind.prefix) + param.name;
+  auto view = std::make_unique<sdk::ShapedView>(buffer, at, rect.shape);
+  const sdk::ShapedView& local = *view;
+  if (save) kept->push_back(std::move(view));
+  AccelCheckpointSliceArgs args{};
+  args.struct_size = sizeof(args);
+  args.space = kind.space;
+  args.ndim = static_cast<int32_t>(param.global_shape.size());
+  args.name = name.c_str();
+  args.global_shape = param.global_shape.data();
+  args.global_offset = rect.offset.data();
+  args.local = local.get();
+  const AccelCheckpointServices& checkpoint = *s.table()->checkpoint;
+  s.check(save ? checkpoint.put(s.host(), &args) : checkpoint.get(s.host(), &args),
+          (save ? "put " : "get ") + name);
+}
+
+// Every parameter's part of `range` of a unit's flat buffer, where `buffer`
+// element 0 is unit element `buffer_begin`: rectangles by global offset.
+void transfer_range(const sdk::Services& s, KeptViews* kept, const Stored& kind, const UnitLayout& unit,
+                    sdk::FlatRange range, const DLTensor& buffer, int64_t buffer_begin) {
+  for (const ParamLayout& p : unit.params) {
+    const sdk::FlatRange part = sdk::intersect(range, sdk::FlatRange{p.flat_offset, p.flat_offset + p.numel});
+    if (part.empty()) continue;
+    for (const sdk::Rectangle& rect :
+         sdk::flat_range_to_rectangles(p.global_shape, part.begin - p.flat_offset, part.size())) {
+      transfer(s, kept, kind, p, rect, buffer, p.flat_offset + rect.flat_begin - buffer_begin);
+    }
+  }
+}
+
+}  // namespace
+
+CheckpointIo::CheckpointIo(const HostOps& ops, const FsdpConfig& config, ShardStore& store, AccelGroup* sharding,
+                           GroupShape replica, int32_t world_rank)
+    : ops_(ops), config_(config), store_(store), sharding_(sharding), replica_(replica), world_rank_(world_rank) {}
+
+void CheckpointIo::save(const AccelStateArgs&) {
+  const sdk::Services& s = ops_.services();
+  // FULL_STATE_DICT: the gathered buffers must outlive every put (the host
+  // reads them until save_state returns), so they are kept here.
+  std::vector<sdk::Buffer> gathered;
+  KeptViews kept;
+  for (int32_t u = 0; u < store_.num_units(); ++u) {
+    if (ShardedUnit* unit = store_.sharded(u)) {
+      if (replica_.rank != 0) continue;  // replicas hold equal shards: replica 0 saves
+      const std::pair<Stored, const sdk::Buffer*> kinds[] = {
+          {kParams, &unit->master}, {kExpAvg, &unit->exp_avg}, {kExpAvgSq, &unit->exp_avg_sq}};
+      for (const auto& [kind, shard] : kinds) {
+        if (config_.state_dict_type != StateDictType::full) {
+          transfer_range(s, &kept, kind, unit->layout, unit->real, shard->tensor(), unit->shard_begin());
+          continue;
+        }
+        sdk::Buffer full = ops_.allocate(ACCEL_MEMORY_WORKSPACE, shard->tensor().dtype,
+                                         unit->shards.padded_numel(), config_.shard_place(), false,
+                                         "fsdp full state dict");
+        ops_.all_gather(sharding_, &shard->tensor(), &full.tensor(), "fsdp state dict all_gather");
+        if (world_rank_ != 0) continue;
+        transfer_range(s, &kept, kind, unit->layout, sdk::FlatRange{0, unit->layout.numel}, full.tensor(), 0);
+        gathered.push_back(std::move(full));
+      }
+    } else if (ReplicatedUnit* replicated = store_.replicated(u)) {
+      if (world_rank_ != 0) continue;
+      const sdk::FlatRange all{0, replicated->layout.numel};
+      transfer_range(s, &kept, kExpAvg, replicated->layout, all, replicated->exp_avg.tensor(), 0);
+      transfer_range(s, &kept, kExpAvgSq, replicated->layout, all, replicated->exp_avg_sq.tensor(), 0);
+    }
+  }
+  if (world_rank_ == 0) {
+    const std::string json = to_json(config_);
+    s.check(s.table()->checkpoint->put_string(s.host(), ACCEL_CHECKPOINT_PLUGIN, "config", json.c_str()),
+            "put_string config");
+  }
+  // Returning ends the host's reads of `gathered` and `kept`.
+}
+
+void CheckpointIo::load(const AccelStateArgs&) {
+  const sdk::Services& s = ops_.services();
+  for (int32_t u = 0; u < store_.num_units(); ++u) {
+    if (ShardedUnit* unit = store_.sharded(u)) {
+      transfer_range(s, nullptr, kParams, unit->layout, unit->real, unit->master.tensor(), unit->shard_begin());
+      transfer_range(s, nullptr, kExpAvg, unit->layout, unit->real, unit->exp_avg.tensor(), unit->shard_begin());
+      transfer_range(s, nullptr, kExpAvgSq, unit->layout, unit->real, unit->exp_avg_sq.tensor(), unit->shard_begin());
+    } else if (ReplicatedUnit* replicated = store_.replicated(u)) {
+      const sdk::FlatRange all{0, replicated->layout.numel};
+      transfer_range(s, nullptr, kExpAvg, replicated->layout, all, replicated->exp_avg.tensor(), 0);
+      transfer_range(s, nullptr, kExpAvgSq, replicated->layout, all, replicated->exp_avg_sq.tensor(), 0);
+    }
+  }
+}
+
+}  // namespace accel::fsdp

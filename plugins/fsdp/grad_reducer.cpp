@@ -1,0 +1,98 @@
+// grad_reducer.cpp — reduce-scattering sharded gradients and all-reducing
+// replicated ones (see grad_reducer.h).
+#include "grad_reducer.h"
+
+#include <accel/sdk/error.hpp>
+
+namespace accel::fsdp {
+
+GradReducer::GradReducer(const HostOps& ops, const FsdpConfig& config, ShardStore& store, AccelGroup* sharding,
+                         AccelGroup* replica, AccelGroup* data)
+    : ops_(ops), config_(config), store_(store), sharding_(sharding), replica_(replica), data_(data) {
+  replica_size_ = ops.shape(replica).size;
+  data_size_ = ops.shape(data).size;
+}
+
+void GradReducer::materialize_grads(int32_t unit) {
+  ops_.materialize(unit, ACCEL_STORAGE_GRADS, ACCEL_INIT_ZERO, config_.param_dtype);
+}
+
+void GradReducer::reduce_scatter(int32_t u, bool last_micro_batch) {
+  ShardedUnit& unit = *store_.sharded(u);
+  const DLTensor* full = ops_.storage(u).grads;
+  if (full == nullptr) {
+    throw sdk::Error(ACCEL_ERROR_INTERNAL,
+                     "unit " + unit.layout.name + ": gradients not materialised at the end of its backward");
+  }
+  const int64_t numel = unit.layout.numel;
+  const int64_t shard_numel = unit.shards.shard_numel();
+
+  // The reduce_scatter input: S chunks of shard_numel in reduce_dtype.
+  sdk::Buffer staged;
+  const DLTensor* input = full;
+  if (unit.shards.padding() != 0 || !accel_dtype_equal(full->dtype, config_.reduce_dtype)) {
+    staged = ops_.allocate(ACCEL_MEMORY_COMM, config_.reduce_dtype, unit.shards.padded_numel(), ACCEL_MEMORY_DEVICE,
+                           false, "fsdp reduce_scatter input");
+    const sdk::FlatView real(staged.tensor(), 0, numel);
+    ops_.convert(full, real.get());
+    if (unit.shards.padding() != 0) {
+      const sdk::FlatView tail(staged.tensor(), numel, unit.shards.padding());
+      ops_.fill(tail.get(), 0.0);
+    }
+    input = &staged.tensor();
+  }
+  sdk::Buffer chunk = ops_.allocate(ACCEL_MEMORY_COMM, config_.reduce_dtype, shard_numel, ACCEL_MEMORY_DEVICE, false,
+                                    "fsdp reduce_scatter output");
+  ops_.reduce_scatter(sharding_, input, &chunk.tensor(), ACCEL_REDUCE_AVG, "fsdp reduce_scatter");
+  ++reduce_scatters_;
+  staged.reset();
+  ops_.release(u, ACCEL_STORAGE_GRADS);
+
+  // Accumulate into the fp32 shard (pinned host memory with cpu_offload: the
+  // chunk is copied out first, and the addition runs on the host).
+  const DLTensor* addend = &chunk.tensor();
+  sdk::Buffer copied_out;
+  if (!same_space(*addend, unit.grad.tensor())) {
+    copied_out = ops_.allocate(ACCEL_MEMORY_COMM, config_.reduce_dtype, shard_numel, config_.shard_place(), false,
+                               "fsdp gradient chunk copied out");
+    ops_.copy(addend, &copied_out.tensor());
+    addend = &copied_out.tensor();
+  }
+  ops_.axpy(addend, &unit.grad.tensor(), 1.0);
+
+  if (last_micro_batch && replica_size_ > 1) {
+    pending_.push_back(ops_.all_reduce(replica_, &unit.grad.tensor(), ACCEL_REDUCE_AVG, "fsdp replica all_reduce",
+                                       /*async=*/true));
+  }
+}
+
+void GradReducer::all_reduce_replicated(int32_t unit, const DLTensor* grads) {
+  if (data_size_ <= 1) return;
+  if (grads == nullptr) grads = ops_.storage(unit).grads;
+  pending_.push_back(ops_.all_reduce(data_, grads, ACCEL_REDUCE_AVG, "fsdp replicated all_reduce", /*async=*/true));
+}
+
+void GradReducer::finish() {
+  std::vector<AccelWork*> works;
+  works.swap(pending_);
+  for (size_t i = 0; i < works.size(); ++i) {
+    try {
+      ops_.wait_and_free(works[i]);
+    } catch (...) {
+      for (size_t j = i + 1; j < works.size(); ++j) pending_.push_back(works[j]);
+      throw;
+    }
+  }
+}
+
+void GradReducer::abandon() noexcept {
+  const AccelCommServices& comm = *ops_.services().table()->comm;
+  for (AccelWork* work : pending_) {
+    if (comm.work_wait(ops_.services().host(), work, nullptr) == ACCEL_OK) {
+      (void)comm.work_free(ops_.services().host(), work);
+    }
+  }
+  pending_.clear();
+}
+
+}  // namespace accel::fsdp

@@ -1,0 +1,69 @@
+// grad_reducer.h — the reduction half of FSDP: gradients of sharded units
+// reduce-scattered into the fp32 gradient shards, and gradients of host-owned
+// (ignored / NO_SHARD) units all-reduced like DDP.
+//
+// Sharded unit, per micro-batch: its full gradient buffer is materialised
+// zeroed (in param_dtype: autograd accumulates into the parameters' .grad)
+// before its group's backward, then reduce_scatter(AVG) over SHARDING — in
+// reduce_dtype, through a zero-tailed staging buffer when the unit's size is
+// not a multiple of the group — and the received chunk is added (axpy) to the
+// fp32 gradient shard, which accumulates the step's micro-batches; the full
+// buffer is released. HYBRID: on the last micro-batch the shard is
+// all-reduced (AVG) over REPLICA, asynchronously, completed in finish().
+// Host-owned unit: its gradients are all-reduced (AVG) over DATA once, on the
+// last micro-batch (gradients_ready), asynchronously.
+//
+// Invariant after finish(): every gradient shard and host-owned gradient
+// holds the gradient of the global batch (the average over the data ranks).
+// Thread-safety: loop thread only.
+#pragma once
+
+#include <accel/sdk/tensor.hpp>
+
+#include <cstdint>
+#include <vector>
+
+#include "fsdp_config.h"
+#include "host_ops.h"
+#include "shard_store.h"
+
+namespace accel::fsdp {
+
+class GradReducer {
+ public:
+  GradReducer(const HostOps& ops, const FsdpConfig& config, ShardStore& store, AccelGroup* sharding,
+              AccelGroup* replica, AccelGroup* data);
+
+  // Zeroed full gradient buffer for a sharded unit (a no-op if it exists).
+  void materialize_grads(int32_t unit);
+  // Reduce-scatters a sharded unit's full gradients into its shard and
+  // releases them; on the last micro-batch of a hybrid run, starts the
+  // shard's all-reduce over REPLICA.
+  void reduce_scatter(int32_t unit, bool last_micro_batch);
+  // Starts the all-reduce of a host-owned unit's gradients over DATA.
+  void all_reduce_replicated(int32_t unit, const DLTensor* grads);
+  // Completes every asynchronous reduction.
+  void finish();
+  // Waits without throwing (teardown after a failure).
+  void abandon() noexcept;
+
+  int64_t take_reduce_scatters() {
+    const int64_t n = reduce_scatters_;
+    reduce_scatters_ = 0;
+    return n;
+  }
+
+ private:
+  const HostOps& ops_;
+  const FsdpConfig& config_;
+  ShardStore& store_;
+  AccelGroup* sharding_;
+  AccelGroup* replica_;
+  AccelGroup* data_;
+  int32_t replica_size_ = 1;
+  int32_t data_size_ = 1;
+  std::vector<AccelWork*> pending_;
+  int64_t reduce_scatters_ = 0;
+};
+
+}  // namespace accel::fsdp

@@ -1,0 +1,42 @@
+// model_layout.h — the model as fsdp plans with it: units in order, each with
+// its flat size, the parameters stored in its flat buffer, and the units it is
+// tied to (the head's output layer reads the embedding's storage).
+//
+// Plain values copied out of the host's model services, so planning and shard
+// math are pure functions of them (and unit-testable). Invariant: `params`
+// holds only parameters stored in the unit's own flat buffer (flat_offset >=
+// 0), in flat order, covering [0, numel) without gap; tied references appear
+// only as `tied_units`. Thread-safety: plain values.
+#pragma once
+
+#include <accel/sdk/services.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace accel::fsdp {
+
+struct ParamLayout {
+  std::string name;                   // the checkpoint name ("h.0.attn.c_attn.weight")
+  AccelParamRole role = ACCEL_PARAM_OTHER;
+  int64_t flat_offset = 0;            // in the unit's flat buffer
+  int64_t numel = 0;
+  std::vector<int64_t> global_shape;  // row-major; = local (fsdp splits nothing)
+};
+
+struct UnitLayout {
+  int32_t index = 0;
+  std::string name;                   // "embedding", "block.3", "head"
+  AccelUnitKind kind = ACCEL_UNIT_OTHER;
+  int64_t numel = 0;                  // elements of the flat buffers
+  std::vector<int32_t> tied_units;    // units whose storage this unit reads
+  std::vector<ParamLayout> params;
+};
+
+// Reads every unit through services.table()->model. Throws Error when a
+// parameter is split (local shape != global: another plugin split it) or the
+// flat layout has a gap.
+std::vector<UnitLayout> read_model_layout(const sdk::Services& services);
+
+}  // namespace accel::fsdp

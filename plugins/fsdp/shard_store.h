@@ -1,0 +1,73 @@
+// shard_store.h — the state fsdp owns per unit: for a sharded unit this
+// rank's fp32 slice of its parameters (the master weights), of its gradients
+// and of the AdamW moments; for a host-owned unit (ignored, or NO_SHARD) the
+// full AdamW moments beside the host's buffers.
+//
+// Layout (sdk/flat_shard.hpp): a unit's flat buffer of numel elements is
+// padded to a multiple of the sharding-group size S and cut into S equal
+// shards; sharding rank i keeps shard i. Invariants: every shard buffer has
+// shard_numel elements, the padding tail of master and gradient shards is
+// zero (so collectives over the padded buffer move zeros), and shards live in
+// pinned host memory with cpu_offload, else on the device. Allocated with
+// their memory categories (PARAMS, GRADS, OPTIMIZER) so the host's per-category
+// peaks measure the theory. Thread-safety: loop thread only.
+#pragma once
+
+#include <accel/sdk/flat_shard.hpp>
+#include <accel/sdk/tensor.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "fsdp_config.h"
+#include "host_ops.h"
+#include "model_layout.h"
+#include "wrap_plan.h"
+
+namespace accel::fsdp {
+
+struct ShardedUnit {
+  UnitLayout layout;
+  sdk::FlatShardLayout shards;  // numel over the sharding group
+  int32_t shard_index = 0;      // this rank's sharding rank
+  sdk::FlatRange real;          // this shard's real elements, in unit coordinates
+  sdk::Buffer master;           // fp32 parameters, shard_numel
+  sdk::Buffer grad;             // fp32 gradients, shard_numel
+  sdk::Buffer exp_avg;          // fp32 AdamW first moment, shard_numel
+  sdk::Buffer exp_avg_sq;       // fp32 AdamW second moment, shard_numel
+
+  int64_t shard_begin() const { return shards.shard(shard_index).begin; }
+};
+
+struct ReplicatedUnit {
+  UnitLayout layout;
+  sdk::Buffer exp_avg;     // fp32, numel
+  sdk::Buffer exp_avg_sq;  // fp32, numel
+};
+
+class ShardStore {
+ public:
+  // Allocates every unit's state and, for sharded units, cuts this rank's
+  // master shard from the initial weights one unit at a time: materialise
+  // (FROM_SEED; with cpu_ram_efficient_loading only on world rank 0, the
+  // others UNDEFINED), broadcast from rank 0 over WORLD when
+  // sync_module_states, copy the slice, release. Host-owned units are
+  // broadcast in place when sync_module_states.
+  ShardStore(const HostOps& ops, const FsdpConfig& config, const std::vector<UnitLayout>& units,
+             const WrapPlan& plan, GroupShape sharding, AccelGroup* world, int32_t world_rank);
+
+  // nullptr when the unit is not of that kind.
+  ShardedUnit* sharded(int32_t unit) { return sharded_.at(static_cast<size_t>(unit)).get(); }
+  ReplicatedUnit* replicated(int32_t unit) { return replicated_.at(static_cast<size_t>(unit)).get(); }
+  int32_t num_units() const { return static_cast<int32_t>(sharded_.size()); }
+
+  // Zeroes every gradient shard (step begin: accumulation starts afresh).
+  void zero_grads(const HostOps& ops);
+
+ private:
+  std::vector<std::unique_ptr<ShardedUnit>> sharded_;
+  std::vector<std::unique_ptr<ReplicatedUnit>> replicated_;
+};
+
+}  // namespace accel::fsdp

@@ -1,0 +1,171 @@
+// sharded_optimizer.cpp — clipping and AdamW over shards and host-owned units
+// (see sharded_optimizer.h).
+#include "sharded_optimizer.h"
+
+#include <accel/sdk/error.hpp>
+#include <accel/sdk/tensor.hpp>
+
+
+namespace accel::fsdp {
+
+using sdk::Error;
+
+std::vector<DecayRun> decay_runs(const std::vector<ParamLayout>& params, sdk::FlatRange range,
+                                 uint32_t no_decay_roles) {
+  std::vector<DecayRun> runs;
+  for (const ParamLayout& p : params) {
+    const sdk::FlatRange part = sdk::intersect(range, sdk::FlatRange{p.flat_offset, p.flat_offset + p.numel});
+    if (part.empty()) continue;
+    const bool decay = (no_decay_roles & (1u << static_cast<uint32_t>(p.role))) == 0;
+    const int64_t begin = part.begin - range.begin;
+    if (!runs.empty() && runs.back().decay == decay && runs.back().begin + runs.back().count == begin) {
+      runs.back().count += part.size();
+    } else {
+      runs.push_back(DecayRun{begin, part.size(), decay});
+    }
+  }
+  return runs;
+}
+
+ShardedOptimizer::ShardedOptimizer(const HostOps& ops, ShardStore& store, AccelGroup* sharding,
+                                   int32_t sharding_rank)
+    : ops_(ops), store_(store), sharding_(sharding), sharding_rank_(sharding_rank) {}
+
+void ShardedOptimizer::clip_gradients(const AccelClipArgs& args) {
+  const sdk::Services& s = ops_.services();
+  // Gradients by memory space (shards may be in pinned host memory, the
+  // host-owned ones on the device): one squared_norm and one clip_scale each.
+  struct Space {
+    const DLTensor* any = nullptr;
+    std::vector<const DLTensor*> scaled;   // every gradient clip_scale scales
+    std::vector<const DLTensor*> counted;  // those counted in this rank's norm
+  };
+  std::vector<Space> spaces;
+  const auto space_of = [&](const DLTensor* t) -> Space& {
+    for (Space& sp : spaces) {
+      if (same_space(*sp.any, *t)) return sp;
+    }
+    spaces.push_back(Space{t, {}, {}});
+    return spaces.back();
+  };
+  for (int32_t u = 0; u < store_.num_units(); ++u) {
+    if (ShardedUnit* unit = store_.sharded(u)) {
+      Space& sp = space_of(&unit->grad.tensor());
+      sp.scaled.push_back(&unit->grad.tensor());
+      sp.counted.push_back(&unit->grad.tensor());
+    } else if (store_.replicated(u) != nullptr) {
+      const DLTensor* grads = ops_.storage(u).grads;
+      if (grads == nullptr) continue;
+      Space& sp = space_of(grads);
+      sp.scaled.push_back(grads);
+      if (sharding_rank_ == 0) sp.counted.push_back(grads);
+    }
+  }
+
+  // This rank's part of the squared norm, summed on the host in double, then
+  // over SHARDING as one f64 scalar.
+  const AccelKernelServices& kernels = *s.table()->kernels;
+  const DLDataType fp32{kDLFloat, 32, 1};
+  double global = 0.0;
+  std::vector<sdk::Buffer> scalars;  // per space: an fp32 scalar in that space
+  for (Space& sp : spaces) {
+    const bool host = sp.any->device.device_type == kDLCPU || sp.any->device.device_type == kDLCUDAHost;
+    scalars.emplace_back(s, ACCEL_MEMORY_WORKSPACE, fp32, std::vector<int64_t>{},
+                         host ? ACCEL_MEMORY_HOST : ACCEL_MEMORY_DEVICE, ACCEL_ALLOCATE_ZERO_FILL, nullptr,
+                         "fsdp squared norm");
+    AccelSquaredNormArgs norm{};
+    norm.struct_size = sizeof(norm);
+    norm.inputs = sp.counted.data();
+    norm.num_inputs = static_cast<int32_t>(sp.counted.size());
+    norm.output = &scalars.back().tensor();
+    norm.stream = args.stream;
+    s.check(kernels.squared_norm(s.host(), &norm), "squared_norm");
+    global += static_cast<double>(sdk::read_scalar<float>(s, scalars.back().tensor(), args.stream));
+  }
+  DLTensor total{};
+  total.data = &global;
+  total.device = {kDLCPU, 0};
+  total.dtype = DLDataType{kDLFloat, 64, 1};
+  ops_.all_reduce(sharding_, &total, ACCEL_REDUCE_SUM, "fsdp grad norm all_reduce");
+
+  // clip_scale per space with the global squared norm; the first also writes
+  // total_norm (it does so even with nothing to scale).
+  float global32 = static_cast<float>(global);
+  const sdk::ScalarView global_view(&global32);
+  if (spaces.empty()) {
+    sdk::Buffer scalar(s, ACCEL_MEMORY_WORKSPACE, fp32, {}, ACCEL_MEMORY_HOST, 0, nullptr, "fsdp squared norm");
+    ops_.copy(global_view.get(), &scalar.tensor());
+    AccelClipScaleArgs clip{};
+    clip.struct_size = sizeof(clip);
+    clip.total_squared_norm = &scalar.tensor();
+    clip.total_norm = args.total_norm;
+    clip.max_norm = args.max_norm;
+    s.check(kernels.clip_scale(s.host(), &clip), "clip_scale");
+    return;
+  }
+  for (size_t i = 0; i < spaces.size(); ++i) {
+    ops_.copy(global_view.get(), &scalars[i].tensor());
+    AccelClipScaleArgs clip{};
+    clip.struct_size = sizeof(clip);
+    clip.tensors = spaces[i].scaled.data();
+    clip.num_tensors = static_cast<int32_t>(spaces[i].scaled.size());
+    clip.total_squared_norm = &scalars[i].tensor();
+    clip.total_norm = i == 0 ? args.total_norm : nullptr;
+    clip.max_norm = args.max_norm;
+    clip.stream = args.stream;
+    s.check(kernels.clip_scale(s.host(), &clip), "clip_scale");
+  }
+}
+
+void ShardedOptimizer::step(const AccelOptimizerStepArgs& args) {
+  if (args.kind != ACCEL_OPTIMIZER_ADAMW) {
+    throw Error(ACCEL_ERROR_UNSUPPORTED, "fsdp's sharded optimizer steps AdamW only");
+  }
+  const sdk::Services& s = ops_.services();
+  const AccelKernelServices& kernels = *s.table()->kernels;
+  // One adamw_step per run of equal weight decay over (param, grad, moments),
+  // all four buffers laid out alike from element 0 of `range`.
+  const auto step_runs = [&](const std::vector<ParamLayout>& params, sdk::FlatRange range, const DLTensor& param,
+                             const DLTensor& grad, const DLTensor& exp_avg, const DLTensor& exp_avg_sq) {
+    for (const DecayRun& run : decay_runs(params, range, args.no_decay_roles)) {
+      const sdk::FlatView p(param, run.begin, run.count);
+      const sdk::FlatView g(grad, run.begin, run.count);
+      const sdk::FlatView m(exp_avg, run.begin, run.count);
+      const sdk::FlatView v(exp_avg_sq, run.begin, run.count);
+      AccelAdamWArgs adam{};
+      adam.struct_size = sizeof(adam);
+      adam.param = p.get();
+      adam.grad = g.get();
+      adam.exp_avg = m.get();
+      adam.exp_avg_sq = v.get();
+      adam.grad_scale = args.grad_scale;
+      adam.found_inf = args.found_inf;
+      adam.lr = args.lr;
+      adam.beta1 = args.beta1;
+      adam.beta2 = args.beta2;
+      adam.eps = args.eps;
+      adam.weight_decay = run.decay ? args.weight_decay : 0.0;
+      adam.step = args.step;
+      adam.stream = args.stream;
+      s.check(kernels.adamw_step(s.host(), &adam), "adamw_step");
+    }
+  };
+  for (int32_t u = 0; u < store_.num_units(); ++u) {
+    if (ShardedUnit* unit = store_.sharded(u)) {
+      if (unit->real.empty()) continue;
+      // Shard buffers start at the shard's first element, where its real part
+      // starts too; the padding after it is never stepped.
+      step_runs(unit->layout.params, unit->real, unit->master.tensor(), unit->grad.tensor(), unit->exp_avg.tensor(),
+                unit->exp_avg_sq.tensor());
+    } else if (ReplicatedUnit* replicated = store_.replicated(u)) {
+      const HostOps::Materialized storage = ops_.storage(u);
+      if (storage.params == nullptr || storage.grads == nullptr) {
+        throw Error(ACCEL_ERROR_INTERNAL, "host-owned unit " + replicated->layout.name + " has no materialised storage");
+      }
+      step_runs(replicated->layout.params, sdk::FlatRange{0, replicated->layout.numel}, *storage.params, *storage.grads,
+                replicated->exp_avg.tensor(), replicated->exp_avg_sq.tensor());
+    }
+  }
+}
+
+}  // namespace accel::fsdp

@@ -1,0 +1,52 @@
+// sharded_optimizer.h — gradient clipping and the AdamW step over what fsdp
+// owns: the fp32 shards of sharded units, and the host-owned full buffers of
+// ignored / NO_SHARD units (the host's own optimizer does not run once a
+// plugin takes the step over, so fsdp steps those too, with its own moments).
+//
+// Clipping: the squared norm of this rank's gradient shards, plus the
+// host-owned gradients counted on sharding rank 0 only (every rank holds
+// them whole), summed over SHARDING (not REPLICA: replicas hold equal
+// shards), then clip_scale of everything with the global norm — each element
+// counted once, as torch.nn.utils.clip_grad_norm_ over the whole model.
+// AdamW: per unit, the parameters' flat ranges cut to this shard, merged into
+// runs of equal weight decay (0 for roles in no_decay_roles), one adamw_step
+// per run; the padding is never stepped. Thread-safety: loop thread only.
+#pragma once
+
+#include <accel/accel.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "host_ops.h"
+#include "shard_store.h"
+
+namespace accel::fsdp {
+
+// A run of elements of a unit's flat buffer stepped with one weight decay.
+struct DecayRun {
+  int64_t begin = 0;  // relative to the stepped buffer's first element
+  int64_t count = 0;
+  bool decay = true;
+};
+
+// The runs of `params` (flat order) restricted to `range` of the unit's flat
+// buffer, relative to range.begin, adjacent runs of equal decay merged.
+std::vector<DecayRun> decay_runs(const std::vector<ParamLayout>& params, sdk::FlatRange range,
+                                 uint32_t no_decay_roles);
+
+class ShardedOptimizer {
+ public:
+  ShardedOptimizer(const HostOps& ops, ShardStore& store, AccelGroup* sharding, int32_t sharding_rank);
+
+  void clip_gradients(const AccelClipArgs& args);
+  void step(const AccelOptimizerStepArgs& args);
+
+ private:
+  const HostOps& ops_;
+  ShardStore& store_;
+  AccelGroup* sharding_;
+  int32_t sharding_rank_;
+};
+
+}  // namespace accel::fsdp

@@ -1,0 +1,54 @@
+// unit_schedule.h — when fsdp gathers, prefetches, reduces and releases,
+// driven by the host's four unit hooks.
+//
+// For a wrap group G (wrap_plan.h):
+//   forward   first unit's forward_pre: gather G (or complete its prefetch);
+//             with forward_prefetch, prefetch the next group in forward.
+//             last unit's forward_post: release G when resharding after
+//             forward — except after the model's last unit (backward starts
+//             right there, as PyTorch's root unit keeps its parameters) and
+//             always in evaluation (NO_GRAD: no backward follows).
+//   recompute (activation checkpointing) forward_pre gathers again if G was
+//             released; forward_post(RECOMPUTE) never releases.
+//   backward  first unit's backward_pre: gather G if released, materialise
+//             zeroed gradients for all its units (tied units write each
+//             other's), prefetch the next group with BACKWARD_PRE.
+//             last unit's backward_post: prefetch with BACKWARD_POST, then
+//             reduce-scatter every unit's gradients and release G.
+// Units in no group (host-owned) are left to the host. Thread-safety: loop
+// thread only.
+#pragma once
+
+#include <accel/accel.h>
+
+#include "fsdp_config.h"
+#include "gather_engine.h"
+#include "grad_reducer.h"
+#include "wrap_plan.h"
+
+namespace accel::fsdp {
+
+class UnitSchedule {
+ public:
+  UnitSchedule(const FsdpConfig& config, const WrapPlan& plan, GatherEngine& gathers, GradReducer& reducer,
+               int32_t num_units)
+      : config_(config), plan_(plan), gathers_(gathers), reducer_(reducer), num_units_(num_units) {}
+
+  void forward_pre(const AccelUnitHookArgs& args);
+  void forward_post(const AccelUnitHookArgs& args);
+  void backward_pre(const AccelUnitHookArgs& args);
+  void backward_post(const AccelUnitHookArgs& args);
+
+ private:
+  // The unit's group, or -1 for a host-owned unit.
+  int32_t group_of(int32_t unit) const { return plan_.group_of.at(static_cast<size_t>(unit)); }
+  const WrapGroup& group(int32_t g) const { return plan_.groups.at(static_cast<size_t>(g)); }
+
+  const FsdpConfig& config_;
+  const WrapPlan& plan_;
+  GatherEngine& gathers_;
+  GradReducer& reducer_;
+  int32_t num_units_;
+};
+
+}  // namespace accel::fsdp

@@ -1,0 +1,168 @@
+// The multi-rank commit protocol (rank_commit.h) with ranks as threads and
+// an in-process all-gather: every rank's files in one published checkpoint,
+// and a failure on any rank — its writer, rank 0's create, rank 0's check —
+// failing every rank with the same line and publishing nothing.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <condition_variable>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "host/checkpoint/atomic_dir.h"
+#include "host/checkpoint/rank_commit.h"
+
+namespace accel::checkpoint {
+namespace {
+
+namespace fs = std::filesystem;
+
+// An all-gather of strings among `size` threads: each round, every thread
+// deposits its string and leaves with all of them once the last arrived.
+class ThreadExchange {
+ public:
+  explicit ThreadExchange(int size) : size_(size), slots_(static_cast<size_t>(size)) {}
+
+  std::vector<std::string> all_gather(int rank, const std::string& mine) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    const uint64_t round = round_;
+    slots_[static_cast<size_t>(rank)] = mine;
+    if (++arrived_ == size_) {
+      result_ = slots_;
+      arrived_ = 0;
+      ++round_;
+      done_.notify_all();
+    } else {
+      done_.wait(lock, [&] { return round_ != round; });
+    }
+    return result_;
+  }
+
+ private:
+  int size_;
+  std::mutex mutex_;
+  std::condition_variable done_;
+  std::vector<std::string> slots_, result_;
+  int arrived_ = 0;
+  uint64_t round_ = 0;
+};
+
+struct RankOutcome {
+  fs::path published;
+  std::string error;
+};
+
+class RankCommitTest : public ::testing::Test {
+ protected:
+  void SetUp() override { fs::remove_all(root_); }
+  void TearDown() override { fs::remove_all(root_); }
+
+  // Runs the protocol on `n` threads; `write(rank, dir)` is each rank's writer.
+  std::vector<RankOutcome> run_ranks(int n, const std::function<RankContribution(int, const fs::path&)>& write,
+                                     const CommitCheck& check = {}) {
+    ThreadExchange exchange(n);
+    std::vector<RankOutcome> outcomes(static_cast<size_t>(n));
+    std::vector<std::thread> threads;
+    for (int r = 0; r < n; ++r) {
+      threads.emplace_back([&, r] {
+        RankGroup group{r, n, [&, r](const std::string& mine) { return exchange.all_gather(r, mine); }};
+        try {
+          outcomes[static_cast<size_t>(r)].published = commit_from_all_ranks(
+              root_, "step_3", group, [&, r](const fs::path& dir) { return write(r, dir); }, check);
+        } catch (const CheckpointError& e) {
+          outcomes[static_cast<size_t>(r)].error = e.what();
+        }
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    return outcomes;
+  }
+
+  static RankContribution write_file(int rank, const fs::path& dir) {
+    const std::string name = "rank" + std::to_string(rank) + ".bin";
+    std::ofstream(dir / name) << "bytes of rank " << rank;
+    return {{name}, "note " + std::to_string(rank)};
+  }
+
+  fs::path root_ = fs::path(::testing::TempDir()) / ("accel_rank_commit_" + std::to_string(::getpid()));
+};
+
+TEST_F(RankCommitTest, EveryRanksFilesArePublishedTogether) {
+  std::vector<std::string> seen_notes;
+  const auto outcomes = run_ranks(3, write_file, [&](const std::vector<std::string>& notes) { seen_notes = notes; });
+  for (const RankOutcome& o : outcomes) {
+    EXPECT_EQ(o.error, "");
+    EXPECT_EQ(o.published, root_ / "step_3");
+  }
+  EXPECT_EQ(seen_notes, (std::vector<std::string>{"note 0", "note 1", "note 2"}));
+  std::string why;
+  EXPECT_TRUE(verify_manifest(root_ / "step_3", &why)) << why;
+  std::vector<std::string> listed;
+  for (const ManifestEntry& e : read_manifest(root_ / "step_3").files) listed.push_back(e.file);
+  EXPECT_EQ(listed, (std::vector<std::string>{"rank0.bin", "rank1.bin", "rank2.bin"}));
+  EXPECT_FALSE(fs::exists(root_ / "step_3.tmp"));
+}
+
+TEST_F(RankCommitTest, AFailingRankFailsEveryRankAndPublishesNothing) {
+  const auto outcomes = run_ranks(3, [](int rank, const fs::path& dir) {
+    if (rank == 1) throw std::runtime_error("disk full");
+    return write_file(rank, dir);
+  });
+  for (const RankOutcome& o : outcomes) {
+    EXPECT_EQ(o.error, "checkpoint " + (root_ / "step_3").string() + " not saved: rank 1: disk full");
+  }
+  EXPECT_FALSE(fs::exists(root_ / "step_3"));
+  EXPECT_FALSE(fs::exists(root_ / "step_3.tmp"));
+  EXPECT_EQ(find_newest_complete(root_), std::nullopt);
+}
+
+TEST_F(RankCommitTest, SeveralFailingRanksReportTheFirst) {
+  const auto outcomes = run_ranks(4, [](int rank, const fs::path&) -> RankContribution {
+    throw std::runtime_error("rank " + std::to_string(rank) + " broke");
+  });
+  for (const RankOutcome& o : outcomes) {
+    EXPECT_NE(o.error.find("rank 0: rank 0 broke (and 3 more rank(s) failed)"), std::string::npos) << o.error;
+  }
+}
+
+TEST_F(RankCommitTest, RankZerosCheckRefusesTheWholeCheckpoint) {
+  const auto outcomes = run_ranks(2, write_file, [](const std::vector<std::string>&) {
+    throw CheckpointError("'@model/w': the slices saved by all ranks cover 4 of 8 elements");
+  });
+  for (const RankOutcome& o : outcomes) {
+    EXPECT_NE(o.error.find("rank 0: '@model/w': the slices saved by all ranks cover 4 of 8"), std::string::npos)
+        << o.error;
+  }
+  EXPECT_FALSE(fs::exists(root_ / "step_3"));
+  EXPECT_FALSE(fs::exists(root_ / "step_3.tmp"));
+}
+
+TEST_F(RankCommitTest, ACreateThatFailsOnRankZeroStopsEveryRankBeforeWriting) {
+  std::ofstream(root_) << "a file where the save root should be";
+  int writes = 0;
+  std::mutex mutex;
+  const auto outcomes = run_ranks(2, [&](int rank, const fs::path& dir) {
+    std::lock_guard<std::mutex> lock(mutex);
+    ++writes;
+    return write_file(rank, dir);
+  });
+  EXPECT_EQ(writes, 0);
+  for (const RankOutcome& o : outcomes) EXPECT_NE(o.error.find("not saved: rank 0: "), std::string::npos) << o.error;
+}
+
+TEST_F(RankCommitTest, OneProcessNeedsNoExchange) {
+  const fs::path dir = commit_from_all_ranks(root_, "step_3", RankGroup{}, [](const fs::path& d) {
+    return write_file(0, d);
+  });
+  EXPECT_EQ(dir, root_ / "step_3");
+  EXPECT_TRUE(verify_manifest(dir));
+}
+
+}  // namespace
+}  // namespace accel::checkpoint

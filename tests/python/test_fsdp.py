@@ -1,0 +1,233 @@
+"""The fsdp plugin under mpirun: N ranks sharding parameters, gradients and
+optimizer state give the per-step losses of one process with the same global
+batch (fp32 within 1e-5 relative) for every sharding strategy, prefetch,
+offload, activation checkpointing, ignored units, accumulation and world
+sizes that pad the shards; the gather/release behaviour shows in its metrics;
+checkpoints reshard across world sizes and strategies; bad options fail with
+one clear line."""
+import os
+import shutil
+import subprocess
+import unittest
+
+from accel_testing import ACCEL_HOST, TempDirMixin, read_metrics, run_host
+
+MPIRUN = shutil.which("mpirun")
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+           OMPI_MCA_rmaps_base_oversubscribe="1")
+COMMON = ["--model", "gpt-tiny", "--lr", 3e-3, "--warmup-steps", 2, "--log-level", "warn", "--threads", 1]
+FSDP = ["--plugin", "fsdp"]
+WRAP = ["--fsdp.auto_wrap_policy", "transformer_based_wrap"]
+
+
+def mpirun(n, *args, check=True, timeout=300):
+    proc = subprocess.run([MPIRUN, "-n", str(n), ACCEL_HOST, *map(str, args)], capture_output=True, text=True,
+                          env=ENV, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"mpirun -n {n} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def error_lines(stderr):
+    return [line for line in stderr.splitlines() if "[error]" in line]
+
+
+@unittest.skipUnless(MPIRUN, "mpirun not found")
+class FsdpParity(TempDirMixin, unittest.TestCase):
+    """Per-step losses of `mpirun -n N --plugin fsdp` against one process."""
+
+    _references = {}  # (batch, steps, extra) -> rows of the single-process run
+
+    def reference(self, batch, steps, extra=()):
+        key = (batch, steps, tuple(map(str, extra)))
+        if key not in self._references:
+            path = self.path("reference.jsonl")
+            run_host(*COMMON, "--steps", steps, "--batch-size", batch, "--metrics-file", path, *extra)
+            FsdpParity._references[key] = read_metrics(path)
+        return self._references[key]
+
+    def parity(self, n, *extra, batch=12, steps=20, tolerance=1e-5, reference_extra=()):
+        multi = self.path(f"fsdp{n}.jsonl")
+        if os.path.exists(multi):
+            os.remove(multi)
+        mpirun(n, *COMMON, *FSDP, "--steps", steps, "--batch-size", batch, "--metrics-file", multi, *extra)
+        a, b = self.reference(batch, steps, reference_extra), read_metrics(multi)
+        self.assertEqual(len(b), steps)
+        for x, y in zip(a, b):
+            self.assertLess(abs(x["loss"] - y["loss"]) / x["loss"], tolerance,
+                            (n, extra, x["step"], x["loss"], y["loss"]))
+        return b
+
+    def test_full_shard_on_four_ranks(self):
+        rows = self.parity(4)
+        self.assertEqual(rows[0]["fsdp.sharding_size"], 4)
+        self.assertEqual(rows[0]["fsdp.wrap_groups"], 1)  # no_wrap: the whole model
+
+    def test_padded_shards_on_two_and_three_ranks(self):
+        # gpt-tiny's units (20480, 49984, 128 elements) split evenly over 2
+        # ranks, and over 3 only with padding.
+        for n in (2, 3):
+            with self.subTest(ranks=n):
+                self.parity(n, *WRAP)
+
+    def test_every_sharding_strategy(self):
+        for extra in (["--fsdp.sharding_strategy", "SHARD_GRAD_OP", *WRAP],
+                      ["--fsdp.sharding_strategy", "NO_SHARD"],
+                      ["--fsdp.sharding_strategy", "HYBRID_SHARD", "--fsdp.hybrid_shard_group_size", 2, *WRAP],
+                      ["--fsdp.sharding_strategy", "HYBRID_SHARD_ZERO2", "--fsdp.hybrid_shard_group_size", 2],
+                      ["--fsdp.fsdp_version", 2, "--fsdp.reshard_after_forward", "false", *WRAP]):
+            with self.subTest(extra=extra):
+                rows = self.parity(4, *extra)
+                if "NO_SHARD" in extra:
+                    self.assertEqual(rows[0]["fsdp.sharding_size"], 1)
+                    self.assertEqual(rows[0]["fsdp.gathers"], 0)
+                if "HYBRID_SHARD" in extra:
+                    self.assertEqual(rows[0]["fsdp.sharding_size"], 2)
+
+    def test_prefetch(self):
+        rows = self.parity(4, *WRAP, "--fsdp.forward_prefetch", "true", "--fsdp.backward_prefetch", "BACKWARD_PRE",
+                           "--fsdp.limit_all_gathers", "false")
+        self.assertGreater(rows[-1]["fsdp.prefetches"], 0)
+        self.parity(4, *WRAP, "--fsdp.backward_prefetch", "BACKWARD_POST")
+
+    def test_cpu_offload_and_activation_checkpointing(self):
+        self.parity(4, *WRAP, "--fsdp.cpu_offload", "true", "--fsdp.activation_checkpointing", "true")
+
+    def test_ignored_units_accumulation_and_synced_init(self):
+        self.parity(4, *WRAP, "--fsdp.ignored_modules", r"block\.0", "--grad-accum", 2,
+                    "--fsdp.sync_module_states", "true", "--fsdp.cpu_ram_efficient_loading", "true",
+                    batch=16, reference_extra=("--grad-accum", 2))
+
+    def test_full_shard_on_one_rank_is_the_plain_run(self):
+        path = self.path("one.jsonl")
+        run_host(*COMMON, *FSDP, *WRAP, "--steps", 5, "--batch-size", 12, "--metrics-file", path)
+        for x, y in zip(self.reference(12, 5), read_metrics(path)):
+            self.assertLess(abs(x["loss"] - y["loss"]) / x["loss"], 1e-5, (x, y))
+
+    def test_bf16_parameters_stay_close(self):
+        # Gathered and computed in bf16 (fp32 master shards): close, not exact.
+        self.parity(2, *WRAP, "--fsdp.param_dtype", "bf16", "--fsdp.reduce_dtype", "fp32", steps=10, tolerance=2e-2)
+
+
+@unittest.skipUnless(MPIRUN, "mpirun not found")
+class FsdpGathers(TempDirMixin, unittest.TestCase):
+    """Peak number of wrap groups whose full parameters are alive at once."""
+
+    def peak(self, *extra):
+        path = self.path("gathers.jsonl")
+        mpirun(2, *COMMON, *FSDP, *WRAP, "--steps", 2, "--batch-size", 8, "--metrics-file", path, *extra)
+        return read_metrics(path)[-1]
+
+    def test_full_shard_keeps_one_block_beside_the_tied_group(self):
+        row = self.peak()
+        self.assertEqual(row["fsdp.wrap_groups"], 3)  # [embedding head] [block.0] [block.1]
+        self.assertEqual(row["fsdp.max_gathered_groups"], 2)
+        # forward: [embedding head], block.0, block.1; backward regathers both blocks
+        self.assertEqual(row["fsdp.gathers"], 5)
+
+    def test_shard_grad_op_keeps_everything_from_forward_to_backward(self):
+        row = self.peak("--fsdp.sharding_strategy", "SHARD_GRAD_OP")
+        self.assertEqual(row["fsdp.max_gathered_groups"], 3)
+        self.assertEqual(row["fsdp.gathers"], 3)
+
+    def test_limit_all_gathers_caps_prefetch(self):
+        prefetch = ["--fsdp.forward_prefetch", "true", "--fsdp.backward_prefetch", "BACKWARD_PRE"]
+        unlimited = self.peak(*prefetch, "--fsdp.limit_all_gathers", "false")
+        self.assertEqual(unlimited["fsdp.max_gathered_groups"], 3)
+        self.assertGreater(unlimited["fsdp.prefetches"], 0)
+        limited = self.peak(*prefetch)
+        self.assertEqual(limited["fsdp.max_gathered_groups"], 2)
+
+    def test_activation_checkpointing_regathers_for_the_recompute(self):
+        row = self.peak("--fsdp.activation_checkpointing", "true")
+        self.assertEqual(row["fsdp.max_gathered_groups"], 2)
+        self.assertEqual(row["fsdp.gathers"], 5)
+
+
+@unittest.skipUnless(MPIRUN, "mpirun not found")
+class FsdpCheckpoints(TempDirMixin, unittest.TestCase):
+    """Checkpoints are stored by global offset: they resume at another world
+    size, another strategy, or without fsdp."""
+
+    def resume(self, save_n, save_extra, load_n, load_extra):
+        straight, split = self.path("straight.jsonl"), self.path("split.jsonl")
+        ckpt = self.path("ckpt")
+        run_host(*COMMON, "--steps", 8, "--batch-size", 12, "--metrics-file", straight)
+        mpirun(save_n, *COMMON, "--steps", 4, "--lr-decay-steps", 8, "--batch-size", 12, "--save", ckpt,
+               "--metrics-file", split, *save_extra)
+        resume_args = [*COMMON, "--steps", 8, "--batch-size", 12, "--resume", ckpt, "--metrics-file", split,
+                       *load_extra]
+        if load_n == 1:
+            run_host(*resume_args)
+        else:
+            mpirun(load_n, *resume_args)
+        a, b = read_metrics(straight), read_metrics(split)
+        self.assertEqual([r["step"] for r in b], list(range(1, 9)))
+        for x, y in zip(a, b):
+            self.assertLess(abs(x["loss"] - y["loss"]) / x["loss"], 1e-5, (x, y))
+
+    def test_sharded_state_dict_on_four_resumes_on_two(self):
+        self.resume(4, [*FSDP, *WRAP, "--fsdp.state_dict_type", "SHARDED_STATE_DICT"], 2, [*FSDP])
+
+    def test_full_state_dict_on_three_resumes_in_one_process_without_fsdp(self):
+        self.resume(3, [*FSDP, *WRAP], 1, [])
+
+    def test_hybrid_with_ignored_unit_resumes_as_full_shard(self):
+        self.resume(4, [*FSDP, *WRAP, "--fsdp.sharding_strategy", "HYBRID_SHARD", "--fsdp.hybrid_shard_group_size",
+                        2, "--fsdp.ignored_modules", r"block\.1", "--fsdp.state_dict_type", "LOCAL_STATE_DICT"],
+                    3, [*FSDP, *WRAP])
+
+
+@unittest.skipUnless(MPIRUN, "mpirun not found")
+class FsdpOptions(unittest.TestCase):
+    """A bad option or combination: non-zero exit, one line saying why."""
+
+    def refused(self, *args, mentions, ranks=1):
+        cmd = [*COMMON, *FSDP, "--steps", 1, "--batch-size", 8, *args]
+        proc = mpirun(ranks, *cmd, check=False, timeout=120) if ranks > 1 else run_host(*cmd, check=False, timeout=120)
+        self.assertNotEqual(proc.returncode, 0)
+        lines = error_lines(proc.stderr)
+        self.assertTrue(lines, proc.stderr)
+        for word in mentions:
+            self.assertIn(word, lines[0], proc.stderr)
+
+    def test_unknown_sharding_strategy(self):
+        self.refused("--fsdp.sharding_strategy", "SHARD_EVERYTHING",
+                     mentions=["--fsdp.sharding_strategy", "SHARD_EVERYTHING", "FULL_SHARD"])
+
+    def test_ignored_modules_that_do_not_compile(self):
+        self.refused("--fsdp.ignored_modules", "block.(", mentions=["ignored_modules", "not a valid regular expression"])
+
+    def test_contradicting_strategy_and_reshard_after_forward(self):
+        self.refused("--fsdp.sharding_strategy", "SHARD_GRAD_OP", "--fsdp.reshard_after_forward", "true",
+                     mentions=["SHARD_GRAD_OP", "reshard_after_forward"])
+
+    def test_fsdp2_reads_reshard_after_forward_as_bool(self):
+        self.refused("--fsdp.fsdp_version", 2, "--fsdp.reshard_after_forward", "FULL_SHARD",
+                     mentions=["fsdp_version 2", "true or false"])
+
+    def test_hybrid_group_that_does_not_divide_the_world(self):
+        self.refused("--fsdp.sharding_strategy", "HYBRID_SHARD", "--fsdp.hybrid_shard_group_size", 3,
+                     mentions=["hybrid_shard_group_size 3 does not divide the world size 2"], ranks=2)
+
+    def test_ram_efficient_loading_needs_synced_states(self):
+        self.refused("--fsdp.cpu_ram_efficient_loading", "true", mentions=["requires sync_module_states"])
+
+    def test_fp16_loss_scaling_is_refused_with_the_reason(self):
+        self.refused("--mixed-precision", "fp16", mentions=["fp16", "loss scaler"])
+
+    def test_wrap_name_that_matches_no_unit(self):
+        self.refused(*WRAP, "--fsdp.transformer_cls_names_to_wrap", "GPT2Block", mentions=["GPT2Block", "block.0"])
+
+    def test_conflicts_with_ddp(self):
+        self.refused("--plugin", "ddp", mentions=["ddp"])
+
+    def test_accepted_options_run(self):
+        run_host(*COMMON, *FSDP, "--steps", 1, "--batch-size", 8, "--fsdp.use_orig_params", "true",
+                 "--fsdp.param_init_fn", "to_empty", "--fsdp.state_dict_config", "FullStateDictConfig",
+                 "--fsdp.optim_state_dict_config", "FullOptimStateDictConfig", "--fsdp.buffer_dtype", "bf16",
+                 "--fsdp.auto_wrap_policy", "size_based_wrap", "--fsdp.min_num_params", 30000)
+
+
+if __name__ == "__main__":
+    unittest.main()
