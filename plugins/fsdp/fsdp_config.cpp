@@ -173,6 +173,10 @@ FsdpConfig read_config(const sdk::Services& s) {
 
   const AccelIdentity& id = s.identity();
   c.mesh = mesh_shape(c.strategy, id.world_size, id.local_world_size, s.option<int64_t>("hybrid_shard_group_size"));
+  if (!c.hybrid() && s.option_is_set("hybrid_shard_group_size") && id.rank == 0) {
+    s.warn() << "hybrid_shard_group_size applies to HYBRID_SHARD and HYBRID_SHARD_ZERO2 only; ignored with "
+             << to_string(c.strategy);
+  }
 
   const std::string backward = s.option<std::string>("backward_prefetch");
   c.backward_prefetch = backward == "BACKWARD_PRE"    ? BackwardPrefetch::backward_pre
@@ -185,7 +189,9 @@ FsdpConfig read_config(const sdk::Services& s) {
     const std::string text = s.option<std::string>(name);
     if (text.empty()) return fallback;
     const std::optional<DLDataType> dtype = parse_dtype(text);
-    if (!dtype) throw Error(ACCEL_ERROR_INVALID_ARGUMENT, std::string(name) + ": '" + text + "' is not fp32, bf16 or fp16");
+    if (!dtype) {
+      throw Error(ACCEL_ERROR_INVALID_ARGUMENT, std::string(name) + ": '" + text + "' is not fp32, bf16 or fp16");
+    }
     return *dtype;
   };
   c.param_dtype = dtype_option("param_dtype", DLDataType{kDLFloat, 32, 1});

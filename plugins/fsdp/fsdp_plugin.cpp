@@ -190,6 +190,7 @@ class Fsdp final : public sdk::Plugin {
     s.metric("gathers", static_cast<double>(c.gathers), ACCEL_METRIC_SUM);
     s.metric("prefetches", static_cast<double>(c.prefetches), ACCEL_METRIC_SUM);
     s.metric("max_gathered_groups", static_cast<double>(c.max_alive), ACCEL_METRIC_MAX);
+    s.metric("recompute_gathers", static_cast<double>(schedule_->take_recompute_gathers()), ACCEL_METRIC_SUM);
     s.metric("reduce_scatters", static_cast<double>(reducer_->take_reduce_scatters()), ACCEL_METRIC_SUM);
     s.metric("wrap_groups", static_cast<double>(plan_.groups.size()));
     s.metric("sharding_size", static_cast<double>(config_.mesh.sharding_size));

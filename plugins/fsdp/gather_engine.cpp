@@ -19,7 +19,8 @@ GatherEngine::GatherEngine(const HostOps& ops, const FsdpConfig& config, const W
       in_flight_(plan.groups.size()) {}
 
 int32_t GatherEngine::alive_count() const {
-  return static_cast<int32_t>(std::count_if(state_.begin(), state_.end(), [](State s) { return s != State::resharded; }));
+  const auto is_alive = [](State s) { return s != State::resharded; };
+  return static_cast<int32_t>(std::count_if(state_.begin(), state_.end(), is_alive));
 }
 
 void GatherEngine::note_alive() { counters_.max_alive = std::max(counters_.max_alive, alive_count()); }

@@ -56,6 +56,7 @@ void GradReducer::reduce_scatter(int32_t u, bool last_micro_batch) {
     copied_out = ops_.allocate(ACCEL_MEMORY_COMM, config_.reduce_dtype, shard_numel, config_.shard_place(), false,
                                "fsdp gradient chunk copied out");
     ops_.copy(addend, &copied_out.tensor());
+    ops_.synchronize();  // the host-side axpy below reads what the copy writes
     addend = &copied_out.tensor();
   }
   ops_.axpy(addend, &unit.grad.tensor(), 1.0);

@@ -98,6 +98,10 @@ void HostOps::copy(const DLTensor* src, const DLTensor* dst) const {
   s_.check(s_.table()->memory->copy(s_.host(), &args), "copy");
 }
 
+void HostOps::synchronize() const {
+  s_.check(s_.table()->memory->stream_synchronize(s_.host(), nullptr), "stream_synchronize");
+}
+
 // ------------------------------------------------------------------ kernels
 
 void HostOps::convert(const DLTensor* src, const DLTensor* dst) const {

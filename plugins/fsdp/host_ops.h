@@ -46,6 +46,9 @@ class HostOps {
   sdk::Buffer allocate(AccelMemoryCategory category, DLDataType dtype, int64_t numel, AccelMemoryPlace place,
                        bool zero, const char* label) const;
   void copy(const DLTensor* src, const DLTensor* dst) const;
+  // Blocks until the compute stream's work is done (before the CPU reads
+  // what a device-to-host copy wrote); returns at once on CPU ranks.
+  void synchronize() const;
 
   // ------------------------------------------------------------- kernels
   // dst = src, converting the dtype (cast) or not (copy) as needed; places

@@ -5,7 +5,6 @@
 #include <accel/sdk/error.hpp>
 #include <accel/sdk/tensor.hpp>
 
-
 namespace accel::fsdp {
 
 using sdk::Error;
@@ -160,7 +159,8 @@ void ShardedOptimizer::step(const AccelOptimizerStepArgs& args) {
     } else if (ReplicatedUnit* replicated = store_.replicated(u)) {
       const HostOps::Materialized storage = ops_.storage(u);
       if (storage.params == nullptr || storage.grads == nullptr) {
-        throw Error(ACCEL_ERROR_INTERNAL, "host-owned unit " + replicated->layout.name + " has no materialised storage");
+        throw Error(ACCEL_ERROR_INTERNAL,
+                    "host-owned unit " + replicated->layout.name + " has no materialised storage");
       }
       step_runs(replicated->layout.params, sdk::FlatRange{0, replicated->layout.numel}, *storage.params, *storage.grads,
                 replicated->exp_avg.tensor(), replicated->exp_avg_sq.tensor());

@@ -7,10 +7,11 @@ namespace accel::fsdp {
 void UnitSchedule::forward_pre(const AccelUnitHookArgs& args) {
   const int32_t g = group_of(args.unit);
   if (g < 0) return;
-  gathers_.ensure_gathered(g);
   const bool recompute = (args.flags & ACCEL_UNIT_HOOK_RECOMPUTE) != 0;
+  if (recompute && !gathers_.alive(g)) ++recompute_gathers_;
+  gathers_.ensure_gathered(g);
   if (config_.forward_prefetch && !recompute && args.unit == group(g).first_forward()) {
-    gathers_.prefetch(plan_.next_in_forward(g));
+    gathers_.prefetch(plan_.next_in_forward(args.unit));
   }
 }
 
@@ -28,13 +29,17 @@ void UnitSchedule::backward_pre(const AccelUnitHookArgs& args) {
   gathers_.ensure_gathered(g);
   if (args.unit != group(g).first_backward()) return;
   for (int32_t u : group(g).units) reducer_.materialize_grads(u);
-  if (config_.backward_prefetch == BackwardPrefetch::backward_pre) gathers_.prefetch(plan_.next_in_backward(g));
+  if (config_.backward_prefetch == BackwardPrefetch::backward_pre) {
+    gathers_.prefetch(plan_.next_in_backward(args.unit));
+  }
 }
 
 void UnitSchedule::backward_post(const AccelUnitHookArgs& args) {
   const int32_t g = group_of(args.unit);
   if (g < 0 || args.unit != group(g).last_backward()) return;
-  if (config_.backward_prefetch == BackwardPrefetch::backward_post) gathers_.prefetch(plan_.next_in_backward(g));
+  if (config_.backward_prefetch == BackwardPrefetch::backward_post) {
+    gathers_.prefetch(plan_.next_in_backward(args.unit));
+  }
   const bool last_micro_batch = (args.flags & ACCEL_UNIT_HOOK_LAST_MICRO_BATCH) != 0;
   for (int32_t u : group(g).units) reducer_.reduce_scatter(u, last_micro_batch);
   gathers_.release(g);

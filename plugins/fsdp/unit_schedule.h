@@ -39,6 +39,14 @@ class UnitSchedule {
   void backward_pre(const AccelUnitHookArgs& args);
   void backward_post(const AccelUnitHookArgs& args);
 
+  // Groups gathered again for an activation-checkpointing recompute since
+  // the last call.
+  int64_t take_recompute_gathers() {
+    const int64_t n = recompute_gathers_;
+    recompute_gathers_ = 0;
+    return n;
+  }
+
  private:
   // The unit's group, or -1 for a host-owned unit.
   int32_t group_of(int32_t unit) const { return plan_.group_of.at(static_cast<size_t>(unit)); }
@@ -49,6 +57,7 @@ class UnitSchedule {
   GatherEngine& gathers_;
   GradReducer& reducer_;
   int32_t num_units_;
+  int64_t recompute_gathers_ = 0;
 };
 
 }  // namespace accel::fsdp

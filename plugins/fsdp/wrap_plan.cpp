@@ -38,20 +38,20 @@ int32_t find_root(std::vector<int32_t>& parent, int32_t g) {
 
 }  // namespace
 
-int32_t WrapPlan::next_in_forward(int32_t group) const {
-  return group + 1 < static_cast<int32_t>(groups.size()) ? group + 1 : -1;
+int32_t WrapPlan::next_in_forward(int32_t unit) const {
+  const int32_t own = group_of.at(static_cast<size_t>(unit));
+  for (size_t v = static_cast<size_t>(unit) + 1; v < group_of.size(); ++v) {
+    if (group_of[v] >= 0 && group_of[v] != own) return group_of[v];
+  }
+  return -1;
 }
 
-int32_t WrapPlan::next_in_backward(int32_t group) const {
-  const int32_t last = groups.at(static_cast<size_t>(group)).first_backward();
-  int32_t best = -1;
-  for (size_t g = 0; g < groups.size(); ++g) {
-    const int32_t candidate = groups[g].first_backward();
-    if (candidate < last && (best < 0 || candidate > groups[static_cast<size_t>(best)].first_backward())) {
-      best = static_cast<int32_t>(g);
-    }
+int32_t WrapPlan::next_in_backward(int32_t unit) const {
+  const int32_t own = group_of.at(static_cast<size_t>(unit));
+  for (size_t v = static_cast<size_t>(unit); v-- > 0;) {
+    if (group_of[v] >= 0 && group_of[v] != own) return group_of[v];
   }
-  return best;
+  return -1;
 }
 
 std::vector<bool> select_ignored(const std::vector<UnitLayout>& units, const std::optional<std::regex>& ignored,

@@ -36,10 +36,11 @@ struct WrapPlan {
   std::vector<int32_t> group_of;  // per unit: its group, or -1 (host-owned)
 
   bool sharded(int32_t unit) const { return group_of.at(static_cast<size_t>(unit)) >= 0; }
-  // The group forward needs after `group` (-1: none).
-  int32_t next_in_forward(int32_t group) const;
-  // The group backward needs after `group` (-1: none).
-  int32_t next_in_backward(int32_t group) const;
+  // The next group forward needs after `unit`: that of the first sharded unit
+  // after it in another group (-1: none). What a forward prefetch gathers.
+  int32_t next_in_forward(int32_t unit) const;
+  // Likewise for backward, which runs the units in reverse.
+  int32_t next_in_backward(int32_t unit) const;
 };
 
 // Units whose name `ignored` fully matches (std::regex_match), widened to the

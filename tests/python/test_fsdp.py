@@ -42,6 +42,8 @@ class FsdpParity(TempDirMixin, unittest.TestCase):
         key = (batch, steps, tuple(map(str, extra)))
         if key not in self._references:
             path = self.path("reference.jsonl")
+            if os.path.exists(path):
+                os.remove(path)
             run_host(*COMMON, "--steps", steps, "--batch-size", batch, "--metrics-file", path, *extra)
             FsdpParity._references[key] = read_metrics(path)
         return self._references[key]
@@ -137,11 +139,32 @@ class FsdpGathers(TempDirMixin, unittest.TestCase):
         self.assertGreater(unlimited["fsdp.prefetches"], 0)
         limited = self.peak(*prefetch)
         self.assertEqual(limited["fsdp.max_gathered_groups"], 2)
+        self.assertGreater(limited["fsdp.prefetches"], 0)  # deferred to the previous block's release, not dropped
+        post = self.peak("--fsdp.backward_prefetch", "BACKWARD_POST", "--fsdp.limit_all_gathers", "false")
+        self.assertEqual(post["fsdp.prefetches"], 1)  # block.0 after block.1's backward; nothing after the root's
+        for row in (unlimited, limited, post):
+            self.assertEqual(row["fsdp.gathers"], 5)  # a prefetch replaces a gather, never adds one
 
     def test_activation_checkpointing_regathers_for_the_recompute(self):
         row = self.peak("--fsdp.activation_checkpointing", "true")
         self.assertEqual(row["fsdp.max_gathered_groups"], 2)
         self.assertEqual(row["fsdp.gathers"], 5)
+        self.assertEqual(row["fsdp.recompute_gathers"], 2)  # both blocks, released after forward
+        self.assertEqual(self.peak()["fsdp.recompute_gathers"], 0)
+        kept = self.peak("--fsdp.activation_checkpointing", "true", "--fsdp.sharding_strategy", "SHARD_GRAD_OP")
+        self.assertEqual(kept["fsdp.recompute_gathers"], 0)
+
+    def test_memory_matches_the_sharding_theory(self):
+        # gpt-tiny on 2 ranks: per rank a shard of every unit, 10240 + 2 x
+        # 24992 + 64 = 60288 fp32 elements; full parameters (and gradients)
+        # of at most [embedding head] (20608) and one block (49984) at once.
+        shard, alive = 4 * 60288, 4 * (20608 + 49984)
+        peak = self.peak()["memory_peak_bytes"]
+        self.assertEqual(peak["optimizer"], 2 * shard)
+        self.assertEqual(peak["params"], shard + alive)
+        self.assertEqual(peak["grads"], shard + alive)
+        kept = self.peak("--fsdp.sharding_strategy", "SHARD_GRAD_OP")["memory_peak_bytes"]
+        self.assertEqual(kept["params"], shard + 4 * 120576)  # every group kept from forward to backward
 
 
 @unittest.skipUnless(MPIRUN, "mpirun not found")
@@ -153,14 +176,15 @@ class FsdpCheckpoints(TempDirMixin, unittest.TestCase):
         straight, split = self.path("straight.jsonl"), self.path("split.jsonl")
         ckpt = self.path("ckpt")
         run_host(*COMMON, "--steps", 8, "--batch-size", 12, "--metrics-file", straight)
-        mpirun(save_n, *COMMON, "--steps", 4, "--lr-decay-steps", 8, "--batch-size", 12, "--save", ckpt,
-               "--metrics-file", split, *save_extra)
+        save_args = [*COMMON, "--steps", 4, "--lr-decay-steps", 8, "--batch-size", 12, "--save", ckpt,
+                     "--metrics-file", split, *save_extra]
         resume_args = [*COMMON, "--steps", 8, "--batch-size", 12, "--resume", ckpt, "--metrics-file", split,
                        *load_extra]
-        if load_n == 1:
-            run_host(*resume_args)
-        else:
-            mpirun(load_n, *resume_args)
+        for n, args in ((save_n, save_args), (load_n, resume_args)):
+            if n == 1:
+                run_host(*args)
+            else:
+                mpirun(n, *args)
         a, b = read_metrics(straight), read_metrics(split)
         self.assertEqual([r["step"] for r in b], list(range(1, 9)))
         for x, y in zip(a, b):
@@ -171,6 +195,25 @@ class FsdpCheckpoints(TempDirMixin, unittest.TestCase):
 
     def test_full_state_dict_on_three_resumes_in_one_process_without_fsdp(self):
         self.resume(3, [*FSDP, *WRAP], 1, [])
+
+    def test_merge_weights_of_a_sharded_checkpoint(self):
+        # merge_fsdp_weights: the shards' rectangles (padded over 3 ranks)
+        # assemble into the weights a single process trains.
+        from safetensors.numpy import load_file
+        args = [*COMMON, "--steps", 3, "--batch-size", 12]
+        run_host(*args, "--save", self.path("plain"))
+        mpirun(3, *args, *FSDP, *WRAP, "--fsdp.state_dict_type", "SHARDED_STATE_DICT", "--save", self.path("sharded"))
+        for name in ("plain", "sharded"):
+            run_host("merge-weights", self.path(name), self.path(name + "_merged"))
+        plain = load_file(os.path.join(self.path("plain_merged"), "model.safetensors"))
+        sharded = load_file(os.path.join(self.path("sharded_merged"), "model.safetensors"))
+        self.assertEqual(sorted(plain), sorted(sharded))
+        for name, tensor in plain.items():
+            self.assertEqual(tensor.shape, sharded[name].shape, name)
+            self.assertLess(abs(tensor - sharded[name]).max(), 1e-5, name)
+
+    def test_plain_run_resumes_sharded_on_two(self):
+        self.resume(1, [], 2, [*FSDP, *WRAP, "--fsdp.sharding_strategy", "SHARD_GRAD_OP"])
 
     def test_hybrid_with_ignored_unit_resumes_as_full_shard(self):
         self.resume(4, [*FSDP, *WRAP, "--fsdp.sharding_strategy", "HYBRID_SHARD", "--fsdp.hybrid_shard_group_size",
@@ -196,7 +239,8 @@ class FsdpOptions(unittest.TestCase):
                      mentions=["--fsdp.sharding_strategy", "SHARD_EVERYTHING", "FULL_SHARD"])
 
     def test_ignored_modules_that_do_not_compile(self):
-        self.refused("--fsdp.ignored_modules", "block.(", mentions=["ignored_modules", "not a valid regular expression"])
+        self.refused("--fsdp.ignored_modules", "block.(",
+                     mentions=["ignored_modules", "not a valid regular expression"])
 
     def test_contradicting_strategy_and_reshard_after_forward(self):
         self.refused("--fsdp.sharding_strategy", "SHARD_GRAD_OP", "--fsdp.reshard_after_forward", "true",

@@ -70,7 +70,8 @@ void expect_exact_tiling(const std::vector<int64_t>& shape, int64_t begin, int64
 }
 
 TEST(FlatSlices, EveryRangeOfSeveralShapesTilesExactly) {
-  const std::vector<std::vector<int64_t>> shapes = {{7}, {3, 5}, {4, 1}, {1, 6}, {2, 3, 4}, {3, 1, 2, 3}, {2, 2, 2, 2, 2}};
+  const std::vector<std::vector<int64_t>> shapes = {{7},       {3, 5},       {4, 1},         {1, 6},
+                                                    {2, 3, 4}, {3, 1, 2, 3}, {2, 2, 2, 2, 2}};
   for (const auto& shape : shapes) {
     int64_t total = 1;
     for (int64_t e : shape) total *= e;

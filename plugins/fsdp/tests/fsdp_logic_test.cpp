@@ -145,14 +145,16 @@ TEST(WrapPlan, TransformerBasedWrapsEachBlockAndKeepsTiedUnitsTogether) {
   const WrapPlan plan = plan_wrap_groups(units, std::vector<bool>(4, true), WrapPolicy::transformer_based, {}, 0);
   EXPECT_EQ(groups_of(plan), (Groups{{0, 3}, {1}, {2}}));
   EXPECT_EQ(plan.group_of, (std::vector<int32_t>{0, 1, 2, 0}));
-  // Forward: root (embedding .. head), block.0, block.1; backward: root (from
-  // the head), block.1, block.0.
+  // Forward: root (embedding .. head), block.0, block.1, root again;
+  // backward: root (from the head), block.1, block.0, root again.
   EXPECT_EQ(plan.next_in_forward(0), 1);
   EXPECT_EQ(plan.next_in_forward(1), 2);
-  EXPECT_EQ(plan.next_in_forward(2), -1);
-  EXPECT_EQ(plan.next_in_backward(0), 2);
+  EXPECT_EQ(plan.next_in_forward(2), 0);
+  EXPECT_EQ(plan.next_in_forward(3), -1);
+  EXPECT_EQ(plan.next_in_backward(3), 2);
   EXPECT_EQ(plan.next_in_backward(2), 1);
-  EXPECT_EQ(plan.next_in_backward(1), -1);
+  EXPECT_EQ(plan.next_in_backward(1), 0);
+  EXPECT_EQ(plan.next_in_backward(0), -1);  // the root's last backward: nothing after it
   EXPECT_EQ(plan.groups[0].first_backward(), 3);
   EXPECT_EQ(plan.groups[0].last_backward(), 0);
 }
@@ -160,8 +162,11 @@ TEST(WrapPlan, TransformerBasedWrapsEachBlockAndKeepsTiedUnitsTogether) {
 TEST(WrapPlan, TransformerNamesAreKindsOrNamePrefixes) {
   const std::vector<UnitLayout> units = tiny_model();
   const std::vector<bool> all(4, true);
-  EXPECT_EQ(groups_of(plan_wrap_groups(units, all, WrapPolicy::transformer_based, {"block.1"}, 0)),
-            (Groups{{0, 1, 3}, {2}}));
+  const WrapPlan split = plan_wrap_groups(units, all, WrapPolicy::transformer_based, {"block.1"}, 0);
+  EXPECT_EQ(groups_of(split), (Groups{{0, 1, 3}, {2}}));
+  EXPECT_EQ(split.next_in_forward(0), 1);   // skips block.0, in the first group
+  EXPECT_EQ(split.next_in_backward(3), 1);
+  EXPECT_EQ(split.next_in_backward(1), -1);
   // Wrapping the embedding alone still merges it with the head that reads it.
   EXPECT_EQ(groups_of(plan_wrap_groups(units, all, WrapPolicy::transformer_based, {"embedding", "block"}, 0)),
             (Groups{{0, 3}, {1}, {2}}));
@@ -182,7 +187,7 @@ TEST(WrapPlan, NoWrapIsOneGroup) {
   const WrapPlan plan = plan_wrap_groups(tiny_model(), std::vector<bool>(4, true), WrapPolicy::no_wrap, {}, 0);
   EXPECT_EQ(groups_of(plan), (Groups{{0, 1, 2, 3}}));
   EXPECT_EQ(plan.next_in_forward(0), -1);
-  EXPECT_EQ(plan.next_in_backward(0), -1);
+  EXPECT_EQ(plan.next_in_backward(3), -1);
 }
 
 TEST(WrapPlan, IgnoredUnitsAreInNoGroup) {
@@ -194,7 +199,8 @@ TEST(WrapPlan, IgnoredUnitsAreInNoGroup) {
   const WrapPlan plan = plan_wrap_groups(units, sharded, WrapPolicy::transformer_based, {}, 0);
   EXPECT_EQ(groups_of(plan), (Groups{{0, 4}, {3}}));
   EXPECT_FALSE(plan.sharded(1));
-  EXPECT_EQ(plan.next_in_backward(0), 1);
+  EXPECT_EQ(plan.next_in_backward(4), 1);  // host-owned block.0, block.1 skipped
+  EXPECT_EQ(plan.next_in_forward(0), 1);
 }
 
 TEST(WrapPlan, IgnoringOneOfTiedUnitsIgnoresBoth) {
