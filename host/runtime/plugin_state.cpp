@@ -132,7 +132,7 @@ std::optional<std::pair<size_t, size_t>> find_overlapping_boxes(const std::vecto
     if (box_volume(boxes[i].extent) > 0) order.push_back(i);
   }
   if (order.size() < 2) return std::nullopt;
-  const auto ordered = [](size_t a, size_t b) { return std::minmax(a, b); };
+  const auto ordered = [](size_t a, size_t b) { return std::pair<size_t, size_t>{std::min(a, b), std::max(a, b)}; };
   // A scalar has one element: two non-empty boxes of it always overlap.
   if (boxes[order[0]].offset.empty()) return ordered(order[0], order[1]);
   std::sort(order.begin(), order.end(),

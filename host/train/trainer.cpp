@@ -28,9 +28,6 @@
 namespace accel::train {
 namespace {
 
-// The plugins' tensors and strings (runtime/plugin_state.h), beside the model's.
-constexpr const char* kPluginStateFile = "plugin_state.safetensors";
-
 // --device: auto trains on this rank's GPU (cuda:<local rank>) when CUDA is
 // available, else on the CPU; cuda insists, and fails clearly without one.
 at::Device resolve_device(const std::string& choice, int local_rank) {

@@ -1,12 +1,20 @@
 // Trainer checkpoints: round trip, atomic layout, and clear errors for
-// damaged or mismatched checkpoints.
+// damaged or mismatched checkpoints; cross-strategy resume through the one
+// CheckpointReader (parameters saved only as a sharding plugin's slices
+// restore a plain run, and a plain checkpoint serves a sharding plugin);
+// units a plugin manages and optimizer state a plugin owns are neither
+// saved nor restored by the host; the commit-time tiling check.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
 
+#include "host/checkpoint/atomic_dir.h"
 #include "host/checkpoint/safetensors.h"
 #include "host/checkpoint/trainer_checkpoint.h"
+#include "host/runtime/checkpoint_reader.h"
+#include "host/runtime/plugin_state.h"
+#include "host/runtime/tensor_views.h"
 
 namespace fs = std::filesystem;
 using namespace accel;
@@ -95,6 +103,177 @@ TEST_F(Fixture, ModelMismatchIsRejectedBeforeAnythingChanges) {
   const std::string error = error_of([&] { checkpoint::load_trainer_checkpoint(dir, other, other_opt); });
   EXPECT_NE(error.find("n_layer=2"), std::string::npos) << error;
   EXPECT_TRUE(at::equal(before, other.units()[1].flat_params()));
+}
+
+// What a sharding plugin puts for a parameter on `rank` of `ranks`: its
+// rows split evenly (dimension 0), as whole rows.
+void put_row_shard(runtime::PluginStateWriter& w, AccelCheckpointSpace space, const std::string& name,
+                   const at::Tensor& whole, int rank, int ranks) {
+  const int64_t rows = whole.dim() == 0 ? 1 : whole.size(0);
+  const int64_t per = (rows + ranks - 1) / ranks;
+  const int64_t begin = std::min<int64_t>(rows, per * rank);
+  const int64_t count = std::min<int64_t>(rows, begin + per) - begin;
+  if (count == 0) return;
+  std::vector<int64_t> offset(static_cast<size_t>(whole.dim()), 0);
+  if (!offset.empty()) offset[0] = begin;
+  const at::Tensor part = whole.dim() == 0 ? whole : whole.narrow(0, begin, count).contiguous();
+  runtime::TensorView view(part);
+  w.put("fsdp", space, name, std::vector<int64_t>(whole.sizes().begin(), whole.sizes().end()), offset, view.get());
+}
+
+TEST_F(Fixture, ParametersSavedOnlyAsShardsResumeAPlainRun) {
+  model::GptModel a(model::GptConfig{});
+  a.initialise(1);
+  train::FlatAdamW opt_a(a.units());
+  opt_a.exp_avg()[1].normal_();
+  opt_a.exp_avg_sq()[2].uniform_();
+  // The sharding run: the host keeps no unit, two ranks each put their rows
+  // of every parameter and moment into their own plugin-state file.
+  model::GptModel sharded(model::GptConfig{}, at::kCPU, /*allocate=*/false);
+  train::FlatAdamW none;
+  const fs::path dir = root / "step_5";
+  fs::create_directories(dir);
+  checkpoint::TrainerState state = state_for(a, 5);
+  state.world_size = 2;
+  const auto files = checkpoint::write_host_files(dir, sharded, none, state, /*host_optimizer=*/false);
+  EXPECT_EQ(files, std::vector<std::string>{"trainer_state.json"});
+  for (int rank = 0; rank < 2; ++rank) {
+    runtime::PluginStateWriter w;
+    for (size_t u = 0; u < a.units().size(); ++u) {
+      for (const model::Param& p : a.units()[u].params()) {
+        const auto view_of = [&](const at::Tensor& flat) {
+          return flat.narrow(0, p.offset, p.spec.numel()).view(p.spec.shape);
+        };
+        put_row_shard(w, ACCEL_CHECKPOINT_MODEL, p.spec.name, view_of(a.units()[u].flat_params()), rank, 2);
+        put_row_shard(w, ACCEL_CHECKPOINT_OPTIMIZER, "exp_avg/" + p.spec.name, view_of(opt_a.exp_avg()[u]), rank, 2);
+        put_row_shard(w, ACCEL_CHECKPOINT_OPTIMIZER, "exp_avg_sq/" + p.spec.name, view_of(opt_a.exp_avg_sq()[u]),
+                      rank, 2);
+      }
+    }
+    w.write(dir / runtime::plugin_state_file_name(rank));
+  }
+
+  model::GptModel b(model::GptConfig{});
+  b.initialise(2);
+  train::FlatAdamW opt_b(b.units());
+  const checkpoint::TrainerState s = checkpoint::load_trainer_checkpoint(dir, b, opt_b);
+  EXPECT_EQ(s.world_size, 2);
+  EXPECT_EQ(opt_b.step_count(), 4);
+  for (size_t u = 0; u < a.units().size(); ++u) {
+    EXPECT_TRUE(at::equal(a.units()[u].flat_params(), b.units()[u].flat_params())) << u;
+    EXPECT_TRUE(at::equal(opt_a.exp_avg()[u], opt_b.exp_avg()[u])) << u;
+    EXPECT_TRUE(at::equal(opt_a.exp_avg_sq()[u], opt_b.exp_avg_sq()[u])) << u;
+  }
+}
+
+TEST_F(Fixture, APlainCheckpointServesAShardingPluginsRows) {
+  model::GptModel a(model::GptConfig{});
+  a.initialise(1);
+  train::FlatAdamW opt(a.units());
+  opt.exp_avg()[1].fill_(0.5);
+  const fs::path dir = checkpoint::save_trainer_checkpoint(root, a, opt, state_for(a, 3));
+  const runtime::CheckpointReader reader = runtime::CheckpointReader::open_directory(dir);
+  const model::Param& p = a.units()[1].params().front();
+  const at::Tensor whole = a.units()[1].flat_params().narrow(0, p.offset, p.spec.numel()).view(p.spec.shape);
+  std::vector<int64_t> offset(p.spec.shape.size(), 0);
+  offset[0] = 1;
+  std::vector<int64_t> rows = p.spec.shape;
+  rows[0] = 2;
+  at::Tensor shard = at::zeros(rows);
+  reader.read("", ACCEL_CHECKPOINT_MODEL, p.spec.name, p.spec.shape, offset, shard);
+  EXPECT_TRUE(at::equal(shard, whole.narrow(0, 1, 2)));
+  reader.read("", ACCEL_CHECKPOINT_OPTIMIZER, "exp_avg/" + p.spec.name, p.spec.shape, offset, shard);
+  EXPECT_TRUE(at::equal(shard, at::full(rows, 0.5)));
+}
+
+TEST_F(Fixture, UnitsAPluginManagesAreNeitherSavedNorRestored) {
+  model::GptModel a(model::GptConfig{});
+  a.initialise(1);
+  a.units()[1].release_params();
+  train::FlatAdamW opt(a.units());
+  const fs::path dir = checkpoint::save_trainer_checkpoint(root, a, opt, state_for(a, 2));
+  const checkpoint::SafetensorsFile weights = checkpoint::SafetensorsFile::open(dir / "model.safetensors");
+  for (const model::Param& p : a.units()[1].params()) EXPECT_EQ(weights.find(p.spec.name), nullptr) << p.spec.name;
+  EXPECT_NE(weights.find(a.units()[0].params().front().spec.name), nullptr);
+
+  // A run whose plugin manages the same unit resumes; a plain run, which
+  // needs unit 1's parameters from somewhere, is told which one is missing.
+  model::GptModel b(model::GptConfig{});
+  b.units()[1].release_params();
+  train::FlatAdamW opt_b(b.units());
+  checkpoint::load_trainer_checkpoint(dir, b, opt_b);
+  EXPECT_TRUE(at::equal(a.units()[2].flat_params(), b.units()[2].flat_params()));
+  model::GptModel plain(model::GptConfig{});
+  train::FlatAdamW opt_plain(plain.units());
+  const std::string error = error_of([&] { checkpoint::load_trainer_checkpoint(dir, plain, opt_plain); });
+  EXPECT_NE(error.find("no tensor '" + a.units()[1].params().front().spec.name + "'"), std::string::npos) << error;
+}
+
+TEST_F(Fixture, OptimizerStateIsTheHostsOnlyWhenItRanTheStep) {
+  model::GptModel a(model::GptConfig{});
+  a.initialise(1);
+  train::FlatAdamW opt(a.units());
+  const fs::path dir = checkpoint::save_checkpoint_from_all_ranks(root, checkpoint::RankGroup{}, a, opt,
+                                                                  state_for(a, 4), /*host_optimizer=*/false);
+  EXPECT_TRUE(fs::exists(dir / "model.safetensors"));
+  EXPECT_FALSE(fs::exists(dir / "optimizer.safetensors"));
+
+  model::GptModel b(model::GptConfig{});
+  b.initialise(2);
+  train::FlatAdamW opt_b(b.units());
+  const at::Tensor before = b.units()[0].flat_params().clone();
+  // A run whose host steps AdamW needs the moments: refused, nothing changed.
+  const std::string error = error_of([&] { checkpoint::load_trainer_checkpoint(dir, b, opt_b, true); });
+  EXPECT_NE(error.find("optimizer state: no tensor 'exp_avg/"), std::string::npos) << error;
+  EXPECT_TRUE(at::equal(before, b.units()[0].flat_params()));
+  // One whose plugin steps it restores the parameters and the step count.
+  checkpoint::load_trainer_checkpoint(dir, b, opt_b, false);
+  EXPECT_TRUE(at::equal(a.units()[0].flat_params(), b.units()[0].flat_params()));
+  EXPECT_EQ(opt_b.step_count(), 3);
+}
+
+TEST_F(Fixture, WorldSizeIsRecordedAndDefaultsToOne) {
+  model::GptModel m(model::GptConfig{});
+  train::FlatAdamW opt(m.units());
+  checkpoint::TrainerState state = state_for(m, 1);
+  state.world_size = 4;
+  const fs::path dir = checkpoint::save_trainer_checkpoint(root, m, opt, state);
+  EXPECT_EQ(checkpoint::read_trainer_state(dir).world_size, 4);
+  // A trainer_state.json from before the field.
+  std::ifstream in(dir / "trainer_state.json");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t at = text.find(",\n  \"world_size\"");
+  ASSERT_NE(at, std::string::npos) << text;
+  text.erase(at, text.find('\n', at + 2) - at);
+  std::ofstream(dir / "trainer_state.json") << text;
+  EXPECT_EQ(checkpoint::read_trainer_state(dir).world_size, 1);
+}
+
+TEST_F(Fixture, SlicesThatDoNotTileATensorFailTheSave) {
+  model::GptModel m(model::GptConfig{});
+  m.initialise(1);
+  train::FlatAdamW opt(m.units());
+  const model::Param& p = m.units()[0].params().front();
+  const at::Tensor value = m.units()[0].flat_params().narrow(0, p.offset, p.spec.numel()).view(p.spec.shape);
+  // A plugin that puts half of its state...
+  std::string error = error_of([&] {
+    checkpoint::save_checkpoint_from_all_ranks(root, checkpoint::RankGroup{}, m, opt, state_for(m, 1), true,
+                                               [&](runtime::PluginStateWriter& w) {
+                                                 put_row_shard(w, ACCEL_CHECKPOINT_PLUGIN, "master", value, 0, 2);
+                                               });
+  });
+  EXPECT_NE(error.find("'fsdp/master': the slices saved by all ranks cover"), std::string::npos) << error;
+  // ...or a parameter the host saved too (both would be read back).
+  error = error_of([&] {
+    checkpoint::save_checkpoint_from_all_ranks(root, checkpoint::RankGroup{}, m, opt, state_for(m, 1), true,
+                                               [&](runtime::PluginStateWriter& w) {
+                                                 put_row_shard(w, ACCEL_CHECKPOINT_MODEL, p.spec.name, value, 0, 1);
+                                               });
+  });
+  EXPECT_NE(error.find("'@model/" + p.spec.name + "'"), std::string::npos) << error;
+  EXPECT_NE(error.find("overlaps"), std::string::npos) << error;
+  EXPECT_EQ(checkpoint::find_newest_complete(root), std::nullopt);
+  EXPECT_FALSE(fs::exists(root / "step_1.tmp"));
 }
 
 }  // namespace

@@ -190,6 +190,37 @@ class FsdpCheckpoints(TempDirMixin, unittest.TestCase):
         for x, y in zip(a, b):
             self.assertLess(abs(x["loss"] - y["loss"]) / x["loss"], 1e-5, (x, y))
 
+    def bit_exact_resume(self, n, extra):
+        # 6 steps straight vs 3 + resume 3 at the same world size: the same
+        # losses to the last bit, and the same final checkpoint, file by file.
+        args = [*COMMON, *FSDP, *WRAP, "--batch-size", 12, "--lr-decay-steps", 6, *extra]
+        straight, split = self.path("straight"), self.path("split")
+        mpirun(n, *args, "--steps", 6, "--save", straight, "--metrics-file", self.path("straight.jsonl"))
+        mpirun(n, *args, "--steps", 3, "--save", split, "--metrics-file", self.path("split.jsonl"))
+        mpirun(n, *args, "--steps", 6, "--save", split, "--resume", split, "--metrics-file", self.path("split.jsonl"))
+        a, b = read_metrics(self.path("straight.jsonl")), read_metrics(self.path("split.jsonl"))
+        self.assertEqual([r["loss"] for r in a], [r["loss"] for r in b])
+        final_a, final_b = os.path.join(straight, "step_6"), os.path.join(split, "step_6")
+        files = sorted(f for f in os.listdir(final_a) if f.endswith(".safetensors"))
+        self.assertEqual(files, sorted(f for f in os.listdir(final_b) if f.endswith(".safetensors")))
+        self.assertIn("plugin_state.safetensors", files)
+        for name in files:
+            with open(os.path.join(final_a, name), "rb") as x, open(os.path.join(final_b, name), "rb") as y:
+                self.assertTrue(x.read() == y.read(), f"{name} differs after resume")
+        return files
+
+    def test_full_state_dict_resume_is_bit_exact(self):
+        files = self.bit_exact_resume(2, ["--fsdp.state_dict_type", "FULL_STATE_DICT"])
+        self.assertNotIn("plugin_state.rank1.safetensors", files)  # rank 0 writes the whole model
+
+    def test_sharded_state_dict_resume_is_bit_exact(self):
+        files = self.bit_exact_resume(3, ["--fsdp.state_dict_type", "SHARDED_STATE_DICT"])
+        self.assertIn("plugin_state.rank2.safetensors", files)  # every rank writes its shard
+
+    def test_local_state_dict_resume_is_bit_exact(self):
+        self.bit_exact_resume(2, ["--fsdp.state_dict_type", "LOCAL_STATE_DICT", "--fsdp.sharding_strategy",
+                                  "SHARD_GRAD_OP"])
+
     def test_sharded_state_dict_on_four_resumes_on_two(self):
         self.resume(4, [*FSDP, *WRAP, "--fsdp.state_dict_type", "SHARDED_STATE_DICT"], 2, [*FSDP])
 
@@ -219,6 +250,36 @@ class FsdpCheckpoints(TempDirMixin, unittest.TestCase):
         self.resume(4, [*FSDP, *WRAP, "--fsdp.sharding_strategy", "HYBRID_SHARD", "--fsdp.hybrid_shard_group_size",
                         2, "--fsdp.ignored_modules", r"block\.1", "--fsdp.state_dict_type", "LOCAL_STATE_DICT"],
                     3, [*FSDP, *WRAP])
+
+
+@unittest.skipUnless(MPIRUN, "mpirun not found")
+class FsdpBadCheckpoints(TempDirMixin, unittest.TestCase):
+    """A checkpoint that cannot resume: every rank stops with one clear line."""
+
+    def saved(self):
+        ckpt = self.path("ckpt")
+        mpirun(2, *COMMON, *FSDP, *WRAP, "--steps", 2, "--batch-size", 8, "--save", ckpt,
+               "--fsdp.state_dict_type", "SHARDED_STATE_DICT")
+        return ckpt
+
+    def refused_on_every_rank(self, ckpt, *extra, mentions):
+        proc = mpirun(2, *COMMON, *FSDP, *WRAP, "--steps", 4, "--batch-size", 8, "--resume", ckpt, *extra,
+                      check=False, timeout=120)
+        self.assertNotEqual(proc.returncode, 0)
+        lines = error_lines(proc.stderr)
+        for rank in (0, 1):
+            mine = [line for line in lines if f"[rank {rank}]" in line]
+            self.assertTrue(mine, f"rank {rank} printed no error:\n{proc.stderr}")
+            for word in mentions:
+                self.assertIn(word, mine[0], proc.stderr)
+
+    def test_checkpoint_of_another_model_shape(self):
+        self.refused_on_every_rank(self.saved(), "--n-layer", 3, mentions=["n_layer=2", "n_layer=3"])
+
+    def test_missing_shard_file(self):
+        ckpt = self.saved()
+        os.remove(os.path.join(ckpt, "step_2", "plugin_state.rank1.safetensors"))
+        self.refused_on_every_rank(os.path.join(ckpt, "step_2"), mentions=["plugin_state.rank1.safetensors"])
 
 
 @unittest.skipUnless(MPIRUN, "mpirun not found")

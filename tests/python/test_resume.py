@@ -3,9 +3,15 @@ steps — same losses to the last bit and byte-identical final checkpoints."""
 import filecmp
 import os
 import shutil
+import subprocess
 import unittest
 
-from accel_testing import TempDirMixin, read_metrics, run_host
+from accel_testing import ACCEL_HOST, TempDirMixin, read_metrics, run_host
+
+MPIRUN = shutil.which("mpirun")
+MPI_ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_rmaps_base_oversubscribe="1")
+PLUGINS = os.environ.get("ACCEL_TEST_PLUGINS", os.path.join(os.path.dirname(__file__), "../../build/test_plugins"))
 
 # One intra-op thread: bit-exactness is a property of our code given
 # deterministic kernels, and with two threads LibTorch's fp16 CPU kernels gave
@@ -69,6 +75,45 @@ class BitExactResume(TempDirMixin, unittest.TestCase):
         proc = run_host(*COMMON, "--steps", 6, "--resume", root, "--log-level", "info")
         self.assertIn("resumed from", proc.stderr)
         self.assertIn("step_4", proc.stderr)
+
+
+@unittest.skipUnless(MPIRUN, "mpirun not found")
+class CheckpointsOfEveryRank(TempDirMixin, unittest.TestCase):
+    """Every rank writes its own files into one checkpoint; one rank failing
+    fails the save everywhere, with one line naming it, and publishes nothing."""
+
+    def run_ranks(self, root, rank1_extra=(), steps=2):
+        args = [*COMMON, "--steps", steps, "--save", root, "--log-level", "warn", "--plugin-path",
+                os.path.join(PLUGINS, "good"), "--plugin", "recorder"]
+        ranks = []
+        for rank, extra in ((0, ()), (1, rank1_extra)):
+            ranks += [":"] if ranks else []
+            ranks += ["-n", "1", ACCEL_HOST, *map(str, args), "--recorder.log_file", self.path(f"hooks{rank}.log"),
+                      *map(str, extra)]
+        return subprocess.run([MPIRUN, *ranks], capture_output=True, text=True, env=MPI_ENV, timeout=180)
+
+    def test_each_rank_writes_its_plugin_state_and_one_process_resumes(self):
+        root = self.path("ckpt")
+        proc = self.run_ranks(root)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        files = sorted(os.listdir(os.path.join(root, "step_2")))
+        self.assertEqual(files, ["manifest.json", "model.safetensors", "optimizer.safetensors",
+                                 "plugin_state.rank1.safetensors", "plugin_state.safetensors", "trainer_state.json"])
+        resumed = run_host(*COMMON, "--steps", 3, "--resume", root, "--log-level", "info", "--plugin-path",
+                           os.path.join(PLUGINS, "good"), "--plugin", "recorder", "--recorder.log_file",
+                           self.path("resumed.log"))
+        self.assertIn("resumed from", resumed.stderr)
+        with open(self.path("resumed.log")) as f:
+            load = [l for l in f.read().splitlines() if l.startswith("load_state")]
+        self.assertIn("steps_seen=2", load[0])  # rank 0's value
+
+    def test_a_rank_failing_to_save_fails_the_save_on_every_rank(self):
+        root = self.path("ckpt")
+        proc = self.run_ranks(root, rank1_extra=("--recorder.fail_in", "save_state"))
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertIn("not saved: rank 1: plugin recorder: save_state failed (ACCEL_ERROR_FAILED_PRECONDITION): "
+                      "recorder was told to fail here", proc.stderr)
+        self.assertFalse(os.path.exists(os.path.join(root, "step_2")))
 
 
 if __name__ == "__main__":
