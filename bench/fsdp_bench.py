@@ -11,8 +11,9 @@ Three tables, each printed as Markdown for docs/benchmarks.md:
   comm    gpt-small: collective bytes per step (metrics' comm_bytes: the full
           tensor each collective works on) against 3 x parameter bytes for
           FULL_SHARD and 2 x for SHARD_GRAD_OP.
-  speed   gpt-tiny: median step time of fsdp (no prefetch, forward+backward
-          prefetch) and ddp at the same world size.
+  speed   a 6-block, 256-wide GPT (5.6 M parameters): median step time of
+          ddp and fsdp (transformer_based_wrap; without and with forward +
+          backward prefetch; SHARD_GRAD_OP) at the same world size.
 
 Usage: .venv/bin/python bench/fsdp_bench.py [--build build] [--tables memory,comm,speed]
 Every run uses --threads 1 per rank and mpirun --oversubscribe, so timings on
@@ -34,8 +35,11 @@ MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
 # at once. The embedding group (wte, wpe and the tied head's ln_f) stays
 # gathered from the embedding's forward to the head's; one block is gathered
 # at a time, and a second one in flight under prefetch.
-GPT_SMALL_PARAMS = 124_439_808
-GPT_SMALL_EMBED_GROUP = 50257 * 768 + 1024 * 768 + 2 * 768
+# The runs use --seq-len 64 (wpe has 64 rows instead of 1024) to keep
+# activations small beside the state being measured.
+SEQ_LEN = 64
+GPT_SMALL_PARAMS = 124_439_808 - (1024 - SEQ_LEN) * 768
+GPT_SMALL_EMBED_GROUP = 50257 * 768 + SEQ_LEN * 768 + 2 * 768
 GPT_SMALL_BLOCK = 12 * 768 * 768 + 13 * 768
 
 
@@ -58,7 +62,7 @@ def padded_shard(numel, world):
 
 
 def memory_table(build, workdir):
-    small = ["--model", "gpt-small", "--seq-len", "64", "--batch-size", "4", "--steps", "2"]
+    small = ["--model", "gpt-small", "--seq-len", str(SEQ_LEN), "--batch-size", "4", "--steps", "2"]
     print("| world | params peak | grads peak | optimizer peak | sum | theory | sum / theory |")
     print("|---|---|---|---|---|---|---|")
     for world in (1, 2, 4):
@@ -78,7 +82,7 @@ def memory_table(build, workdir):
 
 
 def comm_table(build, workdir):
-    small = ["--model", "gpt-small", "--seq-len", "64", "--batch-size", "4", "--steps", "2",
+    small = ["--model", "gpt-small", "--seq-len", str(SEQ_LEN), "--batch-size", "4", "--steps", "2",
              "--fsdp.auto_wrap_policy", "transformer_based_wrap"]
     param_bytes = 4 * GPT_SMALL_PARAMS
     # FULL_SHARD gathers every group in forward and again in backward, and
@@ -100,13 +104,17 @@ def comm_table(build, workdir):
 
 
 def speed_table(build, workdir, repeats):
-    tiny = ["--model", "gpt-tiny", "--batch-size", "8", "--steps", "25"]
+    # A 6-block model of 5.6 M parameters: big enough that gathers and
+    # reduce-scatters show, small enough to start in a second.
+    model = ["--model", "gpt-tiny", "--n-layer", "6", "--n-embd", "256", "--n-head", "4", "--vocab-size", "4096",
+             "--seq-len", "128", "--batch-size", "8", "--steps", "25"]
+    fsdp = ["--plugin", "fsdp", "--fsdp.auto_wrap_policy", "transformer_based_wrap"]
     contenders = [
         ("ddp", ["--plugin", "ddp"]),
-        ("fsdp FULL_SHARD", ["--plugin", "fsdp"]),
-        ("fsdp FULL_SHARD + prefetch", ["--plugin", "fsdp", "--fsdp.forward_prefetch", "true",
-                                        "--fsdp.backward_prefetch", "BACKWARD_PRE"]),
-        ("fsdp SHARD_GRAD_OP", ["--plugin", "fsdp", "--fsdp.sharding_strategy", "SHARD_GRAD_OP"]),
+        ("fsdp FULL_SHARD", fsdp),
+        ("fsdp FULL_SHARD + prefetch", fsdp + ["--fsdp.forward_prefetch", "true",
+                                               "--fsdp.backward_prefetch", "BACKWARD_PRE"]),
+        ("fsdp SHARD_GRAD_OP", fsdp + ["--fsdp.sharding_strategy", "SHARD_GRAD_OP"]),
     ]
     print("| world | contender | median step (ms) |")
     print("|---|---|---|")
@@ -114,8 +122,8 @@ def speed_table(build, workdir, repeats):
         times = {name: [] for name, _ in contenders}
         for repeat in range(repeats):
             for name, extra in contenders[repeat % len(contenders):] + contenders[:repeat % len(contenders)]:
-                lines = run(build, world, tiny + extra, workdir, f"speed{world}")
-                tokens = 8 * 64
+                lines = run(build, world, model + extra, workdir, f"speed{world}")
+                tokens = 8 * 128
                 steps = [tokens / line["tokens_per_s"] * 1000 for line in lines[5:]]
                 times[name].append(statistics.median(steps))
         for name, _ in contenders:

@@ -73,7 +73,8 @@ at::Tensor LinearChain::apply(const at::Tensor& x, const at::Tensor& weight, con
                               int32_t param) {
   const bool needs_grad = at::GradMode::is_enabled() && (x.requires_grad() || weight.requires_grad());
   return ChainedLinear::apply(x, weight, bias, reinterpret_cast<int64_t>(this), static_cast<int64_t>(unit),
-                              static_cast<int64_t>(param), static_cast<int64_t>(needs_grad ? 0 : ACCEL_LINEAR_NO_GRAD));
+                              static_cast<int64_t>(param), static_cast<int64_t>((needs_grad ? 0u : ACCEL_LINEAR_NO_GRAD) |
+                                                          (recompute_ ? ACCEL_LINEAR_RECOMPUTE : 0u)));
 }
 
 at::Tensor LinearChain::forward(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, int32_t unit,

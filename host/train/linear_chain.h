@@ -34,6 +34,9 @@ class LinearChain {
   at::Tensor apply(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, int32_t unit,
                    int32_t param);
   void set_micro_batch(int32_t micro) { micro_ = micro; }
+  // While set, forward links see ACCEL_LINEAR_RECOMPUTE (an activation
+  // checkpointing rerun of the unit).
+  void set_recompute(bool recompute) { recompute_ = recompute; }
 
   // What one forward left for its backward: every link's slot.
   struct Saved {
@@ -69,6 +72,7 @@ class LinearChain {
   std::vector<AccelLinearNext> nexts_;
   Saved* current_ = nullptr;  // the call in progress (for link slots)
   int32_t micro_ = 0;
+  bool recompute_ = false;
 };
 
 }  // namespace accel::train

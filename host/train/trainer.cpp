@@ -153,6 +153,7 @@ double Trainer::forward_backward(const at::Tensor& batch, int64_t micro, double 
       hooks_->unit_forward_pre(args);
     }
     require_storage(u, /*backward=*/false);
+    if (linear_chain_) linear_chain_->set_recompute((hook_flags & ACCEL_UNIT_HOOK_RECOMPUTE) != 0);
     AutocastScope autocast(config_.mixed_precision, config_.autocast, model_.device().type());
     if (recomputes(u) && (hook_flags & ACCEL_UNIT_HOOK_RECOMPUTE) == 0) {
       at::NoGradGuard no_grad;
