@@ -2,6 +2,7 @@
 write token files. ACCEL_HOST names the binary (set by ctest)."""
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 
@@ -15,6 +16,23 @@ def run_host(*args, check=True, timeout=300):
     proc = subprocess.run([ACCEL_HOST, *map(str, args)], capture_output=True, text=True, timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(f"accel-host {' '.join(map(str, args))} failed ({proc.returncode}):\n{proc.stderr}")
+    return proc
+
+
+# mpirun, when installed, and the environment it needs here: Open MPI refuses
+# root without the two confirmations and more ranks than cores without
+# oversubscription.
+MPIRUN = shutil.which("mpirun")
+MPI_ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_rmaps_base_oversubscribe="1")
+
+
+def mpirun(n, *args, check=True, timeout=300):
+    """Runs `mpirun -n N accel-host args`; returns the CompletedProcess."""
+    proc = subprocess.run([MPIRUN, "-n", str(n), ACCEL_HOST, *map(str, args)], capture_output=True, text=True,
+                          env=MPI_ENV, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"mpirun -n {n} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc
 
 

@@ -3,25 +3,14 @@ of one process with batch B (fp32 within 1e-5 relative per step), the
 communicated bytes equal the all-reduce theory, weights start from rank 0,
 and every DistributedDataParallelKwargs option works or is refused clearly."""
 import os
-import shutil
 import subprocess
 import unittest
 
-from accel_testing import ACCEL_HOST, TempDirMixin, read_metrics, run_host
+from accel_testing import ACCEL_HOST, MPI_ENV, MPIRUN, TempDirMixin, mpirun, read_metrics, run_host
 
-MPIRUN = shutil.which("mpirun")
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-           OMPI_MCA_rmaps_base_oversubscribe="1")
 PARAMS_TINY = 120576
 COMMON = ["--model", "gpt-tiny", "--lr", 3e-3, "--warmup-steps", 2, "--log-level", "warn", "--threads", 1]
 
-
-def mpirun(n, *args, check=True, timeout=300):
-    proc = subprocess.run([MPIRUN, "-n", str(n), ACCEL_HOST, *map(str, args)], capture_output=True, text=True,
-                          env=ENV, timeout=timeout)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"mpirun -n {n} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
-    return proc
 
 
 @unittest.skipUnless(MPIRUN, "mpirun not found")
@@ -63,7 +52,7 @@ class DdpParity(TempDirMixin, unittest.TestCase):
         metrics = self.path("mpmd.jsonl")
         args = [*map(str, COMMON), "--steps", "2", "--batch-size", "8", "--metrics-file", metrics]
         proc = subprocess.run([MPIRUN, "-n", "1", ACCEL_HOST, *args, "--seed", "1", ":", "-n", "1", ACCEL_HOST, *args,
-                               "--seed", "2"], capture_output=True, text=True, env=ENV, timeout=120)
+                               "--seed", "2"], capture_output=True, text=True, env=MPI_ENV, timeout=120)
         self.assertEqual(proc.returncode, 0, proc.stderr)
         self.assertEqual(read_metrics(metrics)[0]["ddp.param_checksum_spread"], 0.0)
 
@@ -133,7 +122,7 @@ class Failures(unittest.TestCase):
         import time
         start = time.monotonic()
         proc = subprocess.run([MPIRUN, "-n", "1", ACCEL_HOST, *map(str, first), ":", "-n", "1", *map(str, second)],
-                              capture_output=True, text=True, env=ENV, timeout=limit + 60)
+                              capture_output=True, text=True, env=MPI_ENV, timeout=limit + 60)
         return proc, time.monotonic() - start
 
     def test_a_rank_that_skips_a_collective_times_out_everywhere(self):

@@ -6,26 +6,14 @@ sizes that pad the shards; the gather/release behaviour shows in its metrics;
 checkpoints reshard across world sizes and strategies; bad options fail with
 one clear line."""
 import os
-import shutil
-import subprocess
 import unittest
 
-from accel_testing import ACCEL_HOST, TempDirMixin, read_metrics, run_host
+from accel_testing import MPIRUN, TempDirMixin, mpirun, read_metrics, run_host
 
-MPIRUN = shutil.which("mpirun")
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-           OMPI_MCA_rmaps_base_oversubscribe="1")
 COMMON = ["--model", "gpt-tiny", "--lr", 3e-3, "--warmup-steps", 2, "--log-level", "warn", "--threads", 1]
 FSDP = ["--plugin", "fsdp"]
 WRAP = ["--fsdp.auto_wrap_policy", "transformer_based_wrap"]
 
-
-def mpirun(n, *args, check=True, timeout=300):
-    proc = subprocess.run([MPIRUN, "-n", str(n), ACCEL_HOST, *map(str, args)], capture_output=True, text=True,
-                          env=ENV, timeout=timeout)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"mpirun -n {n} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
-    return proc
 
 
 def error_lines(stderr):

@@ -7,19 +7,14 @@ checkpoint only after writing; a damaged checkpoint or bad arguments give one
 clear line and a non-zero exit, and write nothing."""
 import json
 import os
-import shutil
 import struct
-import subprocess
 import unittest
 
 import torch
 from safetensors.torch import load_file
 
-from accel_testing import ACCEL_HOST, TempDirMixin, run_host
+from accel_testing import MPIRUN, TempDirMixin, mpirun, run_host
 
-MPIRUN = shutil.which("mpirun")
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-           OMPI_MCA_rmaps_base_oversubscribe="1")
 PLUGINS = os.environ.get("ACCEL_TEST_PLUGINS", os.path.join(os.path.dirname(__file__), "../../build/test_plugins"))
 RUN = ["--model", "gpt-tiny", "--batch-size", 4, "--log-level", "warn", "--threads", 1]
 
@@ -128,9 +123,7 @@ class MergeWeights(TempDirMixin, unittest.TestCase):
         root = self.path("ckpt")
         args = [*RUN, "--steps", 2, "--save", root, "--plugin-path", os.path.join(PLUGINS, "good"), "--plugin",
                 "recorder", "--recorder.log_file", self.path("hooks.log")]
-        proc = subprocess.run([MPIRUN, "-n", "2", ACCEL_HOST, *map(str, args)], capture_output=True, text=True, env=ENV,
-                              timeout=120)
-        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        mpirun(2, *args, timeout=120)
         step = os.path.join(root, "step_2")
         # Each rank wrote its own plugin-state file into the one checkpoint.
         self.assertIn("plugin_state.safetensors", os.listdir(step))

@@ -6,11 +6,8 @@ import shutil
 import subprocess
 import unittest
 
-from accel_testing import ACCEL_HOST, TempDirMixin, read_metrics, run_host
+from accel_testing import ACCEL_HOST, MPI_ENV, MPIRUN, TempDirMixin, read_metrics, run_host
 
-MPIRUN = shutil.which("mpirun")
-MPI_ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               OMPI_MCA_rmaps_base_oversubscribe="1")
 PLUGINS = os.environ.get("ACCEL_TEST_PLUGINS", os.path.join(os.path.dirname(__file__), "../../build/test_plugins"))
 
 # One intra-op thread: bit-exactness is a property of our code given
