@@ -51,6 +51,7 @@ class HookDispatcher {
   // Whether a plugin took over the optimizer step (known after create_all):
   // the host then keeps no optimizer state.
   bool owns_optimizer_step() const { return optimizer_owner_ != nullptr; }
+  bool owns_clip_gradients() const { return clip_owner_ != nullptr; }
 
   // ---- the linear chain: the plugins that join it, outermost first
   const std::vector<LoadedPlugin*>& linear_links() const { return linear_links_; }

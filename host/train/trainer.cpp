@@ -5,6 +5,7 @@
 #include <torch/cuda.h>
 
 #include <chrono>
+#include <cmath>
 #include <limits>
 #include <optional>
 #include <filesystem>
@@ -221,17 +222,22 @@ double Trainer::forward_backward(const at::Tensor& batch, int64_t micro, double 
   return loss.item<double>();
 }
 
+double Trainer::plugin_clip(double max_norm) {
+  at::Tensor total_norm = at::zeros({}, at::kFloat);
+  runtime::TensorView norm_view(total_norm);
+  AccelClipArgs args{};
+  args.struct_size = sizeof(args);
+  args.max_norm = max_norm;
+  args.norm_type = 2.0;
+  args.total_norm = norm_view.get();
+  if (!hooks_->clip_gradients(args)) return std::numeric_limits<double>::quiet_NaN();
+  return total_norm.item<double>();
+}
+
 double Trainer::clip_or_measure(std::vector<at::Tensor>& grads) {
   const double max_norm = config_.optimizer.grad_clip;
-  if (hooks_) {
-    at::Tensor total_norm = at::zeros({}, at::kFloat);
-    runtime::TensorView norm_view(total_norm);
-    AccelClipArgs args{};
-    args.struct_size = sizeof(args);
-    args.max_norm = max_norm > 0 ? max_norm : std::numeric_limits<double>::infinity();
-    args.norm_type = 2.0;
-    args.total_norm = norm_view.get();
-    if (hooks_->clip_gradients(args)) return total_norm.item<double>();
+  if (hooks_ && hooks_->owns_clip_gradients()) {
+    return plugin_clip(max_norm > 0 ? max_norm : std::numeric_limits<double>::infinity());
   }
   return max_norm > 0 ? clip_grad_norm(grads, max_norm) : global_grad_norm(grads);
 }
@@ -284,9 +290,26 @@ StepOutcome Trainer::train_step(int64_t step) {
   at::NoGradGuard no_grad;
   if (hooks_) hooks_->gradients_finalize(step_args);
   std::vector<at::Tensor> grads = flat_grads_of(model_);
-  outcome.skipped = loss_scaler_.unscale_and_check(grads);
+  float grad_scale = 1.0f;  // the optimizer multiplies the gradients by it
+  if (loss_scaler_.active() && hooks_ && hooks_->owns_clip_gradients() && hooks_->owns_optimizer_step()) {
+    // A plugin that takes over clipping and the optimizer holds every
+    // gradient (a sharding strategy's shards), still multiplied by the loss
+    // scale S. Its norm tells overflow; clipping then runs in scaled space
+    // (max_norm * S gives the same coefficient) and AdamW unscales (1/S).
+    const double scale = loss_scaler_.scale();
+    const double max_norm = config_.optimizer.grad_clip;
+    const double scaled_norm = plugin_clip(std::numeric_limits<double>::infinity());
+    outcome.skipped = !std::isfinite(scaled_norm);
+    if (!outcome.skipped) {
+      outcome.grad_norm = scaled_norm / scale;
+      if (max_norm > 0) plugin_clip(max_norm * scale);
+      grad_scale = static_cast<float>(1.0 / scale);
+    }
+  } else {
+    outcome.skipped = loss_scaler_.unscale_and_check(grads);
+    if (!outcome.skipped) outcome.grad_norm = clip_or_measure(grads);
+  }
   if (!outcome.skipped) {
-    outcome.grad_norm = clip_or_measure(grads);
     bool stepped_by_plugin = false;
     if (hooks_) {
       AccelOptimizerStepArgs args{};
@@ -299,6 +322,8 @@ StepOutcome Trainer::train_step(int64_t step) {
       args.beta2 = config_.optimizer.beta2;
       args.eps = config_.optimizer.eps;
       args.weight_decay = config_.optimizer.weight_decay;
+      const runtime::TensorView scale_view(at::full({}, grad_scale, at::kFloat));
+      if (grad_scale != 1.0f) args.grad_scale = scale_view.get();
       stepped_by_plugin = hooks_->optimizer_step(args);
       if (stepped_by_plugin) optimizer_.set_step_count(optimizer_.step_count() + 1);
     }

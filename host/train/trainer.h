@@ -72,6 +72,9 @@ class Trainer {
   // at unit boundaries); returns the unscaled loss.
   double forward_backward(const at::Tensor& batch, int64_t micro, double loss_multiplier, bool last_micro);
   double clip_or_measure(std::vector<at::Tensor>& grads);
+  // The clip_gradients take-over with `max_norm` (+inf: measure only);
+  // returns the global norm it wrote.
+  double plugin_clip(double max_norm);
   // Throws naming the unit when storage unit `u` computes with is not
   // materialised (a managing plugin forgot it).
   void require_storage(size_t u, bool backward) const;

@@ -146,14 +146,9 @@ std::vector<std::string> split_list(std::string_view text) {
 
 FsdpConfig read_config(const sdk::Services& s) {
   // The host's own settings first: what fsdp cannot serve is refused before
-  // anything else is looked at.
-  const std::string precision = s.option<std::string>("train.mixed_precision");
-  if (precision == "fp16") {
-    throw Error(ACCEL_ERROR_UNSUPPORTED,
-                "--mixed-precision fp16 is not supported with fsdp: the host's fp16 loss scaler unscales only the "
-                "gradients it holds and never reaches fsdp's sharded gradient shards; use bf16 (or "
-                "--fsdp.param_dtype fp16 without loss scaling)");
-  }
+  // anything else is looked at. (--mixed-precision fp16 is served: the host
+  // reads overflow from clip_gradients' norm of the still-scaled shards and
+  // passes 1/scale to optimizer_step as grad_scale.)
   const std::string optimizer = s.option<std::string>("train.optimizer");
   if (optimizer != "adamw") {
     throw Error(ACCEL_ERROR_UNSUPPORTED, "train.optimizer " + optimizer + ": fsdp's sharded optimizer is AdamW only");

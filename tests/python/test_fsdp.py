@@ -94,6 +94,27 @@ class FsdpParity(TempDirMixin, unittest.TestCase):
         for x, y in zip(self.reference(12, 5), read_metrics(path)):
             self.assertLess(abs(x["loss"] - y["loss"]) / x["loss"], 1e-5, (x, y))
 
+    def test_fp16_loss_scaling_matches_ddp(self):
+        # The host reads overflow from fsdp's norm of the still-scaled shards
+        # and hands AdamW 1/scale. A huge initial scale forces skipped steps
+        # and back-offs, then growth: the same steps skip, the scale follows
+        # the same path and the losses agree with ddp's at the same world
+        # size (a rank's local mean sees larger per-token gradients than one
+        # process with the whole batch, so its overflows are ddp's, not the
+        # single process's).
+        args = ["--steps", 16, "--batch-size", 12, "--mixed-precision", "fp16", "--grad_scaler.init_scale", 1e9,
+                "--grad_scaler.growth_interval", 3]
+        mpirun(3, *COMMON, *args, "--plugin", "ddp", "--metrics-file", self.path("ddp.jsonl"))
+        mpirun(3, *COMMON, *args, *FSDP, *WRAP, "--metrics-file", self.path("fsdp.jsonl"))
+        ddp, fsdp = read_metrics(self.path("ddp.jsonl")), read_metrics(self.path("fsdp.jsonl"))
+        self.assertEqual([r.get("skipped", False) for r in fsdp], [r.get("skipped", False) for r in ddp])
+        self.assertEqual([r["loss_scale"] for r in fsdp], [r["loss_scale"] for r in ddp])
+        self.assertTrue(any(r.get("skipped") for r in fsdp) and not all(r.get("skipped") for r in fsdp))
+        self.assertGreater(fsdp[-1]["loss_scale"], min(r["loss_scale"] for r in fsdp))  # grew again
+        for x, y in zip(ddp, fsdp):
+            self.assertLess(abs(x["loss"] - y["loss"]) / x["loss"], 1e-5, (x, y))
+            self.assertLess(abs(x["grad_norm"] - y["grad_norm"]), 1e-3 * max(1.0, x["grad_norm"]), (x, y))
+
     def test_bf16_parameters_stay_close(self):
         # Gathered and computed in bf16 (fp32 master shards): close, not exact.
         self.parity(2, *WRAP, "--fsdp.param_dtype", "bf16", "--fsdp.reduce_dtype", "fp32", steps=10, tolerance=2e-2)
@@ -305,9 +326,6 @@ class FsdpOptions(unittest.TestCase):
 
     def test_ram_efficient_loading_needs_synced_states(self):
         self.refused("--fsdp.cpu_ram_efficient_loading", "true", mentions=["requires sync_module_states"])
-
-    def test_fp16_loss_scaling_is_refused_with_the_reason(self):
-        self.refused("--mixed-precision", "fp16", mentions=["fp16", "loss scaler"])
 
     def test_wrap_name_that_matches_no_unit(self):
         self.refused(*WRAP, "--fsdp.transformer_cls_names_to_wrap", "GPT2Block", mentions=["GPT2Block", "block.0"])
