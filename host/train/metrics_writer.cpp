@@ -31,6 +31,7 @@ void MetricsWriter::write(const StepMetrics& m) {
                          {"peak_mem_bytes", m.peak_mem_bytes}};
   line["comm_bytes"] = m.comm_bytes;
   if (!m.memory_peak_bytes.empty()) line["memory_peak_bytes"] = m.memory_peak_bytes;
+  if (!m.memory_startup_peak_bytes.empty()) line["memory_startup_peak_bytes"] = m.memory_startup_peak_bytes;
   if (m.loss_scale != 1.0) line["loss_scale"] = m.loss_scale;
   if (m.skipped) line["skipped"] = true;
   for (const auto& [name, value] : m.plugin_metrics) line[name] = value;

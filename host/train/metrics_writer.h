@@ -26,6 +26,9 @@ struct StepMetrics {
   // "workspace", "other", "all"): the host's own buffers and every plugin's
   // (memory services). Empty without plugins' services.
   std::map<std::string, int64_t> memory_peak_bytes;
+  // The same for start-up (units materialised, plugin setup, resume); only
+  // on the first step a process writes.
+  std::map<std::string, int64_t> memory_startup_peak_bytes;
 };
 
 class MetricsWriter {

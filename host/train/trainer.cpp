@@ -62,6 +62,19 @@ std::vector<size_t> units_read_by(const model::GptModel& model, size_t u) {
   return {u};
 }
 
+// Peak accounted bytes on the rank's device since the last reset, by
+// category (the metrics' memory_peak_bytes).
+std::map<std::string, int64_t> device_memory_peaks(const runtime::MemoryAccounting& memory) {
+  static constexpr std::pair<AccelMemoryCategory, const char*> kCategories[] = {
+      {ACCEL_MEMORY_PARAMS, "params"},       {ACCEL_MEMORY_GRADS, "grads"},
+      {ACCEL_MEMORY_OPTIMIZER, "optimizer"}, {ACCEL_MEMORY_ACTIVATIONS, "activations"},
+      {ACCEL_MEMORY_COMM, "comm"},           {ACCEL_MEMORY_WORKSPACE, "workspace"},
+      {ACCEL_MEMORY_OTHER, "other"},         {ACCEL_MEMORY_ALL, "all"}};
+  std::map<std::string, int64_t> peaks;
+  for (const auto& [category, name] : kCategories) peaks[name] = memory.counters(ACCEL_MEMORY_DEVICE, category).peak_bytes;
+  return peaks;
+}
+
 }  // namespace
 
 Trainer::Trainer(const RunConfig& config, int rank, int world_size, plugin::HookDispatcher* hooks,
@@ -498,6 +511,11 @@ void Trainer::run() {
   plan_plugins();
   if (!config_.resume.empty()) resume_from(config_.resume);
   setup_plugins();
+  // What start-up (materialising, plugin setup, resume) peaked at, reported
+  // with the first step: how a sharding plugin shows that no rank ever held
+  // the whole model.
+  std::map<std::string, int64_t> startup_memory_peaks;
+  if (context_ && context_->memory) startup_memory_peaks = device_memory_peaks(*context_->memory);
   log::info(strformat("model %s: %s, %lld parameters, on %s", config_.model.c_str(),
                       model_.config().describe().c_str(), static_cast<long long>(model_.num_parameters()),
                       model_.device().str().c_str()));
@@ -527,16 +545,8 @@ void Trainer::run() {
       std::lock_guard<std::mutex> lock(context_->mutex);
       m.plugin_metrics.swap(context_->step_metrics);
       m.comm_bytes = context_->comm_bytes.exchange(0);
-      if (context_->memory) {
-        static constexpr std::pair<AccelMemoryCategory, const char*> kCategories[] = {
-            {ACCEL_MEMORY_PARAMS, "params"},   {ACCEL_MEMORY_GRADS, "grads"},
-            {ACCEL_MEMORY_OPTIMIZER, "optimizer"}, {ACCEL_MEMORY_ACTIVATIONS, "activations"},
-            {ACCEL_MEMORY_COMM, "comm"},       {ACCEL_MEMORY_WORKSPACE, "workspace"},
-            {ACCEL_MEMORY_OTHER, "other"},     {ACCEL_MEMORY_ALL, "all"}};
-        for (const auto& [category, name] : kCategories) {
-          m.memory_peak_bytes[name] = context_->memory->counters(ACCEL_MEMORY_DEVICE, category).peak_bytes;
-        }
-      }
+      if (context_->memory) m.memory_peak_bytes = device_memory_peaks(*context_->memory);
+      m.memory_startup_peak_bytes.swap(startup_memory_peaks);
     }
     metrics_.write(m);
     if (completed_steps_ % config_.log_every == 0 || completed_steps_ == config_.steps || completed_steps_ == 1) {

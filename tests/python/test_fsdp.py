@@ -163,6 +163,23 @@ class FsdpGathers(TempDirMixin, unittest.TestCase):
         kept = self.peak("--fsdp.activation_checkpointing", "true", "--fsdp.sharding_strategy", "SHARD_GRAD_OP")
         self.assertEqual(kept["fsdp.recompute_gathers"], 0)
 
+    def test_no_rank_ever_holds_the_whole_model(self):
+        # cpu_ram_efficient_loading: rank 0 initialises one unit at a time
+        # and broadcasts it; every rank cuts its shard and frees the unit. The
+        # start-up peak of parameters stays at most the shards plus the
+        # largest unit (a block), under the whole model that ddp's ranks hold.
+        args = [*COMMON, "--steps", 1, "--batch-size", 8, "--n-layer", 4]
+        mpirun(4, *args, "--plugin", "ddp", "--metrics-file", self.path("ddp.jsonl"))
+        mpirun(4, *args, *FSDP, *WRAP, "--fsdp.sync_module_states", "true", "--fsdp.cpu_ram_efficient_loading",
+               "true", "--metrics-file", self.path("fsdp.jsonl"))
+        whole = read_metrics(self.path("ddp.jsonl"))[0]["memory_startup_peak_bytes"]["params"]
+        startup = read_metrics(self.path("fsdp.jsonl"))[0]["memory_startup_peak_bytes"]
+        block = 4 * 49984
+        self.assertEqual(whole, 4 * (20480 + 4 * 49984 + 128))  # embedding, 4 blocks, ln_f
+        self.assertEqual(startup["optimizer"], 2 * whole // 4)  # moments of a quarter of the model
+        self.assertLessEqual(startup["params"], whole // 4 + block)
+        self.assertLess(startup["params"], whole)
+
     def test_memory_matches_the_sharding_theory(self):
         # gpt-tiny on 2 ranks: per rank a shard of every unit, 10240 + 2 x
         # 24992 + 64 = 60288 fp32 elements; full parameters (and gradients)
