@@ -348,6 +348,23 @@ typedef struct AccelRunBackwardArgs {
 typedef AccelStatus AccelModelRunBackwardFn(AccelHost* host,
                                             AccelRunBackwardArgs* args);
 
+/* ------------------------------ Since 1.1 ------------------------------- */
+
+/* Fills `out` (caller-owned; 1-D, contiguous, any place; f32, bf16 or f16)
+ * with the initial values (seed + parameter name, as ACCEL_INIT_FROM_SEED
+ * gives them) of elements [flat_begin, flat_begin + out->shape[0]) of
+ * `unit`'s flat parameter buffer; elements at or past the unit's numel (the
+ * padded tail of a last shard) are set to 0. Only that range is computed, and
+ * nothing is materialised: a sharding plugin initialises its own shard
+ * without any rank holding the whole unit (FSDP's cpu_ram_efficient_loading).
+ * Works on any unit, managed or not. Ordered like a synchronous copy on the
+ * compute stream. Errors: ACCEL_ERROR_INVALID_ARGUMENT (negative begin, bad
+ * tensor). Phase: run. Check ACCEL_HAS_FN(model, init_range) first: a 1.0
+ * host does not have it. */
+typedef AccelStatus AccelModelInitRangeFn(AccelHost* host, int32_t unit,
+                                          int64_t flat_begin,
+                                          const DLTensor* out);
+
 /* The model area of the services table. */
 typedef struct AccelModelServices {
   size_t struct_size;
@@ -366,6 +383,7 @@ typedef struct AccelModelServices {
   AccelModelGetParamViewFn* get_param_view;
   AccelModelRunForwardFn* run_forward;
   AccelModelRunBackwardFn* run_backward;
+  AccelModelInitRangeFn* init_range;    /* since 1.1 */
 } AccelModelServices;
 
 #ifdef __cplusplus

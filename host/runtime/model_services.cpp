@@ -15,9 +15,12 @@
 // ACCEL_ERROR_FAILED_PRECONDITION. Thread-safety: loop thread only.
 #include "host/runtime/model_services.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
+#include "host/model/seeded_init.h"
 #include "host/runtime/memory_services.h"
 #include "host/runtime/service_support.h"
 #include "host/util/strformat.h"
@@ -562,6 +565,36 @@ AccelStatus get_param_view(AccelHost* host, int32_t unit, int32_t index, uint32_
   });
 }
 
+AccelStatus init_range(AccelHost* host, int32_t unit, int64_t flat_begin, const DLTensor* out) {
+  return call_service("init_range", [&] {
+    HostContext& context = context_of(host);
+    require_running(context);
+    ModelView& view = view_of(context);
+    check_unit(view, unit);
+    if (flat_begin < 0) fail(ACCEL_ERROR_INVALID_ARGUMENT, strformat("flat_begin %lld is negative", static_cast<long long>(flat_begin)));
+    at::Tensor target = to_aten(out, "out");
+    if (target.dim() != 1 || !target.is_contiguous()) {
+      fail(ACCEL_ERROR_INVALID_ARGUMENT, "out must be a contiguous 1-D tensor, got " + describe_shape(target.sizes()));
+    }
+    const at::ScalarType type = target.scalar_type();
+    if (type != at::kFloat && type != at::kBFloat16 && type != at::kHalf) {
+      fail(ACCEL_ERROR_INVALID_ARGUMENT, "out must be float32, bfloat16 or float16, got " + describe_dtype(out->dtype));
+    }
+    const model::Unit& u = context.model->units().at(static_cast<size_t>(unit));
+    const int64_t begin = flat_begin, end = flat_begin + target.numel();
+    // Generated in fp32 on the CPU (the counter-based streams are CPU code),
+    // parameter by parameter over the part of the range each one covers.
+    at::Tensor staging = at::zeros({target.numel()}, at::kFloat);
+    float* dst = staging.data_ptr<float>();
+    for (const model::Param& p : u.params()) {
+      const int64_t lo = std::max(begin, p.offset), hi = std::min(end, p.offset + p.spec.numel());
+      if (lo >= hi) continue;
+      model::init_parameter_slice(p.spec, context.model->init_seed(), lo - p.offset, hi - lo, dst + (lo - begin));
+    }
+    target.copy_(staging);
+  });
+}
+
 }  // namespace
 
 // run_forward / run_backward are NULL: they arrive with the pipeline
@@ -582,7 +615,8 @@ const AccelModelServices* model_services_table() {
                                         &get_storage,
                                         &get_param_view,
                                         nullptr,
-                                        nullptr};
+                                        nullptr,
+                                        &init_range};
   return &table;
 }
 

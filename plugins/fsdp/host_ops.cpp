@@ -159,4 +159,11 @@ HostOps::Materialized HostOps::storage(int32_t unit) const {
   return m;
 }
 
+bool HostOps::init_range(int32_t unit, int64_t begin, const DLTensor* out) const {
+  const AccelModelServices* model = s_.table()->model;
+  if (!sdk::has_fn(model, &AccelModelServices::init_range)) return false;
+  s_.check(model->init_range(s_.host(), unit, begin, out), sdk::format("init_range unit %d", unit));
+  return true;
+}
+
 }  // namespace accel::fsdp

@@ -65,6 +65,10 @@ class HostOps {
   Materialized materialize(int32_t unit, uint32_t what, AccelStorageInit init, DLDataType dtype) const;
   void release(int32_t unit, uint32_t what) const;
   Materialized storage(int32_t unit) const;
+  // Fills `out` with the initial values of elements [begin, begin + numel)
+  // of `unit`'s flat parameters (model->init_range, ABI 1.1). False, with
+  // nothing done, on a 1.0 host that lacks it.
+  bool init_range(int32_t unit, int64_t begin, const DLTensor* out) const;
 
  private:
   sdk::Services s_;

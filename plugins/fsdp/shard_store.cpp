@@ -38,6 +38,18 @@ ShardStore::ShardStore(const HostOps& ops, const FsdpConfig& config, const std::
     unit->exp_avg = ops.allocate(ACCEL_MEMORY_OPTIMIZER, fp32, n, place, true, "fsdp exp_avg shard");
     unit->exp_avg_sq = ops.allocate(ACCEL_MEMORY_OPTIMIZER, fp32, n, place, true, "fsdp exp_avg_sq shard");
 
+    // cpu_ram_efficient_loading: each rank computes just its shard's slice
+    // of the seeded initial weights (init_range), so no rank holds even one
+    // whole unit; every rank's slice comes from the same seed, which is what
+    // sync_module_states asks for. The padding stays zero.
+    if (config.cpu_ram_efficient_loading) {
+      const sdk::FlatView into(unit->master.tensor(), 0, unit->real.size());
+      if (unit->real.empty() || ops.init_range(layout.index, unit->real.begin, into.get())) {
+        sharded_[index] = std::move(unit);
+        continue;
+      }
+      // A 1.0 host: rank 0 materialises each unit and broadcasts it (below).
+    }
     // One unit full at a time: ZeRO-3-style initialisation without a
     // full-model peak.
     const AccelStorageInit init =

@@ -59,6 +59,8 @@ class FsdpParity(TempDirMixin, unittest.TestCase):
         for n in (2, 3):
             with self.subTest(ranks=n):
                 self.parity(n, *WRAP)
+        # Shards computed from the seed directly (init_range) pad the same way.
+        self.parity(3, *WRAP, "--fsdp.sync_module_states", "true", "--fsdp.cpu_ram_efficient_loading", "true")
 
     def test_every_sharding_strategy(self):
         for extra in (["--fsdp.sharding_strategy", "SHARD_GRAD_OP", *WRAP],
@@ -164,21 +166,26 @@ class FsdpGathers(TempDirMixin, unittest.TestCase):
         self.assertEqual(kept["fsdp.recompute_gathers"], 0)
 
     def test_no_rank_ever_holds_the_whole_model(self):
-        # cpu_ram_efficient_loading: rank 0 initialises one unit at a time
-        # and broadcasts it; every rank cuts its shard and frees the unit. The
-        # start-up peak of parameters stays at most the shards plus the
-        # largest unit (a block), under the whole model that ddp's ranks hold.
+        # Each ddp rank holds the whole model. fsdp by default materialises
+        # one unit at a time to cut its shard: the start-up peak is the shards
+        # plus at most the largest unit (a block). With
+        # cpu_ram_efficient_loading every rank computes only its shard's
+        # slice of the seeded weights (model->init_range): the peak is the
+        # shards alone, a quarter of the model on 4 ranks.
         args = [*COMMON, "--steps", 1, "--batch-size", 8, "--n-layer", 4]
         mpirun(4, *args, "--plugin", "ddp", "--metrics-file", self.path("ddp.jsonl"))
+        mpirun(4, *args, *FSDP, *WRAP, "--metrics-file", self.path("unit.jsonl"))
         mpirun(4, *args, *FSDP, *WRAP, "--fsdp.sync_module_states", "true", "--fsdp.cpu_ram_efficient_loading",
-               "true", "--metrics-file", self.path("fsdp.jsonl"))
+               "true", "--metrics-file", self.path("shard.jsonl"))
         whole = read_metrics(self.path("ddp.jsonl"))[0]["memory_startup_peak_bytes"]["params"]
-        startup = read_metrics(self.path("fsdp.jsonl"))[0]["memory_startup_peak_bytes"]
+        by_unit = read_metrics(self.path("unit.jsonl"))[0]["memory_startup_peak_bytes"]
+        by_shard = read_metrics(self.path("shard.jsonl"))[0]["memory_startup_peak_bytes"]
         block = 4 * 49984
         self.assertEqual(whole, 4 * (20480 + 4 * 49984 + 128))  # embedding, 4 blocks, ln_f
-        self.assertEqual(startup["optimizer"], 2 * whole // 4)  # moments of a quarter of the model
-        self.assertLessEqual(startup["params"], whole // 4 + block)
-        self.assertLess(startup["params"], whole)
+        self.assertEqual(by_shard["optimizer"], 2 * whole // 4)  # moments of a quarter of the model
+        self.assertLessEqual(by_unit["params"], whole // 4 + block)
+        self.assertGreater(by_unit["params"], whole // 4)
+        self.assertEqual(by_shard["params"], whole // 4)
 
     def test_memory_matches_the_sharding_theory(self):
         # gpt-tiny on 2 ranks: per rank a shard of every unit, 10240 + 2 x

@@ -257,5 +257,31 @@ TEST_F(ModelServicesTest, HostKeptStorageIsViewedInPlace) {
             ACCEL_ERROR_INVALID_ARGUMENT);
 }
 
+// init_range (ABI 1.1): any range of a unit's initial values, computed alone,
+// equals the same range of the materialised unit; the padded tail is zero.
+TEST_F(ModelServicesTest, InitRangeComputesAnyRangeOfTheInitialValues) {
+  context.running = true;
+  model::GptModel seeded(model->config());
+  seeded.initialise(model->init_seed());
+  const at::Tensor& block = seeded.units()[1].flat_params();
+  const int64_t numel = block.numel();
+  for (int64_t begin : {int64_t{0}, int64_t{5}, numel / 3, numel - 7}) {
+    at::Tensor out = at::full({10}, 42.0f);
+    View view(out);
+    ASSERT_EQ(m()->init_range(&host, 1, begin, view), ACCEL_OK) << last_error();
+    const int64_t real = std::min<int64_t>(10, numel - begin);
+    EXPECT_TRUE(at::equal(out.narrow(0, 0, real), block.narrow(0, begin, real))) << begin;
+    if (real < 10) EXPECT_EQ(out.narrow(0, real, 10 - real).abs().sum().item<float>(), 0.0f) << begin;
+  }
+  at::Tensor half = at::empty({numel}, at::kBFloat16);
+  View half_view(half);
+  ASSERT_EQ(m()->init_range(&host, 1, 0, half_view), ACCEL_OK) << last_error();
+  EXPECT_TRUE(at::equal(half, block.to(at::kBFloat16)));
+  EXPECT_EQ(m()->init_range(&host, 1, -1, half_view), ACCEL_ERROR_INVALID_ARGUMENT);
+  at::Tensor ints = at::empty({4}, at::kInt);
+  View int_view(ints);
+  EXPECT_EQ(m()->init_range(&host, 1, 0, int_view), ACCEL_ERROR_INVALID_ARGUMENT);
+}
+
 }  // namespace
 }  // namespace accel::runtime::testing
