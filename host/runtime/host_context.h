@@ -66,7 +66,8 @@ class OptionStore {
 };
 
 // What plugins recorded during plan_model; resolved by the host afterwards
-// (strategies that split or stage the model land with later issues).
+// (managed storage is resolved; splits and stages land with the strategies
+// that need them).
 struct ModelPlan {
   struct Split {
     int32_t unit, param, dim;
