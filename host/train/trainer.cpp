@@ -169,11 +169,17 @@ double Trainer::forward_backward(const at::Tensor& batch, int64_t micro, double 
     require_storage(u, /*backward=*/false);
     if (linear_chain_) linear_chain_->set_recompute((hook_flags & ACCEL_UNIT_HOOK_RECOMPUTE) != 0);
     AutocastScope autocast(config_.mixed_precision, config_.autocast, model_.device().type());
+    // Units may hold different dtypes (a plugin's bf16 units beside the
+    // host's fp32 ones): the input enters in the unit's own dtype, as
+    // PyTorch FSDP's cast_forward_inputs does; the cast is differentiable.
+    at::Tensor input = unit_inputs[u];
+    const at::ScalarType unit_dtype = model_.units()[u].flat_params().scalar_type();
+    if (input.is_floating_point() && input.scalar_type() != unit_dtype) input = input.to(unit_dtype);
     if (recomputes(u) && (hook_flags & ACCEL_UNIT_HOOK_RECOMPUTE) == 0) {
       at::NoGradGuard no_grad;
-      unit_outputs[u] = model_.forward_unit(u, unit_inputs[u]);
+      unit_outputs[u] = model_.forward_unit(u, input);
     } else {
-      unit_outputs[u] = model_.forward_unit(u, unit_inputs[u]);
+      unit_outputs[u] = model_.forward_unit(u, input);
     }
     if (unit_hooks) {
       runtime::TensorView view(unit_outputs[u]);

@@ -72,7 +72,9 @@ CheckpointIo::CheckpointIo(const HostOps& ops, const FsdpConfig& config, ShardSt
 void CheckpointIo::save(const AccelStateArgs&) {
   const sdk::Services& s = ops_.services();
   // FULL_STATE_DICT: the gathered buffers must outlive every put (the host
-  // reads them until save_state returns), so they are kept here.
+  // may read them until save_state returns), so rank 0 keeps them here, in
+  // host memory (FSDP's offload_to_cpu): the device holds one gathered
+  // tensor at a time, never the whole model.
   std::vector<sdk::Buffer> gathered;
   KeptViews kept;
   for (int32_t u = 0; u < store_.num_units(); ++u) {
@@ -89,7 +91,15 @@ void CheckpointIo::save(const AccelStateArgs&) {
                                          unit->shards.padded_numel(), config_.shard_place(), false,
                                          "fsdp full state dict");
         ops_.all_gather(sharding_, &shard->tensor(), &full.tensor(), "fsdp state dict all_gather");
-        if (world_rank_ != 0) continue;
+        if (world_rank_ != 0) continue;  // `full` is freed here
+        if (!sdk::is_host(full.tensor())) {
+          sdk::Buffer on_host = ops_.allocate(ACCEL_MEMORY_WORKSPACE, shard->tensor().dtype,
+                                              unit->shards.padded_numel(), ACCEL_MEMORY_HOST, false,
+                                              "fsdp full state dict (host)");
+          ops_.copy(&full.tensor(), &on_host.tensor());
+          ops_.synchronize();
+          full = std::move(on_host);  // frees the device copy
+        }
         transfer_range(s, &kept, kind, unit->layout, sdk::FlatRange{0, unit->layout.numel}, full.tensor(), 0);
         gathered.push_back(std::move(full));
       }

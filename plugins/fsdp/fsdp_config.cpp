@@ -201,6 +201,16 @@ FsdpConfig read_config(const sdk::Services& s) {
   c.wrap_names = split_list(s.option<std::string>("transformer_cls_names_to_wrap"));
   c.min_num_params = s.option<int64_t>("min_num_params");
   c.cpu_offload = s.option<bool>("cpu_offload");
+  // What applies to shards only: say so rather than run without it.
+  std::string shard_only;
+  if (s.option_is_set("param_dtype")) shard_only += " param_dtype";
+  if (s.option_is_set("reduce_dtype")) shard_only += " reduce_dtype";
+  if (c.cpu_offload) shard_only += " cpu_offload";
+  if (!c.shards() && !shard_only.empty()) {
+    throw Error(ACCEL_ERROR_INVALID_ARGUMENT,
+                "NO_SHARD keeps every unit as the host's replicated fp32 buffers, so" + shard_only +
+                    " would have no effect; drop it (for bf16 compute use --mixed-precision bf16)");
+  }
 
   c.ignored_modules = s.option<std::string>("ignored_modules");
   if (!c.ignored_modules.empty()) {
@@ -209,6 +219,10 @@ FsdpConfig read_config(const sdk::Services& s) {
     } catch (const std::regex_error& e) {
       throw Error(ACCEL_ERROR_INVALID_ARGUMENT,
                   "ignored_modules: '" + c.ignored_modules + "' is not a valid regular expression (" + e.what() + ")");
+    }
+    if (!shard_only.empty() && id.rank == 0) {
+      s.warn() << "ignored units stay the host's replicated fp32 buffers:" << shard_only
+               << " applies to the units fsdp shards only";
     }
   }
 
@@ -221,8 +235,8 @@ FsdpConfig read_config(const sdk::Services& s) {
   c.cpu_ram_efficient_loading = s.option<bool>("cpu_ram_efficient_loading");
   if (c.cpu_ram_efficient_loading && !c.sync_module_states) {
     throw Error(ACCEL_ERROR_INVALID_ARGUMENT,
-                "cpu_ram_efficient_loading requires sync_module_states: only rank 0 initialises the weights and the "
-                "others receive them by broadcast (add --fsdp.sync_module_states true)");
+                "cpu_ram_efficient_loading requires sync_module_states, as in accelerate: every rank must start "
+                "from rank 0's weights (add --fsdp.sync_module_states true)");
   }
   return c;
 }

@@ -5,6 +5,7 @@
 #include <accel/sdk/error.hpp>
 
 #include <algorithm>
+#include <exception>
 
 namespace accel::fsdp {
 
@@ -28,6 +29,9 @@ void GatherEngine::note_alive() { counters_.max_alive = std::max(counters_.max_a
 void GatherEngine::issue(int32_t group, bool async) {
   const DLDataType fp32{kDLFloat, 32, 1};
   std::vector<UnitGather>& gathers = in_flight_[static_cast<size_t>(group)];
+  // Marked before anything is issued: should a unit fail half-way, release()
+  // still completes the gathers already in flight before their buffers go.
+  state_[static_cast<size_t>(group)] = State::gathering;
   for (int32_t u : plan_.groups[static_cast<size_t>(group)].units) {
     ShardedUnit& unit = *store_.sharded(u);
     UnitGather g;
@@ -70,17 +74,26 @@ void GatherEngine::issue(int32_t group, bool async) {
 
 void GatherEngine::complete(int32_t group) {
   std::vector<UnitGather>& gathers = in_flight_[static_cast<size_t>(group)];
+  // Every handle is waited for, even after one failed, so no collective
+  // still writes into a staging buffer when it is freed; the first failure
+  // is rethrown afterwards.
+  std::exception_ptr failure;
   for (UnitGather& g : gathers) {
-    ops_.wait_and_free(g.work);
-    g.work = nullptr;
-    if (g.padded) {
-      const int64_t numel = store_.sharded(g.unit)->layout.numel;
-      const sdk::FlatView real(g.padded.tensor(), 0, numel);
-      ops_.copy(real.get(), g.full);
+    try {
+      ops_.wait_and_free(g.work);
+      g.work = nullptr;
+      if (g.padded && !failure) {
+        const int64_t numel = store_.sharded(g.unit)->layout.numel;
+        const sdk::FlatView real(g.padded.tensor(), 0, numel);
+        ops_.copy(real.get(), g.full);
+      }
+    } catch (...) {
+      if (!failure) failure = std::current_exception();
     }
   }
   gathers.clear();  // frees the staging buffers
   state_[static_cast<size_t>(group)] = State::gathered;
+  if (failure) std::rethrow_exception(failure);
 }
 
 void GatherEngine::ensure_gathered(int32_t group) {
@@ -117,7 +130,18 @@ void GatherEngine::release(int32_t group) {
 
 void GatherEngine::release_all() {
   deferred_ = -1;
-  for (size_t g = 0; g < state_.size(); ++g) release(static_cast<int32_t>(g));
+  // Every group, even after one failed (teardown after an error); the first
+  // failure is rethrown at the end.
+  std::exception_ptr failure;
+  for (size_t g = 0; g < state_.size(); ++g) {
+    try {
+      release(static_cast<int32_t>(g));
+    } catch (...) {
+      state_[g] = State::resharded;
+      if (!failure) failure = std::current_exception();
+    }
+  }
+  if (failure) std::rethrow_exception(failure);
 }
 
 GatherCounters GatherEngine::take_counters() {

@@ -23,8 +23,12 @@ const char* kind_name(AccelUnitKind kind) {
   }
 }
 
+// A unit kind ("block"), a unit's whole name ("block.1"), or a prefix that
+// ends at a '.' of it ("block" for "block.1"): "block.1" is not "block.10".
 bool matches(const UnitLayout& unit, const std::string& name) {
-  return name == kind_name(unit.kind) || unit.name.compare(0, name.size(), name) == 0;
+  if (name == kind_name(unit.kind) || unit.name == name) return true;
+  return unit.name.size() > name.size() && unit.name.compare(0, name.size(), name) == 0 &&
+         unit.name[name.size()] == '.';
 }
 
 // Union-find over group indices.

@@ -120,6 +120,12 @@ class FsdpParity(TempDirMixin, unittest.TestCase):
     def test_bf16_parameters_stay_close(self):
         # Gathered and computed in bf16 (fp32 master shards): close, not exact.
         self.parity(2, *WRAP, "--fsdp.param_dtype", "bf16", "--fsdp.reduce_dtype", "fp32", steps=10, tolerance=2e-2)
+        # Beside the host's fp32 units (ignored ones): each unit's input is
+        # cast to its own dtype on the way in.
+        for ignored in ("block.0", "embedding"):
+            with self.subTest(ignored=ignored):
+                self.parity(2, *WRAP, "--fsdp.param_dtype", "bf16", "--fsdp.ignored_modules", ignored, steps=10,
+                            tolerance=2e-2)
 
 
 @unittest.skipUnless(MPIRUN, "mpirun not found")
@@ -350,6 +356,10 @@ class FsdpOptions(unittest.TestCase):
 
     def test_ram_efficient_loading_needs_synced_states(self):
         self.refused("--fsdp.cpu_ram_efficient_loading", "true", mentions=["requires sync_module_states"])
+
+    def test_shard_options_under_no_shard(self):
+        self.refused("--fsdp.sharding_strategy", "NO_SHARD", "--fsdp.param_dtype", "bf16",
+                     mentions=["NO_SHARD", "param_dtype", "no effect"])
 
     def test_wrap_name_that_matches_no_unit(self):
         self.refused(*WRAP, "--fsdp.transformer_cls_names_to_wrap", "GPT2Block", mentions=["GPT2Block", "block.0"])

@@ -271,7 +271,9 @@ TEST_F(ModelServicesTest, InitRangeComputesAnyRangeOfTheInitialValues) {
     ASSERT_EQ(m()->init_range(&host, 1, begin, view), ACCEL_OK) << last_error();
     const int64_t real = std::min<int64_t>(10, numel - begin);
     EXPECT_TRUE(at::equal(out.narrow(0, 0, real), block.narrow(0, begin, real))) << begin;
-    if (real < 10) EXPECT_EQ(out.narrow(0, real, 10 - real).abs().sum().item<float>(), 0.0f) << begin;
+    if (real < 10) {
+      EXPECT_EQ(out.narrow(0, real, 10 - real).abs().sum().item<float>(), 0.0f) << begin;
+    }
   }
   at::Tensor half = at::empty({numel}, at::kBFloat16);
   View half_view(half);

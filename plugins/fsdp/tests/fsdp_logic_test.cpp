@@ -171,6 +171,11 @@ TEST(WrapPlan, TransformerNamesAreKindsOrNamePrefixes) {
   EXPECT_EQ(groups_of(plan_wrap_groups(units, all, WrapPolicy::transformer_based, {"embedding", "block"}, 0)),
             (Groups{{0, 3}, {1}, {2}}));
   EXPECT_THROW(plan_wrap_groups(units, all, WrapPolicy::transformer_based, {"GPT2Block"}, 0), sdk::Error);
+  // A name prefix ends at a '.': "block.1" names block.1, not block.10.
+  const std::vector<UnitLayout> twelve = tiny_model(12);
+  const std::vector<bool> all12(14, true);
+  EXPECT_EQ(plan_wrap_groups(twelve, all12, WrapPolicy::transformer_based, {"block.1"}, 0).groups.size(), 2u);
+  EXPECT_THROW(plan_wrap_groups(units, all, WrapPolicy::transformer_based, {"bloc"}, 0), sdk::Error);
 }
 
 TEST(WrapPlan, SizeBasedFillsConsecutiveUnits) {
