@@ -218,7 +218,9 @@ bool Work::try_test() {
   return test_locked(deadline_, timeout_ms_);
 }
 
-Status Work::wait(int64_t timeout_ms) {
+Status Work::wait(int64_t timeout_ms) { return wait(timeout_ms, nullptr); }
+
+Status Work::wait(int64_t timeout_ms, const std::function<void()>& between_polls) {
   const SteadyClock::time_point start = SteadyClock::now();
   const SteadyClock::time_point deadline =
       timeout_ms > 0 ? start + std::chrono::milliseconds(timeout_ms) : deadline_;
@@ -237,6 +239,7 @@ Status Work::wait(int64_t timeout_ms) {
     // ranks. An operation this late waits on a slow peer; sleeping then
     // costs little.
     if (polls < 64) continue;
+    if (between_polls && polls % 16 == 0) between_polls();
     if (SteadyClock::now() - start < busy) {
       std::this_thread::yield();
     } else {

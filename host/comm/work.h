@@ -17,6 +17,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -102,6 +103,12 @@ class Work {
   // operation's own deadline; running out of either is a timeout of the
   // operation (ACCEL_ERROR_TIMEOUT, and the communicator is failed).
   Status wait(int64_t timeout_ms = 0);
+  // The same, calling `between_polls` every few polls once the operation
+  // outlived its first fast polls (so a quick collective never pays for
+  // it): the services poll the collective sequence checks there, so a rank
+  // blocked in a collective its peers skipped learns it at once. An
+  // exception from it leaves wait() (the operation stays pending).
+  Status wait(int64_t timeout_ms, const std::function<void()>& between_polls);
   // Never blocks: true once finished (successfully or not). Past the
   // deadline it finishes the Work as timed out.
   bool test();

@@ -1,63 +1,32 @@
-// The comm area of the services table (accel/comm.h) over the host's process
-// groups (host/comm/): DLTensor views become comm::Buffers, AccelGroup and
-// AccelWork wrap a group and a Work, and every failure — invalid request,
-// timeout, a rank lost — comes back as a status with the message naming the
-// rank and the operation.
+// The collective area of the services table (accel/comm.h) over the host's
+// process groups (host/comm/): DLTensor views become comm::Buffers, and every
+// failure — invalid request, timeout, a rank lost, a rank that diverged —
+// comes back as a status with the message naming the rank and the
+// operation. Group management is in comm_group_services.cpp.
 //
-// Standard groups come from the mesh the plugins declared; this host version
-// resolves meshes with tensor = pipeline = 1 (data, sharding and replica
-// groups), which is what data-parallel strategies need; tensor and pipeline
-// meshes arrive with the strategies that use them.
+// Before a collective leaves the host it is checked (comm_checks.h): its
+// group handle against the handle table, each tensor's extent against the
+// allocation it points into, and its descriptor is recorded in (verify
+// mode: compared through) its group's sequence check. A wait on a
+// collective polls every group's sequence check, so a rank blocked in a
+// collective a peer skipped fails at once naming both operations.
 //
-// Thread-safety: collectives and group management on the loop thread; work
-// handles may be waited on from any thread (comm::Work is thread-safe).
+// Thread-safety: collectives on the loop thread; work handles may be waited
+// on from any thread (the handle table and comm::Work are thread-safe).
 #include <cstring>
 #include <memory>
 #include <vector>
 
 #include "host/comm/process_group.h"
+#include "host/runtime/comm_checks.h"
 #include "host/runtime/host_context.h"
 #include "host/runtime/service_support.h"
-
-// The ABI's opaque handles (accel/comm.h, global namespace).
-struct AccelGroup {
-  accel::comm::ProcessGroup* group = nullptr;              // not owned
-  std::unique_ptr<accel::comm::ProcessGroup> owned;        // groups a plugin or the mesh made
-  std::vector<int32_t> ranks;                              // global ranks, group order
-};
-
-struct AccelWork {
-  std::shared_ptr<accel::comm::Work> work;
-};
 
 namespace accel::runtime {
 namespace {
 
 using comm::Buffer;
 using comm::DType;
-
-comm::ProcessGroup& world_of(HostContext& context) {
-  if (!context.world) fail(ACCEL_ERROR_FAILED_PRECONDITION, "no communicator in this host context");
-  return *context.world;
-}
-
-// A handle owning `group` (NULL for a rank the group does not include).
-AccelGroup* new_handle(std::unique_ptr<comm::ProcessGroup> group) {
-  if (!group) return nullptr;
-  auto* handle = new AccelGroup;
-  handle->group = group.get();
-  for (int r : group->world_ranks()) handle->ranks.push_back(static_cast<int32_t>(r));
-  handle->owned = std::move(group);
-  return handle;
-}
-
-std::shared_ptr<AccelGroup> wrap(std::unique_ptr<comm::ProcessGroup> group) {
-  return std::shared_ptr<AccelGroup>(new_handle(std::move(group)));
-}
-
-comm::ProcessGroup& group_of(HostContext& context, AccelGroup* group) {
-  return group ? *group->group : world_of(context);
-}
 
 DType dtype_of(DLDataType t) {
   if (t.lanes != 1) fail(ACCEL_ERROR_INVALID_ARGUMENT, "vector dtypes (lanes != 1) are not supported");
@@ -129,13 +98,18 @@ AccelStatus status_of(const comm::Status& s) {
   }
 }
 
-// Sync: waits and fails with the operation's status. Async: hands out a handle.
-void finish(std::shared_ptr<comm::Work> work, AccelWork** out) {
+// Sync: waits (polling the sequence checks) and fails with the operation's
+// status. Async: hands out a handle from the work table.
+void finish(HostContext& context, std::shared_ptr<comm::Work> work, const std::shared_ptr<GroupEntry>& group,
+            AccelWork** out) {
   if (out) {
-    *out = new AccelWork{std::move(work)};
+    auto entry = std::make_shared<WorkEntry>();
+    entry->work = std::move(work);
+    entry->group = group;
+    *out = work_handle(handles_of(context).works.add(std::move(entry)));
     return;
   }
-  const comm::Status s = work->wait();
+  const comm::Status s = work->wait(0, [&] { poll_sequences(context); });
   if (!s.ok()) fail(status_of(s), s.message);
 }
 
@@ -146,6 +120,34 @@ comm::OpOptions options_of(const AccelCollectiveArgs* a) {
   return o;
 }
 
+// A tensor as a buffer, after the extent check against its allocation.
+Buffer checked_buffer(HostContext& context, const DLTensor* t, const char* role) {
+  const Buffer b = buffer_of(t, role);
+  check_tensor_memory(context, t, static_cast<int64_t>(b.bytes()), role, handles_of(context).verify.strict_memory);
+  return b;
+}
+
+// Records the collective in its group's sequence check (verify mode: first
+// compares it with the ring neighbour's).
+void sequence(HostContext& context, const ResolvedGroup& g, comm::OpType op, const Buffer* buffer, int reduce,
+              int peer, const AccelCollectiveArgs* a) {
+  if (!g.entry || !g.entry->sequence) return;
+  comm::OpDescriptor d;
+  d.op = op;
+  if (buffer) {
+    d.dtype = buffer->dtype;
+    d.count = buffer->count;
+  }
+  d.reduce = reduce;
+  d.peer = peer;
+  if (a->label) d.label = a->label;
+  try {
+    g.entry->sequence->before_op(d, context.step.load());
+  } catch (const comm::CommError& e) {
+    fail(status_of(comm::Status::error(e.code(), "")), e.what());
+  }
+}
+
 // One entry point per collective kind; the shared checks and accounting here.
 template <class Body>
 AccelStatus collective(const char* name, AccelHost* host, const AccelCollectiveArgs* args, AccelWork** work,
@@ -153,49 +155,56 @@ AccelStatus collective(const char* name, AccelHost* host, const AccelCollectiveA
   return call_service(name, [&] {
     ACCEL_REQUIRE_ARGS(args, AccelCollectiveArgs, label);
     HostContext& context = context_of(host);
-    comm::ProcessGroup& group = group_of(context, args->group);
+    const ResolvedGroup group = resolve_group(context, args->group);
     std::shared_ptr<comm::Work> w = body(group, context);
-    finish(std::move(w), work);
+    finish(context, std::move(w), group.entry, work);
   });
 }
 
 AccelStatus all_reduce(AccelHost* host, const AccelCollectiveArgs* a, AccelWork** work) {
-  return collective("comm.all_reduce", host, a, work, [&](comm::ProcessGroup& g, HostContext& c) {
-    const Buffer in = buffer_of(a->input, "input"), out = buffer_of(a->output, "output");
+  return collective("comm.all_reduce", host, a, work, [&](const ResolvedGroup& g, HostContext& c) {
+    const Buffer in = checked_buffer(c, a->input, "input"), out = checked_buffer(c, a->output, "output");
+    const comm::ReduceOp op = op_of(a->op);
+    sequence(c, g, comm::OpType::all_reduce, &in, static_cast<int>(op), -1, a);
     c.comm_bytes += static_cast<int64_t>(in.bytes());
-    return g.all_reduce_async(in, out, op_of(a->op), options_of(a));
+    return g.group->all_reduce_async(in, out, op, options_of(a));
   });
 }
 
 AccelStatus all_gather(AccelHost* host, const AccelCollectiveArgs* a, AccelWork** work) {
-  return collective("comm.all_gather", host, a, work, [&](comm::ProcessGroup& g, HostContext& c) {
-    const Buffer in = buffer_of(a->input, "input"), out = buffer_of(a->output, "output");
+  return collective("comm.all_gather", host, a, work, [&](const ResolvedGroup& g, HostContext& c) {
+    const Buffer in = checked_buffer(c, a->input, "input"), out = checked_buffer(c, a->output, "output");
+    sequence(c, g, comm::OpType::all_gather, &in, -1, -1, a);
     c.comm_bytes += static_cast<int64_t>(out.bytes());  // the gathered (full) tensor
-    return g.all_gather_async(in, out, options_of(a));
+    return g.group->all_gather_async(in, out, options_of(a));
   });
 }
 
 AccelStatus reduce_scatter(AccelHost* host, const AccelCollectiveArgs* a, AccelWork** work) {
-  return collective("comm.reduce_scatter", host, a, work, [&](comm::ProcessGroup& g, HostContext& c) {
-    const Buffer in = buffer_of(a->input, "input"), out = buffer_of(a->output, "output");
+  return collective("comm.reduce_scatter", host, a, work, [&](const ResolvedGroup& g, HostContext& c) {
+    const Buffer in = checked_buffer(c, a->input, "input"), out = checked_buffer(c, a->output, "output");
+    const comm::ReduceOp op = op_of(a->op);
+    sequence(c, g, comm::OpType::reduce_scatter, &in, static_cast<int>(op), -1, a);
     c.comm_bytes += static_cast<int64_t>(in.bytes());
-    return g.reduce_scatter_async(in, out, op_of(a->op), options_of(a));
+    return g.group->reduce_scatter_async(in, out, op, options_of(a));
   });
 }
 
 AccelStatus broadcast(AccelHost* host, const AccelCollectiveArgs* a, AccelWork** work) {
-  return collective("comm.broadcast", host, a, work, [&](comm::ProcessGroup& g, HostContext& c) {
-    const Buffer out = buffer_of(a->output, "output");
+  return collective("comm.broadcast", host, a, work, [&](const ResolvedGroup& g, HostContext& c) {
+    const Buffer out = checked_buffer(c, a->output, "output");
+    sequence(c, g, comm::OpType::broadcast, &out, -1, a->peer, a);
     c.comm_bytes += static_cast<int64_t>(out.bytes());
-    return g.broadcast_async(out, a->peer, options_of(a));
+    return g.group->broadcast_async(out, a->peer, options_of(a));
   });
 }
 
 AccelStatus all_to_all(AccelHost* host, const AccelCollectiveArgs* a, AccelWork** work) {
-  return collective("comm.all_to_all", host, a, work, [&](comm::ProcessGroup& g, HostContext& c) {
-    const Buffer in = buffer_of(a->input, "input"), out = buffer_of(a->output, "output");
+  return collective("comm.all_to_all", host, a, work, [&](const ResolvedGroup& g, HostContext& c) {
+    const Buffer in = checked_buffer(c, a->input, "input"), out = checked_buffer(c, a->output, "output");
+    sequence(c, g, comm::OpType::all_to_all, &in, -1, -1, a);
     c.comm_bytes += static_cast<int64_t>(in.bytes());
-    return g.all_to_all_async(in, out, options_of(a));
+    return g.group->all_to_all_async(in, out, options_of(a));
   });
 }
 
@@ -205,6 +214,7 @@ AccelStatus all_to_all(AccelHost* host, const AccelCollectiveArgs* a, AccelWork*
 struct OpenBatch {
   bool open = false;
   comm::ProcessGroup* group = nullptr;
+  std::shared_ptr<GroupEntry> entry;
   std::vector<comm::P2POp> ops;
   std::string label;
 };
@@ -213,13 +223,14 @@ thread_local OpenBatch t_batch;
 // Queues a send or recv in the open batch instead of issuing it.
 void queue_p2p(HostContext& context, const AccelCollectiveArgs* a, AccelWork** work, comm::P2POp::Kind kind) {
   if (work) fail(ACCEL_ERROR_INVALID_ARGUMENT, "inside a batch, send/recv take work == NULL (batch_end returns it)");
-  comm::ProcessGroup& group = group_of(context, a->group);
-  if (t_batch.group && t_batch.group != &group) fail(ACCEL_ERROR_INVALID_ARGUMENT, "a batch spans one group");
-  t_batch.group = &group;
+  const ResolvedGroup group = resolve_group(context, a->group);
+  if (t_batch.group && t_batch.group != group.group) fail(ACCEL_ERROR_INVALID_ARGUMENT, "a batch spans one group");
+  t_batch.group = group.group;
+  t_batch.entry = group.entry;
   comm::P2POp op;
   op.kind = kind;
-  op.buffer = buffer_of(kind == comm::P2POp::Kind::send ? a->input : a->output,
-                        kind == comm::P2POp::Kind::send ? "input" : "output");
+  op.buffer = checked_buffer(context, kind == comm::P2POp::Kind::send ? a->input : a->output,
+                             kind == comm::P2POp::Kind::send ? "input" : "output");
   op.peer = a->peer;
   if (kind == comm::P2POp::Kind::send) context.comm_bytes += static_cast<int64_t>(op.buffer.bytes());
   if (t_batch.label.empty() && a->label) t_batch.label = a->label;
@@ -235,13 +246,16 @@ AccelStatus point_to_point(const char* name, AccelHost* host, const AccelCollect
       queue_p2p(context, a, work, kind);
       return;
     }
-    comm::ProcessGroup& g = group_of(context, a->group);
+    // Point-to-point pairs differ by rank: they are not part of the
+    // sequence check (which compares what every rank of a group issues).
+    const ResolvedGroup g = resolve_group(context, a->group);
     if (kind == comm::P2POp::Kind::send) {
-      const Buffer in = buffer_of(a->input, "input");
+      const Buffer in = checked_buffer(context, a->input, "input");
       context.comm_bytes += static_cast<int64_t>(in.bytes());
-      finish(g.send_async(in, a->peer, 0, options_of(a)), work);
+      finish(context, g.group->send_async(in, a->peer, 0, options_of(a)), g.entry, work);
     } else {
-      finish(g.recv_async(buffer_of(a->output, "output"), a->peer, 0, options_of(a)), work);
+      finish(context, g.group->recv_async(checked_buffer(context, a->output, "output"), a->peer, 0, options_of(a)),
+             g.entry, work);
     }
   });
 }
@@ -255,8 +269,10 @@ AccelStatus recv(AccelHost* host, const AccelCollectiveArgs* a, AccelWork** work
 }
 
 AccelStatus barrier(AccelHost* host, const AccelCollectiveArgs* a, AccelWork** work) {
-  return collective("comm.barrier", host, a, work,
-                    [&](comm::ProcessGroup& g, HostContext&) { return g.barrier_async(options_of(a)); });
+  return collective("comm.barrier", host, a, work, [&](const ResolvedGroup& g, HostContext& c) {
+    sequence(c, g, comm::OpType::barrier, nullptr, -1, -1, a);
+    return g.group->barrier_async(options_of(a));
+  });
 }
 
 AccelStatus batch_begin(AccelHost* host) {
@@ -280,159 +296,68 @@ AccelStatus batch_end(AccelHost* host, AccelWork** work) {
     }
     comm::OpOptions options;
     options.label = batch.label;
-    finish(batch.group->batch_p2p_async(batch.ops, options), work);
+    finish(context_of(host), batch.group->batch_p2p_async(batch.ops, options), batch.entry, work);
   });
 }
 
-AccelStatus work_wait(AccelHost*, AccelWork* work, AccelStream) {
-  return call_service("comm.work_wait", [&] {
-    if (!work) fail(ACCEL_ERROR_INVALID_ARGUMENT, "work is NULL");
-    const comm::Status s = work->work->wait();
+// The entry behind a work handle; a bogus or freed handle is refused.
+std::shared_ptr<WorkEntry> work_of(HostContext& context, AccelWork* work) {
+  HandleProblem problem = HandleProblem::kOk;
+  std::shared_ptr<WorkEntry> entry = handles_of(context).works.find(handle_value(work), &problem);
+  if (!entry) fail(ACCEL_ERROR_INVALID_ARGUMENT, describe_handle_problem(problem, "work", "freed", handle_value(work)));
+  return entry;
+}
+
+AccelStatus wait_for(const char* name, AccelHost* host, AccelWork* work) {
+  return call_service(name, [&] {
+    HostContext& context = context_of(host);
+    const std::shared_ptr<WorkEntry> entry = work_of(context, work);
+    const comm::Status s = entry->work->wait(0, [&] { poll_sequences(context); });
     if (!s.ok()) fail(status_of(s), s.message);
   });
 }
 
-AccelStatus work_synchronize(AccelHost* host, AccelWork* work) { return work_wait(host, work, nullptr); }
+AccelStatus work_wait(AccelHost* host, AccelWork* work, AccelStream) {
+  return wait_for("comm.work_wait", host, work);
+}
 
-AccelStatus work_test(AccelHost*, AccelWork* work, bool* done) {
+AccelStatus work_synchronize(AccelHost* host, AccelWork* work) {
+  return wait_for("comm.work_synchronize", host, work);
+}
+
+AccelStatus work_test(AccelHost* host, AccelWork* work, bool* done) {
   return call_service("comm.work_test", [&] {
-    if (!work || !done) fail(ACCEL_ERROR_INVALID_ARGUMENT, "work or done is NULL");
-    *done = work->work->test();
+    if (!done) fail(ACCEL_ERROR_INVALID_ARGUMENT, "done is NULL");
+    HostContext& context = context_of(host);
+    const std::shared_ptr<WorkEntry> entry = work_of(context, work);
+    *done = entry->work->test();
     if (*done) {
-      const comm::Status s = work->work->status();
+      const comm::Status s = entry->work->status();
       if (!s.ok()) fail(status_of(s), s.message);
+    } else {
+      poll_sequences(context);
     }
   });
 }
 
-AccelStatus work_free(AccelHost*, AccelWork* work) {
+AccelStatus work_free(AccelHost* host, AccelWork* work) {
   return call_service("comm.work_free", [&] {
     if (!work) return;
-    if (!work->work->finished()) {
+    HostContext& context = context_of(host);
+    if (!work_of(context, work)->work->finished()) {
       fail(ACCEL_ERROR_FAILED_PRECONDITION, "work freed before wait/test observed its completion");
     }
-    delete work;
-  });
-}
-
-AccelStatus set_mesh(AccelHost* host, const AccelMeshSpec* mesh) {
-  return call_service("comm.set_mesh", [&] {
-    ACCEL_REQUIRE_ARGS(mesh, AccelMeshSpec, replica_size);
-    HostContext& context = context_of(host);
-    if (!context.planning) fail(ACCEL_ERROR_FAILED_PRECONDITION, "set_mesh is allowed only inside plan_model");
-    auto merge = [&](int32_t& mine, int32_t theirs, const char* what) {
-      if (theirs == 0) return;
-      if (mine != 0 && mine != theirs) {
-        fail(ACCEL_ERROR_INVALID_ARGUMENT, std::string(what) + " size " + std::to_string(theirs) +
-                                               " conflicts with " + std::to_string(mine) + " declared before");
-      }
-      mine = theirs;
-    };
-    merge(context.mesh.tensor_size, mesh->tensor_size, "tensor");
-    merge(context.mesh.pipeline_size, mesh->pipeline_size, "pipeline");
-    merge(context.mesh.sharding_size, mesh->sharding_size, "sharding");
-    merge(context.mesh.replica_size, mesh->replica_size, "replica");
-  });
-}
-
-AccelStatus get_group(AccelHost* host, AccelGroupKind kind, AccelGroup** group) {
-  return call_service("comm.get_group", [&] {
-    if (!group) fail(ACCEL_ERROR_INVALID_ARGUMENT, "group is NULL");
-    HostContext& context = context_of(host);
-    const auto it = context.standard_groups.find(static_cast<int>(kind));
-    if (it == context.standard_groups.end()) {
-      fail(ACCEL_ERROR_FAILED_PRECONDITION,
-           "standard group " + std::to_string(kind) + " does not exist yet (groups exist from setup on)");
-    }
-    *group = it->second.get();
-  });
-}
-
-AccelStatus group_info(AccelHost* host, const AccelGroup* group, AccelGroupInfo* info) {
-  return call_service("comm.group_info", [&] {
-    ACCEL_REQUIRE_ARGS(info, AccelGroupInfo, ranks);
-    HostContext& context = context_of(host);
-    comm::ProcessGroup& g = group ? *group->group : world_of(context);
-    info->rank = g.rank();
-    info->size = g.size();
-    info->ranks = group ? group->ranks.data() : context.standard_groups.at(ACCEL_GROUP_WORLD)->ranks.data();
-  });
-}
-
-AccelStatus create_group(AccelHost* host, const int32_t* ranks, int32_t num_ranks, AccelGroup** group) {
-  return call_service("comm.create_group", [&] {
-    if (!ranks || num_ranks <= 0 || !group) fail(ACCEL_ERROR_INVALID_ARGUMENT, "empty rank list or NULL group");
-    HostContext& context = context_of(host);
-    const std::vector<int> list(ranks, ranks + num_ranks);
-    std::unique_ptr<comm::ProcessGroup> made = world_of(context).new_group(list, "plugin group");
-    *group = new_handle(std::move(made));
-  });
-}
-
-AccelStatus split_group(AccelHost* host, AccelGroup* parent, int32_t color, int32_t key, AccelGroup** group) {
-  return call_service("comm.split_group", [&] {
-    if (!group) fail(ACCEL_ERROR_INVALID_ARGUMENT, "group is NULL");
-    HostContext& context = context_of(host);
-    std::unique_ptr<comm::ProcessGroup> made = group_of(context, parent).split(color, key, "plugin split");
-    *group = new_handle(std::move(made));
-  });
-}
-
-AccelStatus destroy_group(AccelHost* host, AccelGroup* group) {
-  return call_service("comm.destroy_group", [&] {
-    HostContext& context = context_of(host);
-    for (const auto& [kind, standard] : context.standard_groups) {
-      if (standard.get() == group) fail(ACCEL_ERROR_INVALID_ARGUMENT, "standard groups belong to the host");
-    }
-    delete group;
+    handles_of(context).works.remove(handle_value(work), nullptr);
   });
 }
 
 }  // namespace
 
-void resolve_standard_groups(HostContext& context) {
-  comm::ProcessGroup& world = *context.world;
-  AccelMeshSpec& mesh = context.mesh;
-  const int world_size = world.size();
-  if ((mesh.tensor_size > 1) || (mesh.pipeline_size > 1)) {
-    throw std::runtime_error("the plugins' mesh asks for tensor or pipeline parallelism, which this host version "
-                             "does not resolve yet");
-  }
-  mesh.tensor_size = 1;
-  mesh.pipeline_size = 1;
-  if (mesh.sharding_size == 0 && mesh.replica_size == 0) mesh.sharding_size = 1;
-  if (mesh.sharding_size == 0) mesh.sharding_size = world_size / std::max(1, mesh.replica_size);
-  if (mesh.replica_size == 0) mesh.replica_size = world_size / std::max(1, mesh.sharding_size);
-  if (mesh.sharding_size * mesh.replica_size != world_size) {
-    throw std::runtime_error("mesh sharding " + std::to_string(mesh.sharding_size) + " x replica " +
-                             std::to_string(mesh.replica_size) + " does not equal the world size " +
-                             std::to_string(world_size));
-  }
-  const int rank = world.rank();
-  auto world_handle = std::make_shared<AccelGroup>();
-  world_handle->group = &world;
-  for (int r : world.world_ranks()) world_handle->ranks.push_back(static_cast<int32_t>(r));
-  context.standard_groups[ACCEL_GROUP_WORLD] = world_handle;
-  context.standard_groups[ACCEL_GROUP_DATA] = world_handle;  // tensor = pipeline = 1
-  // data_index = replica_index * sharding_size + sharding_index (accel/comm.h).
-  const int sharding_index = rank % mesh.sharding_size, replica_index = rank / mesh.sharding_size;
-  context.standard_groups[ACCEL_GROUP_SHARDING] = wrap(world.split(replica_index, rank, "sharding"));
-  context.standard_groups[ACCEL_GROUP_REPLICA] = wrap(world.split(sharding_index, rank, "replica"));
-  context.standard_groups[ACCEL_GROUP_TENSOR] = wrap(world.split(rank, 0, "tensor"));
-  context.standard_groups[ACCEL_GROUP_PIPELINE] = wrap(world.split(rank, 0, "pipeline"));
-  context.standard_groups[ACCEL_GROUP_NODE] = wrap(world.split(context.identity.node_rank, rank, "node"));
-}
-
 const AccelCommServices* comm_services_table() {
   static const AccelCommServices table = [] {
     AccelCommServices t{};
     t.struct_size = sizeof(t);
-    t.set_mesh = &set_mesh;
-    t.get_group = &get_group;
-    t.group_info = &group_info;
-    t.create_group = &create_group;
-    t.split_group = &split_group;
-    t.destroy_group = &destroy_group;
+    fill_group_services(t);
     t.all_reduce = &all_reduce;
     t.all_gather = &all_gather;
     t.reduce_scatter = &reduce_scatter;

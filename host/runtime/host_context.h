@@ -37,6 +37,7 @@ class PluginStateWriter;  // plugin_state.h: checkpoint put target
 class CheckpointReader;   // checkpoint_reader.h: checkpoint get source
 class MemoryAccounting;   // memory_services.h
 class ModelView;          // model_services.h: the ABI's model info structs
+class CommHandles;        // comm_checks.h: group and work handle tables
 
 // One option's parsed value (a plugin's or the host's), by "section.name".
 struct OptionValue {
@@ -145,8 +146,12 @@ class HostContext {
   // The world process group; owned by the run (host/app/run.cpp), null in
   // tests and info-only loads (the comm services then fail cleanly).
   comm::ProcessGroup* world = nullptr;
-  // The standard groups by AccelGroupKind, made by resolve_standard_groups.
-  std::map<int, std::shared_ptr<AccelGroup>> standard_groups;
+  // The handle tables of groups and works, and the ACCEL_COMM_VERIFY
+  // settings (comm_checks.h); made on first use.
+  std::shared_ptr<CommHandles> comm_handles;
+  // The standard groups' handles by AccelGroupKind (entries of
+  // comm_handles->groups), made by resolve_standard_groups.
+  std::map<int, AccelGroup*> standard_groups;
   // The mesh plugins declared while planning (0: not said).
   AccelMeshSpec mesh{};
   // Bytes of the full tensor each collective plugins issued works on: the
@@ -161,6 +166,13 @@ class HostContext {
 // Collective over the world: every rank calls it after plan_model. Throws
 // std::runtime_error when the mesh does not fit the world.
 void resolve_standard_groups(HostContext& context);
+
+// Compares, over each group's ring, the collectives every rank issued
+// since the last call (comm_checks.h, host/comm/sequence_check.h): the
+// trainer calls it after the step_end hooks of step `step`, on every rank.
+// Throws std::runtime_error naming the step, the group and both operations
+// when the ranks diverged.
+void check_collective_sequences(HostContext& context, int64_t step);
 
 // The services table handed to every plugin: static, immutable, valid for
 // the whole process.

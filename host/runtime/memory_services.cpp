@@ -96,14 +96,39 @@ std::string MemoryAccounting::describe_usage(AccelMemoryPlace place) const {
   return text.empty() ? "nothing allocated" : text;
 }
 
+namespace {
+uintptr_t begin_of(const AccelBuffer* buffer) {
+  return reinterpret_cast<uintptr_t>(accel_tensor_begin(buffer->view.get()));
+}
+}  // namespace
+
 void MemoryAccounting::add_buffer(AccelBuffer* buffer) {
   std::lock_guard<std::mutex> lock(mutex_);
   buffers_.insert(buffer);
+  by_address_[begin_of(buffer)] = buffer;
 }
 
 bool MemoryAccounting::remove_buffer(AccelBuffer* buffer) {
   std::lock_guard<std::mutex> lock(mutex_);
-  return buffers_.erase(buffer) == 1;
+  if (buffers_.erase(buffer) != 1) return false;
+  const auto it = by_address_.find(begin_of(buffer));
+  if (it != by_address_.end() && it->second == buffer) by_address_.erase(it);
+  return true;
+}
+
+std::optional<BufferExtent> MemoryAccounting::find_extent(const void* address) const {
+  const auto a = reinterpret_cast<uintptr_t>(address);
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = by_address_.upper_bound(a);
+  if (it == by_address_.begin()) return std::nullopt;
+  --it;
+  const AccelBuffer* b = it->second;
+  const uintptr_t end = it->first + static_cast<uintptr_t>(b->bytes);
+  if (a != it->first && a >= end) return std::nullopt;
+  const DLTensor* t = b->view.get();
+  int64_t numel = 1;
+  for (int32_t d = 0; d < t->ndim; ++d) numel *= t->shape[d];
+  return BufferExtent{it->first, b->bytes, t->dtype, numel, b->label, b->owner};
 }
 
 void MemoryAccounting::add_stream(AccelStreamOpaque* stream) {
@@ -157,7 +182,10 @@ int64_t MemoryAccounting::free_leaked(std::string_view owner) {
     for (AccelBuffer* b : buffers_) {
       if (b->owner == owner) leaked.push_back(b);
     }
-    for (AccelBuffer* b : leaked) buffers_.erase(b);
+    for (AccelBuffer* b : leaked) {
+      buffers_.erase(b);
+      by_address_.erase(begin_of(b));
+    }
   }
   for (AccelBuffer* b : leaked) {
     record_free(b->place, b->category, b->bytes);

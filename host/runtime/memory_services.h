@@ -2,7 +2,9 @@
 // by place and category, and the concrete types behind the ABI's opaque
 // AccelBuffer, AccelEvent and AccelStream handles.
 //
-// Invariants: every live AccelBuffer is registered in its context's
+// Invariants: every live AccelBuffer is registered (by handle and by the
+// address of its first byte, so find_extent can tell whether a tensor lies
+// inside the memory it points into) in its context's
 // MemoryAccounting and counted once in counters(place, category) and in
 // counters(place, ACCEL_MEMORY_ALL); deallocate, stream_destroy and
 // event_destroy refuse a handle the ledger does not hold, so a double free or
@@ -24,7 +26,9 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -55,6 +59,16 @@ struct AccelStreamOpaque {
 };
 
 namespace accel::runtime {
+
+// The accounted bytes of one live buffer, as the extent checks quote them.
+struct BufferExtent {
+  uintptr_t begin = 0;  // the view's first byte
+  int64_t bytes = 0;    // accounted bytes (the view's)
+  DLDataType dtype{};
+  int64_t numel = 0;
+  std::string label;
+  std::string owner;    // allocating plugin ("" = host)
+};
 
 struct MemoryCounters {
   int64_t current_bytes = 0;
@@ -87,6 +101,10 @@ class MemoryAccounting {
   void add_event(AccelEvent* event);
   bool remove_event(AccelEvent* event);
   bool has_event(const AccelEvent* event) const;
+  // The live buffer whose accounted bytes [begin, begin + bytes) contain
+  // `address` (a zero-byte buffer contains only its own begin), if any.
+  // O(log buffers): the collectives ask it for every tensor they move.
+  std::optional<BufferExtent> find_extent(const void* address) const;
 
   // Buffers `owner` allocated and has not freed, and their bytes; the
   // registry checks it after a plugin's teardown.
@@ -104,6 +122,7 @@ class MemoryAccounting {
   mutable std::mutex mutex_;
   std::array<std::array<MemoryCounters, kNumCategories>, kNumPlaces> counters_{};
   std::set<AccelBuffer*> buffers_;
+  std::map<uintptr_t, AccelBuffer*> by_address_;  // view begin -> buffer
   std::set<const AccelStreamOpaque*> streams_;
   std::set<const AccelEvent*> events_;
 };

@@ -359,7 +359,10 @@ StepOutcome Trainer::train_step(int64_t step) {
     step_args.grad_norm = outcome.skipped ? nullptr : norm_view.get();
     hooks_->step_end(step_args);
   }
-  if (context_) context_->in_step = false;
+  if (context_) {
+    context_->in_step = false;
+    runtime::check_collective_sequences(*context_, step);  // every rank issued the same collectives
+  }
   return outcome;
 }
 

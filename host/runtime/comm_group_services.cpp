@@ -1,0 +1,182 @@
+// The group area of the comm services (accel/comm.h): the mesh plugins
+// declare while planning, the standard groups it resolves to, and groups
+// plugins create, split and destroy. Every group handle a plugin holds is an
+// entry of the context's group table (comm_checks.h): get_group hands out
+// the standard entries, create/split add one, destroy_group removes it (so
+// a later use of that handle is refused as stale), and each entry carries
+// its group's collective sequence check.
+//
+// This host version resolves meshes with tensor = pipeline = 1 (data,
+// sharding and replica groups), which is what data-parallel strategies
+// need; tensor and pipeline meshes arrive with the strategies that use them.
+//
+// Thread-safety: set_mesh, create/split/destroy on the loop thread;
+// get_group and group_info from any thread (the table is locked).
+#include <cstdlib>
+#include <memory>
+#include <stdexcept>
+#include <vector>
+
+#include "host/comm/process_group.h"
+#include "host/runtime/comm_checks.h"
+#include "host/runtime/host_context.h"
+#include "host/runtime/service_support.h"
+
+namespace accel::runtime {
+namespace {
+
+// A table entry for `group` (owned unless `borrowed`), with its sequence
+// check: collective over the group's ranks, like the group's creation.
+std::shared_ptr<GroupEntry> make_entry(HostContext& context, comm::ProcessGroup* borrowed,
+                                       std::unique_ptr<comm::ProcessGroup> owned) {
+  auto entry = std::make_shared<GroupEntry>();
+  entry->group = borrowed ? borrowed : owned.get();
+  entry->owned = std::move(owned);
+  for (int r : entry->group->world_ranks()) entry->ranks.push_back(static_cast<int32_t>(r));
+  entry->sequence = std::make_unique<comm::SequenceCheck>(
+      entry->group->mpi_comm(), entry->group->name(), entry->group->world_ranks(),
+      entry->group->options().timeout_ms, handles_of(context).verify.each_op);
+  return entry;
+}
+
+// A plugin-made group's handle (NULL for a rank the group does not include).
+AccelGroup* add_plugin_group(HostContext& context, std::unique_ptr<comm::ProcessGroup> made) {
+  if (!made) return nullptr;
+  return group_handle(handles_of(context).groups.add(make_entry(context, nullptr, std::move(made))));
+}
+
+AccelStatus set_mesh(AccelHost* host, const AccelMeshSpec* mesh) {
+  return call_service("comm.set_mesh", [&] {
+    ACCEL_REQUIRE_ARGS(mesh, AccelMeshSpec, replica_size);
+    HostContext& context = context_of(host);
+    if (!context.planning) fail(ACCEL_ERROR_FAILED_PRECONDITION, "set_mesh is allowed only inside plan_model");
+    auto merge = [&](int32_t& mine, int32_t theirs, const char* what) {
+      if (theirs == 0) return;
+      if (mine != 0 && mine != theirs) {
+        fail(ACCEL_ERROR_INVALID_ARGUMENT, std::string(what) + " size " + std::to_string(theirs) +
+                                               " conflicts with " + std::to_string(mine) + " declared before");
+      }
+      mine = theirs;
+    };
+    merge(context.mesh.tensor_size, mesh->tensor_size, "tensor");
+    merge(context.mesh.pipeline_size, mesh->pipeline_size, "pipeline");
+    merge(context.mesh.sharding_size, mesh->sharding_size, "sharding");
+    merge(context.mesh.replica_size, mesh->replica_size, "replica");
+  });
+}
+
+AccelStatus get_group(AccelHost* host, AccelGroupKind kind, AccelGroup** group) {
+  return call_service("comm.get_group", [&] {
+    if (!group) fail(ACCEL_ERROR_INVALID_ARGUMENT, "group is NULL");
+    HostContext& context = context_of(host);
+    const auto it = context.standard_groups.find(static_cast<int>(kind));
+    if (it == context.standard_groups.end()) {
+      fail(ACCEL_ERROR_FAILED_PRECONDITION,
+           "standard group " + std::to_string(kind) + " does not exist yet (groups exist from setup on)");
+    }
+    *group = it->second;
+  });
+}
+
+AccelStatus group_info(AccelHost* host, const AccelGroup* group, AccelGroupInfo* info) {
+  return call_service("comm.group_info", [&] {
+    ACCEL_REQUIRE_ARGS(info, AccelGroupInfo, ranks);
+    HostContext& context = context_of(host);
+    const ResolvedGroup g = resolve_group(context, group);
+    if (!g.entry) fail(ACCEL_ERROR_FAILED_PRECONDITION, "the world group's handle exists from setup on");
+    info->rank = g.group->rank();
+    info->size = g.group->size();
+    info->ranks = g.entry->ranks.data();  // the entry lives as long as the handle
+  });
+}
+
+AccelStatus create_group(AccelHost* host, const int32_t* ranks, int32_t num_ranks, AccelGroup** group) {
+  return call_service("comm.create_group", [&] {
+    if (!ranks || num_ranks <= 0 || !group) fail(ACCEL_ERROR_INVALID_ARGUMENT, "empty rank list or NULL group");
+    HostContext& context = context_of(host);
+    const ResolvedGroup world = resolve_group(context, nullptr);
+    const std::vector<int> list(ranks, ranks + num_ranks);
+    *group = add_plugin_group(context, world.group->new_group(list, "plugin group"));
+  });
+}
+
+AccelStatus split_group(AccelHost* host, AccelGroup* parent, int32_t color, int32_t key, AccelGroup** group) {
+  return call_service("comm.split_group", [&] {
+    if (!group) fail(ACCEL_ERROR_INVALID_ARGUMENT, "group is NULL");
+    HostContext& context = context_of(host);
+    const ResolvedGroup g = resolve_group(context, parent, "parent");
+    *group = add_plugin_group(context, g.group->split(color, key, "plugin split"));
+  });
+}
+
+AccelStatus destroy_group(AccelHost* host, AccelGroup* group) {
+  return call_service("comm.destroy_group", [&] {
+    if (!group) fail(ACCEL_ERROR_INVALID_ARGUMENT, "group is NULL (the world belongs to the host)");
+    HostContext& context = context_of(host);
+    const ResolvedGroup g = resolve_group(context, group);
+    if (g.entry->host_owned) fail(ACCEL_ERROR_INVALID_ARGUMENT, "standard groups belong to the host");
+    handles_of(context).groups.remove(handle_value(group), nullptr);
+  });
+}
+
+}  // namespace
+
+void fill_group_services(AccelCommServices& t) {
+  t.set_mesh = &set_mesh;
+  t.get_group = &get_group;
+  t.group_info = &group_info;
+  t.create_group = &create_group;
+  t.split_group = &split_group;
+  t.destroy_group = &destroy_group;
+}
+
+void resolve_standard_groups(HostContext& context) {
+  comm::ProcessGroup& world = *context.world;
+  CommHandles& handles = handles_of(context);
+  handles.verify = parse_comm_verify(std::getenv("ACCEL_COMM_VERIFY"));
+  AccelMeshSpec& mesh = context.mesh;
+  const int world_size = world.size();
+  if ((mesh.tensor_size > 1) || (mesh.pipeline_size > 1)) {
+    throw std::runtime_error("the plugins' mesh asks for tensor or pipeline parallelism, which this host version "
+                             "does not resolve yet");
+  }
+  mesh.tensor_size = 1;
+  mesh.pipeline_size = 1;
+  if (mesh.sharding_size == 0 && mesh.replica_size == 0) mesh.sharding_size = 1;
+  if (mesh.sharding_size == 0) mesh.sharding_size = world_size / std::max(1, mesh.replica_size);
+  if (mesh.replica_size == 0) mesh.replica_size = world_size / std::max(1, mesh.sharding_size);
+  if (mesh.sharding_size * mesh.replica_size != world_size) {
+    throw std::runtime_error("mesh sharding " + std::to_string(mesh.sharding_size) + " x replica " +
+                             std::to_string(mesh.replica_size) + " does not equal the world size " +
+                             std::to_string(world_size));
+  }
+  const int rank = world.rank();
+  auto standard = [&](comm::ProcessGroup* borrowed, std::unique_ptr<comm::ProcessGroup> owned) {
+    std::shared_ptr<GroupEntry> entry = make_entry(context, borrowed, std::move(owned));
+    entry->host_owned = true;
+    return group_handle(handles.groups.add(std::move(entry)));
+  };
+  AccelGroup* world_handle = standard(&world, nullptr);
+  context.standard_groups[ACCEL_GROUP_WORLD] = world_handle;
+  context.standard_groups[ACCEL_GROUP_DATA] = world_handle;  // tensor = pipeline = 1
+  // data_index = replica_index * sharding_size + sharding_index (accel/comm.h).
+  const int sharding_index = rank % mesh.sharding_size, replica_index = rank / mesh.sharding_size;
+  context.standard_groups[ACCEL_GROUP_SHARDING] = standard(nullptr, world.split(replica_index, rank, "sharding"));
+  context.standard_groups[ACCEL_GROUP_REPLICA] = standard(nullptr, world.split(sharding_index, rank, "replica"));
+  context.standard_groups[ACCEL_GROUP_TENSOR] = standard(nullptr, world.split(rank, 0, "tensor"));
+  context.standard_groups[ACCEL_GROUP_PIPELINE] = standard(nullptr, world.split(rank, 0, "pipeline"));
+  context.standard_groups[ACCEL_GROUP_NODE] =
+      standard(nullptr, world.split(context.identity.node_rank, rank, "node"));
+}
+
+void check_collective_sequences(HostContext& context, int64_t step) {
+  if (!context.comm_handles) return;
+  // Slot order is creation order, the same on every member of a group; the
+  // exchanges are non-blocking sends plus one receive each, so groups that
+  // overlap cannot deadlock whatever the order.
+  for (const auto& entry : context.comm_handles->groups.objects()) {
+    if (entry->sequence) entry->sequence->end_step(step);
+  }
+}
+
+}  // namespace accel::runtime
