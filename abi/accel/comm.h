@@ -23,9 +23,21 @@
  *    it reads the output or reuses the input, then frees the handle.
  * Tensors must stay valid until the operation completed (synchronous: on the
  * stream; asynchronous: until the wait/test that observed completion).
- * Input and output tensors must be contiguous, on the same device.
+ * Input and output tensors must be contiguous, on the same device. A tensor
+ * that points into memory the host issued (a buffer from memory->allocate,
+ * the model's storage) must lie inside it: one whose shape runs past the end
+ * of that allocation is refused with ACCEL_ERROR_INVALID_ARGUMENT naming the
+ * allocation, before anything moves. A plugin's own memory cannot be
+ * checked and is accepted, unless ACCEL_COMM_VERIFY=memory (see below).
  *
  * Every rank of a group issues the same collectives on it in the same order.
+ * The host checks it: at each step end the ranks of every group compare
+ * what they issued (operation, dtype, count, reduce op, root; not labels),
+ * and a rank waiting in a collective that a peer ended the step without
+ * fails at once; with ACCEL_COMM_VERIFY=ops each collective is compared
+ * before it is issued. A divergence returns ACCEL_ERROR_ABORTED (or ends the
+ * job at step end) naming the step, the group and both operations
+ * (docs/communication.md, "Collective checks"). Send/recv are not compared.
  * Nothing hangs forever: each operation has a deadline; on a timeout or a
  * failure elsewhere the call (or the wait) returns ACCEL_ERROR_TIMEOUT or
  * ACCEL_ERROR_ABORTED, the message names the rank and the operation, and the
@@ -49,11 +61,15 @@ extern "C" {
 
 /* A process group: an ordered set of ranks with its own communicators.
  * Standard groups are host-owned and live until teardown; groups a plugin
- * created are destroyed by it. */
+ * created are destroyed by it. The handle is opaque, not an address: a
+ * handle the host never issued, or one of a destroyed group, is refused with
+ * ACCEL_ERROR_INVALID_ARGUMENT ("group handle 0x... is stale: its group was
+ * destroyed"), never dereferenced. */
 typedef struct AccelGroup AccelGroup;
 
 /* An asynchronous operation in flight. Owned by the caller of the operation
- * that returned it; freed with work_free. */
+ * that returned it; freed with work_free. Opaque like AccelGroup: a bogus
+ * or freed handle is refused with ACCEL_ERROR_INVALID_ARGUMENT. */
 typedef struct AccelWork AccelWork;
 
 /* -------------------------------- Mesh ----------------------------------- */
@@ -159,7 +175,8 @@ typedef struct AccelCollectiveArgs {
   int32_t peer;             /* broadcast: root; send/recv: the other rank;
                                both as an index in `group` */
   AccelStream stream;       /* ordering, see the file comment */
-  int64_t timeout_ms;       /* 0 = the host's --comm-timeout */
+  int64_t timeout_ms;       /* 0 = the host's deadline,
+                               --init_process_group.timeout (seconds) */
   const char* label;        /* for traces and the flight recorder ("fsdp
                                all_gather unit 3"); borrowed; may be NULL */
 } AccelCollectiveArgs;

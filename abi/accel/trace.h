@@ -99,11 +99,15 @@ typedef enum AccelMetricReduce {
   ACCEL_METRIC_REDUCE_FORCE_32BIT = 0x7fffffff
 } AccelMetricReduce;
 
-/* Records `value` for metric `name` ("fp8/amax_max", "ddp/bucket_count") in
- * the current step. The host combines records of a step with `reduce` (the
- * first record's reduce wins), and at step end writes one value per metric
- * and rank to the metric log, prefixed with the plugin's name. Also
- * delivered to observers as a COUNTER event. */
+/* Records `value` for metric `name` ("amax_max", "buckets": the plugin's
+ * own name, without a prefix) in the current step. The host combines the
+ * records of a step with `reduce` (the first record's reduce wins) and, at
+ * step end, rank 0 writes one value per metric into its JSON line of the
+ * metrics log (--metrics-file) under the key "<plugin>.<name>" (ddp's
+ * "buckets" becomes "ddp.buckets"). Only rank 0's records are written: a
+ * value that differs by rank must be reduced by the plugin first. Also
+ * delivered to observers as a COUNTER event (source: the plugin, name:
+ * `name`). */
 typedef void AccelMetricRecordFn(AccelHost* host, const char* name,
                                  double value, AccelMetricReduce reduce);
 
