@@ -30,10 +30,6 @@ def job(n, *args, env=None, timeout=120):
     return proc, time.monotonic() - start
 
 
-def error_lines(text):
-    return [line for line in text.splitlines() if "error" in line.lower() and "collective_faults" in line]
-
-
 @unittest.skipUnless(MPIRUN, "no mpirun")
 class Refusals(unittest.TestCase):
     def refused(self, n, fault, call, cause):
@@ -41,16 +37,15 @@ class Refusals(unittest.TestCase):
         out = proc.stdout + proc.stderr
         self.assertNotEqual(proc.returncode, 0, out)
         self.assertIsNone(CRASH.search(out), out)
-        lines = [line for line in out.splitlines() if re.search(r"plugin collective_faults: step_end: " + call, line)]
+        lines = [line for line in out.splitlines() if re.search(r"plugin collective_faults: step_end failed \(ACCEL_ERROR_INVALID_ARGUMENT\): " + call + ": ", line)]
         self.assertTrue(lines, out)
         self.assertRegex(lines[0], cause)
         return lines[0]
 
     def test_overrun_all_reduce_is_refused_at_two_ranks(self):
-        line = self.refused(2, "overrun_all_reduce", "comm.all_reduce",
+        self.refused(2, "overrun_all_reduce", "comm.all_reduce",
                             r"input \(f32 x1024 = 4.00 KiB .*runs 3.94 KiB past the end of allocation "
                             r"'collective_faults small' \(f32 x16, 64 B\) of plugin collective_faults")
-        self.assertNotIn("\n", line)
 
     def test_overrun_all_gather_output_is_refused_at_two_ranks(self):
         self.refused(2, "overrun_all_gather", "comm.all_gather",
