@@ -37,15 +37,17 @@ class Refusals(unittest.TestCase):
         out = proc.stdout + proc.stderr
         self.assertNotEqual(proc.returncode, 0, out)
         self.assertIsNone(CRASH.search(out), out)
-        lines = [line for line in out.splitlines() if re.search(r"plugin collective_faults: step_end failed \(ACCEL_ERROR_INVALID_ARGUMENT\): " + call + ": ", line)]
+        refusal = re.compile(r"plugin collective_faults: step_end failed \(ACCEL_ERROR_INVALID_ARGUMENT\): "
+                             + call + ": ")
+        lines = [line for line in out.splitlines() if refusal.search(line)]
         self.assertTrue(lines, out)
         self.assertRegex(lines[0], cause)
         return lines[0]
 
     def test_overrun_all_reduce_is_refused_at_two_ranks(self):
         self.refused(2, "overrun_all_reduce", "comm.all_reduce",
-                            r"input \(f32 x1024 = 4.00 KiB .*runs 3.94 KiB past the end of allocation "
-                            r"'collective_faults small' \(f32 x16, 64 B\) of plugin collective_faults")
+                     r"input \(f32 x1024 = 4.00 KiB .*runs 3.94 KiB past the end of allocation "
+                     r"'collective_faults small' \(f32 x16, 64 B\) of plugin collective_faults")
 
     def test_overrun_all_gather_output_is_refused_at_two_ranks(self):
         self.refused(2, "overrun_all_gather", "comm.all_gather",
