@@ -162,8 +162,9 @@ void check_descriptor(const AccelPluginDescriptor& d, const AccelHooks* raw_hook
 // "/proc/self/fd/N", and glibc matches an already-loaded library by that name
 // before it opens anything: so N must not name another file while this
 // library is resident. The descriptor is closed only once the library is
-// gone; one that stays resident (a C++ plugin with unique symbols cannot be
-// unloaded) keeps its descriptor, and so its name, for the process's life.
+// gone; a library dlclose leaves mapped (glibc keeps one with
+// STB_GNU_UNIQUE symbols, or marked NODELETE) keeps its descriptor, and so
+// its name, for the process's life.
 struct LoadedPlugin::Library {
   explicit Library(TrustedFile opened) : file(std::move(opened)) {}
   ~Library() {
