@@ -4,8 +4,10 @@
  * AccelPluginDescriptor (name, version, kind, conflicts, capabilities,
  * option schema) and AccelHooks with the args struct of every hook.
  *
- * LOADING. The host inspects the file, dlopens it (RTLD_NOW | RTLD_LOCAL),
- * and looks up `accel_plugin_init_v<N>` for the newest ABI major N it
+ * LOADING. The host opens the file once, checks who may write to it and to
+ * every directory above it (docs/plugins.md "Trust"), then inspects and
+ * dlopens that same open file (RTLD_NOW | RTLD_LOCAL), and looks up
+ * `accel_plugin_init_v<N>` for the newest ABI major N it
  * supports first, then older ones it still supports. A plugin may export
  * several majors to run on old and new hosts. A plugin exporting only
  * majors the host does not know is refused: "libaccel_x.so: built for ABI
@@ -93,9 +95,12 @@ typedef enum AccelPluginKind {
 #define ACCEL_CAP_SHARDS_PARAMS (UINT64_C(1) << 2)    /* takes unit storage */
 #define ACCEL_CAP_SHARDS_GRADS (UINT64_C(1) << 3)     /* owns grad shards */
 #define ACCEL_CAP_SHARDS_OPTIMIZER (UINT64_C(1) << 4) /* owns optim state */
-#define ACCEL_CAP_REDUCES_GRADS (UINT64_C(1) << 5)    /* data-parallel
-                                                         reduction; at most
-                                                         one such plugin */
+/* Data-parallel reduction: at most one such plugin, and it implements a hook
+ * to reduce in (gradients_ready, gradients_finalize, unit_backward_post or
+ * train_step; refused otherwise). The host then reduces nothing itself, and
+ * after gradients_finalize every rank must hold the average over the data
+ * group — `accel-host check-plugin` compares N ranks against one. */
+#define ACCEL_CAP_REDUCES_GRADS (UINT64_C(1) << 5)
 #define ACCEL_CAP_TENSOR_PARALLEL (UINT64_C(1) << 6)
 #define ACCEL_CAP_PIPELINE_PARALLEL (UINT64_C(1) << 7)
 #define ACCEL_CAP_RESHARD_ON_LOAD (UINT64_C(1) << 8)  /* loads checkpoints of
@@ -122,7 +127,8 @@ typedef struct AccelPluginDescriptor {
   /* The option schema: num_options pointers (accel/options.h). */
   const AccelOptionSpec* const* options;
   size_t num_options;
-  /* Every hook the plugin may implement; create may narrow it. */
+  /* Every hook the plugin may implement; create may narrow it. Its
+   * struct_size is at least ABI 1.0's table (through trace_event). */
   const struct AccelHooks* hooks;
 } AccelPluginDescriptor;
 
@@ -490,7 +496,10 @@ typedef void AccelHookTraceEventFn(AccelPlugin* self,
 
 /* -------------------------------- The table ------------------------------ */
 
-/* Every hook is optional: NULL = not mine. Plugin-owned, immutable. */
+/* Every hook is optional: NULL = not mine. Plugin-owned, immutable.
+ * struct_size: sizeof(AccelHooks) as the plugin was compiled, never less than
+ * ABI 1.0's (ACCEL_FIELD_END(AccelHooks, trace_event)); a shorter table is
+ * refused. */
 struct AccelHooks {
   size_t struct_size;
   AccelExtensionBase* extensions;

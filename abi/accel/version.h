@@ -57,11 +57,12 @@ typedef struct AccelAbiVersion {
  * `type` already had `field`. Use it before reading a field the other side
  * filled when the field was appended after the struct was introduced: a
  * struct_size is never smaller than the struct's size in the minor that
- * introduced it (the host refuses a plugin whose descriptor or option specs
- * are smaller, and never passes smaller structs itself), so the fields of
- * 1.0 structs may be read by any 1.x reader without the check. The one
- * exception is a plugin's hook table (AccelHooks): it may end early, and
- * every hook past its struct_size reads as NULL ("not mine") — that is how a
+ * introduced it (the host refuses a plugin whose descriptor, hook table or
+ * option specs are smaller, and never passes smaller structs itself), so the
+ * fields of 1.0 structs may be read by any 1.x reader without the check.
+ * There is no exception: a plugin's hook table (AccelHooks) is at least
+ * 1.0's, which ends at trace_event. Hooks a later minor appends lie past a
+ * 1.0 plugin's struct_size and read as NULL ("not mine") — that is how a
  * plugin built against 1.0 runs on a host whose table gained hooks. */
 #define ACCEL_STRUCT_HAS_FIELD(ptr, type, field) \
   ((ptr) != NULL && (ptr)->struct_size >= ACCEL_FIELD_END(type, field))

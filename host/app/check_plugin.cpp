@@ -8,11 +8,13 @@
 #include <filesystem>
 #include <functional>
 
+#include "host/app/check_data_parallel.h"
 #include "host/app/run.h"
 #include "host/cli/options.h"
 #include "host/plugin/discovery.h"
 #include "host/plugin/loaded_plugin.h"
 #include "host/plugin/plugin_error.h"
+#include "host/plugin/trusted_file.h"
 #include "host/runtime/host_context.h"
 #include "host/util/log.h"
 #include "host/util/strformat.h"
@@ -49,7 +51,7 @@ class Report {
 
  private:
   void line(const char* verdict, const char* name, const std::string& detail) const {
-    if (print_) std::printf("  %-4s  %-12s %s\n", verdict, name, detail.c_str());
+    if (print_) std::printf("  %-4s  %-13s %s\n", verdict, name, detail.c_str());
     std::fflush(stdout);
   }
   bool print_;
@@ -77,13 +79,15 @@ int check_plugin(const std::vector<std::string>& args, const comm::MpiSession& m
 
   if (!report.check("file", [&] {
         if (!fs::is_regular_file(file)) throw std::runtime_error("no such file");
-        plugin::check_trusted(file);
-        return std::string("exists; neither it nor its directory is writable by other users");
+        const plugin::TrustedFile trusted = plugin::TrustedFile::open(file);
+        return "opened once as " + trusted.resolved().string() +
+               "; neither it nor a directory above it is writable by other users";
       })) {
     return report.finish();
   }
   report.check("exports", [&] {
-    boost::dll::library_info info(file.string());
+    const plugin::TrustedFile trusted = plugin::TrustedFile::open(file);
+    boost::dll::library_info info(trusted.proc_path());
     std::string others;
     bool has_entry = false;
     for (const std::string& symbol : info.symbols()) {
@@ -104,10 +108,12 @@ int check_plugin(const std::vector<std::string>& args, const comm::MpiSession& m
   runtime::HostContext context;
   std::unique_ptr<plugin::LoadedPlugin> loaded;
   bool parallel_without_reduction = false;
+  bool reduces_grads = false;
   if (!report.check("descriptor", [&] {
         loaded = plugin::LoadedPlugin::load(file, "", context, /*info_only=*/true);
         const AccelPluginDescriptor& d = loaded->descriptor();
-        parallel_without_reduction = d.kind == ACCEL_PLUGIN_PARALLEL && !(d.capabilities & ACCEL_CAP_REDUCES_GRADS);
+        reduces_grads = d.capabilities & ACCEL_CAP_REDUCES_GRADS;
+        parallel_without_reduction = d.kind == ACCEL_PLUGIN_PARALLEL && !reduces_grads;
         return strformat("'%s' %s, ABI %u.%u, %zu option(s), loads RTLD_NOW|RTLD_LOCAL and validates", d.name,
                          d.version, d.abi_version.major, d.abi_version.minor, d.num_options);
       })) {
@@ -137,6 +143,21 @@ int check_plugin(const std::vector<std::string>& args, const comm::MpiSession& m
       report.check("resume", [&] {
         run_accel(second, mpi);
         return std::string("setup (resuming), load_state, 2 more steps, teardown");
+      });
+    }
+  }
+  if (reduces_grads) {
+    // N ranks must train the model one rank trains (check_data_parallel.h).
+    std::vector<std::string> run = {"--plugin", file.string(), "--model",     "gpt-tiny", "--n-layer",
+                                    "1",        "--seq-len",   "16",          "--log-level", "error"};
+    run.insert(run.end(), extra.begin(), extra.end());
+    const DataParallelVerdict verdict = check_data_parallel(run, dir, mpi);
+    if (verdict.outcome == DataParallelVerdict::Outcome::skip) {
+      report.skip("data-parallel", verdict.detail);
+    } else {
+      report.check("data-parallel", [&] {
+        if (verdict.outcome == DataParallelVerdict::Outcome::fail) throw std::runtime_error(verdict.detail);
+        return verdict.detail;
       });
     }
   }

@@ -1,8 +1,5 @@
-// Plugin search paths and the trust check (see discovery.h).
+// Plugin search paths (see discovery.h).
 #include "host/plugin/discovery.h"
-
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <set>
@@ -85,24 +82,6 @@ std::vector<fs::path> find_plugin_files(const std::vector<fs::path>& dirs) {
     }
   }
   return files;
-}
-
-void check_trusted(const fs::path& file) {
-  struct stat st {};
-  if (::stat(file.c_str(), &st) != 0) throw PluginError(file.string() + ": cannot stat");
-  if (st.st_mode & S_IWOTH) {
-    throw PluginError(file.string() + ": refused: the file is writable by other users");
-  }
-  if (st.st_uid != 0 && st.st_uid != ::geteuid()) {
-    throw PluginError(file.string() + ": refused: owned by uid " + std::to_string(st.st_uid) +
-                      ", neither root nor the current user");
-  }
-  struct stat dir {};
-  const fs::path parent = fs::absolute(file).parent_path();
-  if (::stat(parent.c_str(), &dir) == 0 && (dir.st_mode & S_IWOTH)) {
-    throw PluginError(file.string() + ": refused: its directory " + parent.string() +
-                      " is writable by other users");
-  }
 }
 
 }  // namespace accel::plugin

@@ -6,10 +6,10 @@
 // named `fsdp` is the file libaccel_fsdp.so; --plugin also takes a path.
 //
 // Trust model (docs/plugins.md): loading a plugin runs its code with our
-// privileges, so, like the dynamic loader's rules for setuid programs, a
-// file or directory that other users can write to is refused, and the
-// current directory is never searched implicitly (an empty or relative
-// ACCEL_PLUGIN_PATH entry is ignored with a warning).
+// privileges, so a file, or a directory above it, that another user could
+// write to is refused (trusted_file.h: checked on the descriptor that is
+// then loaded), and the current directory is never searched implicitly (an
+// empty or relative ACCEL_PLUGIN_PATH entry is ignored with a warning).
 #pragma once
 
 #include <filesystem>
@@ -39,10 +39,5 @@ fs::path resolve_plugin(const std::string& spec, const std::vector<fs::path>& di
 
 // Every libaccel_*.so in the directories (first occurrence of each name wins).
 std::vector<fs::path> find_plugin_files(const std::vector<fs::path>& dirs);
-
-// Throws PluginError when the file or its directory is world-writable
-// (S_IWOTH; a sticky directory like /tmp included), or the file is owned by
-// someone who is neither root nor us.
-void check_trusted(const fs::path& file);
 
 }  // namespace accel::plugin

@@ -1,6 +1,8 @@
 // Loading and validating one plugin library (see loaded_plugin.h).
 #include "host/plugin/loaded_plugin.h"
 
+#include <dlfcn.h>
+
 #include <boost/dll/library_info.hpp>
 #include <boost/dll/shared_library.hpp>
 
@@ -11,11 +13,16 @@
 #include "host/plugin/discovery.h"
 #include "host/plugin/option_values.h"
 #include "host/plugin/plugin_error.h"
+#include "host/plugin/trusted_file.h"
 
 namespace accel::plugin {
 namespace {
 
 constexpr const char* kEntryPrefix = "accel_plugin_init_v";
+
+// ABI 1.0's hook table ends at trace_event. Frozen: a later minor that
+// appends hooks leaves this where it is (tests/abi pins the 1.0 prefix).
+constexpr size_t kHooksSizeV1_0 = ACCEL_FIELD_END(AccelHooks, trace_event);
 
 bool valid_name(const char* name) {
   static const std::regex pattern("[a-z][a-z0-9_]*");
@@ -23,11 +30,12 @@ bool valid_name(const char* name) {
 }
 
 // The ABI majors a file exports entry symbols for, read from its ELF
-// dynamic symbol table without loading it.
-std::set<int> exported_majors(const std::filesystem::path& file) {
+// dynamic symbol table without loading it (through the descriptor that was
+// checked, not the name).
+std::set<int> exported_majors(const TrustedFile& trusted, const std::filesystem::path& file) {
   std::vector<std::string> symbols;
   try {
-    boost::dll::library_info info(file.string());
+    boost::dll::library_info info(trusted.proc_path());
     symbols = info.symbols();
   } catch (const std::exception& e) {
     throw PluginError(file.string() + ": not a loadable shared library (" + e.what() + ")");
@@ -119,8 +127,12 @@ void check_descriptor(const AccelPluginDescriptor& d, const AccelHooks* raw_hook
   std::set<std::string> option_names;
   for (size_t i = 0; i < d.num_options; ++i) check_option_spec(d.options[i], option_names);
 
-  if (!raw_hooks || raw_hooks->struct_size < ACCEL_FIELD_END(AccelHooks, extensions)) {
-    throw std::invalid_argument("descriptor has no hook table");
+  if (!raw_hooks) throw std::invalid_argument("descriptor has no hook table");
+  // A table may be longer than ours (a newer minor) but never shorter than
+  // 1.0's: the 1.0 hooks are read without a size check (docs/abi.md §3).
+  if (raw_hooks->struct_size < kHooksSizeV1_0) {
+    throw std::invalid_argument("hook table struct_size " + std::to_string(raw_hooks->struct_size) +
+                                " is smaller than ABI 1.0's " + std::to_string(kHooksSizeV1_0));
   }
   const bool takes_over = hooks.plan_model || hooks.clip_gradients || hooks.optimizer_step || hooks.train_step ||
                           hooks.linear_forward || hooks.linear_backward;
@@ -135,11 +147,34 @@ void check_descriptor(const AccelPluginDescriptor& d, const AccelHooks* raw_hook
     throw std::invalid_argument("a plugin that shards gradients or optimizer state must implement clip_gradients "
                                 "and optimizer_step");
   }
+  // The host reduces nothing itself once a plugin claims the reduction: a
+  // claim with no hook to do it in would let every rank train its own model.
+  if ((d.capabilities & ACCEL_CAP_REDUCES_GRADS) && !hooks.gradients_ready && !hooks.gradients_finalize &&
+      !hooks.unit_backward_post && !hooks.train_step) {
+    throw std::invalid_argument("declares ACCEL_CAP_REDUCES_GRADS but implements none of the hooks gradients are "
+                                "reduced in (gradients_ready, gradients_finalize, unit_backward_post, train_step)");
+  }
 }
 
 }  // namespace
 
+// The library and the descriptor it was loaded through. dlopen knows it as
+// "/proc/self/fd/N", and glibc matches an already-loaded library by that name
+// before it opens anything: so N must not name another file while this
+// library is resident. The descriptor is closed only once the library is
+// gone; a library dlclose leaves mapped (glibc keeps one with
+// STB_GNU_UNIQUE symbols, or marked NODELETE) keeps its descriptor, and so
+// its name, for the process's life.
 struct LoadedPlugin::Library {
+  explicit Library(TrustedFile opened) : file(std::move(opened)) {}
+  ~Library() {
+    handle.unload();
+    if (void* resident = ::dlopen(file.proc_path().c_str(), RTLD_NOW | RTLD_NOLOAD)) {
+      ::dlclose(resident);
+      file.release();
+    }
+  }
+  TrustedFile file;
   boost::dll::shared_library handle;
 };
 
@@ -152,8 +187,8 @@ AccelHooks normalise_hooks(const AccelHooks* table) {
 
 std::unique_ptr<LoadedPlugin> LoadedPlugin::load(const std::filesystem::path& file, const std::string& expected_name,
                                                  runtime::HostContext& context, bool info_only) {
-  check_trusted(file);
-  const std::set<int> majors = exported_majors(file);
+  TrustedFile trusted = TrustedFile::open(file);
+  const std::set<int> majors = exported_majors(trusted, file);
   if (majors.empty()) throw PluginError(file.string() + ": not an Accel plugin (no accel_plugin_init_v<N> symbol)");
   if (!majors.count(ACCEL_ABI_VERSION_MAJOR)) {
     throw PluginError(file.string() + ": built for ABI major " + std::to_string(*majors.rbegin()) +
@@ -162,9 +197,10 @@ std::unique_ptr<LoadedPlugin> LoadedPlugin::load(const std::filesystem::path& fi
 
   std::unique_ptr<LoadedPlugin> plugin(new LoadedPlugin());
   plugin->path_ = file;
-  plugin->library_ = std::make_unique<Library>();
+  plugin->library_ = std::make_unique<Library>(std::move(trusted));
   try {
-    plugin->library_->handle.load(file.string(), boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local);
+    plugin->library_->handle.load(plugin->library_->file.proc_path(),
+                                  boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local);
   } catch (const std::exception& e) {
     throw PluginError(file.string() + ": dlopen failed: " + e.what());
   }

@@ -2,10 +2,13 @@
 // hook table (normalised copies: fields beyond the plugin's struct_size read
 // as zero/NULL), its AccelHost handle and, once created, its instance.
 //
-// Loading order (DESIGN.md "Loading"): trust check, ELF inspection with
+// Loading order (DESIGN.md "Loading"): the file is opened once and its trust
+// checked on that descriptor (trusted_file.h), the ELF inspected with
 // Boost.DLL's library_info (a truncated .so can SIGBUS inside dlopen), then
-// dlopen with RTLD_NOW | RTLD_LOCAL, then the entry symbol of the newest ABI
-// major this host knows, then descriptor validation. The library stays
+// dlopened with RTLD_NOW | RTLD_LOCAL — both through /proc/self/fd/N, so a
+// name swapped meanwhile changes nothing — then the entry symbol of the
+// newest ABI major this host knows, then descriptor validation (hook table
+// at least 1.0's; a gradient reducer has a hook to reduce in). The library stays
 // mapped until this object is destroyed, which the registry does only after
 // teardown. Not thread-safe.
 #pragma once

@@ -46,7 +46,11 @@ static const char* const kConflicts[] = {"recorder"};
 #endif
 
 static AccelHooks kHooks = {
+#if defined(BROKEN_SHORT_HOOKS)
+    .struct_size = ACCEL_FIELD_END(AccelHooks, teardown), /* ABI 1.0's ends at trace_event */
+#else
     .struct_size = sizeof(AccelHooks),
+#endif
 #if defined(BROKEN_SETUP_FAILS)
     .setup = on_setup_fails,
 #endif
@@ -63,7 +67,13 @@ static const AccelPluginDescriptor kDescriptor = {
     .name = PLUGIN_NAME,
     .version = "0.0.1",
     .description = "deliberately broken test plugin",
+#if defined(BROKEN_REDUCES_NOTHING)
+    /* Claims the data-parallel reduction, implements no hook to do it in. */
+    .kind = ACCEL_PLUGIN_PARALLEL,
+    .capabilities = ACCEL_CAP_CPU | ACCEL_CAP_REDUCES_GRADS,
+#else
     .kind = ACCEL_PLUGIN_OBSERVER,
+#endif
     .conflicts = CONFLICTS,
     .num_conflicts = NUM_CONFLICTS,
     .options = OPTIONS,

@@ -1,7 +1,8 @@
-/* Simulates a plugin built against an older minor of ABI 1: its hook table
- * ends before the last hooks this host knows (struct_size stops after
- * `teardown`), and the memory past that end holds garbage. The host must read
- * the missing hooks as NULL and never call the garbage (accel/version.h). */
+/* A plugin built against ABI 1.0 on a newer-minor host: its descriptor says
+ * 1.0 and its hook table is exactly 1.0's (struct_size ends at trace_event,
+ * the smallest table the host accepts, accel/version.h). Hooks appended by
+ * later minors read as NULL. A table shorter than 1.0's is refused
+ * (broken_plugin.c, BROKEN_SHORT_HOOKS). */
 #include <accel/accel.h>
 
 #include <stddef.h>
@@ -20,12 +21,10 @@ static AccelStatus on_teardown(AccelPlugin* self) {
   return g_steps > 0 ? ACCEL_OK : ACCEL_ERROR_INTERNAL;
 }
 
-/* A full table in memory, so the poisoned field exists to be (wrongly) read. */
 static AccelHooks kHooks = {
-    .struct_size = ACCEL_FIELD_END(AccelHooks, teardown),
+    .struct_size = ACCEL_FIELD_END(AccelHooks, trace_event), /* ABI 1.0's table, frozen */
     .step_end = on_step_end,
     .teardown = on_teardown,
-    .trace_event = (AccelHookTraceEventFn*)(void*)0x1, /* beyond struct_size: must be ignored */
 };
 
 static const AccelPluginDescriptor kDescriptor = {
@@ -33,7 +32,7 @@ static const AccelPluginDescriptor kDescriptor = {
     .abi_version = {1, 0},
     .name = "older_minor",
     .version = "1.0.0",
-    .description = "test plugin: a shorter hook table, as an older minor would have",
+    .description = "test plugin: built against ABI 1.0, its hook table exactly 1.0's",
     .kind = ACCEL_PLUGIN_OBSERVER,
     .hooks = &kHooks,
 };

@@ -8,11 +8,12 @@ import stat
 import subprocess
 import unittest
 
-from accel_testing import ACCEL_HOST, TempDirMixin, read_metrics, run_host
+from accel_testing import ACCEL_HOST, MPI_ENV, MPIRUN, TempDirMixin, mpirun, read_metrics, run_host
 
 PLUGINS = os.environ.get("ACCEL_TEST_PLUGINS", os.path.join(os.path.dirname(__file__), "../../build/test_plugins"))
 GOOD = os.path.join(PLUGINS, "good")
 TINY = ["--steps", 2, "--batch-size", 4, "--log-level", "warn"]
+DDP = os.path.join(os.path.dirname(ACCEL_HOST), "..", "lib", "accel", "plugins", "libaccel_ddp.so")
 
 
 def plugin_dir(name):
@@ -227,6 +228,50 @@ class CheckPlugin(unittest.TestCase):
         self.assertRegex(proc.stdout, r"PASS\s+resume")
 
 
+class CheckPluginDataParallel(unittest.TestCase):
+    """check-plugin on a plugin that declares ACCEL_CAP_REDUCES_GRADS: N ranks
+    must train the model one rank trains. A reducer that sums instead of
+    averaging, or reduces nothing, loads and trains without an error; only
+    this check catches it, with one FAIL line."""
+
+    def setUp(self):
+        if not MPIRUN:
+            self.skipTest("no mpirun")
+
+    def check_two_ranks(self, path):
+        return mpirun(2, "check-plugin", path, check=False, timeout=300)
+
+    def data_parallel_line(self, proc):
+        lines = [l for l in proc.stdout.splitlines() if "data-parallel" in l]
+        self.assertEqual(len(lines), 1, proc.stdout + proc.stderr)
+        return lines[0]
+
+    def test_ddp_passes(self):
+        proc = self.check_two_ranks(DDP)
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        self.assertRegex(self.data_parallel_line(proc), r"PASS\s+data-parallel\s+2 ranks train the model one rank")
+
+    def test_summing_reducer_fails(self):
+        proc = self.check_two_ranks(os.path.join(plugin_dir("sum_reducer"), "libaccel_sum_reducer.so"))
+        self.assertEqual(proc.returncode, 1, proc.stdout + proc.stderr)
+        self.assertRegex(self.data_parallel_line(proc),
+                         r"FAIL\s+data-parallel\s+step \d+ at 2 ranks.*summed across ranks instead of averaged")
+        self.assertRegex(proc.stdout, r"PASS\s+lifecycle")  # it trains; only the comparison tells
+
+    def test_reducer_that_reduces_nothing_fails(self):
+        proc = self.check_two_ranks(os.path.join(plugin_dir("reduces_nothing"), "libaccel_reduces_nothing.so"))
+        self.assertEqual(proc.returncode, 1, proc.stdout + proc.stderr)
+        self.assertRegex(self.data_parallel_line(proc),
+                         r"FAIL\s+data-parallel\s+step \d+ at 2 ranks.*do not train one model")
+
+    def test_one_rank_check_starts_the_ranks_itself(self):
+        proc = subprocess.run([ACCEL_HOST, "check-plugin",
+                               os.path.join(plugin_dir("sum_reducer"), "libaccel_sum_reducer.so")],
+                              capture_output=True, text=True, env=MPI_ENV, timeout=300)
+        self.assertEqual(proc.returncode, 1, proc.stdout + proc.stderr)
+        self.assertRegex(self.data_parallel_line(proc), r"FAIL\s+data-parallel\s+.*summed across ranks")
+
+
 class BrokenPlugins(TempDirMixin, unittest.TestCase):
     def refused(self, *args, mentions, code=2):
         proc = run_host(*args, *TINY, check=False, timeout=120)
@@ -288,6 +333,63 @@ class BrokenPlugins(TempDirMixin, unittest.TestCase):
         os.chmod(os.path.join(d, "libaccel_recorder.so"), 0o666)
         self.refused("--plugin-path", d, "--plugin", "recorder", mentions=["file is writable by other users"])
 
+    def copy_recorder(self, *parts, mode=0o755):
+        """A copy of the recorder plugin in tmp/<parts...>/ (directories 0755)."""
+        d = os.path.join(self.tmp, *parts)
+        os.makedirs(d, mode=0o755, exist_ok=True)
+        dest = os.path.join(d, "libaccel_recorder.so")
+        shutil.copy(os.path.join(GOOD, "libaccel_recorder.so"), dest)
+        os.chmod(dest, mode)
+        return d, dest
+
+    def test_world_writable_ancestor_directory(self):
+        d, _ = self.copy_recorder("open", "plugins")
+        os.chmod(self.path("open"), 0o777)  # not sticky: anyone may rename plugins/ away and plant another
+        err = self.refused("--plugin-path", d, "--plugin", "recorder", mentions=["writable by other users"])
+        self.assertIn(f"directory {os.path.realpath(self.path('open'))} is", err)
+
+    def test_sticky_world_writable_ancestor_is_accepted(self):
+        d, _ = self.copy_recorder("sticky", "plugins")
+        os.chmod(self.path("sticky"), 0o1777)  # like /tmp: others cannot rename what is ours
+        run_host("--plugin-path", d, "--plugin", "recorder", *TINY)
+
+    @unittest.skipUnless(os.geteuid() == 0, "needs root to give a directory to another user")
+    def test_directory_of_another_user_below_a_sticky_one(self):
+        d, _ = self.copy_recorder("sticky", "theirs")
+        os.chmod(self.path("sticky"), 0o1777)
+        os.chown(d, 65534, 65534)
+        self.refused("--plugin-path", d, "--plugin", "recorder", mentions=["theirs", "owned by uid 65534"])
+
+    def test_symlink_target_is_checked(self):
+        _, target = self.copy_recorder("open")
+        os.chmod(self.path("open"), 0o777)
+        links = self.path("links")
+        os.makedirs(links, mode=0o755)
+        os.symlink(target, os.path.join(links, "libaccel_recorder.so"))
+        err = self.refused("--plugin-path", links, "--plugin", "recorder", mentions=["writable by other users"])
+        self.assertIn(f"directory {os.path.realpath(self.path('open'))} is", err)
+
+    def test_symlink_into_a_trusted_directory_loads(self):
+        _, target = self.copy_recorder("real")
+        links = self.path("links")
+        os.makedirs(links, mode=0o755)
+        os.symlink(os.path.relpath(target, links), os.path.join(links, "libaccel_recorder.so"))
+        run_host("--plugin-path", links, "--plugin", "recorder", *TINY)
+
+    def test_group_writable_file_is_refused(self):
+        d, dest = self.copy_recorder("group", mode=0o775)
+        if os.getegid() == 0:
+            os.chown(dest, -1, 65534)  # root's own group may write; another may not
+        self.refused("--plugin-path", d, "--plugin", "recorder", mentions=["the file is writable by its group"])
+
+    def test_hook_table_shorter_than_1_0(self):
+        self.refused("--plugin-path", plugin_dir("short_hooks"), "--plugin", "short_hooks",
+                     mentions=["libaccel_short_hooks.so", "hook table struct_size", "smaller than ABI 1.0's"])
+
+    def test_reducer_without_a_reduction_hook(self):
+        self.refused("--plugin-path", plugin_dir("no_reduce_hook"), "--plugin", "no_reduce_hook",
+                     mentions=["libaccel_no_reduce_hook.so", "ACCEL_CAP_REDUCES_GRADS", "gradients_ready"])
+
     def test_relative_plugin_path_entries_are_never_searched(self):
         env = dict(os.environ, ACCEL_PLUGIN_PATH="relative/dir::")
         proc = subprocess.run([ACCEL_HOST, "--plugin", "recorder", *map(str, TINY)], capture_output=True, text=True,
@@ -295,7 +397,7 @@ class BrokenPlugins(TempDirMixin, unittest.TestCase):
         self.assertEqual(proc.returncode, 2)
         self.assertIn("not found", proc.stderr)
 
-    def test_older_minor_hook_table_loads_and_runs(self):
+    def test_abi_1_0_plugin_loads_and_runs(self):
         run_host("--plugin-path", GOOD, "--plugin", "older_minor", *TINY)
 
     def test_list_plugins_shows_good_and_unloadable(self):
