@@ -10,6 +10,7 @@
 
 #include "host/cli/options.h"
 #include "host/comm/process_group.h"
+#include "host/model/tensor_memory.h"
 #include "host/plugin/discovery.h"
 #include "host/plugin/hook_dispatch.h"
 #include "host/plugin/plugin_error.h"
@@ -19,6 +20,7 @@
 #include "host/runtime/host_context.h"
 #include "host/train/trainer.h"
 #include "host/util/log.h"
+#include "host/util/memory_stats.h"
 #include "host/util/strformat.h"
 
 namespace accel::app {
@@ -120,6 +122,10 @@ int run_accel(const std::vector<std::string>& args, const comm::MpiSession& mpi)
   world = accel::comm::ProcessGroup::create_world(mpi, comm_options);
   context.world = world.get();
   if (config.threads > 0) at::set_num_threads(config.threads);
+  // Before the model's first tensor: the memory ledger counts every tensor
+  // byte where it is allocated (host/model/tensor_memory.h).
+  accel::record_startup_memory();
+  accel::model::install_counting_cpu_allocator();
   for (const auto& p : registry.plugins()) {
     accel::log::info(accel::strformat("plugin %s %s (%s) from %s", p->name().c_str(), p->descriptor().version,
                                       accel::plugin::kind_name(p->descriptor().kind), p->path().c_str()));

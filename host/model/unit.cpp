@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "host/model/seeded_init.h"
+#include "host/model/storage_pool.h"
 
 namespace accel::model {
 
@@ -54,9 +55,19 @@ void Unit::materialize_params(at::ScalarType dtype, Fill fill, uint64_t seed) {
     throw std::logic_error("unit " + name_ + ": parameters must have their gradients' dtype " +
                            std::string(c10::toString(flat_grads_.scalar_type())));
   }
-  const auto options = at::TensorOptions().dtype(dtype).device(device_);
-  flat_params_ = fill == Fill::zeros ? at::zeros({numel_}, options) : at::empty({numel_}, options);
   at::NoGradGuard no_grad;
+  const auto bytes = static_cast<size_t>(numel_) * c10::elementSize(dtype);
+  if (params_home_.defined() && params_home_.scalar_type() == dtype) {
+    // Refill the storage autograd's saved views still point at (unit.h).
+    c10::StorageImpl* storage = params_home_.storage().unsafeGetStorageImpl();
+    storage->set_data_ptr_noswap(device_.is_cpu() ? storage_pool().allocate(bytes, params_tag())
+                                                  : storage->allocator()->allocate(bytes));
+    storage->set_nbytes(bytes);
+  } else {
+    params_home_ = allocate_flat(dtype, params_tag());
+  }
+  flat_params_ = params_home_;
+  if (fill == Fill::zeros) flat_params_.zero_();
   for (Param& p : params_) p.value.set_data(flat_params_.narrow(0, p.offset, p.spec.numel()).view(p.spec.shape));
   if (fill == Fill::from_seed) initialise(seed);
 }
@@ -74,8 +85,8 @@ void Unit::materialize_grads(at::ScalarType dtype, bool zero) {
                            std::string(c10::toString(flat_params_.scalar_type())) + " (autograd accumulates into "
                            "them), not " + c10::toString(dtype));
   }
-  const auto options = at::TensorOptions().dtype(dtype).device(device_);
-  flat_grads_ = zero ? at::zeros({numel_}, options) : at::empty({numel_}, options);
+  flat_grads_ = allocate_flat(dtype, grads_tag());
+  if (zero) flat_grads_.zero_();
   // Pre-assigned gradients: autograd accumulates in place into these views.
   for (Param& p : params_) p.value.mutable_grad() = flat_grads_.narrow(0, p.offset, p.spec.numel()).view(p.spec.shape);
 }
@@ -85,6 +96,19 @@ void Unit::release_params() {
   at::NoGradGuard no_grad;
   for (Param& p : params_) p.value.set_data(at::empty({0}, flat_params_.options()));
   flat_params_ = at::Tensor();
+  // Frees the bytes now, whoever else still holds the storage object
+  // (autograd's saved views): they are refilled by the next materialisation.
+  params_home_.storage().unsafeGetStorageImpl()->reset();
+}
+
+at::Tensor Unit::allocate_flat(at::ScalarType dtype, const std::string& tag) const {
+  const auto options = at::TensorOptions().dtype(dtype).device(device_);
+  if (!device_.is_cpu()) return at::empty({numel_}, options);
+  const auto bytes = static_cast<size_t>(numel_) * c10::elementSize(dtype);
+  c10::Storage storage(c10::Storage::use_byte_size_t(), bytes, storage_pool().allocate(bytes, tag),
+                       /*allocator=*/nullptr, /*resizable=*/false);
+  at::NoGradGuard no_grad;
+  return at::empty({0}, options).set_(storage, 0, {numel_}, {1});
 }
 
 void Unit::release_grads() {

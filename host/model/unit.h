@@ -20,6 +20,15 @@
 // the re-gathered values in backward, and gradients land in the buffer that
 // is current when backward runs. A released parameter holds a 0-element
 // tensor; a released gradient is undefined.
+//
+// Releasing really frees the bytes, even while autograd holds views of the
+// parameters (a linear saves weight.t(), a view that shares the flat
+// buffer's storage): release_params() empties that storage in place (its
+// DataPtr is cleared, as PyTorch FSDP2 resizes an unsharded parameter's
+// storage to 0), and materialising again in the same dtype refills the same
+// storage, so those saved views read the re-gathered values in backward.
+// CPU storage comes from the storage pool (storage_pool.h), tagged
+// "<unit> params" / "<unit> grads"; CUDA storage from the caching allocator.
 // Not thread-safe: one training thread owns the units.
 #pragma once
 
@@ -80,6 +89,9 @@ class Unit {
   void materialize_grads(at::ScalarType dtype, bool zero);
   void release_params();
   void release_grads();
+  // The pool tags of this unit's buffers (storage_pool.h).
+  std::string params_tag() const { return name_ + " params"; }
+  std::string grads_tag() const { return name_ + " grads"; }
 
   // Fills every parameter from (seed, parameter name): see seeded_init.h.
   // Only a unit whose parameters are materialised.
@@ -92,8 +104,14 @@ class Unit {
   std::string name_;
   UnitKind kind_;
   std::vector<Param> params_;
+  // A fresh flat buffer of numel_ elements: pooled on CPU (tagged `tag`).
+  at::Tensor allocate_flat(at::ScalarType dtype, const std::string& tag) const;
+
   at::Tensor flat_params_;
   at::Tensor flat_grads_;
+  // The parameters' storage object across releases: empty (no bytes) while
+  // released, refilled by the next materialisation in the same dtype.
+  at::Tensor params_home_;
   at::Device device_;
   int64_t numel_ = 0;
   int64_t decay_numel_ = 0;

@@ -32,6 +32,11 @@ void MetricsWriter::write(const StepMetrics& m) {
   line["comm_bytes"] = m.comm_bytes;
   if (!m.memory_peak_bytes.empty()) line["memory_peak_bytes"] = m.memory_peak_bytes;
   if (!m.memory_startup_peak_bytes.empty()) line["memory_startup_peak_bytes"] = m.memory_startup_peak_bytes;
+  if (!m.memory_ledger.empty()) line["memory_ledger"] = m.memory_ledger;
+  if (!m.memory_ledger_peak.empty()) line["memory_ledger_peak"] = m.memory_ledger_peak;
+  if (!m.param_bytes_alive_after_forward.empty()) {
+    line["param_bytes_alive_after_forward"] = m.param_bytes_alive_after_forward;
+  }
   if (m.loss_scale != 1.0) line["loss_scale"] = m.loss_scale;
   if (m.skipped) line["skipped"] = true;
   for (const auto& [name, value] : m.plugin_metrics) line[name] = value;

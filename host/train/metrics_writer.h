@@ -29,6 +29,14 @@ struct StepMetrics {
   // The same for start-up (units materialised, plugin setup, resume); only
   // on the first step a process writes.
   std::map<std::string, int64_t> memory_startup_peak_bytes;
+  // The measured memory ledger at the step's end and at its peak
+  // (host/runtime/memory_ledger.h): parts, "total" beside "rss" / "peak_rss".
+  std::map<std::string, int64_t> memory_ledger;
+  std::map<std::string, int64_t> memory_ledger_peak;
+  // Per unit: the most full-parameter bytes of plugin-managed units the
+  // storage pool still held right after that unit's forward (its post
+  // hooks done). Empty when no plugin manages storage.
+  std::map<std::string, int64_t> param_bytes_alive_after_forward;
 };
 
 class MetricsWriter {

@@ -15,6 +15,8 @@
 #include "host/plugin/hook_dispatch.h"
 #include "host/comm/process_group.h"
 #include "host/runtime/host_context.h"
+#include "host/model/tensor_memory.h"
+#include "host/runtime/memory_ledger.h"
 #include "host/runtime/memory_services.h"
 #include "host/runtime/plugin_state.h"
 #include "host/runtime/tensor_views.h"
@@ -186,6 +188,7 @@ double Trainer::forward_backward(const at::Tensor& batch, int64_t micro, double 
       AccelUnitHookArgs args = unit_args(u, micro, hook_flags, view.get());
       hooks_->unit_forward_post(args);
     }
+    memory_watch_.after_forward(model_, context_ ? &context_->plan : nullptr, u, accounted_memory());
   };
 
   // Forward, one unit at a time. Each unit's input is a detached leaf, so
@@ -207,6 +210,10 @@ double Trainer::forward_backward(const at::Tensor& batch, int64_t micro, double 
   // gradient its successor left on its own input leaf.
   at::Tensor grad_output =
       torch::autograd::grad({loss * loss_multiplier}, {unit_outputs.back()}, /*grad_outputs=*/{}, /*retain_graph=*/true)[0];
+  // The loss's own graph (cross-entropy's saved log-softmax: batch x seq x
+  // vocab floats, as large as the logits) is done with: drop it now, not at
+  // the end of backward, where it would sit on top of every unit's peak.
+  loss = loss.detach();
   for (size_t k = 0; k < num_units; ++k) {
     const size_t u = num_units - 1 - k;
     if (recomputes(u)) run_unit(u, flags | ACCEL_UNIT_HOOK_RECOMPUTE);
@@ -236,6 +243,7 @@ double Trainer::forward_backward(const at::Tensor& batch, int64_t micro, double 
         hooks_->gradients_ready(ready);
       }
     }
+    memory_watch_.after_backward(accounted_memory());
     grad_output = grad_input;
   }
   return loss.item<double>();
@@ -537,6 +545,7 @@ void Trainer::run() {
   while (completed_steps_ < config_.steps) {
     const auto start = std::chrono::steady_clock::now();
     if (context_ && context_->memory) context_->memory->reset_peak();
+    model::reset_tensor_memory_peak();
     const StepOutcome outcome = train_step(completed_steps_);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     ++completed_steps_;
@@ -556,6 +565,11 @@ void Trainer::run() {
       m.comm_bytes = context_->comm_bytes.exchange(0);
       if (context_->memory) m.memory_peak_bytes = device_memory_peaks(*context_->memory);
       m.memory_startup_peak_bytes.swap(startup_memory_peaks);
+    }
+    m.param_bytes_alive_after_forward = memory_watch_.take_alive_after_forward();
+    if (model::counting_cpu_allocator_installed()) {
+      m.memory_ledger = runtime::ledger_now(accounted_memory());
+      m.memory_ledger_peak = memory_watch_.take_peak(accounted_memory());
     }
     metrics_.write(m);
     if (completed_steps_ % config_.log_every == 0 || completed_steps_ == config_.steps || completed_steps_ == 1) {

@@ -17,6 +17,7 @@
 #include "host/model/gpt.h"
 #include "host/train/flat_adamw.h"
 #include "host/train/loss_scaler.h"
+#include "host/runtime/memory_ledger.h"
 #include "host/train/metrics_writer.h"
 
 namespace accel::plugin {
@@ -99,6 +100,8 @@ class Trainer {
   // load_state has read it too.
   std::unique_ptr<runtime::CheckpointReader> resume_reader_;
   std::unique_ptr<LinearChain> linear_chain_;  // when a plugin joins the linear chain
+  runtime::StepMemoryWatch memory_watch_;  // gathered bytes and the ledger, sampled per unit
+  const runtime::MemoryAccounting* accounted_memory() const { return context_ ? context_->memory.get() : nullptr; }
   int64_t completed_steps_ = 0;
 };
 

@@ -155,8 +155,12 @@ class Fsdp final : public sdk::Plugin {
     }
     const int32_t rank = s.rank();
     store_ = std::make_unique<ShardStore>(ops_, config_, units_, plan_, sharding_shape, world, rank);
-    gathers_ = std::make_unique<GatherEngine>(ops_, config_, plan_, *store_, sharding);
-    reducer_ = std::make_unique<GradReducer>(ops_, config_, *store_, sharding, replica, data);
+    // Staging buffers recur with the same shapes every step: at most two
+    // groups are in flight under limit_all_gathers, one reduce_scatter at
+    // a time, so two idle buffers of a shape cover the plan.
+    comm_buffers_ = std::make_unique<sdk::BufferPool>(s, /*keep_per_shape=*/2);
+    gathers_ = std::make_unique<GatherEngine>(ops_, config_, plan_, *store_, sharding, *comm_buffers_);
+    reducer_ = std::make_unique<GradReducer>(ops_, config_, *store_, sharding, replica, data, *comm_buffers_);
     schedule_ = std::make_unique<UnitSchedule>(config_, plan_, *gathers_, *reducer_,
                                                static_cast<int32_t>(units_.size()));
     optimizer_ = std::make_unique<ShardedOptimizer>(ops_, *store_, sharding, sharding_shape.rank);
@@ -192,6 +196,9 @@ class Fsdp final : public sdk::Plugin {
     s.metric("max_gathered_groups", static_cast<double>(c.max_alive), ACCEL_METRIC_MAX);
     s.metric("recompute_gathers", static_cast<double>(schedule_->take_recompute_gathers()), ACCEL_METRIC_SUM);
     s.metric("reduce_scatters", static_cast<double>(reducer_->take_reduce_scatters()), ACCEL_METRIC_SUM);
+    const sdk::BufferPool::Stats pool = comm_buffers_->stats();
+    s.metric("comm_buffers_allocated", static_cast<double>(pool.allocated));
+    s.metric("comm_buffers_reused", static_cast<double>(pool.reused));
     s.metric("wrap_groups", static_cast<double>(plan_.groups.size()));
     s.metric("sharding_size", static_cast<double>(config_.mesh.sharding_size));
   }
@@ -215,6 +222,7 @@ class Fsdp final : public sdk::Plugin {
     schedule_.reset();
     reducer_.reset();
     gathers_.reset();
+    comm_buffers_.reset();
     store_.reset();
   }
 
@@ -244,6 +252,7 @@ class Fsdp final : public sdk::Plugin {
   WrapPlan plan_;
   std::vector<UnitLayout> units_;
   std::unique_ptr<ShardStore> store_;
+  std::unique_ptr<sdk::BufferPool> comm_buffers_;  // outlives the gathers' and reducer's leases
   std::unique_ptr<GatherEngine> gathers_;
   std::unique_ptr<GradReducer> reducer_;
   std::unique_ptr<UnitSchedule> schedule_;

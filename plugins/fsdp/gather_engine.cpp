@@ -10,12 +10,13 @@
 namespace accel::fsdp {
 
 GatherEngine::GatherEngine(const HostOps& ops, const FsdpConfig& config, const WrapPlan& plan, ShardStore& store,
-                           AccelGroup* sharding)
+                           AccelGroup* sharding, sdk::BufferPool& comm_buffers)
     : ops_(ops),
       config_(config),
       plan_(plan),
       store_(store),
       sharding_(sharding),
+      comm_buffers_(comm_buffers),
       state_(plan.groups.size(), State::resharded),
       in_flight_(plan.groups.size()) {}
 
@@ -43,15 +44,15 @@ void GatherEngine::issue(int32_t group, bool async) {
     // fp32 on the device, else a device copy cast to param_dtype.
     const DLTensor* send = &unit.master.tensor();
     if (!same_space(*send, *g.full)) {
-      sdk::Buffer on_device = ops_.allocate(ACCEL_MEMORY_COMM, fp32, shard_numel, ACCEL_MEMORY_DEVICE, false,
-                                            "fsdp shard copied in");
+      sdk::BufferPool::Lease on_device =
+          comm_buffers_.take(ACCEL_MEMORY_COMM, fp32, shard_numel, ACCEL_MEMORY_DEVICE, "fsdp shard copied in");
       ops_.copy(send, &on_device.tensor());
       g.staged_shard = std::move(on_device);
       send = &g.staged_shard.tensor();
     }
     if (!accel_dtype_equal(send->dtype, config_.param_dtype)) {
-      sdk::Buffer cast = ops_.allocate(ACCEL_MEMORY_COMM, config_.param_dtype, shard_numel, ACCEL_MEMORY_DEVICE,
-                                       false, "fsdp shard in param_dtype");
+      sdk::BufferPool::Lease cast = comm_buffers_.take(ACCEL_MEMORY_COMM, config_.param_dtype, shard_numel,
+                                                       ACCEL_MEMORY_DEVICE, "fsdp shard in param_dtype");
       ops_.convert(send, &cast.tensor());
       g.staged_shard = std::move(cast);  // frees the fp32 copy-in, if any, once cast
       send = &g.staged_shard.tensor();
@@ -59,8 +60,8 @@ void GatherEngine::issue(int32_t group, bool async) {
 
     const DLTensor* receive = g.full;
     if (unit.shards.padding() != 0) {
-      g.padded = ops_.allocate(ACCEL_MEMORY_COMM, config_.param_dtype, unit.shards.padded_numel(),
-                               ACCEL_MEMORY_DEVICE, false, "fsdp padded all_gather");
+      g.padded = comm_buffers_.take(ACCEL_MEMORY_COMM, config_.param_dtype, unit.shards.padded_numel(),
+                                    ACCEL_MEMORY_DEVICE, "fsdp padded all_gather");
       receive = &g.padded.tensor();
     }
     g.work = ops_.all_gather(sharding_, send, receive, "fsdp all_gather", async);

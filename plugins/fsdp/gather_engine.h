@@ -14,10 +14,12 @@
 // groups are alive (GATHERING or GATHERED) after a prefetch — a prefetch that
 // would make a third is deferred and issued when a group is released (or
 // dropped if the group is gathered on demand first). The peak number of alive
-// groups is reported per step. Staging buffers of in-flight gathers stay
-// allocated until completion. Thread-safety: loop thread only.
+// groups is reported per step. Staging buffers of in-flight gathers are
+// leased from the plugin's communication pool (accel/sdk/buffer_pool.hpp)
+// and go back to it at completion. Thread-safety: loop thread only.
 #pragma once
 
+#include <accel/sdk/buffer_pool.hpp>
 #include <accel/sdk/tensor.hpp>
 
 #include <cstdint>
@@ -40,7 +42,7 @@ struct GatherCounters {
 class GatherEngine {
  public:
   GatherEngine(const HostOps& ops, const FsdpConfig& config, const WrapPlan& plan, ShardStore& store,
-               AccelGroup* sharding);
+               AccelGroup* sharding, sdk::BufferPool& comm_buffers);
 
   // Makes `group`'s full parameters usable: completes its prefetch, or
   // gathers it now.
@@ -63,8 +65,8 @@ class GatherEngine {
   struct UnitGather {
     int32_t unit = 0;
     const DLTensor* full = nullptr;  // the materialised buffer (host-owned view)
-    sdk::Buffer staged_shard;        // the shard in param_dtype on the device, when not the master itself
-    sdk::Buffer padded;              // all_gather output when numel % S != 0
+    sdk::BufferPool::Lease staged_shard;  // the shard in param_dtype on the device, when not the master itself
+    sdk::BufferPool::Lease padded;        // all_gather output when numel % S != 0
     AccelWork* work = nullptr;
   };
 
@@ -78,6 +80,7 @@ class GatherEngine {
   const WrapPlan& plan_;
   ShardStore& store_;
   AccelGroup* sharding_;
+  sdk::BufferPool& comm_buffers_;
   std::vector<State> state_;
   std::vector<std::vector<UnitGather>> in_flight_;  // per group
   int32_t deferred_ = -1;

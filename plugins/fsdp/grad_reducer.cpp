@@ -7,8 +7,14 @@
 namespace accel::fsdp {
 
 GradReducer::GradReducer(const HostOps& ops, const FsdpConfig& config, ShardStore& store, AccelGroup* sharding,
-                         AccelGroup* replica, AccelGroup* data)
-    : ops_(ops), config_(config), store_(store), sharding_(sharding), replica_(replica), data_(data) {
+                         AccelGroup* replica, AccelGroup* data, sdk::BufferPool& comm_buffers)
+    : ops_(ops),
+      config_(config),
+      store_(store),
+      sharding_(sharding),
+      replica_(replica),
+      data_(data),
+      comm_buffers_(comm_buffers) {
   replica_size_ = ops.shape(replica).size;
   data_size_ = ops.shape(data).size;
 }
@@ -28,11 +34,11 @@ void GradReducer::reduce_scatter(int32_t u, bool last_micro_batch) {
   const int64_t shard_numel = unit.shards.shard_numel();
 
   // The reduce_scatter input: S chunks of shard_numel in reduce_dtype.
-  sdk::Buffer staged;
+  sdk::BufferPool::Lease staged;
   const DLTensor* input = full;
   if (unit.shards.padding() != 0 || !accel_dtype_equal(full->dtype, config_.reduce_dtype)) {
-    staged = ops_.allocate(ACCEL_MEMORY_COMM, config_.reduce_dtype, unit.shards.padded_numel(), ACCEL_MEMORY_DEVICE,
-                           false, "fsdp reduce_scatter input");
+    staged = comm_buffers_.take(ACCEL_MEMORY_COMM, config_.reduce_dtype, unit.shards.padded_numel(),
+                                ACCEL_MEMORY_DEVICE, "fsdp reduce_scatter input");
     const sdk::FlatView real(staged.tensor(), 0, numel);
     ops_.convert(full, real.get());
     if (unit.shards.padding() != 0) {
@@ -41,8 +47,8 @@ void GradReducer::reduce_scatter(int32_t u, bool last_micro_batch) {
     }
     input = &staged.tensor();
   }
-  sdk::Buffer chunk = ops_.allocate(ACCEL_MEMORY_COMM, config_.reduce_dtype, shard_numel, ACCEL_MEMORY_DEVICE, false,
-                                    "fsdp reduce_scatter output");
+  sdk::BufferPool::Lease chunk = comm_buffers_.take(ACCEL_MEMORY_COMM, config_.reduce_dtype, shard_numel,
+                                                    ACCEL_MEMORY_DEVICE, "fsdp reduce_scatter output");
   ops_.reduce_scatter(sharding_, input, &chunk.tensor(), ACCEL_REDUCE_AVG, "fsdp reduce_scatter");
   ++reduce_scatters_;
   staged.reset();
@@ -51,10 +57,10 @@ void GradReducer::reduce_scatter(int32_t u, bool last_micro_batch) {
   // Accumulate into the fp32 shard (pinned host memory with cpu_offload: the
   // chunk is copied out first, and the addition runs on the host).
   const DLTensor* addend = &chunk.tensor();
-  sdk::Buffer copied_out;
+  sdk::BufferPool::Lease copied_out;
   if (!same_space(*addend, unit.grad.tensor())) {
-    copied_out = ops_.allocate(ACCEL_MEMORY_COMM, config_.reduce_dtype, shard_numel, config_.shard_place(), false,
-                               "fsdp gradient chunk copied out");
+    copied_out = comm_buffers_.take(ACCEL_MEMORY_COMM, config_.reduce_dtype, shard_numel, config_.shard_place(),
+                                    "fsdp gradient chunk copied out");
     ops_.copy(addend, &copied_out.tensor());
     ops_.synchronize();  // the host-side axpy below reads what the copy writes
     addend = &copied_out.tensor();

@@ -18,6 +18,7 @@
 // Thread-safety: loop thread only.
 #pragma once
 
+#include <accel/sdk/buffer_pool.hpp>
 #include <accel/sdk/tensor.hpp>
 
 #include <cstdint>
@@ -32,7 +33,7 @@ namespace accel::fsdp {
 class GradReducer {
  public:
   GradReducer(const HostOps& ops, const FsdpConfig& config, ShardStore& store, AccelGroup* sharding,
-              AccelGroup* replica, AccelGroup* data);
+              AccelGroup* replica, AccelGroup* data, sdk::BufferPool& comm_buffers);
 
   // Zeroed full gradient buffer for a sharded unit (a no-op if it exists).
   void materialize_grads(int32_t unit);
@@ -60,6 +61,7 @@ class GradReducer {
   AccelGroup* sharding_;
   AccelGroup* replica_;
   AccelGroup* data_;
+  sdk::BufferPool& comm_buffers_;  // reduce_scatter staging, leased per unit
   int32_t replica_size_ = 1;
   int32_t data_size_ = 1;
   std::vector<AccelWork*> pending_;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "host/model/gpt.h"
+#include "host/model/storage_pool.h"
 
 using namespace accel::model;
 
@@ -115,6 +116,55 @@ TEST(UnitStorage, ReleaseBetweenForwardAndBackwardGivesTheSameGradients) {
     EXPECT_TRUE(at::allclose(sharded.units()[u].flat_grads(), kept.units()[u].flat_grads(), 1e-6, 1e-7))
         << kept.units()[u].name();
   }
+}
+
+// Released parameters free their bytes even while the forward graph holds
+// views of them (a linear saves weight.t()), and the next materialisation
+// refills the storage those views share, so backward reads the re-gathered
+// values. Counted by the storage pool's allocator side (what is really
+// still allocated), and through a view held as autograd holds one.
+TEST(UnitStorage, ReleaseFreesStorageThatTheForwardGraphStillViews) {
+  GptModel model(tiny(), at::kCPU, /*allocate=*/false);
+  for (Unit& unit : model.units()) unit.materialize_params(at::kFloat, Unit::Fill::from_seed, 3);
+  const at::Tensor tokens = at::randint(0, 32, {2, 8}, at::kLong);
+  const at::Tensor loss = loss_of(model, tokens);  // the graph saves views of the weights
+  Unit& block = model.units()[1];
+  const at::Tensor held = block.flat_params().narrow(0, 0, 4);  // a view, as autograd holds one
+  for (Unit& unit : model.units()) {
+    EXPECT_GT(storage_pool().in_use_bytes(unit.params_tag()), 0) << unit.name();
+    unit.release_params();
+  }
+  for (const Unit& unit : model.units()) {
+    EXPECT_EQ(storage_pool().in_use_bytes(unit.params_tag()), 0) << unit.name() << ": freed although the graph lives";
+  }
+  EXPECT_EQ(held.storage().nbytes(), 0u);
+
+  // Gathered again with other values: the held view reads them.
+  block.materialize_params(at::kFloat, Unit::Fill::zeros);
+  EXPECT_EQ(held.storage().nbytes(), static_cast<size_t>(block.numel()) * sizeof(float));
+  block.flat_params().fill_(0.5f);
+  EXPECT_TRUE(at::equal(held, at::full({4}, 0.5f)));
+  block.release_params();
+  (void)loss;
+}
+
+TEST(StoragePool, ReusesBlocksAndKeepsNoMoreThanItsPeak) {
+  StoragePool pool;
+  const StoragePoolStats before = pool.stats();
+  { c10::DataPtr a = pool.allocate(1 << 20, "a"); }
+  { c10::DataPtr a = pool.allocate(1 << 20, "a"); }  // the same block again
+  StoragePoolStats s = pool.stats();
+  EXPECT_EQ(s.mapped - before.mapped, 1);
+  EXPECT_EQ(s.reused - before.reused, 1);
+  EXPECT_EQ(s.idle_bytes, 1 << 20);
+  // Another size: the idle block goes, so in-use + idle never exceed the
+  // peak in use.
+  c10::DataPtr b = pool.allocate(2 << 20, "b");
+  s = pool.stats();
+  EXPECT_EQ(s.in_use_bytes, 2 << 20);
+  EXPECT_LE(s.in_use_bytes + s.idle_bytes, s.high_water_bytes);
+  EXPECT_EQ(pool.in_use_bytes("b"), 2 << 20);
+  EXPECT_EQ(pool.in_use_bytes("a"), 0);
 }
 
 TEST(UnitStorage, ReducedPrecisionStorageComputesInThatDtype) {

@@ -207,6 +207,79 @@ class FsdpGathers(TempDirMixin, unittest.TestCase):
 
 
 @unittest.skipUnless(MPIRUN, "mpirun not found")
+class FsdpReleases(TempDirMixin, unittest.TestCase):
+    """Gathered parameters are really freed when the plan says so: the host
+    reports, after each unit's forward, the bytes of full-parameter storage
+    of fsdp's units still allocated in the unit storage pool (counted where
+    the bytes are handed out and given back: whatever still holds them,
+    autograd's saved views included, keeps them counted)."""
+
+    PAGE = os.sysconf("SC_PAGE_SIZE")
+
+    def pages(self, numel):
+        return -(-4 * numel // self.PAGE) * self.PAGE
+
+    def alive_after_forward(self, *extra):
+        path = self.path("alive.jsonl")
+        mpirun(2, *COMMON, *FSDP, *WRAP, "--steps", 2, "--batch-size", 8, "--metrics-file", path, *extra)
+        return read_metrics(path)[-1]["param_bytes_alive_after_forward"]
+
+    def test_full_shard_frees_each_block_after_its_forward(self):
+        # gpt-tiny: [embedding head] (20480 + 128 elements) is the root group,
+        # kept from its forward to its backward; each block (49984) is freed
+        # at the end of its own forward although the graph still views it.
+        root = self.pages(20480) + self.pages(128)
+        alive = self.alive_after_forward()
+        self.assertEqual(alive, {"embedding": root, "block.0": root, "block.1": root, "head": root})
+
+    def test_shard_grad_op_keeps_every_group_until_backward(self):
+        root, block = self.pages(20480) + self.pages(128), self.pages(49984)
+        alive = self.alive_after_forward("--fsdp.sharding_strategy", "SHARD_GRAD_OP")
+        self.assertEqual(alive, {"embedding": root, "block.0": root + block, "block.1": root + 2 * block,
+                                 "head": root + 2 * block})
+
+    def test_activation_checkpointing_keeps_only_the_block_being_recomputed(self):
+        # The largest figure per block is its recompute in backward, which
+        # keeps that block (its backward follows at once) and nothing else:
+        # the other block's gather from forward or backward is gone.
+        root, block = self.pages(20480) + self.pages(128), self.pages(49984)
+        alive = self.alive_after_forward("--fsdp.activation_checkpointing", "true")
+        self.assertEqual(alive, {"embedding": root, "block.0": root + block, "block.1": root + block, "head": root})
+
+    def test_no_shard_gathers_nothing(self):
+        path = self.path("alive.jsonl")
+        mpirun(2, *COMMON, *FSDP, "--fsdp.sharding_strategy", "NO_SHARD", "--steps", 1, "--batch-size", 8,
+               "--metrics-file", path)
+        self.assertNotIn("param_bytes_alive_after_forward", read_metrics(path)[-1])
+
+
+@unittest.skipUnless(MPIRUN, "mpirun not found")
+class MemoryLedger(TempDirMixin, unittest.TestCase):
+    """The metrics' memory ledger adds up to the process's resident memory:
+    on a run where activations, allocator caches and the runtime are a large
+    part of it (gpt-small width and vocabulary, 1 block, 2 ranks), not only
+    the model states the accounted categories know of."""
+
+    def test_ledger_total_is_within_ten_percent_of_resident_memory(self):
+        path = self.path("ledger.jsonl")
+        mpirun(2, "--model", "gpt-small", "--n-layer", 1, "--seq-len", 128, "--batch-size", 4, "--steps", 3,
+               "--threads", 1, "--log-level", "warn", *FSDP, *WRAP, "--metrics-file", path)
+        for row in read_metrics(path):
+            now, peak = row["memory_ledger"], row["memory_ledger_peak"]
+            parts = ("model_states", "comm_buffers", "activations", "allocator_caches", "runtime")
+            self.assertEqual(now["total"], sum(now[p] for p in parts))
+            self.assertGreater(now["rss"], 500 << 20)
+            self.assertLess(abs(now["total"] - now["rss"]) / now["rss"], 0.10, (row["step"], now))
+            # the step's sample of highest resident memory, and how near the
+            # kernel's own peak it came
+            self.assertLess(abs(peak["total"] - peak["rss"]) / peak["rss"], 0.10, (row["step"], peak))
+            self.assertGreater(peak["rss"], 0.8 * peak["peak_rss"])
+            self.assertLessEqual(peak["rss"], peak["peak_rss"])
+            # the ledger of old (model states alone) would be far off
+            self.assertLess(now["model_states"], 0.6 * now["rss"])
+
+
+@unittest.skipUnless(MPIRUN, "mpirun not found")
 class FsdpCheckpoints(TempDirMixin, unittest.TestCase):
     """Checkpoints are stored by global offset: they resume at another world
     size, another strategy, or without fsdp."""

@@ -5,6 +5,7 @@
 // its message, nothing unwinds into the caller), the descriptor and option
 // schema generated from static metadata, NULL hooks for methods a class does
 // not override, typed option lookup, logging, tensors and Buffer.
+#include <accel/sdk/buffer_pool.hpp>
 #include <accel/sdk/sdk.hpp>
 #include <gtest/gtest.h>
 
@@ -727,6 +728,40 @@ TEST(SdkTensor, BufferFreesWhatItOwnsAndReleaseHandsItOn) {
   EXPECT_FALSE(handed);
   EXPECT_EQ(fake.deallocations, 1) << "released: the new owner frees it";
   FakeHost::deallocate(fake.handle(), raw, nullptr);
+}
+
+// Sharding plugins' staging buffers: a returned buffer serves the next lease
+// of its shape; at most keep_per_shape idle buffers of a shape are kept.
+TEST(SdkBufferPool, ReusesBuffersOfAShapeAndKeepsNoMoreThanThePlan) {
+  FakeHost fake;
+  const Services s = fake.sdk();
+  const DLDataType f32 = accel_dtype(kDLFloat, 32);
+  {
+    accel::sdk::BufferPool pool(s, /*keep_per_shape=*/2);
+    const void* first = nullptr;
+    {
+      accel::sdk::BufferPool::Lease a = pool.take(ACCEL_MEMORY_COMM, f32, 16, ACCEL_MEMORY_DEVICE, "a");
+      first = a.tensor().data;
+    }
+    accel::sdk::BufferPool::Lease again = pool.take(ACCEL_MEMORY_COMM, f32, 16, ACCEL_MEMORY_DEVICE, "a");
+    EXPECT_EQ(again.tensor().data, first);
+    EXPECT_EQ(fake.allocations, 1);
+    accel::sdk::BufferPool::Lease other = pool.take(ACCEL_MEMORY_COMM, f32, 8, ACCEL_MEMORY_DEVICE, "b");
+    EXPECT_EQ(fake.allocations, 2) << "another shape is another buffer";
+
+    // Three of one shape in flight, then all returned: two stay idle.
+    accel::sdk::BufferPool::Lease x = pool.take(ACCEL_MEMORY_COMM, f32, 16, ACCEL_MEMORY_DEVICE, "a");
+    accel::sdk::BufferPool::Lease y = pool.take(ACCEL_MEMORY_COMM, f32, 16, ACCEL_MEMORY_DEVICE, "a");
+    EXPECT_EQ(fake.allocations, 4);
+    again.reset();
+    x.reset();
+    y.reset();
+    EXPECT_EQ(pool.stats().idle, 2);
+    EXPECT_EQ(pool.stats().freed, 1);
+    EXPECT_EQ(fake.deallocations, 1);
+    EXPECT_EQ(pool.stats().reused, 1);
+  }
+  EXPECT_EQ(fake.deallocations, fake.allocations) << "the pool frees its idle buffers and leases theirs";
 }
 
 }  // namespace
