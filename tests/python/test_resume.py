@@ -88,7 +88,7 @@ class FallbackIsNeverSilent(TempDirMixin, unittest.TestCase):
             byte = f.read(1)[0]
             f.seek(200)
             f.write(bytes([byte ^ 0xFF]))  # same size, other bytes: only the crc32 tells
-        proc = subprocess.run([MPIRUN, "-n", "2", ACCEL_HOST, *map(str, COMMON), "--steps", 6, "--resume", root,
+        proc = subprocess.run([MPIRUN, "-n", "2", ACCEL_HOST, *map(str, COMMON), "--steps", "6", "--resume", root,
                                "--log-level", "warn", "--metrics-file", metrics],
                               capture_output=True, text=True, env=MPI_ENV, timeout=300)
         self.assertEqual(proc.returncode, 0, proc.stderr)
