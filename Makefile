@@ -11,7 +11,7 @@ export OMPI_MCA_rmaps_base_oversubscribe := 1
 DEMO_ARGS ?= --model gpt-tiny --data synthetic --steps 300 --batch-size 16 \
              --lr 3e-3 --warmup-steps 20 --lr-schedule cosine --log-every 25
 
-.PHONY: all deps configure build demo test bench clean
+.PHONY: all deps configure build demo test test-sanitize bench clean
 
 all: build
 
@@ -29,6 +29,23 @@ demo: build
 
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
+
+# The whole suite once under AddressSanitizer + UndefinedBehaviorSanitizer,
+# in its own build tree (not part of `make test` or CI: several times
+# slower). Any report fails the test that triggered it: ASan aborts by
+# default, UBSan is made to halt; LeakSanitizer skips only the third-party
+# libraries listed (and justified) in tests/sanitize/lsan.supp. The options
+# are exported to the build too, because gtest_discover_tests runs the test
+# binaries while building. Figures: docs/benchmarks.md, "Sanitizer suite".
+SANITIZE_DIR ?= build-asan
+SANITIZE_ENV := ASAN_OPTIONS=halt_on_error=1:abort_on_error=1:detect_leaks=1:strict_string_checks=1:check_initialization_order=1 \
+  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+  LSAN_OPTIONS=suppressions=$(CURDIR)/tests/sanitize/lsan.supp:print_suppressions=0
+test-sanitize: deps
+	@cmake -S . -B $(SANITIZE_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DACCEL_SANITIZE=address,undefined \
+	  -DACCEL_BUILD_BENCH=OFF >/dev/null
+	$(SANITIZE_ENV) nice -n 10 cmake --build $(SANITIZE_DIR) -j $(JOBS)
+	cd $(SANITIZE_DIR) && $(SANITIZE_ENV) nice -n 10 ctest --output-on-failure -j $(JOBS) $(CTEST_ARGS)
 
 bench: build
 	bash bench/throughput.sh $(BUILD_DIR)

@@ -74,20 +74,14 @@ int open_or_fail(const fs::path& path, int flags, mode_t mode = 0) {
   return fd;
 }
 
-std::string read_small_file(const fs::path& path, uint64_t max_bytes) {
-  FdCloser fd(open_or_fail(path, O_RDONLY));
-  std::string text;
-  char buffer[64 * 1024];
-  for (;;) {
-    const ssize_t got = ::read(fd.get(), buffer, sizeof(buffer));
-    if (got < 0) {
-      if (errno == EINTR) continue;
-      fail_errno(path, "read", errno);
-    }
-    if (got == 0) return text;
-    text.append(buffer, static_cast<size_t>(got));
-    if (text.size() > max_bytes) fail(path, "larger than " + std::to_string(max_bytes) + " bytes");
-  }
+// What `mode` is, for "is a FIFO, not a regular file" messages.
+const char* file_kind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISLNK(mode)) return "a symlink";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISCHR(mode) || S_ISBLK(mode)) return "a device";
+  return "not a regular file";
 }
 
 void write_file_durably(const fs::path& path, std::string_view bytes) {
@@ -119,6 +113,19 @@ std::string manifest_json(const std::vector<ManifestEntry>& entries) {
 // rejected without reading the rest of it.
 std::string first_problem(const fs::path& dir) {
   const Manifest manifest = read_manifest(dir);
+  // Nothing may sit beside the committed files: whatever was added after
+  // the commit is unverified, and a reader that lists the directory (plugin
+  // state files are found by name) would trust it.
+  std::set<std::string> listed;
+  for (const ManifestEntry& entry : manifest.files) listed.insert(entry.file);
+  std::error_code list_ec;
+  fs::directory_iterator it(dir, list_ec);
+  if (list_ec) return "cannot list: " + list_ec.message();
+  for (; it != fs::directory_iterator(); it.increment(list_ec)) {
+    const std::string name = it->path().filename().string();
+    if (name != kManifestFileName && !listed.contains(name)) return name + " is not listed in the manifest";
+  }
+  if (list_ec) return "cannot list: " + list_ec.message();
   for (const ManifestEntry& entry : manifest.files) {
     std::error_code ec;
     const fs::file_status status = fs::symlink_status(dir / entry.file, ec);
@@ -147,8 +154,37 @@ std::string first_problem(const fs::path& dir) {
 // Files and manifests
 // ---------------------------------------------------------------------------
 
+std::string read_regular_file(const fs::path& path, uint64_t max_bytes) {
+  // The type is checked before opening (open() of a FIFO blocks until a
+  // writer appears), and again on the descriptor, opened non-blocking and
+  // without following a symlink, in case the name was swapped in between.
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) fail_errno(path, "stat", errno);
+  if (!S_ISREG(st.st_mode)) fail(path, std::string("is ") + file_kind(st.st_mode) + ", not a regular file");
+  FdCloser fd(open_or_fail(path, O_RDONLY | O_NONBLOCK | O_NOFOLLOW));
+  if (::fstat(fd.get(), &st) != 0) fail_errno(path, "stat", errno);
+  if (!S_ISREG(st.st_mode)) fail(path, std::string("is ") + file_kind(st.st_mode) + ", not a regular file");
+  if (static_cast<uint64_t>(st.st_size) > max_bytes) {
+    fail(path, "larger than " + std::to_string(max_bytes) + " bytes");
+  }
+  std::string text;
+  char buffer[64 * 1024];
+  for (;;) {
+    const ssize_t got = ::read(fd.get(), buffer, sizeof(buffer));
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      fail_errno(path, "read", errno);
+    }
+    if (got == 0) return text;
+    text.append(buffer, static_cast<size_t>(got));
+    if (text.size() > max_bytes) fail(path, "larger than " + std::to_string(max_bytes) + " bytes");
+  }
+}
+
 ManifestEntry describe_file(const fs::path& file) {
-  FdCloser fd(open_or_fail(file, O_RDONLY));
+  // O_NONBLOCK: a FIFO put in place of a file fails to read instead of
+  // blocking the resume forever.
+  FdCloser fd(open_or_fail(file, O_RDONLY | O_NONBLOCK));
   ManifestEntry entry;
   entry.file = file.filename().string();
   uLong crc = ::crc32(0L, Z_NULL, 0);
@@ -175,10 +211,16 @@ void fsync_path(const fs::path& path) {
 Manifest read_manifest(const fs::path& dir) {
   const fs::path path = dir / kManifestFileName;
   std::error_code ec;
-  if (!fs::exists(path, ec)) fail(dir, "no " + std::string(kManifestFileName) + " (not committed)");
+  if (!fs::exists(fs::symlink_status(path, ec))) {
+    fail(dir, "no " + std::string(kManifestFileName) + " (not committed)");
+  }
+  return parse_manifest(read_regular_file(path, 64u << 20), path);
+}
+
+Manifest parse_manifest(std::string_view text, const fs::path& path) {
   nlohmann::json root;
   try {
-    root = nlohmann::json::parse(read_small_file(path, 64u << 20));
+    root = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& error) {
     fail(path, std::string("not valid JSON: ") + error.what());
   }

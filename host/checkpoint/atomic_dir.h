@@ -54,12 +54,21 @@ ManifestEntry describe_file(const std::filesystem::path& file);
 // creations and renames inside it, durable). Throws CheckpointError.
 void fsync_path(const std::filesystem::path& path);
 
-// Reads and validates `dir/manifest.json` (format, version, entry names that
+// The whole of `path`, which must be a regular file (not a symlink, FIFO,
+// device or directory: checked before opening, so nothing blocks) of at
+// most `max_bytes`. Throws CheckpointError naming the path.
+std::string read_regular_file(const std::filesystem::path& path, uint64_t max_bytes);
+
+// Reads and validates `dir/manifest.json` (a regular file, never a symlink) (format, version, entry names that
 // are plain file names, no duplicates). Throws CheckpointError.
 Manifest read_manifest(const std::filesystem::path& dir);
 
-// True if `dir/manifest.json` parses and every file it lists is present with
-// the recorded size and crc32. Reads every byte of the checkpoint. On false,
+// The validation of read_manifest on text already read; `path` names it in
+// errors. Throws CheckpointError.
+Manifest parse_manifest(std::string_view text, const std::filesystem::path& path);
+
+// True if `dir/manifest.json` parses, every file it lists is present with
+// the recorded size and crc32, and the directory holds nothing else. Reads every byte of the checkpoint. On false,
 // `why` (if given) receives one line naming the first problem.
 bool verify_manifest(const std::filesystem::path& dir, std::string* why = nullptr);
 

@@ -104,8 +104,8 @@ fs::path commit_from_all_ranks(const fs::path& root, const std::string& name, co
   std::vector<ManifestEntry> entries;
   std::vector<std::string> notes;
   std::vector<std::optional<std::string>> failures(all.size());
-  try {
-    for (size_t r = 0; r < all.size(); ++r) {
+  for (size_t r = 0; r < all.size(); ++r) {
+    try {
       const nlohmann::json j = nlohmann::json::parse(all[r]);
       if (j.contains("error")) {
         failures[r] = j.at("error").get<std::string>();
@@ -116,10 +116,11 @@ fs::path commit_from_all_ranks(const fs::path& root, const std::string& name, co
                            e.at("crc32").get<uint32_t>()});
       }
       notes.push_back(j.at("note").get<std::string>());
+    } catch (const nlohmann::json::exception& e) {
+      // Every rank parses the same strings, so every rank lands here alike.
+      if (group.rank == 0) abandon_quietly(pending);
+      throw CheckpointError(failed + "malformed commit message from rank " + std::to_string(r) + ": " + e.what());
     }
-  } catch (const nlohmann::json::exception& e) {
-    // Every rank parses the same strings, so every rank lands here alike.
-    throw CheckpointError(failed + "malformed commit message: " + e.what());
   }
   if (const auto failure = first_failure(failures)) {
     if (group.rank == 0) abandon_quietly(pending);

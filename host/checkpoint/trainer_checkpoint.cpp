@@ -1,8 +1,6 @@
 // Save and resume of the trainer's checkpoints (see trainer_checkpoint.h).
 #include "host/checkpoint/trainer_checkpoint.h"
 
-#include <nlohmann/json.hpp>
-
 #include <fstream>
 
 #include "host/checkpoint/atomic_dir.h"
@@ -14,25 +12,9 @@ namespace accel::checkpoint {
 namespace {
 
 namespace fs = std::filesystem;
-constexpr int kStateFormatVersion = 1;
 constexpr const char* kModelFile = runtime::CheckpointReader::kModelFile;
 constexpr const char* kOptimizerFile = runtime::CheckpointReader::kOptimizerFile;
 constexpr const char* kMoments[] = {"exp_avg", "exp_avg_sq"};
-
-nlohmann::json to_json(const model::GptConfig& c) {
-  return {{"n_layer", c.n_layer}, {"n_head", c.n_head}, {"n_embd", c.n_embd},
-          {"seq_len", c.seq_len}, {"vocab_size", c.vocab_size}};
-}
-
-model::GptConfig gpt_config_from_json(const nlohmann::json& j) {
-  model::GptConfig c;
-  c.n_layer = j.at("n_layer").get<int64_t>();
-  c.n_head = j.at("n_head").get<int64_t>();
-  c.n_embd = j.at("n_embd").get<int64_t>();
-  c.seq_len = j.at("seq_len").get<int64_t>();
-  c.vocab_size = j.at("vocab_size").get<int64_t>();
-  return c;
-}
 
 void write_text_file(const fs::path& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
@@ -107,17 +89,7 @@ std::vector<std::string> write_host_files(const fs::path& dir, const model::GptM
     }
   }
 
-  const nlohmann::json j = {
-      {"format_version", kStateFormatVersion},
-      {"step", state.step},
-      {"data_position", state.data_position},
-      {"optimizer_steps", state.optimizer_steps},
-      {"rng", {{"kind", "counter"}, {"data_seed", state.data_seed}}},
-      {"loss_scaler", {{"scale", state.loss_scale}, {"growth_tracker", state.loss_scale_growth_tracker}}},
-      {"model", to_json(state.model)},
-      {"plugins", state.plugins},
-      {"world_size", state.world_size}};
-  write_text_file(dir / kTrainerStateFile, j.dump(2) + "\n");
+  write_text_file(dir / kTrainerStateFile, trainer_state_json(state));
   files.push_back(kTrainerStateFile);
   return files;
 }
@@ -167,42 +139,21 @@ fs::path save_trainer_checkpoint(const fs::path& root, const model::GptModel& mo
 // Resuming
 // ---------------------------------------------------------------------------
 
-fs::path resolve_resume_dir(const fs::path& dir) {
+fs::path resolve_resume_dir(const fs::path& dir, std::vector<std::string>* skipped) {
   if (!fs::is_directory(dir)) throw CheckpointError("--resume: '" + dir.string() + "' is not a directory");
   if (fs::exists(dir / kManifestFileName)) {
     std::string why;
     if (!verify_manifest(dir, &why)) throw CheckpointError("--resume: '" + dir.string() + "' is damaged: " + why);
     return dir;
   }
-  if (auto newest = find_newest_complete(dir)) return *newest;
-  throw CheckpointError("--resume: '" + dir.string() + "' holds no complete checkpoint");
-}
-
-TrainerState read_trainer_state(const fs::path& dir) {
-  const fs::path path = dir / kTrainerStateFile;
-  std::ifstream in(path);
-  if (!in) throw CheckpointError("'" + path.string() + "' is missing");
-  try {
-    const nlohmann::json j = nlohmann::json::parse(in);
-    if (j.at("format_version").get<int>() != kStateFormatVersion) {
-      throw CheckpointError("'" + path.string() + "' has unsupported format_version " +
-                            j.at("format_version").dump());
-    }
-    TrainerState s;
-    s.step = j.at("step").get<int64_t>();
-    s.data_position = j.at("data_position").get<int64_t>();
-    s.optimizer_steps = j.at("optimizer_steps").get<int64_t>();
-    s.data_seed = j.at("rng").at("data_seed").get<uint64_t>();
-    s.loss_scale = j.at("loss_scaler").at("scale").get<double>();
-    s.loss_scale_growth_tracker = j.at("loss_scaler").at("growth_tracker").get<int64_t>();
-    s.model = gpt_config_from_json(j.at("model"));
-    s.plugins = j.value("plugins", std::string());
-    s.world_size = j.value("world_size", 1);
-    if (s.world_size < 1) throw CheckpointError("'" + path.string() + "' has world_size " + std::to_string(s.world_size));
-    return s;
-  } catch (const nlohmann::json::exception& e) {
-    throw CheckpointError("'" + path.string() + "' is not a valid trainer state: " + e.what());
+  std::vector<std::string> passed_over;
+  if (auto newest = find_newest_complete(dir, "step_", &passed_over)) {
+    if (skipped != nullptr) *skipped = std::move(passed_over);
+    return *newest;
   }
+  std::string why;
+  for (const std::string& line : passed_over) why += (why.empty() ? " (" : "; ") + line;
+  throw CheckpointError("--resume: '" + dir.string() + "' holds no complete checkpoint" + (why.empty() ? "" : why + ")"));
 }
 
 void check_same_model(const fs::path& dir, const TrainerState& state, const model::GptModel& model) {

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "host/checkpoint/rank_commit.h"
+#include "host/checkpoint/trainer_state.h"
 #include "host/model/gpt.h"
 #include "host/runtime/checkpoint_reader.h"
 #include "host/runtime/plugin_state.h"
@@ -35,20 +36,6 @@ class Communicator;
 }
 
 namespace accel::checkpoint {
-
-inline constexpr const char* kTrainerStateFile = "trainer_state.json";
-
-struct TrainerState {
-  int64_t step = 0;           // training steps completed
-  int64_t optimizer_steps = 0;  // AdamW steps taken: fewer than `step` when fp16 overflow skipped some
-  int64_t data_position = 0;  // global sequences consumed
-  uint64_t data_seed = 0;     // seeds the data order (no other RNG is stateful)
-  double loss_scale = 1.0;
-  int64_t loss_scale_growth_tracker = 0;
-  model::GptConfig model;
-  std::string plugins;        // comma-separated names of the plugins of the saving run
-  int32_t world_size = 1;     // ranks of the saving run (1 when the file predates the field)
-};
 
 // ---------------------------------------------------------------------------
 // Saving
@@ -92,10 +79,11 @@ std::filesystem::path save_trainer_checkpoint(const std::filesystem::path& root,
 
 // --resume DIR: DIR itself when it is a checkpoint (holds a manifest), else the
 // newest complete step_N under DIR. Throws CheckpointError when there is none.
-std::filesystem::path resolve_resume_dir(const std::filesystem::path& dir);
-
-// DIR/trainer_state.json; throws CheckpointError naming the file.
-TrainerState read_trainer_state(const std::filesystem::path& dir);
+// `skipped` (if given) receives one line per newer directory passed over and
+// why ("step_300: crc32 mismatch for ..."), for the caller to report: a
+// fallback to an older checkpoint must never be silent.
+std::filesystem::path resolve_resume_dir(const std::filesystem::path& dir,
+                                         std::vector<std::string>* skipped = nullptr);
 
 // Throws CheckpointError("'DIR' was written for model ..., this run has ...")
 // unless the checkpoint's model shape is this run's.

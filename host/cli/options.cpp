@@ -99,7 +99,7 @@ po::options_description run_options(RunConfig& c, RawStrings& raw) {
   po::options_description data("Data");
   data.add_options()
       ("data", po::value(&c.data)->default_value(c.data),
-       "synthetic | text:PATH (bytes as tokens) | tokens:PATH (flat uint16 token ids)")
+       "synthetic | text:PATH (bytes as tokens) | tokens:PATH (llm.c .bin, uint16 or uint32, or flat uint16)")
       ("data-order", po::value(&raw.data_order)->default_value(raw.data_order),
        "shuffled (seeded, per epoch) | sequential (batch k is the k-th contiguous slice)");
 
@@ -298,8 +298,9 @@ ParsedCommandLine parse_command_line(const std::vector<std::string>& args,
 }
 
 void validate_for_world(const RunConfig& c, int data_parallel_size) {
-  const int64_t parts = c.grad_accum * data_parallel_size;
-  require(c.batch_size % parts == 0,
+  // Overflow (a huge --grad-accum) cannot split any batch; unchecked it was UB.
+  int64_t parts = 0;
+  require(!__builtin_mul_overflow(c.grad_accum, int64_t{data_parallel_size}, &parts) && c.batch_size % parts == 0,
           strformat("--batch-size %lld does not split evenly into %d rank(s) x %lld micro-step(s)",
                     static_cast<long long>(c.batch_size), data_parallel_size,
                     static_cast<long long>(c.grad_accum)));

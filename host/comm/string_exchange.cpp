@@ -7,7 +7,8 @@
 
 namespace accel::comm {
 
-std::vector<std::string> all_gather_strings(Communicator& comm, const std::string& mine, std::string_view label) {
+std::vector<std::string> all_gather_strings(Communicator& comm, const std::string& mine, std::string_view label,
+                                            int64_t max_bytes) {
   const int size = comm.size();
   const int rank = comm.rank();
   const auto check = [](const Status& status) {
@@ -17,6 +18,16 @@ std::vector<std::string> all_gather_strings(Communicator& comm, const std::strin
   lengths[static_cast<size_t>(rank)] = static_cast<int64_t>(mine.size());
   check(comm.all_gather(host_buffer(&lengths[static_cast<size_t>(rank)], 1, DType::i64),
                         host_buffer(lengths.data(), size, DType::i64), {0, label}));
+  // Every rank sees the same lengths, so every rank refuses alike.
+  for (int r = 0; r < size; ++r) {
+    const int64_t length = lengths[static_cast<size_t>(r)];
+    if (length < 0 || length > max_bytes) {
+      throw CommError(ErrorCode::invalid_argument,
+                      std::string(label) + ": rank " + std::to_string(r) + " announced a string of " +
+                          std::to_string(length) + " bytes (limit " + std::to_string(max_bytes) +
+                          "); do all ranks run the same program?");
+    }
+  }
   // At least one byte each: a zero-count collective is legal but pointless.
   const int64_t width = std::max<int64_t>(1, *std::max_element(lengths.begin(), lengths.end()));
   std::vector<char> bytes(static_cast<size_t>(width * size), '\0');

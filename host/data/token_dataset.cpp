@@ -57,15 +57,28 @@ class SyntheticDataset final : public TokenDataset {
 // ---------------------------------------------------------------------------
 // memory-mapped token files
 
+std::runtime_error not_regular(const std::string& path, mode_t mode) {
+  const char* kind = S_ISFIFO(mode) ? "a FIFO" : S_ISDIR(mode) ? "a directory" : S_ISSOCK(mode) ? "a socket"
+                     : (S_ISCHR(mode) || S_ISBLK(mode)) ? "a device" : "not a regular file";
+  return std::runtime_error("--data: '" + path + "' is " + std::string(kind) + "; token files must be regular files");
+}
+
 class MappedFile {
  public:
   explicit MappedFile(const std::string& path) : path_(path) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) throw std::runtime_error("--data: cannot open '" + path + "': " + std::strerror(errno));
+    // The type is checked before opening: open() of a FIFO blocks until a
+    // writer appears. O_NONBLOCK covers one swapped in between; the
+    // descriptor is checked again below.
     struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) {
+      throw std::runtime_error("--data: cannot open '" + path + "': " + std::strerror(errno));
+    }
+    if (!S_ISREG(st.st_mode)) throw not_regular(path, st.st_mode);
+    const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) throw std::runtime_error("--data: cannot open '" + path + "': " + std::strerror(errno));
     if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
       ::close(fd);
-      throw std::runtime_error("--data: '" + path + "' is not a regular file");
+      throw not_regular(path, st.st_mode);
     }
     size_ = static_cast<size_t>(st.st_size);
     if (size_ > 0) {
@@ -94,16 +107,88 @@ class MappedFile {
   size_t size_ = 0;
 };
 
+// llm.c's token files (dev/data/data_common.py write_datafile): a header of
+// 256 little-endian int32 (magic, version, token count, zeros), then the
+// tokens. Two layouts exist, each a fixed (magic, version) pair.
+constexpr int64_t kLlmcHeaderBytes = 256 * 4;
+struct LlmcLayout {
+  int32_t magic;
+  int32_t version;
+  int bytes_per_token;
+};
+constexpr LlmcLayout kLlmcLayouts[] = {{20240520, 1, 2},   // GPT-2: uint16 tokens
+                                       {20240801, 7, 4}};  // Llama 3: uint32 tokens
+
+int32_t int32_at(const uint8_t* p) {
+  return static_cast<int32_t>(static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) |
+                              (static_cast<uint32_t>(p[2]) << 16) | (static_cast<uint32_t>(p[3]) << 24));
+}
+
+// Where a file's tokens start and how wide they are.
+struct TokenLayout {
+  int64_t offset = 0;
+  int bytes_per_token = 2;
+  std::string name = "headerless uint16";
+};
+
+// tokens:PATH: an llm.c file when it opens with a known magic (its header
+// must then be exactly right: a bad version or count is an error, never
+// tokens), else nanoGPT's headerless uint16. A file that has the shape of
+// an llm.c header (256 int32 whose count matches the file's size and whose
+// reserved words are zero) but an unknown magic is refused rather than
+// trained on as tokens.
+TokenLayout detect_token_layout(const MappedFile& file) {
+  const std::string& path = file.path();
+  const int64_t size = static_cast<int64_t>(file.size());
+  if (size < kLlmcHeaderBytes) return {};
+  const uint8_t* h = file.data();
+  const int32_t magic = int32_at(h);
+  const int32_t version = int32_at(h + 4);
+  const int32_t count = int32_at(h + 8);
+  const int64_t payload = size - kLlmcHeaderBytes;
+  for (const LlmcLayout& layout : kLlmcLayouts) {
+    if (magic != layout.magic) continue;
+    if (version != layout.version) {
+      throw std::runtime_error(strformat("--data: '%s' has llm.c magic %d but version %d (this build reads version %d "
+                                         "for magic %d)",
+                                         path.c_str(), magic, version, layout.version, magic));
+    }
+    if (count <= 0 || static_cast<int64_t>(count) * layout.bytes_per_token != payload) {
+      throw std::runtime_error(strformat("--data: '%s': the llm.c header says %d tokens of %d bytes, but %lld bytes "
+                                         "follow the header (truncated or damaged file)",
+                                         path.c_str(), count, layout.bytes_per_token, static_cast<long long>(payload)));
+    }
+    return {kLlmcHeaderBytes, layout.bytes_per_token,
+            strformat("llm.c v%d uint%d", version, layout.bytes_per_token * 8)};
+  }
+  bool reserved_zero = true;
+  for (int64_t i = 3; i < 256 && reserved_zero; ++i) reserved_zero = int32_at(h + 4 * i) == 0;
+  const bool count_fits = count > 0 && (int64_t{count} * 2 == payload || int64_t{count} * 4 == payload);
+  if (reserved_zero && count_fits) {
+    throw std::runtime_error(strformat("--data: '%s' starts with an llm.c-style header of unknown magic %d (known: "
+                                       "20240520 version 1 for uint16 tokens, 20240801 version 7 for uint32)",
+                                       path.c_str(), magic));
+  }
+  return {};
+}
+
 class FileDataset final : public TokenDataset {
  public:
-  // bytes_per_token: 1 for text, 2 for uint16 tokens.
-  FileDataset(const std::string& path, int bytes_per_token, int64_t seq_len, int64_t vocab_size)
-      : file_(path), bytes_per_token_(bytes_per_token), window_length_(seq_len + 1) {
-    if (file_.size() % static_cast<size_t>(bytes_per_token) != 0) {
+  // Text files: one byte per token from offset 0. Token files: see
+  // detect_token_layout.
+  FileDataset(const std::string& path, bool text, int64_t seq_len, int64_t vocab_size)
+      : file_(path), window_length_(seq_len + 1) {
+    if (text) {
+      layout_ = {0, 1, "bytes"};
+    } else {
+      layout_ = detect_token_layout(file_);
+    }
+    const size_t payload = file_.size() - static_cast<size_t>(layout_.offset);
+    if (payload % static_cast<size_t>(layout_.bytes_per_token) != 0) {
       throw std::runtime_error(strformat("--data: '%s' has %zu bytes, not a whole number of uint16 tokens",
                                          path.c_str(), file_.size()));
     }
-    num_tokens_ = static_cast<int64_t>(file_.size()) / bytes_per_token;
+    num_tokens_ = static_cast<int64_t>(payload) / layout_.bytes_per_token;
     if (num_tokens_ < window_length_) {
       throw std::runtime_error(strformat("--data: '%s' holds %lld tokens, fewer than one window of %lld",
                                          path.c_str(), static_cast<long long>(num_tokens_),
@@ -113,8 +198,8 @@ class FileDataset final : public TokenDataset {
     int64_t max_token = 0;
     for (int64_t i = 0; i < num_tokens_; ++i) max_token = std::max(max_token, token_at(i));
     if (max_token >= vocab_size) {
-      throw std::runtime_error(strformat("--data: '%s' contains token id %lld but the model's vocab_size is %lld",
-                                         path.c_str(), static_cast<long long>(max_token),
+      throw std::runtime_error(strformat("--data: '%s' (%s) contains token id %lld but the model's vocab_size is %lld",
+                                         path.c_str(), layout_.name.c_str(), static_cast<long long>(max_token),
                                          static_cast<long long>(vocab_size)));
     }
   }
@@ -125,17 +210,21 @@ class FileDataset final : public TokenDataset {
     for (int64_t i = 0; i < window_length_; ++i) out[static_cast<size_t>(i)] = token_at(start + i);
   }
   std::string describe() const override {
-    return strformat("%s (%lld tokens, %lld windows)", file_.path().c_str(),
+    return strformat("%s (%s, %lld tokens, %lld windows)", file_.path().c_str(), layout_.name.c_str(),
                      static_cast<long long>(num_tokens_), static_cast<long long>(num_windows()));
   }
 
  private:
   int64_t token_at(int64_t i) const {
-    const uint8_t* p = file_.data() + i * bytes_per_token_;
-    return bytes_per_token_ == 1 ? p[0] : static_cast<int64_t>(p[0] | (p[1] << 8));
+    const uint8_t* p = file_.data() + layout_.offset + i * layout_.bytes_per_token;
+    switch (layout_.bytes_per_token) {
+      case 1: return p[0];
+      case 2: return static_cast<int64_t>(p[0] | (p[1] << 8));
+      default: return static_cast<int64_t>(static_cast<uint32_t>(int32_at(p)));
+    }
   }
   MappedFile file_;
-  int bytes_per_token_;
+  TokenLayout layout_;
   int64_t window_length_;
   int64_t num_tokens_ = 0;
 };
@@ -150,9 +239,9 @@ std::unique_ptr<TokenDataset> open_dataset(const std::string& spec, int64_t seq_
       throw std::runtime_error(strformat("--data text: needs --vocab-size >= 256 (bytes), the model has %lld",
                                          static_cast<long long>(vocab_size)));
     }
-    return std::make_unique<FileDataset>(spec.substr(5), 1, seq_len, vocab_size);
+    return std::make_unique<FileDataset>(spec.substr(5), /*text=*/true, seq_len, vocab_size);
   }
-  if (spec.rfind("tokens:", 0) == 0) return std::make_unique<FileDataset>(spec.substr(7), 2, seq_len, vocab_size);
+  if (spec.rfind("tokens:", 0) == 0) return std::make_unique<FileDataset>(spec.substr(7), /*text=*/false, seq_len, vocab_size);
   throw std::runtime_error("--data: '" + spec + "' is not synthetic, text:PATH or tokens:PATH");
 }
 

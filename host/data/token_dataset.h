@@ -5,7 +5,10 @@
 //                 seeded token permutation with probability 3/4, else a random
 //                 token, so the loss has a known floor well below ln(vocab).
 //   text:PATH     the file's bytes are the tokens (vocab >= 256).
-//   tokens:PATH   a flat little-endian uint16 array (nanoGPT's / llm.c's .bin).
+//   tokens:PATH   llm.c's .bin (a 256 x int32 header: magic 20240520 version
+//                 1 for uint16 tokens, 20240801 version 7 for uint32; the
+//                 header is checked, never read as tokens), else nanoGPT's
+//                 headerless flat little-endian uint16 array.
 // Windows of files are the contiguous, non-overlapping slices of seq_len + 1
 // tokens. Files are memory-mapped, never read whole. Thread-safe for reads.
 #pragma once
@@ -28,8 +31,10 @@ class TokenDataset {
 };
 
 // Builds the dataset named by --data. Throws std::runtime_error with one line
-// naming the problem: missing/unreadable/too-short file, a token id outside
-// the vocabulary, an odd-sized tokens file.
+// naming the problem: missing/unreadable/too-short file, a FIFO or other
+// non-regular file (refused before opening, so nothing blocks), an llm.c
+// header with a bad version or token count, a token id outside the
+// vocabulary, an odd-sized tokens file.
 std::unique_ptr<TokenDataset> open_dataset(const std::string& spec, int64_t seq_len,
                                            int64_t vocab_size, uint64_t seed);
 

@@ -1,25 +1,71 @@
 // JSON-lines metrics (see metrics_writer.h).
 #include "host/train/metrics_writer.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <nlohmann/json.hpp>
 
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
+#include <utility>
 
 namespace accel::train {
+namespace {
 
-MetricsWriter::MetricsWriter(const std::string& path) {
+// Why `mode` cannot take metrics lines, or nullptr when it can.
+const char* unusable_kind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISBLK(mode)) return "a block device";
+  return nullptr;
+}
+
+std::runtime_error open_error(const std::string& path, const std::string& why) {
+  return std::runtime_error("--metrics-file: cannot open '" + path + "': " + why);
+}
+
+}  // namespace
+
+MetricsWriter::MetricsWriter(const std::string& path) : path_(path) {
   if (path.empty()) return;
-  file_ = std::fopen(path.c_str(), "a");
+  // The type is checked before opening: opening a FIFO for writing blocks
+  // until a reader appears. O_NONBLOCK covers a FIFO swapped in between
+  // (it then fails with ENXIO), and the descriptor is checked again.
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) {
+    if (const char* kind = unusable_kind(st.st_mode)) throw open_error(path, std::string("it is ") + kind);
+  }
+  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_NONBLOCK | O_CLOEXEC, 0644);
+  if (fd < 0) throw open_error(path, std::strerror(errno));
+  if (::fstat(fd, &st) != 0 || unusable_kind(st.st_mode) != nullptr) {
+    ::close(fd);
+    throw open_error(path, "it is not a regular file or character device");
+  }
+  // Blocking writes from here: a slow terminal must not lose lines to EAGAIN.
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+    const int error = errno;
+    ::close(fd);
+    throw open_error(path, std::strerror(error));
+  }
+  file_ = ::fdopen(fd, "a");
   if (!file_) {
-    throw std::runtime_error("--metrics-file: cannot open '" + path + "': " + std::strerror(errno));
+    const int error = errno;
+    ::close(fd);
+    throw open_error(path, std::strerror(error));
   }
 }
 
 MetricsWriter::~MetricsWriter() {
+  // Every line was flushed (and checked) when written; nothing is left.
   if (file_) std::fclose(file_);
 }
+
+void MetricsWriter::note_resume_skipped(std::vector<std::string> lines) { resume_skipped_ = std::move(lines); }
 
 void MetricsWriter::write(const StepMetrics& m) {
   if (!file_) return;
@@ -39,10 +85,17 @@ void MetricsWriter::write(const StepMetrics& m) {
   }
   if (m.loss_scale != 1.0) line["loss_scale"] = m.loss_scale;
   if (m.skipped) line["skipped"] = true;
+  if (!resume_skipped_.empty()) line["resume_skipped"] = std::exchange(resume_skipped_, {});
   for (const auto& [name, value] : m.plugin_metrics) line[name] = value;
   const std::string text = line.dump() + "\n";
-  std::fwrite(text.data(), 1, text.size(), file_);
-  std::fflush(file_);
+  // fwrite may only buffer; the fflush is where a full disk shows.
+  errno = 0;
+  if (std::fwrite(text.data(), 1, text.size(), file_) != text.size() || std::fflush(file_) != 0) {
+    const int error = errno;
+    std::clearerr(file_);
+    throw std::runtime_error("--metrics-file: cannot write '" + path_ + "': " +
+                             (error != 0 ? std::strerror(error) : "write failed"));
+  }
 }
 
 }  // namespace accel::train

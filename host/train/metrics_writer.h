@@ -1,5 +1,7 @@
 // --metrics-file: one JSON object per optimizer step, one per line, flushed
-// as written so a run that dies keeps every step it finished.
+// as written so a run that dies keeps every step it finished. A line that
+// cannot be written (full disk, I/O error) ends the run with one error
+// naming the file: a metrics file with silent gaps is worse than none.
 // Written by rank 0 only. Not thread-safe.
 #pragma once
 
@@ -7,6 +9,7 @@
 #include <cstdio>
 #include <map>
 #include <string>
+#include <vector>
 
 namespace accel::train {
 
@@ -41,16 +44,28 @@ struct StepMetrics {
 
 class MetricsWriter {
  public:
-  // Appends to `path` (a resumed run continues the same file). Empty: disabled.
+  // Appends to `path` (a resumed run continues the same file). Empty:
+  // disabled. Throws std::runtime_error naming --metrics-file and the path
+  // when it cannot be opened for appending, or is a directory, FIFO or
+  // socket (a FIFO without a reader would block the run); regular files and
+  // character devices (/dev/null, a terminal) are accepted.
   explicit MetricsWriter(const std::string& path);
   ~MetricsWriter();
   MetricsWriter(const MetricsWriter&) = delete;
   MetricsWriter& operator=(const MetricsWriter&) = delete;
 
+  // Checkpoints --resume passed over, one "step_N: why" each: written as
+  // "resume_skipped" into the next line (this process's first).
+  void note_resume_skipped(std::vector<std::string> lines);
+
+  // Appends and flushes one line. Throws std::runtime_error("--metrics-file:
+  // cannot write 'PATH': <errno text>") when the line did not reach the file.
   void write(const StepMetrics& m);
 
  private:
+  std::string path_;
   std::FILE* file_ = nullptr;
+  std::vector<std::string> resume_skipped_;
 };
 
 }  // namespace accel::train

@@ -380,7 +380,13 @@ void Trainer::resume_from(const std::string& dir) {
   // plugins load theirs in load_state), so any strategy's checkpoint at any
   // world size resumes here. Every rank reads and checks for itself; nothing
   // changes unless everything checks out.
-  const std::filesystem::path checkpoint = checkpoint::resolve_resume_dir(dir);
+  std::vector<std::string> skipped;
+  const std::filesystem::path checkpoint = checkpoint::resolve_resume_dir(dir, &skipped);
+  // Never a silent fallback: every rank says what it passed over and why.
+  for (const std::string& why : skipped) {
+    log::warn(strformat("--resume: skipped %s/%s; resuming from %s", dir.c_str(), why.c_str(), checkpoint.c_str()));
+  }
+  metrics_.note_resume_skipped(skipped);
   const checkpoint::TrainerState state = checkpoint::read_trainer_state(checkpoint);
   checkpoint::check_same_model(checkpoint, state, model_);
   auto reader = std::make_unique<runtime::CheckpointReader>(runtime::CheckpointReader::open_directory(checkpoint));

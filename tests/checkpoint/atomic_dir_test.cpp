@@ -5,10 +5,14 @@
 // simulated by stopping the protocol after each of its steps (files written;
 // files synced; manifest written) and checking that resume still returns the
 // previous checkpoint and that the next save of that step succeeds.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <future>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -217,6 +221,58 @@ TEST_F(AtomicDirTest, MalformedManifestsAreRejected) {
              "malformed entry");
   write_text(dir / "manifest.json", good);
   EXPECT_TRUE(verify_manifest(dir));
+}
+
+TEST_F(AtomicDirTest, ManifestThatIsASymlinkIsRefused) {
+  commit_step(10);
+  const fs::path newest = commit_step(20);
+  // A manifest elsewhere, however valid, vouches for nothing in this directory.
+  fs::rename(newest / "manifest.json", root_ / "elsewhere.json");
+  fs::create_symlink(root_ / "elsewhere.json", newest / "manifest.json");
+  std::string why;
+  EXPECT_FALSE(verify_manifest(newest, &why));
+  EXPECT_NE(why.find("manifest.json: is a symlink, not a regular file"), std::string::npos) << why;
+  EXPECT_THROW(read_manifest(newest), CheckpointError);
+  EXPECT_EQ(find_newest_complete(root_), root_ / "step_10");
+}
+
+TEST_F(AtomicDirTest, FilesTheManifestDoesNotListAreRefused) {
+  commit_step(10);
+  const fs::path newest = commit_step(20);
+  write_text(newest / "plugin_state.rank7.safetensors", "added after the commit");
+  std::string why;
+  EXPECT_FALSE(verify_manifest(newest, &why));
+  EXPECT_EQ(why, "plugin_state.rank7.safetensors is not listed in the manifest");
+  std::vector<std::string> skipped;
+  EXPECT_EQ(find_newest_complete(root_, "step_", &skipped), root_ / "step_10");
+  ASSERT_EQ(skipped.size(), 1u);
+  EXPECT_EQ(skipped[0], "step_20: plugin_state.rank7.safetensors is not listed in the manifest");
+  // A directory counts too.
+  fs::remove(newest / "plugin_state.rank7.safetensors");
+  EXPECT_TRUE(verify_manifest(newest));
+  fs::create_directory(newest / "extra");
+  EXPECT_FALSE(verify_manifest(newest, &why));
+  EXPECT_EQ(why, "extra is not listed in the manifest");
+}
+
+TEST_F(AtomicDirTest, FifoManifestIsRefusedWithoutBlocking) {
+  const fs::path dir = commit_step(1);
+  fs::remove(dir / "manifest.json");
+  ASSERT_EQ(::mkfifo((dir / "manifest.json").c_str(), 0600), 0);
+  auto verified = std::async(std::launch::async, [&] {
+    std::string why;
+    verify_manifest(dir, &why);
+    return why;
+  });
+  // The refusal is immediate; the bound only catches a blocked open(),
+  // which a writer opening the FIFO then releases so the test can end.
+  if (verified.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
+    const int fd = ::open((dir / "manifest.json").c_str(), O_WRONLY | O_NONBLOCK);
+    if (fd >= 0) ::close(fd);
+    ADD_FAILURE() << "verify_manifest blocked on a FIFO manifest";
+  }
+  const std::string why = verified.get();
+  EXPECT_NE(why.find("manifest.json: is a FIFO, not a regular file"), std::string::npos) << why;
 }
 
 // ---------------------------------------------------------------------------

@@ -1,8 +1,14 @@
 // Datasets and the sampler: determinism, world-size invariance, bad files.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <future>
 #include <set>
 
 #include "host/data/batch_sampler.h"
@@ -127,6 +133,98 @@ TEST(Dataset, BadFilesGiveOneClearError) {
             std::string::npos);
   EXPECT_NE(error_of("text:" + temp_file("t.txt", "hello"), 2, 100).find("256"), std::string::npos);
   EXPECT_NE(error_of("tokens:" + ::testing::TempDir(), 2, 100).find("regular file"), std::string::npos);
+}
+
+// llm.c's .bin (dev/data/data_common.py write_datafile): 256 little-endian
+// int32 of header (magic, version, token count, zeros), then the tokens.
+std::string llmc_file(int32_t magic, int32_t version, int32_t count, const std::vector<uint32_t>& tokens,
+                      int bytes_per_token) {
+  std::string bytes(256 * 4, '\0');
+  const int32_t fields[] = {magic, version, count};
+  for (int f = 0; f < 3; ++f) {
+    for (int b = 0; b < 4; ++b) bytes[4 * f + b] = static_cast<char>((static_cast<uint32_t>(fields[f]) >> (8 * b)) & 0xff);
+  }
+  for (uint32_t t : tokens) {
+    for (int b = 0; b < bytes_per_token; ++b) bytes.push_back(static_cast<char>((t >> (8 * b)) & 0xff));
+  }
+  return bytes;
+}
+
+std::vector<int64_t> all_tokens(const TokenDataset& ds) {
+  std::vector<int64_t> out;
+  std::vector<int64_t> window(static_cast<size_t>(ds.window_length()));
+  for (int64_t w = 0; w < ds.num_windows(); ++w) {
+    ds.read_window(w, window);
+    out.insert(out.end(), window.begin(), window.end());
+  }
+  return out;
+}
+
+TEST(Dataset, LlmcUint16HeaderIsCheckedNotTrainedOn) {
+  std::vector<uint32_t> tokens(60);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint32_t>(i * 811 % 50257);
+  // A GPT-2 vocabulary embeds the header's int16 halves as tokens: the bug
+  // this pins trained on them silently.
+  auto ds = open_dataset("tokens:" + temp_file("llmc_v1.bin", llmc_file(20240520, 1, 60, tokens, 2)), 5, 50257, 1);
+  EXPECT_EQ(ds->num_windows(), 10);
+  EXPECT_EQ(all_tokens(*ds), std::vector<int64_t>(tokens.begin(), tokens.end()));
+  EXPECT_NE(ds->describe().find("llm.c v1 uint16, 60 tokens"), std::string::npos) << ds->describe();
+}
+
+TEST(Dataset, LlmcUint32TokensBeyond65535) {
+  std::vector<uint32_t> tokens(24);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint32_t>(70000 + i * 2000);
+  auto ds = open_dataset("tokens:" + temp_file("llmc_v7.bin", llmc_file(20240801, 7, 24, tokens, 4)), 3, 128256, 1);
+  EXPECT_EQ(ds->num_windows(), 6);
+  EXPECT_EQ(all_tokens(*ds), std::vector<int64_t>(tokens.begin(), tokens.end()));
+  // The vocabulary check sees the real ids, not uint16 halves.
+  EXPECT_NE(error_of("tokens:" + temp_file("llmc_v7b.bin", llmc_file(20240801, 7, 24, tokens, 4)), 3, 100000)
+                .find("contains token id 116000"),
+            std::string::npos);
+}
+
+TEST(Dataset, LlmcBadVersionCountOrMagicIsRefused) {
+  const std::vector<uint32_t> tokens(40, 7);
+  const auto error = [&](const std::string& name, const std::string& bytes) {
+    return error_of("tokens:" + temp_file(name, bytes), 3, 50257);
+  };
+  std::string e = error("v2.bin", llmc_file(20240520, 2, 40, tokens, 2));
+  EXPECT_NE(e.find("has llm.c magic 20240520 but version 2 (this build reads version 1"), std::string::npos) << e;
+  e = error("v1_as_u32.bin", llmc_file(20240801, 1, 40, tokens, 4));
+  EXPECT_NE(e.find("magic 20240801 but version 1"), std::string::npos) << e;
+  e = error("count.bin", llmc_file(20240520, 1, 41, tokens, 2));  // truncated: one token missing
+  EXPECT_NE(e.find("the llm.c header says 41 tokens of 2 bytes, but 80 bytes follow the header"), std::string::npos)
+      << e;
+  e = error("count0.bin", llmc_file(20240520, 1, 0, tokens, 2));
+  EXPECT_NE(e.find("header says 0 tokens"), std::string::npos) << e;
+  // llm.c's eval files (magic 20240522) have the same header but are not training tokens.
+  e = error("magic.bin", llmc_file(20240522, 1, 40, tokens, 2));
+  EXPECT_NE(e.find("starts with an llm.c-style header of unknown magic 20240522"), std::string::npos) << e;
+}
+
+TEST(Dataset, HeaderlessFilesLongerThanAHeaderStayFlatUint16) {
+  // nanoGPT's format: nothing but tokens, even when the file is >= 1 KiB.
+  std::vector<uint16_t> tokens(2000);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint16_t>(i % 50257);
+  auto ds = open_dataset("tokens:" + temp_file("flat.bin", uint16_tokens(tokens)), 9, 50257, 1);
+  EXPECT_EQ(all_tokens(*ds), std::vector<int64_t>(tokens.begin(), tokens.end()));
+}
+
+TEST(Dataset, FifoIsRefusedWithoutBlocking) {
+  const std::string fifo = ::testing::TempDir() + "tokens_fifo_" + std::to_string(::getpid());
+  ::unlink(fifo.c_str());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  auto opened = std::async(std::launch::async, [&] { return error_of("tokens:" + fifo, 4, 100); });
+  // The refusal is immediate; the bound only catches a blocked open(),
+  // which a writer opening the FIFO then releases so the test can end.
+  if (opened.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
+    const int fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+    if (fd >= 0) ::close(fd);
+    ADD_FAILURE() << "open_dataset blocked on a FIFO";
+  }
+  const std::string e = opened.get();
+  EXPECT_NE(e.find("--data: '" + fifo + "' is a FIFO; token files must be regular files"), std::string::npos) << e;
+  ::unlink(fifo.c_str());
 }
 
 }  // namespace

@@ -75,6 +75,37 @@ class BitExactResume(TempDirMixin, unittest.TestCase):
 
 
 @unittest.skipUnless(MPIRUN, "mpirun not found")
+class FallbackIsNeverSilent(TempDirMixin, unittest.TestCase):
+    """--resume ROOT passing over a damaged newest checkpoint says so: a
+    warning on every rank naming the directory and why, and the reason in
+    the metrics' first line."""
+
+    def test_every_rank_warns_and_the_first_metrics_line_records_it(self):
+        root, metrics = self.path("root"), self.path("m.jsonl")
+        run_host(*COMMON, "--steps", 4, "--save", root, "--save-every", 2, "--log-level", "warn")
+        with open(os.path.join(root, "step_4", "optimizer.safetensors"), "r+b") as f:
+            f.seek(200)
+            byte = f.read(1)[0]
+            f.seek(200)
+            f.write(bytes([byte ^ 0xFF]))  # same size, other bytes: only the crc32 tells
+        proc = subprocess.run([MPIRUN, "-n", "2", ACCEL_HOST, *map(str, COMMON), "--steps", "6", "--resume", root,
+                               "--log-level", "warn", "--metrics-file", metrics],
+                              capture_output=True, text=True, env=MPI_ENV, timeout=300)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        for rank in (0, 1):
+            warnings = [l for l in proc.stderr.splitlines()
+                        if f"[rank {rank}] [warning] --resume: skipped {root}/step_4: crc32 mismatch for "
+                           "optimizer.safetensors" in l]
+            self.assertEqual(len(warnings), 1, proc.stderr)
+            self.assertIn(f"resuming from {root}/step_2", warnings[0])
+        lines = read_metrics(metrics)
+        self.assertEqual([m["step"] for m in lines], [3, 4, 5, 6])
+        self.assertEqual(len(lines[0]["resume_skipped"]), 1, lines[0])
+        self.assertTrue(lines[0]["resume_skipped"][0].startswith("step_4: crc32 mismatch for optimizer.safetensors"))
+        self.assertNotIn("resume_skipped", lines[1])
+
+
+@unittest.skipUnless(MPIRUN, "mpirun not found")
 class CheckpointsOfEveryRank(TempDirMixin, unittest.TestCase):
     """Every rank writes its own files into one checkpoint; one rank failing
     fails the save everywhere, with one line naming it, and publishes nothing."""

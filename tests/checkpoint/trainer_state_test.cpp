@@ -1,0 +1,198 @@
+// trainer_state.json is validated field by field: every field of a real
+// file is mutated to a wrong type or an out-of-range value, and each must be
+// refused with one line naming the file and the field (a step of -1 looped
+// forever, a negative optimizer_steps gave NaN, 2.5 was read as 2, a loss
+// scale <= 0 and unknown RNG kinds or plugin names were accepted). Also: the
+// written text parses back to the same state, optional fields default, and
+// a FIFO or symlink in place of the file is refused without blocking.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <limits>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "host/checkpoint/trainer_state.h"
+
+namespace accel::checkpoint {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+TrainerState sample_state() {
+  TrainerState s;
+  s.step = 12;
+  s.optimizer_steps = 10;
+  s.data_position = 96;
+  s.data_seed = 0xFFFFFFFFFFFFFFF0ull;  // beyond int64: must stay unsigned
+  s.loss_scale = 512;
+  s.loss_scale_growth_tracker = 3;
+  s.model = {2, 4, 64, 32, 256};
+  s.plugins = "ddp,recorder";
+  s.world_size = 4;
+  return s;
+}
+
+json sample_json() { return json::parse(trainer_state_json(sample_state())); }
+
+// The error for `j`, or "" when it parses.
+std::string error_of(const json& j) {
+  try {
+    parse_trainer_state(j.dump(), "ckpt/trainer_state.json");
+  } catch (const CheckpointError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(TrainerState, WrittenTextParsesBackExactly) {
+  const TrainerState s = parse_trainer_state(trainer_state_json(sample_state()), "x");
+  const TrainerState e = sample_state();
+  EXPECT_EQ(s.step, e.step);
+  EXPECT_EQ(s.optimizer_steps, e.optimizer_steps);
+  EXPECT_EQ(s.data_position, e.data_position);
+  EXPECT_EQ(s.data_seed, e.data_seed);
+  EXPECT_EQ(s.loss_scale, e.loss_scale);
+  EXPECT_EQ(s.loss_scale_growth_tracker, e.loss_scale_growth_tracker);
+  EXPECT_EQ(s.model, e.model);
+  EXPECT_EQ(s.plugins, e.plugins);
+  EXPECT_EQ(s.world_size, e.world_size);
+}
+
+TEST(TrainerState, OptionalFieldsDefault) {
+  json j = sample_json();
+  j.erase("plugins");
+  j.erase("world_size");
+  const TrainerState s = parse_trainer_state(j.dump(), "x");
+  EXPECT_EQ(s.plugins, "");
+  EXPECT_EQ(s.world_size, 1);
+  j["plugins"] = "";
+  EXPECT_EQ(error_of(j), "");
+}
+
+struct BadField {
+  const char* pointer;  // JSON pointer of the field
+  json value;           // the bad value
+  const char* expected; // fragment of the one-line error
+};
+
+TEST(TrainerState, EveryFieldIsTypeAndRangeChecked) {
+  const BadField cases[] = {
+      {"/format_version", 2, "\"format_version\" 2 is not supported"},
+      {"/format_version", 1.0, "\"format_version\" must be an integer, got 1.0"},
+      {"/step", -1, "\"step\" must be at least 0, got -1"},
+      {"/step", 2.5, "\"step\" must be an integer, got 2.5"},
+      {"/step", "12", "\"step\" must be an integer, got \"12\""},
+      {"/step", 18446744073709551615ull, "\"step\" must be at most 9223372036854775807"},
+      {"/optimizer_steps", -3, "\"optimizer_steps\" must be at least 0, got -3"},
+      {"/optimizer_steps", 13, "\"optimizer_steps\" must be at most 12, got 13"},
+      {"/optimizer_steps", 2.5, "\"optimizer_steps\" must be an integer, got 2.5"},
+      {"/data_position", -8, "\"data_position\" must be at least 0, got -8"},
+      {"/data_position", nullptr, "\"data_position\" must be an integer, got null"},
+      {"/rng", 7, "\"rng\" must be a JSON object"},
+      {"/rng/kind", "mt19937", "\"rng.kind\" must be \"counter\", got \"mt19937\""},
+      {"/rng/kind", 1, "\"rng.kind\" must be a string, got 1"},
+      {"/rng/data_seed", -1, "\"rng.data_seed\" must be an integer >= 0, got -1"},
+      {"/rng/data_seed", 1.5, "\"rng.data_seed\" must be an integer >= 0, got 1.5"},
+      {"/loss_scaler/scale", 0, "\"loss_scaler.scale\" must be a finite number > 0, got 0"},
+      {"/loss_scaler/scale", -2.0, "\"loss_scaler.scale\" must be a finite number > 0, got -2.0"},
+      {"/loss_scaler/scale", "inf", "\"loss_scaler.scale\" must be a number, got \"inf\""},
+      // JSON has no inf: written, it reads back as null.
+      {"/loss_scaler/scale", std::numeric_limits<double>::infinity(), "\"loss_scaler.scale\" must be a number, got null"},
+      {"/loss_scaler/growth_tracker", -1, "\"loss_scaler.growth_tracker\" must be at least 0, got -1"},
+      {"/model/n_layer", 0, "\"model.n_layer\" must be at least 1, got 0"},
+      {"/model/n_head", -4, "\"model.n_head\" must be at least 1, got -4"},
+      {"/model/n_embd", 64.5, "\"model.n_embd\" must be an integer, got 64.5"},
+      {"/model/seq_len", int64_t{1} << 40, "\"model.seq_len\" must be at most 4294967296"},
+      {"/model/vocab_size", "256", "\"model.vocab_size\" must be an integer"},
+      {"/plugins", "ddp,Evil", "\"plugins\" must be distinct comma-separated plugin names"},
+      {"/plugins", "ddp,,fsdp", "\"plugins\" must be distinct comma-separated plugin names"},
+      {"/plugins", "ddp,ddp", "\"plugins\" must be distinct comma-separated plugin names"},
+      {"/plugins", "../libevil", "\"plugins\" must be distinct comma-separated plugin names"},
+      {"/plugins", 3, "\"plugins\" must be a string, got 3"},
+      {"/world_size", 0, "\"world_size\" must be at least 1, got 0"},
+      {"/world_size", 4294967297ll, "\"world_size\" must be at most 16777216"},
+      {"/world_size", 2.5, "\"world_size\" must be an integer, got 2.5"},
+      {"/surprise", true, "\"surprise\" is not a known field"},
+      {"/rng/surprise", true, "\"rng.surprise\" is not a known field"},
+      {"/model/n_kv_head", 2, "\"model.n_kv_head\" is not a known field"},
+  };
+  for (const BadField& c : cases) {
+    json j = sample_json();
+    j[json::json_pointer(c.pointer)] = c.value;
+    const std::string e = error_of(j);
+    EXPECT_EQ(e.rfind("'ckpt/trainer_state.json': ", 0), 0u) << c.pointer << ": " << e;
+    EXPECT_NE(e.find(c.expected), std::string::npos) << c.pointer << " = " << c.value.dump() << ": " << e;
+    EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+  }
+}
+
+TEST(TrainerState, MissingFieldsAndNonObjectsAreNamed) {
+  for (const char* pointer : {"/step", "/optimizer_steps", "/data_position", "/rng", "/rng/kind", "/rng/data_seed",
+                              "/loss_scaler", "/loss_scaler/scale", "/model", "/model/vocab_size"}) {
+    json j = sample_json();
+    const json::json_pointer p(pointer);
+    j[p.parent_pointer()].erase(p.back());
+    std::string field = std::string(pointer).substr(1);
+    std::replace(field.begin(), field.end(), '/', '.');
+    EXPECT_NE(error_of(j).find("\"" + field + "\" is missing"), std::string::npos) << error_of(j);
+  }
+  EXPECT_NE(error_of(json::array()).find("the document must be a JSON object"), std::string::npos);
+  EXPECT_NE(error_of(json(3)).find("the document must be a JSON object"), std::string::npos);
+  try {
+    parse_trainer_state("{\"step\": ", "f");
+    ADD_FAILURE() << "truncated JSON accepted";
+  } catch (const CheckpointError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("'f' is not valid JSON", 0), 0u) << e.what();
+  }
+}
+
+class TrainerStateFile : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("accel_trainer_state_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  fs::path dir_;
+};
+
+TEST_F(TrainerStateFile, ARegularFileIsRead) {
+  std::ofstream(dir_ / kTrainerStateFile) << trainer_state_json(sample_state());
+  EXPECT_EQ(read_trainer_state(dir_).step, 12);
+}
+
+TEST_F(TrainerStateFile, SymlinkOrFifoIsRefusedWithoutBlocking) {
+  std::ofstream(dir_ / "real.json") << trainer_state_json(sample_state());
+  fs::create_symlink(dir_ / "real.json", dir_ / kTrainerStateFile);
+  EXPECT_THROW(read_trainer_state(dir_), CheckpointError);
+  fs::remove(dir_ / kTrainerStateFile);
+  ASSERT_EQ(::mkfifo((dir_ / kTrainerStateFile).c_str(), 0600), 0);
+  auto read = std::async(std::launch::async, [&]() -> std::string {
+    try {
+      read_trainer_state(dir_);
+    } catch (const CheckpointError& e) {
+      return e.what();
+    }
+    return "";
+  });
+  if (read.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
+    const int fd = ::open((dir_ / kTrainerStateFile).c_str(), O_WRONLY | O_NONBLOCK);
+    if (fd >= 0) ::close(fd);
+    ADD_FAILURE() << "read_trainer_state blocked on a FIFO";
+  }
+  EXPECT_NE(read.get().find("is a FIFO, not a regular file"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace accel::checkpoint
