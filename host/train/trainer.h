@@ -36,6 +36,7 @@ struct StepOutcome {
   double grad_norm = 0.0;
   double lr = 0.0;
   bool skipped = false;
+  bool nonfinite_loss = false;  // skipped because the global loss was NaN/inf
 };
 
 class Trainer {
@@ -100,6 +101,7 @@ class Trainer {
   std::unique_ptr<runtime::CheckpointReader> resume_reader_;
   std::unique_ptr<LinearChain> linear_chain_;  // when a plugin joins the linear chain
   int64_t completed_steps_ = 0;
+  int64_t nonfinite_loss_steps_ = 0;  // skipped so far (--nonfinite-loss-skips)
 };
 
 }  // namespace accel::train
