@@ -66,9 +66,11 @@ class BadInput(TempDirMixin, unittest.TestCase):
 
     def test_non_finite_hyperparameters_on_the_command_line(self):
         for option, flag in self.NON_FINITE:
-            for value in ("inf", "nan", "1e999"):
+            for value in ("inf", "nan"):
                 with self.subTest(option=option, value=value):
                     self.expect_error(flag, value, mentions=[flag, "not a finite number"], code=2)
+            # An overflowing literal is refused by the parser, naming the option.
+            self.expect_error(flag, "1e999", mentions=[flag, "1e999"], code=2)
 
     def test_non_finite_hyperparameters_in_a_config_file(self):
         for option, flag in self.NON_FINITE:
