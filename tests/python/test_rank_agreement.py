@@ -9,7 +9,8 @@ import unittest
 
 from accel_testing import ACCEL_HOST, MPI_ENV, MPIRUN, TempDirMixin, mpirun, read_metrics, write_tokens
 
-MPMD_COMMON = ["--model", "gpt-tiny", "--log-level", "warn", "--threads", 1, "--steps", 2]
+BASE = ["--model", "gpt-tiny", "--log-level", "warn", "--threads", 1]
+MPMD_COMMON = [*BASE, "--steps", 2]
 COMMON = [*MPMD_COMMON, "--batch-size", 8]
 TEST_PLUGINS = os.environ.get("ACCEL_TEST_PLUGINS",
                               os.path.join(os.path.dirname(__file__), "../../build/test_plugins"))
@@ -98,7 +99,7 @@ class DifferentSettings(TempDirMixin, unittest.TestCase):
 class NonFiniteLoss(TempDirMixin, unittest.TestCase):
     def test_every_rank_stops_together(self):
         metrics = self.path("m.jsonl")
-        proc = mpirun(2, *COMMON, "--steps", 6, "--lr", 1e30, "--grad-clip", 0, "--lr-schedule", "constant",
+        proc = mpirun(2, *BASE, "--batch-size", 8, "--steps", 6, "--lr", 1e30, "--grad-clip", 0, "--lr-schedule", "constant",
                       "--metrics-file", metrics, check=False, timeout=180)
         self.assertEqual(proc.returncode, 1, proc.stderr)
         lines = error_lines(proc.stderr)
