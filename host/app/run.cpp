@@ -3,6 +3,7 @@
 #include "host/app/run.h"
 
 #include <ATen/Parallel.h>
+#include <c10/util/Exception.h>
 #include <torch/cuda.h>
 #include <unistd.h>
 
@@ -15,10 +16,9 @@
 #include <stdexcept>
 
 #include "host/app/run_agreement.h"
-#include "host/model/gpt_config.h"
-
 #include "host/cli/options.h"
 #include "host/comm/process_group.h"
+#include "host/model/gpt_config.h"
 #include "host/plugin/discovery.h"
 #include "host/plugin/hook_dispatch.h"
 #include "host/plugin/plugin_error.h"
@@ -120,6 +120,14 @@ model::GptConfig checked_model_shape(const RunConfig& config, const plugin::Plug
   return shape;
 }
 
+// The one line for an allocation that failed although the shape passed
+// checked_model_shape's lower bound.
+std::string out_of_memory(const model::GptConfig& shape, const RunConfig& config, const std::string& cause) {
+  return strformat("out of memory: the model (%s) with --batch-size %lld does not fit on this rank; reduce the "
+                   "model's shape or the batch (%s)",
+                   shape.describe().c_str(), static_cast<long long>(config.batch_size), cause.c_str());
+}
+
 }  // namespace
 
 int run_accel(const std::vector<std::string>& args, const comm::MpiSession& mpi) {
@@ -178,9 +186,12 @@ int run_accel(const std::vector<std::string>& args, const comm::MpiSession& mpi)
     accel::train::Trainer trainer(config, mpi.rank(), mpi.world_size(), &hooks, &context);
     trainer.run();
   } catch (const std::bad_alloc&) {
-    throw std::runtime_error(strformat("out of memory: the model (%s) with --batch-size %lld does not fit on this "
-                                       "rank; reduce the model's shape or the batch",
-                                       shape.describe().c_str(), static_cast<long long>(config.batch_size)));
+    throw std::runtime_error(out_of_memory(shape, config, "std::bad_alloc"));
+  } catch (const c10::Error& e) {
+    // LibTorch's allocators throw c10::Error, with a backtrace: one line.
+    const std::string what = e.what_without_backtrace();
+    if (what.find("allocate") == std::string::npos) throw;
+    throw std::runtime_error(out_of_memory(shape, config, what.substr(0, what.find('\n'))));
   }
   return 0;
 }

@@ -91,6 +91,24 @@ class BadInput(TempDirMixin, unittest.TestCase):
         self.expect_error("--vocab-size", 1 << 62, mentions=["--vocab-size", "GiB"], code=2)
         self.expect_error("--seq-len", 1 << 40, mentions=["--seq-len", "GiB"], code=2)
 
+    def test_an_allocation_that_fails_is_one_line(self):
+        # A shape below the up-front bound that still cannot be allocated:
+        # the address space is capped (RLIMIT_AS) so the failure is certain
+        # and harmless to the machine.
+        import resource
+        import subprocess
+        from accel_testing import ACCEL_HOST
+
+        def cap():
+            resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))
+        proc = subprocess.run([ACCEL_HOST, "--steps", "1", "--log-level", "warn", "--vocab-size", "3000000"],
+                              capture_output=True, text=True, timeout=300, preexec_fn=cap)
+        self.assertEqual(proc.returncode, 1, proc.stderr)
+        lines = [line for line in proc.stderr.splitlines() if line.strip()]
+        self.assertEqual(len(lines), 1, proc.stderr)
+        self.assertIn("out of memory: the model (", lines[0])
+        self.assertIn("vocab_size=3000000", lines[0])
+
     def test_a_loss_that_becomes_non_finite_stops_the_run(self):
         # A huge learning rate without clipping: step 1's update throws the
         # weights to ~1e30, step 2's logits overflow and the loss is NaN.
