@@ -150,9 +150,12 @@ Settings run_settings(const RunConfig& c, const model::GptConfig& shape, const p
     plugins += (plugins.empty() ? "" : ", ") + p->name() + " " + p->descriptor().version;
   }
   s.emplace_back("--plugin", plugins.empty() ? "(none)" : plugins);
-  for (const auto& [key, value] : options.all()) {
-    if (key.rfind("train.", 0) == 0) continue;  // derived from the settings above
-    s.emplace_back("--" + key, option_text(value));
+  for (const auto& p : registry.plugins()) {
+    for (const AccelOptionSpec* spec : p->options()) {
+      if (spec->flags & ACCEL_OPTION_FLAG_PER_RANK) continue;
+      const runtime::OptionValue* value = options.find(p->name(), spec->name);
+      s.emplace_back("--" + p->name() + "." + spec->name, value ? option_text(*value) : "(unset)");
+    }
   }
   return s;
 }

@@ -11,7 +11,7 @@
 // size and content hash, not its path), data order, every training,
 // optimizer, precision, scaler, autocast and communication option, save /
 // resume, the loaded plugins with their versions and every plugin option's
-// value, and the world size. Per-rank by nature and excluded: --metrics-file,
+// value (except those flagged ACCEL_OPTION_FLAG_PER_RANK), and the world size. Per-rank by nature and excluded: --metrics-file,
 // --log-level, --log-every, --threads, --plugin-path, the --config path
 // (its contents are compared through the settings it sets).
 //
