@@ -1,10 +1,17 @@
 // accel-host: the one place that turns an error into a message and an exit
 // code. Subcommands: `check-plugin PATH` (host/app/check_plugin.h),
 // `merge-weights CHECKPOINT_DIR OUTPUT_PATH` (host/app/merge_weights.h);
-// anything else is a run (host/app/run.h).
+// a first word that is not an option is a usage error; anything else is a
+// run (host/app/run.h).
 //
 // Exit codes: 0 success, 1 runtime failure, 2 usage error (bad option or
-// value, a plugin that cannot be loaded).
+// value, a plugin that cannot be loaded, ranks started with different
+// settings). Every error is one line: LibTorch's backtraces are cut off.
+// When one rank fails alone the job is aborted (MPI_Abort) so no rank waits
+// forever; an AgreedError was raised by every rank at once, so each exits
+// normally with its code and only rank 0 prints it.
+#include <c10/util/Exception.h>
+
 #include <exception>
 #include <string>
 #include <vector>
@@ -15,27 +22,45 @@
 #include "host/cli/options.h"
 #include "host/comm/mpi_session.h"
 #include "host/plugin/plugin_error.h"
+#include "host/util/agreed_error.h"
 #include "host/util/log.h"
+
+namespace {
+
+std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+
+}  // namespace
 
 int main(int argc, char** argv) {
   const std::vector<std::string> args(argv + 1, argv + argc);
   accel::comm::MpiSession mpi(&argc, &argv);
   int code = 0;
+  bool agreed = false;
   try {
     if (!args.empty() && args.front() == "check-plugin") {
       code = accel::app::check_plugin({args.begin() + 1, args.end()}, mpi);
     } else if (!args.empty() && args.front() == "merge-weights") {
       code = accel::app::merge_weights_command({args.begin() + 1, args.end()}, mpi);
+    } else if (!args.empty() && !args.front().empty() && args.front()[0] != '-') {
+      throw accel::cli::UsageError("unknown command '" + args.front() + "' (commands: " +
+                                   accel::cli::kSubcommands + "; a run takes --options only)");
     } else {
       code = accel::app::run_accel(args, mpi);
     }
+  } catch (const accel::AgreedError& e) {
+    if (mpi.rank() == 0) accel::log::error(e.what());
+    code = e.exit_code;
+    agreed = true;
   } catch (const accel::cli::UsageError& e) {
     accel::log::error(e.what());
     code = 2;
+  } catch (const c10::Error& e) {
+    accel::log::error(first_line(e.what_without_backtrace()));
+    code = 1;
   } catch (const std::exception& e) {
-    accel::log::error(e.what());
+    accel::log::error(first_line(e.what()));
     code = 1;
   }
-  if (code != 0 && mpi.world_size() > 1) mpi.abort_job(code);
+  if (code != 0 && mpi.world_size() > 1 && !agreed) mpi.abort_job(code);
   return code;
 }

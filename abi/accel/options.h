@@ -36,6 +36,10 @@ typedef enum AccelOptionType {
 /* Flags of AccelOptionSpec.flags (a bit set; unknown bits are ignored). */
 #define ACCEL_OPTION_FLAG_REQUIRED (UINT32_C(1) << 0)   /* no default */
 #define ACCEL_OPTION_FLAG_DEPRECATED (UINT32_C(1) << 1) /* warn when set */
+/* May differ between ranks (a per-rank log path, per-rank diagnostics): left
+ * out of the host's start-up check that every rank runs the same settings.
+ * Every other option must be equal on every rank (docs/kwargs.md). */
+#define ACCEL_OPTION_FLAG_PER_RANK (UINT32_C(1) << 2)
 
 /* One option. Filled by the plugin, usually as static const data; must stay
  * valid and unchanged from the entry call until the plugin is unloaded. The

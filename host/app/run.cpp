@@ -3,13 +3,22 @@
 #include "host/app/run.h"
 
 #include <ATen/Parallel.h>
+#include <c10/util/Exception.h>
+#include <torch/cuda.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <new>
+#include <stdexcept>
 
+#include "host/app/run_agreement.h"
 #include "host/cli/options.h"
 #include "host/comm/process_group.h"
+#include "host/model/gpt_config.h"
 #include "host/model/tensor_memory.h"
 #include "host/plugin/discovery.h"
 #include "host/plugin/hook_dispatch.h"
@@ -78,6 +87,49 @@ void load_plugins_everywhere(accel::plugin::PluginRegistry& registry, accel::cli
   }
 }
 
+// The model's shape, checked as a usage error: an unknown preset, shapes
+// that do not fit together, and shapes that cannot possibly fit in this
+// machine's memory (rather than a LibTorch backtrace or a bare bad_alloc
+// later). The bound is a lower one (model/gpt_config.h): every rank of the
+// node holds a full fp32 replica with gradients and AdamW moments (16 bytes
+// a parameter), or, when a plugin shards parameters, at least its 4/world
+// share; compared with physical memory when training on the CPU.
+model::GptConfig checked_model_shape(const RunConfig& config, const plugin::PluginRegistry& registry,
+                                     const comm::MpiSession& mpi) {
+  model::GptConfig shape;
+  try {
+    shape = model::make_gpt_config(config.model, config.model_overrides);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
+  const bool on_cpu = config.device == "cpu" || (config.device == "auto" && !torch::cuda::is_available());
+  const long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGE_SIZE);
+  if (!on_cpu || pages <= 0 || page_size <= 0) return shape;
+  bool sharded = false;
+  for (const auto& p : registry.plugins()) sharded |= (p->descriptor().capabilities & ACCEL_CAP_SHARDS_PARAMS) != 0;
+  const double per_parameter = sharded ? 4.0 / mpi.world_size() : 16.0;
+  const int64_t micro_batch = std::max<int64_t>(1, config.batch_size / (config.grad_accum * mpi.world_size()));
+  const double needed =
+      model::minimum_training_bytes(shape, micro_batch, per_parameter) * static_cast<double>(mpi.local_world_size());
+  const double memory = static_cast<double>(pages) * static_cast<double>(page_size);
+  if (needed > memory) {
+    throw UsageError(strformat(
+        "--n-layer/--n-embd/--seq-len/--vocab-size: the model (%s) needs at least %.3g GiB on this machine (%d "
+        "rank(s), fp32 %s and one micro-batch's logits), more than its %.1f GiB of memory",
+        shape.describe().c_str(), needed / 1073741824.0, mpi.local_world_size(),
+        sharded ? "parameter shards" : "parameters, gradients and AdamW moments", memory / 1073741824.0));
+  }
+  return shape;
+}
+
+// The one line for an allocation that failed although the shape passed
+// checked_model_shape's lower bound.
+std::string out_of_memory(const model::GptConfig& shape, const RunConfig& config, const std::string& cause) {
+  return strformat("out of memory: the model (%s) with --batch-size %lld does not fit on this rank; reduce the "
+                   "model's shape or the batch (%s)",
+                   shape.describe().c_str(), static_cast<long long>(config.batch_size), cause.c_str());
+}
+
 }  // namespace
 
 int run_accel(const std::vector<std::string>& args, const comm::MpiSession& mpi) {
@@ -114,8 +166,13 @@ int run_accel(const std::vector<std::string>& args, const comm::MpiSession& mpi)
   accel::log::init(mpi.rank(), accel::log::parse_level(config.log_level));
   accel::plugin::fill_option_store(registry, parsed.plugin_values, config, context.options);
   accel::cli::validate_for_world(config, mpi.world_size());
+  const accel::model::GptConfig shape = checked_model_shape(config, registry, mpi);
+  // Before the first collective of the communication layer: ranks that
+  // disagree stop here, all of them, with one line.
+  agree_on_run(run_settings(config, shape, registry, context.options, mpi.world_size()), mpi);
   accel::comm::CommOptions comm_options;
-  comm_options.timeout_ms = static_cast<int64_t>(config.comm.timeout_s * 1000.0);
+  // Whole milliseconds; the range (cli/options.h) keeps this >= 1.
+  comm_options.timeout_ms = std::llround(config.comm.timeout_s * 1000.0);
   comm_options.backend = config.comm.backend == "mpi"    ? accel::comm::Backend::mpi
                          : config.comm.backend == "nccl" ? accel::comm::Backend::nccl
                                                          : accel::comm::Backend::auto_select;
@@ -131,8 +188,17 @@ int run_accel(const std::vector<std::string>& args, const comm::MpiSession& mpi)
                                       accel::plugin::kind_name(p->descriptor().kind), p->path().c_str()));
   }
   accel::plugin::HookDispatcher hooks(registry, context);
-  accel::train::Trainer trainer(config, mpi.rank(), mpi.world_size(), &hooks, &context);
-  trainer.run();
+  try {
+    accel::train::Trainer trainer(config, mpi.rank(), mpi.world_size(), &hooks, &context);
+    trainer.run();
+  } catch (const std::bad_alloc&) {
+    throw std::runtime_error(out_of_memory(shape, config, "std::bad_alloc"));
+  } catch (const c10::Error& e) {
+    // LibTorch's allocators throw c10::Error, with a backtrace: one line.
+    const std::string what = e.what_without_backtrace();
+    if (what.find("allocate") == std::string::npos) throw;
+    throw std::runtime_error(out_of_memory(shape, config, what.substr(0, what.find('\n'))));
+  }
   return 0;
 }
 

@@ -8,6 +8,9 @@
 
 #include <boost/program_options.hpp>
 
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -56,6 +59,35 @@ Enum parse_choice(const std::string& option, const std::string& value,
 
 void require(bool ok, const std::string& message) {
   if (!ok) throw UsageError(message);
+}
+
+// Boost reads "inf", "nan" and "1e999" into a double without complaint;
+// no hyperparameter of a run means anything there.
+void require_finite(const char* option, double value) {
+  require(std::isfinite(value), strformat("--%s: %g is not a finite number", option, value));
+}
+
+// --config must name a readable regular file: an ifstream opens a directory
+// and reads nothing from it, which would silently drop every option.
+std::ifstream open_config_file(const std::string& path) {
+  std::error_code error;
+  if (std::filesystem::is_directory(path, error)) {
+    throw UsageError("--config: '" + path + "' is a directory, not a file of key=value lines");
+  }
+  std::ifstream file(path);
+  if (!file) throw UsageError("--config: cannot open '" + path + "'");
+  return file;
+}
+
+// accel-host takes options only (subcommands are dispatched before parsing):
+// a stray word is a typo, never something to ignore.
+void refuse_positionals(const po::parsed_options& parsed) {
+  for (const po::option& option : parsed.options) {
+    if (option.position_key < 0) continue;
+    const std::string word = option.value.empty() ? option.string_key : option.value.front();
+    throw UsageError("unexpected argument '" + word + "': accel-host takes --options only (subcommands: " +
+                     std::string(kSubcommands) + ")");
+  }
 }
 
 struct RawStrings {
@@ -128,7 +160,9 @@ po::options_description run_options(RunConfig& c, RawStrings& raw) {
       ("grad-clip", po::value(&c.optimizer.grad_clip)->default_value(c.optimizer.grad_clip),
        "clip the global gradient norm to this (0: off)")
       ("mixed-precision", po::value(&raw.mixed_precision)->default_value(raw.mixed_precision),
-       "no|bf16|fp16 (autocast; fp16 adds the dynamic loss scaler)");
+       "no|bf16|fp16 (autocast; fp16 adds the dynamic loss scaler)")
+      ("nonfinite-loss-skips", po::value(&c.nonfinite_loss_skips)->default_value(c.nonfinite_loss_skips),
+       "steps whose global loss is NaN/inf that are skipped (no update) before the run stops (0: stop at the first)");
 
   po::options_description scaler("GradScalerKwargs ([grad_scaler] in --config)");
   scaler.add_options()
@@ -158,7 +192,7 @@ po::options_description run_options(RunConfig& c, RawStrings& raw) {
       ("init_process_group.backend", po::value(&c.comm.backend)->default_value(c.comm.backend),
        "auto|mpi|nccl: auto moves CUDA tensors over NCCL, CPU tensors over MPI")
       ("init_process_group.timeout", po::value(&c.comm.timeout_s)->default_value(c.comm.timeout_s),
-       "seconds before a collective that has not completed fails every rank");
+       "seconds before a collective that has not completed fails every rank (0.001 to 604800, whole ms)");
 
   po::options_description io("Checkpoints and metrics");
   io.add_options()
@@ -177,6 +211,20 @@ po::options_description run_options(RunConfig& c, RawStrings& raw) {
 }
 
 void validate(const RunConfig& c) {
+  const std::pair<const char*, double> reals[] = {
+      {"lr", c.optimizer.lr},
+      {"min-lr", c.optimizer.min_lr},
+      {"beta1", c.optimizer.beta1},
+      {"beta2", c.optimizer.beta2},
+      {"eps", c.optimizer.eps},
+      {"weight-decay", c.optimizer.weight_decay},
+      {"grad-clip", c.optimizer.grad_clip},
+      {"grad_scaler.init_scale", c.grad_scaler.init_scale},
+      {"grad_scaler.growth_factor", c.grad_scaler.growth_factor},
+      {"grad_scaler.backoff_factor", c.grad_scaler.backoff_factor},
+      {"init_process_group.timeout", c.comm.timeout_s},
+  };
+  for (const auto& [option, value] : reals) require_finite(option, value);
   require(c.steps >= 0, "--steps must be >= 0");
   require(c.batch_size > 0, "--batch-size must be > 0");
   require(c.grad_accum > 0, "--grad-accum must be > 0");
@@ -201,7 +249,15 @@ void validate(const RunConfig& c) {
   require(c.grad_scaler.growth_interval > 0, "--grad_scaler.growth_interval must be > 0");
   require(c.comm.backend == "auto" || c.comm.backend == "mpi" || c.comm.backend == "nccl",
           "--init_process_group.backend: '" + c.comm.backend + "' is not one of: auto, mpi, nccl");
-  require(c.comm.timeout_s > 0, "--init_process_group.timeout must be > 0");
+  require(c.comm.timeout_s >= kMinTimeoutSeconds && c.comm.timeout_s <= kMaxTimeoutSeconds,
+          strformat("--init_process_group.timeout: %g s is outside [%g, %g] seconds", c.comm.timeout_s,
+                    kMinTimeoutSeconds, kMaxTimeoutSeconds));
+  require(c.nonfinite_loss_skips >= 0, "--nonfinite-loss-skips must be >= 0");
+  static constexpr const char* kLevels[] = {"trace", "debug", "info", "warn", "error", "off"};
+  require(std::find(std::begin(kLevels), std::end(kLevels), c.log_level) != std::end(kLevels),
+          "--log-level: '" + c.log_level + "' is not one of: trace, debug, info, warn, error, off");
+  require(c.model == "gpt-tiny" || c.model == "gpt-small",
+          "--model: '" + c.model + "' is not one of: gpt-tiny, gpt-small");
   require(c.device == "auto" || c.device == "cpu" || c.device == "cuda",
           "--device: '" + c.device + "' is not one of: auto, cpu, cuda");
   require(c.data == "synthetic" || c.data.rfind("text:", 0) == 0 || c.data.rfind("tokens:", 0) == 0,
@@ -222,8 +278,7 @@ PluginRequest scan_plugin_request(const std::vector<std::string>& args) {
     po::variables_map vm;
     po::store(po::command_line_parser(args).options(wanted).allow_unregistered().run(), vm);
     if (vm.count("config")) {
-      std::ifstream file(vm["config"].as<std::string>());
-      if (!file) throw UsageError("--config: cannot open '" + vm["config"].as<std::string>() + "'");
+      std::ifstream file = open_config_file(vm["config"].as<std::string>());
       po::store(po::parse_config_file(file, wanted, /*allow_unregistered=*/true), vm);
     }
     po::notify(vm);
@@ -243,11 +298,11 @@ ParsedCommandLine parse_command_line(const std::vector<std::string>& args,
 
   po::variables_map vm;
   try {
-    po::store(po::command_line_parser(args).options(description).run(), vm);
+    const po::parsed_options given = po::command_line_parser(args).options(description).run();
+    refuse_positionals(given);
+    po::store(given, vm);
     if (vm.count("config")) {
-      const std::string path = vm["config"].as<std::string>();
-      std::ifstream file(path);
-      if (!file) throw UsageError("--config: cannot open '" + path + "'");
+      std::ifstream file = open_config_file(vm["config"].as<std::string>());
       po::store(po::parse_config_file(file, description), vm);
     }
     po::notify(vm);

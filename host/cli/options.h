@@ -19,6 +19,15 @@ struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The words main() dispatches before option parsing; anything else that is
+// not an option is a usage error.
+inline constexpr const char* kSubcommands = "check-plugin, merge-weights";
+
+// --init_process_group.timeout's accepted range, in seconds: the watchdog
+// counts whole milliseconds, and a week is longer than any collective.
+inline constexpr double kMinTimeoutSeconds = 0.001;
+inline constexpr double kMaxTimeoutSeconds = 604800.0;
+
 enum class Action { run, help, version, list_plugins };
 
 struct ParsedCommandLine {

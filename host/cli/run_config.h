@@ -36,7 +36,7 @@ struct AutocastOptions {
 // InitProcessGroupKwargs: the communication layer.
 struct CommSettings {
   std::string backend = "auto";  // auto (NCCL for CUDA tensors, MPI otherwise), mpi, nccl
-  double timeout_s = 1800.0;     // every collective's deadline
+  double timeout_s = 1800.0;     // every collective's deadline, in [0.001, 604800] (cli/options.h)
 };
 
 struct OptimizerOptions {
@@ -71,6 +71,9 @@ struct RunConfig {
   uint64_t seed = 1234;
   OptimizerOptions optimizer;
   MixedPrecision mixed_precision = MixedPrecision::no;
+  // Steps whose global loss is NaN or inf that are skipped (no update)
+  // before the run stops; 0 stops at the first.
+  int64_t nonfinite_loss_skips = 0;
   AutocastOptions autocast;
   CommSettings comm;
   GradScalerOptions grad_scaler;

@@ -49,4 +49,14 @@ int64_t count_parameters(const GptConfig& c) {
   return c.vocab_size * C + c.seq_len * C + c.n_layer * block + 2 * C /*ln_f*/;
 }
 
+double minimum_training_bytes(const GptConfig& c, int64_t micro_batch, double bytes_per_parameter) {
+  const double C = static_cast<double>(c.n_embd);
+  const double block = 12.0 * C * C + 13.0 * C;  // as count_parameters
+  const double parameters = static_cast<double>(c.vocab_size) * C + static_cast<double>(c.seq_len) * C +
+                            static_cast<double>(c.n_layer) * block + 2.0 * C;
+  const double logits = static_cast<double>(micro_batch) * static_cast<double>(c.seq_len) *
+                        static_cast<double>(c.vocab_size);
+  return bytes_per_parameter * parameters + 4.0 * logits;
+}
+
 }  // namespace accel::model

@@ -26,4 +26,13 @@ GptConfig make_gpt_config(const std::string& preset, const ModelOverrides& overr
 // Parameter count, the tied head counted once.
 int64_t count_parameters(const GptConfig& config);
 
+// A lower bound of the bytes one rank needs to train `config` with
+// `micro_batch` sequences per micro-step: `bytes_per_parameter` for each
+// parameter (the caller's share: 16 for a full fp32 replica with gradients
+// and AdamW moments, 4 / ranks when a plugin shards the parameters) plus one
+// micro-batch's fp32 logits. Computed in double, so shapes whose products
+// overflow int64 still compare; the refusal of a shape that cannot possibly
+// fit (host/app/run.cpp) rests on it.
+double minimum_training_bytes(const GptConfig& config, int64_t micro_batch, double bytes_per_parameter);
+
 }  // namespace accel::model

@@ -24,6 +24,7 @@
 #include "host/train/autocast_scope.h"
 #include "host/train/grad_clip.h"
 #include "host/train/lr_schedule.h"
+#include "host/util/agreed_error.h"
 #include "host/util/log.h"
 #include "host/util/memory_stats.h"
 #include "host/util/strformat.h"
@@ -291,7 +292,8 @@ StepOutcome Trainer::train_step(int64_t step) {
   take_over.step = step_args.step;
   take_over.num_micro_batches = step_args.num_micro_batches;
   double loss_sum = 0.0;
-  if (hooks_ && hooks_->train_step(take_over)) {
+  const bool taken_over = hooks_ && hooks_->train_step(take_over);
+  if (taken_over) {
     // A pipeline schedule ran the micro-batches; the loss reaches the host
     // through run_forward of the head unit, which this host does not offer
     // yet (docs/abi.md §11), so it is reported as NaN.
@@ -316,9 +318,26 @@ StepOutcome Trainer::train_step(int64_t step) {
 
   at::NoGradGuard no_grad;
   if (hooks_) hooks_->gradients_finalize(step_args);
+  // A NaN or infinite global loss: the weights are lost, whatever the
+  // precision (fp16's loss scaler handles overflowing gradients, not this).
+  // Every rank holds the same averaged loss, so all stop or skip together;
+  // the check follows gradients_finalize so no reduction is left in flight.
+  outcome.nonfinite_loss = !taken_over && !std::isfinite(outcome.loss);
+  if (outcome.nonfinite_loss) {
+    if (nonfinite_loss_steps_ >= config_.nonfinite_loss_skips) {
+      throw AgreedError(1, strformat("step %lld: the loss averaged over every rank is %g; stopping after %lld "
+                                     "skipped non-finite step(s) (--nonfinite-loss-skips %lld)",
+                                     static_cast<long long>(step + 1), outcome.loss,
+                                     static_cast<long long>(nonfinite_loss_steps_),
+                                     static_cast<long long>(config_.nonfinite_loss_skips)));
+    }
+    ++nonfinite_loss_steps_;
+  }
   std::vector<at::Tensor> grads = flat_grads_of(model_);
   float grad_scale = 1.0f;  // the optimizer multiplies the gradients by it
-  if (loss_scaler_.active() && hooks_ && hooks_->owns_clip_gradients() && hooks_->owns_optimizer_step()) {
+  if (outcome.nonfinite_loss) {
+    outcome.skipped = true;  // no clipping, no update: the step is skipped
+  } else if (loss_scaler_.active() && hooks_ && hooks_->owns_clip_gradients() && hooks_->owns_optimizer_step()) {
     // A plugin that takes over clipping and the optimizer holds every
     // gradient (a sharding strategy's shards), still multiplied by the loss
     // scale S. Its norm tells overflow; clipping then runs in scaled space
@@ -582,7 +601,9 @@ void Trainer::run() {
       log::info(strformat("step %5lld/%lld  loss %.4f  lr %.3e  grad_norm %.3f  %.0f tok/s  mem %s%s",
                           static_cast<long long>(completed_steps_), static_cast<long long>(config_.steps), m.loss,
                           m.lr, m.grad_norm, m.tokens_per_s, format_bytes(static_cast<double>(m.peak_mem_bytes)).c_str(),
-                          outcome.skipped ? "  (skipped: inf/nan gradients)" : ""));
+                          outcome.nonfinite_loss ? "  (skipped: non-finite loss)"
+                          : outcome.skipped      ? "  (skipped: inf/nan gradients)"
+                                                 : ""));
     }
     if (!config_.save_dir.empty() && config_.save_every > 0 && completed_steps_ % config_.save_every == 0 &&
         completed_steps_ != config_.steps) {

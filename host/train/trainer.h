@@ -37,6 +37,7 @@ struct StepOutcome {
   double grad_norm = 0.0;
   double lr = 0.0;
   bool skipped = false;
+  bool nonfinite_loss = false;  // skipped because the global loss was NaN/inf
 };
 
 class Trainer {
@@ -103,6 +104,7 @@ class Trainer {
   runtime::StepMemoryWatch memory_watch_;  // gathered bytes and the ledger, sampled per unit
   const runtime::MemoryAccounting* accounted_memory() const { return context_ ? context_->memory.get() : nullptr; }
   int64_t completed_steps_ = 0;
+  int64_t nonfinite_loss_steps_ = 0;  // skipped so far (--nonfinite-loss-skips)
 };
 
 }  // namespace accel::train

@@ -10,6 +10,9 @@
 // bucket_cap_mb, gradient_as_bucket_view, comm_hook fp16/bf16 implemented;
 // the rest accepted and documented as not applicable, or refused with the reason.
 //
+// The replicas' weights are checked equal (a checksum over ranks) after the
+// initial broadcast and after the run's first step; a spread stops the run.
+//
 // Built with the SDK against the ABI headers alone. Hooks run on the host's
 // loop thread only.
 #include <accel/sdk/sdk.hpp>
@@ -79,6 +82,7 @@ class Ddp final : public accel::sdk::Plugin {
     // the same), then a checksum spread across ranks that proves it.
     for (int32_t u = 0; u < num_units_; ++u) collective(comm.broadcast, params(u), ACCEL_REDUCE_SUM, 0, "ddp broadcast");
     spread_ = checksum_spread();
+    require_equal_weights(spread_, "after the broadcast from rank 0");
 
     // Buckets in the order gradients become ready: the last unit first.
     for (int32_t u = num_units_ - 1; u >= 0; --u) {
@@ -128,6 +132,14 @@ class Ddp final : public accel::sdk::Plugin {
   }
 
   void step_end(const AccelStepArgs& args) override {
+    // Once more after this run's first update: averaged gradients and one
+    // optimizer keep replicas bitwise equal, so any spread is a fault
+    // (a rank that stepped differently, a plugin that touched one rank).
+    if (!checked_after_step_) {
+      checked_after_step_ = true;
+      spread_ = checksum_spread();
+      require_equal_weights(spread_, "after this run's first step");
+    }
     if (args.step == 0) services().metric("param_checksum_spread", spread_);
     services().metric("buckets", static_cast<double>(buckets_.size()));
   }
@@ -225,6 +237,14 @@ class Ddp final : public accel::sdk::Plugin {
     return static_cast<double>(high) - static_cast<double>(low);
   }
 
+  // The spread is all-reduced, so every rank throws together.
+  void require_equal_weights(double spread, const char* when) const {
+    if (spread == 0.0) return;
+    throw Error(ACCEL_ERROR_INTERNAL,
+                "the replicas' weights differ " + std::string(when) + ": the parameter sums spread " +
+                    std::to_string(spread) + " across the data group's ranks (0 when every rank holds the same weights)");
+  }
+
   const int64_t bucket_cap_bytes_;
   const bool as_view_;
   const std::string hook_;
@@ -232,6 +252,7 @@ class Ddp final : public accel::sdk::Plugin {
   int32_t group_size_ = 1;
   int32_t num_units_ = 0;
   double spread_ = 0.0;
+  bool checked_after_step_ = false;
   std::vector<Bucket> buckets_;
   std::vector<size_t> bucket_of_;
 };

@@ -121,6 +121,12 @@ std::optional<DLDataType> parse_dtype(std::string_view text) {
   return std::nullopt;
 }
 
+DLDataType precision_dtype(std::string_view mixed_precision) {
+  if (mixed_precision == "bf16") return DLDataType{kDLBfloat, 16, 1};
+  if (mixed_precision == "fp16") return DLDataType{kDLFloat, 16, 1};
+  return DLDataType{kDLFloat, 32, 1};
+}
+
 std::string dtype_label(DLDataType dtype) {
   if (dtype.code == kDLFloat && dtype.bits == 32) return "fp32";
   if (dtype.code == kDLBfloat && dtype.bits == 16) return "bf16";
@@ -189,7 +195,20 @@ FsdpConfig read_config(const sdk::Services& s) {
     }
     return *dtype;
   };
-  c.param_dtype = dtype_option("param_dtype", DLDataType{kDLFloat, 32, 1});
+  // The host's --mixed-precision bf16 maps onto the policy, as accelerate's
+  // set_mixed_precision does when FullyShardedDataParallelPlugin has no
+  // mixed_precision_policy: param_dtype = reduce_dtype = bf16 (sharded
+  // units only; NO_SHARD keeps the host's fp32 units). Any explicit dtype
+  // option makes the policy explicit, and it wins. fp16 is not mapped: it
+  // keeps fp32 shards and parameters under the host's loss scaler, which
+  // matches ddp step for step (README, "Mixed precision").
+  const bool explicit_policy =
+      s.option_is_set("param_dtype") || s.option_is_set("reduce_dtype") || s.option_is_set("buffer_dtype");
+  const std::string host_mixed = s.option<std::string>("train.mixed_precision");
+  const DLDataType host_precision = host_mixed == "bf16" ? precision_dtype(host_mixed) : DLDataType{kDLFloat, 32, 1};
+  const DLDataType default_param =
+      explicit_policy || !c.shards() ? DLDataType{kDLFloat, 32, 1} : host_precision;
+  c.param_dtype = dtype_option("param_dtype", default_param);
   c.reduce_dtype = dtype_option("reduce_dtype", c.param_dtype);
   c.buffer_dtype = s.option<std::string>("buffer_dtype");
   if (!c.buffer_dtype.empty()) (void)dtype_option("buffer_dtype", c.param_dtype);

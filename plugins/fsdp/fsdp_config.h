@@ -65,6 +65,9 @@ MeshShape mesh_shape(ShardingStrategy strategy, int32_t world_size, int32_t loca
 // "fp32", "bf16", "fp16" -> DLPack dtype; nullopt for anything else.
 std::optional<DLDataType> parse_dtype(std::string_view text);
 std::string dtype_label(DLDataType dtype);
+// The host's train.mixed_precision ("no", "bf16", "fp16") as the dtype
+// accelerate's set_mixed_precision gives the policy: fp32 for "no".
+DLDataType precision_dtype(std::string_view mixed_precision);
 
 // "a, b,c" -> {"a", "b", "c"}; empty pieces dropped.
 std::vector<std::string> split_list(std::string_view text);

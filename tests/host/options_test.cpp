@@ -79,6 +79,49 @@ TEST(Options, BadInputGivesOneLineNamingTheOption) {
   }
 }
 
+TEST(Options, StrayPositionalsAreRefused) {
+  EXPECT_NE(error_of({"merge-weight", "ckpt", "out"}).find("unexpected argument 'merge-weight'"), std::string::npos);
+  EXPECT_NE(error_of({"--steps", "3", "extra"}).find("'extra'"), std::string::npos);
+}
+
+TEST(Options, ConfigMustBeAFile) {
+  EXPECT_NE(error_of({"--config", ::testing::TempDir()}).find("is a directory"), std::string::npos);
+  EXPECT_THROW(accel::cli::scan_plugin_request({"--config", ::testing::TempDir()}), UsageError);
+}
+
+TEST(Options, RealOptionsMustBeFinite) {
+  for (const char* option : {"--lr", "--min-lr", "--eps", "--weight-decay", "--grad-clip", "--beta1", "--beta2",
+                             "--grad_scaler.init_scale", "--grad_scaler.growth_factor",
+                             "--grad_scaler.backoff_factor", "--init_process_group.timeout"}) {
+    for (const char* value : {"inf", "nan"}) {
+      const std::string error = error_of({option, value});
+      EXPECT_NE(error.find(std::string(option) + ": "), std::string::npos) << option << " " << value << ": " << error;
+      EXPECT_NE(error.find("not a finite number"), std::string::npos) << option << " " << value << ": " << error;
+    }
+  }
+  // An overflowing literal is refused by the parser itself, naming the option.
+  EXPECT_NE(error_of({"--lr", "1e400"}).find("'--lr'"), std::string::npos);
+  const std::string path = ::testing::TempDir() + "accel_nonfinite.cfg";
+  std::ofstream(path) << "eps = inf\n";
+  EXPECT_NE(error_of({"--config", path}).find("--eps"), std::string::npos);
+  std::remove(path.c_str());
+}
+
+TEST(Options, TimeoutHasADocumentedRange) {
+  for (const char* value : {"0", "-1", "0.0004", "1e10", "1e300", "604800.5"}) {
+    EXPECT_NE(error_of({"--init_process_group.timeout", value}).find("outside [0.001, 604800]"), std::string::npos)
+        << value;
+  }
+  EXPECT_DOUBLE_EQ(parse({"--init_process_group.timeout", "0.001"}).comm.timeout_s, 0.001);
+  EXPECT_DOUBLE_EQ(parse({"--init_process_group.timeout", "604800"}).comm.timeout_s, 604800.0);
+}
+
+TEST(Options, ChoicesAreCheckedWhileParsing) {
+  EXPECT_NE(error_of({"--log-level", "verbose"}).find("--log-level: 'verbose'"), std::string::npos);
+  EXPECT_NE(error_of({"--model", "gpt-huge"}).find("--model: 'gpt-huge'"), std::string::npos);
+  EXPECT_NE(error_of({"--nonfinite-loss-skips", "-1"}).find("--nonfinite-loss-skips"), std::string::npos);
+}
+
 TEST(Options, GlobalBatchMustSplitAcrossRanksAndMicroSteps) {
   accel::RunConfig c = parse({"--batch-size", "12", "--grad-accum", "2"});
   EXPECT_NO_THROW(accel::cli::validate_for_world(c, 3));

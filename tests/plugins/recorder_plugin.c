@@ -167,9 +167,12 @@ static const char* const kFailChoices[] = {"none", "create", "plan_model", "setu
                                            "linear_forward", "linear_backward"};
 static const char* const kModes[] = {"quiet", "loud"};
 
-static const AccelOptionSpec kLogFile = {sizeof(AccelOptionSpec), NULL, "log_file", ACCEL_OPTION_STRING, 0, NULL,
+/* Per rank: each rank logs to its own file, and a test may make one rank fail. */
+static const AccelOptionSpec kLogFile = {sizeof(AccelOptionSpec), NULL, "log_file", ACCEL_OPTION_STRING,
+                                         ACCEL_OPTION_FLAG_PER_RANK, NULL,
                                          "append one line per hook call here", NULL, 0, NULL, NULL};
-static const AccelOptionSpec kFailIn = {sizeof(AccelOptionSpec), NULL, "fail_in", ACCEL_OPTION_ENUM, 0, "none",
+static const AccelOptionSpec kFailIn = {sizeof(AccelOptionSpec), NULL, "fail_in", ACCEL_OPTION_ENUM,
+                                        ACCEL_OPTION_FLAG_PER_RANK, "none",
                                         "make this hook fail", kFailChoices, 12, NULL, NULL};
 static const AccelOptionSpec kEvery = {sizeof(AccelOptionSpec), NULL, "every", ACCEL_OPTION_INT, 0, "1",
                                        "an integer option with bounds", NULL, 0, "1", "100"};

@@ -3,7 +3,7 @@ problem, never a crash (signal) or a traceback, and harms nothing on disk."""
 import os
 import unittest
 
-from accel_testing import TempDirMixin, run_host
+from accel_testing import TempDirMixin, read_metrics, run_host
 
 
 class BadInput(TempDirMixin, unittest.TestCase):
@@ -27,8 +27,101 @@ class BadInput(TempDirMixin, unittest.TestCase):
         self.expect_error("--lr", "0", mentions=["--lr"], code=2)
         self.expect_error("--mixed-precision", "fp64", mentions=["fp64"], code=2)
         self.expect_error("--batch-size", 7, "--grad-accum", 2, mentions=["--batch-size 7"], code=2)
-        self.expect_error("--model", "gpt-huge", mentions=["gpt-huge"])
-        self.expect_error("--n-embd", 30, "--n-head", 4, mentions=["--n-embd"])
+        self.expect_error("--model", "gpt-huge", mentions=["gpt-huge"], code=2)
+        self.expect_error("--n-embd", 30, "--n-head", 4, mentions=["--n-embd"], code=2)
+
+    def test_usage_errors_exit_2_with_one_line(self):
+        self.expect_error("--model", "gpt-huge", mentions=["--model", "gpt-huge", "gpt-tiny, gpt-small"], code=2)
+        self.expect_error("--n-head", 3, "--n-embd", 64, mentions=["--n-embd 64", "--n-head 3"], code=2)
+        self.expect_error("--n-layer", 0, mentions=["--n-layer", ">= 1"], code=2)
+        self.expect_error("--n-embd", -64, mentions=["--n-embd -64"], code=2)
+        self.expect_error("--seq-len", -1, mentions=["--seq-len"], code=2)
+        self.expect_error("--vocab-size", -5, mentions=["--vocab-size"], code=2)
+        # (expect_error adds --log-level warn; this one runs as given)
+        proc = run_host("--log-level", "verbose", "--steps", 1, check=False)
+        self.assertEqual(proc.returncode, 2, proc.stderr)
+        lines = [line for line in proc.stderr.splitlines() if line.strip()]
+        self.assertEqual(len(lines), 1, proc.stderr)
+        self.assertIn("--log-level: 'verbose' is not one of: trace, debug, info, warn, error, off", lines[0])
+
+    def test_stray_positionals_and_unknown_commands(self):
+        # A typo of merge-weights must not start a training run.
+        self.expect_error("merge-weight", "ckpt", "out", mentions=["merge-weight", "check-plugin, merge-weights"],
+                          code=2)
+        self.expect_error("train", mentions=["train"], code=2)
+        self.expect_error("--steps", 1, "extra", mentions=["unexpected argument 'extra'"], code=2)
+
+    def test_config_that_is_a_directory(self):
+        self.expect_error("--config", self.tmp, mentions=["--config", self.tmp, "is a directory"], code=2)
+
+    def test_timeout_outside_its_range(self):
+        for value in ("0", "-5", "inf", "-inf", "nan", "1e300", "1e10", "0.0004"):
+            with self.subTest(timeout=value):
+                self.expect_error("--init_process_group.timeout", value,
+                                  mentions=["--init_process_group.timeout"], code=2)
+        # The range's ends are accepted.
+        run_host("--steps", 1, "--init_process_group.timeout", "0.001", "--log-level", "warn")
+        run_host("--steps", 1, "--init_process_group.timeout", "604800", "--log-level", "warn")
+
+    NON_FINITE = [("lr", "--lr"), ("weight-decay", "--weight-decay"), ("eps", "--eps"),
+                  ("grad-clip", "--grad-clip"), ("min-lr", "--min-lr"),
+                  ("grad_scaler.init_scale", "--grad_scaler.init_scale"),
+                  ("grad_scaler.growth_factor", "--grad_scaler.growth_factor")]
+
+    def test_non_finite_hyperparameters_on_the_command_line(self):
+        for option, flag in self.NON_FINITE:
+            for value in ("inf", "nan"):
+                with self.subTest(option=option, value=value):
+                    self.expect_error(flag, value, mentions=[flag, "not a finite number"], code=2)
+            # An overflowing literal is refused by the parser, naming the option.
+            self.expect_error(flag, "1e999", mentions=[flag, "1e999"], code=2)
+
+    def test_non_finite_hyperparameters_in_a_config_file(self):
+        for option, flag in self.NON_FINITE:
+            section, _, name = option.rpartition(".")
+            with open(self.path("run.cfg"), "w") as f:
+                f.write(f"[{section}]\n{name} = inf\n" if section else f"{name} = inf\n")
+            with self.subTest(option=option):
+                self.expect_error("--config", self.path("run.cfg"), mentions=[flag, "not a finite number"], code=2)
+
+    def test_huge_shapes_are_refused_before_allocating(self):
+        line = self.expect_error("--n-embd", 1 << 20, "--n-head", 1, mentions=["--n-embd", "GiB"], code=2)
+        self.assertIn("n_embd=1048576", line)
+        self.expect_error("--n-layer", 1 << 40, mentions=["--n-layer", "GiB"], code=2)
+        self.expect_error("--vocab-size", 1 << 62, mentions=["--vocab-size", "GiB"], code=2)
+        self.expect_error("--seq-len", 1 << 40, mentions=["--seq-len", "GiB"], code=2)
+
+    def test_an_allocation_that_fails_is_one_line(self):
+        # A shape below the up-front bound that still cannot be allocated:
+        # the address space is capped (RLIMIT_AS) so the failure is certain
+        # and harmless to the machine.
+        import resource
+        import subprocess
+        from accel_testing import ACCEL_HOST
+
+        def cap():
+            resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))
+        proc = subprocess.run([ACCEL_HOST, "--steps", "1", "--log-level", "warn", "--vocab-size", "3000000"],
+                              capture_output=True, text=True, timeout=300, preexec_fn=cap)
+        self.assertEqual(proc.returncode, 1, proc.stderr)
+        lines = [line for line in proc.stderr.splitlines() if line.strip()]
+        self.assertEqual(len(lines), 1, proc.stderr)
+        self.assertIn("out of memory: the model (", lines[0])
+        self.assertIn("vocab_size=3000000", lines[0])
+
+    def test_a_loss_that_becomes_non_finite_stops_the_run(self):
+        # A huge learning rate without clipping: step 1's update throws the
+        # weights to ~1e30, step 2's logits overflow and the loss is NaN.
+        metrics = self.path("m.jsonl")
+        args = ["--steps", 6, "--lr", 1e30, "--grad-clip", 0, "--lr-schedule", "constant", "--metrics-file", metrics]
+        line = self.expect_error(*args, mentions=["step 2", "loss", "--nonfinite-loss-skips 0"], code=1)
+        self.assertRegex(line, r"is (-?nan|-?inf)")
+        self.assertEqual(len(read_metrics(metrics)), 1)  # step 1 was fine and recorded
+        # Allowing skips: two steps are skipped (no update), the third stops.
+        os.remove(metrics)
+        self.expect_error(*args, "--nonfinite-loss-skips", 2, mentions=["step 4", "after 2 skipped"], code=1)
+        rows = read_metrics(metrics)
+        self.assertEqual([r.get("skipped", False) for r in rows], [False, True, True])
 
     def test_device_choice(self):
         self.expect_error("--device", "tpu", mentions=["--device", "auto, cpu, cuda"], code=2)

@@ -1,0 +1,20 @@
+// An error every rank raises together, because the ranks agreed on it
+// through a collective (a configuration mismatch found by the start-up
+// exchange, a non-finite global loss). main() then exits each rank with
+// `exit_code` after printing the message once (rank 0), instead of tearing
+// the job down with MPI_Abort as it must when only one rank failed.
+//
+// Thread-safety: a plain exception value.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace accel {
+
+struct AgreedError : std::runtime_error {
+  AgreedError(int code, const std::string& message) : std::runtime_error(message), exit_code(code) {}
+  int exit_code;  // 1: run failure, 2: usage error
+};
+
+}  // namespace accel

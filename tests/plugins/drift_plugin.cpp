@@ -1,0 +1,54 @@
+// A test plugin that makes one rank misbehave at the start of one step
+// (step_begin with args.step == at_step, on rank `rank`), with the same
+// options on every rank so the ranks' configurations agree:
+//  - action perturb: adds 1 to every parameter of unit 0 (the host's fp32
+//    buffer). Beside ddp, whose weight checksum must then stop the run with
+//    one line; nothing else in a correct run makes replicas drift apart.
+//  - action stall: sleeps 120 s, so the other ranks wait in the step's
+//    collectives and the communication timeout must end the job.
+#include <accel/sdk/sdk.hpp>
+
+#include <chrono>
+#include <string>
+#include <thread>
+
+namespace {
+
+class Drift final : public accel::sdk::Plugin {
+ public:
+  static constexpr accel::sdk::PluginInfo info{"drift", "1.0.0", "test plugin: one rank misbehaves at one step",
+                                               ACCEL_PLUGIN_PRECISION, ACCEL_CAP_CPU};
+  static constexpr accel::sdk::Option options[] = {
+      {"rank", ACCEL_OPTION_INT, "1", "the rank that misbehaves", nullptr, "0"},
+      {"at_step", ACCEL_OPTION_INT, "0", "the optimizer step (0-based) at whose start it does", nullptr, "0"},
+      {"action", ACCEL_OPTION_ENUM, "perturb", "what it does", "perturb|stall"},
+  };
+
+  explicit Drift(const accel::sdk::Services& services)
+      : Plugin(services),
+        rank_(services.option<int64_t>("rank")),
+        at_step_(services.option<int64_t>("at_step")),
+        stall_(services.option<std::string>("action") == "stall") {}
+
+  void step_begin(const AccelStepArgs& args) override {
+    if (services().rank() != rank_ || args.step != at_step_) return;
+    if (stall_) {
+      std::this_thread::sleep_for(std::chrono::seconds(120));
+      return;
+    }
+    const DLTensor* params = nullptr;
+    const DLTensor* grads = nullptr;
+    services().check(services().table()->model->get_storage(services().host(), 0, &params, &grads), "get_storage");
+    float* data = reinterpret_cast<float*>(static_cast<char*>(params->data) + params->byte_offset);
+    for (int64_t i = 0; i < params->shape[0]; ++i) data[i] += 1.0f;
+  }
+
+ private:
+  const int64_t rank_;
+  const int64_t at_step_;
+  const bool stall_;
+};
+
+}  // namespace
+
+ACCEL_PLUGIN(Drift)

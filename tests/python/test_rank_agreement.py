@@ -1,0 +1,146 @@
+"""Ranks that must agree: ranks started with different settings stop before
+the first collective with one line naming the first differing setting and
+the ranks (every rank exits 2 by itself, none killed by a signal); a NaN
+loss stops every rank together; ddp's weight checksum is enforced; fsdp
+follows --mixed-precision bf16 as accelerate does."""
+import os
+import subprocess
+import unittest
+
+from accel_testing import ACCEL_HOST, MPI_ENV, MPIRUN, TempDirMixin, mpirun, read_metrics, write_tokens
+
+BASE = ["--model", "gpt-tiny", "--log-level", "warn", "--threads", 1]
+MPMD_COMMON = [*BASE, "--steps", 2]
+COMMON = [*MPMD_COMMON, "--batch-size", 8]
+TEST_PLUGINS = os.environ.get("ACCEL_TEST_PLUGINS",
+                              os.path.join(os.path.dirname(__file__), "../../build/test_plugins"))
+
+
+def error_lines(stderr):
+    return [line for line in stderr.splitlines() if "[error]" in line]
+
+
+@unittest.skipUnless(MPIRUN, "mpirun not found")
+class DifferentSettings(TempDirMixin, unittest.TestCase):
+    def mpmd(self, first, second):
+        """Two ranks, each under a shell that records its own exit status:
+        returns (mpirun's result, {rank: status})."""
+        codes = {}
+        argv = [MPIRUN]
+        for rank, extra in enumerate((first, second)):
+            status = self.path(f"status{rank}")
+            batch = [] if "--batch-size" in extra else ["--batch-size", 8]
+            args = [ACCEL_HOST, *map(str, MPMD_COMMON), *map(str, batch), *map(str, extra)]
+            command = " ".join(f"'{a}'" for a in args)
+            argv += ["-n", "1", "sh", "-c", f"{command}; echo $? > {status}"]
+            if rank == 0:
+                argv.append(":")
+        # mpirun must not kill a rank once another exited non-zero: each
+        # rank's own status is what is checked.
+        env = dict(MPI_ENV, OMPI_MCA_orte_abort_on_non_zero_status="0")
+        proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=180)
+        for rank in (0, 1):
+            with open(self.path(f"status{rank}")) as f:
+                codes[rank] = int(f.read())
+        return proc, codes
+
+    def expect_refused(self, first, second, mentions):
+        proc, codes = self.mpmd(first, second)
+        # Exit 2 on every rank, from the rank itself: a signal shows as >= 128.
+        self.assertEqual(codes, {0: 2, 1: 2}, proc.stderr)
+        lines = error_lines(proc.stderr)
+        self.assertEqual(len(lines), 1, proc.stderr)
+        for word in mentions:
+            self.assertIn(word, lines[0])
+        self.assertNotIn("MPI_ABORT", proc.stderr)
+        return lines[0]
+
+    def test_model_shapes_mpmd(self):
+        line = self.expect_refused(["--n-embd", 64], ["--n-embd", 128],
+                                   ["--n-embd", "'64' on rank 0", "'128' on rank 1"])
+        self.assertIn("different settings", line)
+        self.expect_refused(["--vocab-size", 256], ["--vocab-size", 300], ["--vocab-size"])
+        self.expect_refused(["--seq-len", 64], ["--seq-len", 32], ["--seq-len"])
+        self.expect_refused(["--n-layer", 2], ["--n-layer", 3], ["--n-layer"])
+
+    def test_training_settings(self):
+        cases = [
+            (["--batch-size", 8], ["--batch-size", 16], "--batch-size"),
+            (["--grad-accum", 1], ["--grad-accum", 2], "--grad-accum"),
+            (["--lr", 1e-3], ["--lr", 2e-3], "--lr"),
+            (["--seed", 1], ["--seed", 2], "--seed"),
+            (["--mixed-precision", "no"], ["--mixed-precision", "bf16"], "--mixed-precision"),
+            (["--data-order", "shuffled"], ["--data-order", "sequential"], "--data-order"),
+            (["--init_process_group.timeout", 100], ["--init_process_group.timeout", 200],
+             "--init_process_group.timeout"),
+            ([], ["--ddp.bucket_cap_mb", 1], "--ddp.bucket_cap_mb"),
+        ]
+        for first, second, key in cases:
+            with self.subTest(setting=key):
+                line = self.expect_refused(first, second, [key, "rank 0", "rank 1"])
+                # The first differing setting is the one named.
+                self.assertTrue(line.split(": ", 1)[1].startswith(key + " is"), line)
+
+    def test_data_content_not_path(self):
+        a, b, c = self.path("a.bin"), self.path("b.bin"), self.path("c.bin")
+        write_tokens(a, 20000, 256, seed=1)
+        write_tokens(c, 20000, 256, seed=2)
+        with open(a, "rb") as src, open(b, "wb") as dst:
+            dst.write(src.read())
+        self.expect_refused(["--data", "tokens:" + a], ["--data", "tokens:" + c], ["--data (content)"])
+        # The same bytes under another path agree, and per-rank settings may differ.
+        proc, codes = self.mpmd(["--data", "tokens:" + a, "--metrics-file", self.path("m.jsonl")],
+                                ["--data", "tokens:" + b, "--log-every", 3, "--plugin-path", self.tmp])
+        self.assertEqual(codes, {0: 0, 1: 0}, proc.stderr)
+        self.assertEqual(len(read_metrics(self.path("m.jsonl"))), 2)
+
+
+@unittest.skipUnless(MPIRUN, "mpirun not found")
+class NonFiniteLoss(TempDirMixin, unittest.TestCase):
+    def test_every_rank_stops_together(self):
+        metrics = self.path("m.jsonl")
+        proc = mpirun(2, *BASE, "--batch-size", 8, "--steps", 6, "--lr", 1e30, "--grad-clip", 0, "--lr-schedule", "constant",
+                      "--metrics-file", metrics, check=False, timeout=180)
+        self.assertEqual(proc.returncode, 1, proc.stderr)
+        lines = error_lines(proc.stderr)
+        self.assertEqual(len(lines), 1, proc.stderr)
+        self.assertIn("step 2: the loss averaged over every rank is", lines[0])
+        self.assertNotIn("MPI_ABORT", proc.stderr)
+        self.assertEqual(len(read_metrics(metrics)), 1)
+
+
+@unittest.skipUnless(MPIRUN, "mpirun not found")
+class DdpWeightChecksum(TempDirMixin, unittest.TestCase):
+    def test_a_rank_whose_weights_drift_stops_the_run(self):
+        proc = mpirun(2, *COMMON, "--plugin", "ddp", "--plugin-path", os.path.join(TEST_PLUGINS, "drift"),
+                      "--plugin", "drift", check=False, timeout=180)
+        self.assertGreater(proc.returncode, 0, proc.stderr)
+        messages = {line.split("] ", 3)[-1] for line in error_lines(proc.stderr)}
+        self.assertEqual(len(messages), 1, proc.stderr)  # every rank that printed, the same line
+        self.assertIn("the replicas' weights differ after this run's first step", messages.pop())
+
+    def test_agreeing_replicas_pass(self):
+        mpirun(2, *COMMON, "--plugin", "ddp", "--plugin-path", os.path.join(TEST_PLUGINS, "drift"),
+               "--plugin", "drift", "--drift.at_step", 1000)
+
+
+@unittest.skipUnless(MPIRUN, "mpirun not found")
+class FsdpFollowsHostPrecision(TempDirMixin, unittest.TestCase):
+    def losses(self, *extra):
+        path = self.path("m.jsonl")
+        if os.path.exists(path):
+            os.remove(path)
+        mpirun(2, "--model", "gpt-tiny", "--log-level", "warn", "--threads", 1, "--batch-size", 8, "--steps", 4,
+               "--lr", 3e-3, "--plugin", "fsdp", "--mixed-precision", "bf16", "--metrics-file", path, *extra)
+        return [r["loss"] for r in read_metrics(path)]
+
+    def test_bf16_maps_onto_the_policy_and_an_explicit_dtype_wins(self):
+        implied = self.losses()
+        explicit = self.losses("--fsdp.param_dtype", "bf16")
+        fp32 = self.losses("--fsdp.param_dtype", "fp32")
+        self.assertEqual(implied, explicit)  # bf16 parameters and reductions, as accelerate's set_mixed_precision
+        self.assertNotEqual(implied, fp32)   # the explicit fp32 policy wins over the mapping
+
+
+if __name__ == "__main__":
+    unittest.main()
