@@ -1,11 +1,13 @@
 // The start-up agreement on the run's configuration (see run_agreement.h).
 #include "host/app/run_agreement.h"
 
+#include <fcntl.h>
 #include <mpi.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
-#include <fstream>
 #include <map>
 #include <sstream>
 
@@ -79,27 +81,43 @@ std::string data_identity(const std::string& spec) {
   const size_t colon = spec.find(':');
   if (colon == std::string::npos) return spec;
   const std::string kind = spec.substr(0, colon);
-  std::ifstream file(spec.substr(colon + 1), std::ios::binary | std::ios::ate);
-  if (!file) return kind + ": unreadable";
-  const auto size = static_cast<int64_t>(file.tellg());
+  // Opened non-blocking and type-checked on the descriptor: a FIFO named as
+  // the data must not stall the agreement (the dataset refuses it later,
+  // with its own line).
+  const int fd = ::open(spec.substr(colon + 1).c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return kind + ": unreadable";
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return kind + ": not a regular file";
+  }
+  const auto size = static_cast<int64_t>(st.st_size);
   constexpr int64_t kWhole = 64ll << 20, kEdge = 1ll << 20;
   uint64_t hash = kFnvOffset;
   std::string buffer;
   const auto hash_range = [&](int64_t offset, int64_t length) {
     buffer.resize(static_cast<size_t>(length));
-    file.seekg(offset);
-    file.read(buffer.data(), length);
-    hash = fnv1a(buffer.data(), static_cast<size_t>(file.gcount()), hash);
+    int64_t done = 0;
+    while (done < length) {
+      const ssize_t got = ::pread(fd, buffer.data() + done, static_cast<size_t>(length - done), offset + done);
+      if (got <= 0) break;
+      done += got;
+    }
+    hash = fnv1a(buffer.data(), static_cast<size_t>(done), hash);
   };
+  std::string identity;
   if (size <= kWhole) {
     hash_range(0, size);
-    return strformat("%s: %lld bytes, fnv1a64 %016llx", kind.c_str(), static_cast<long long>(size),
-                     static_cast<unsigned long long>(hash));
+    identity = strformat("%s: %lld bytes, fnv1a64 %016llx", kind.c_str(), static_cast<long long>(size),
+                         static_cast<unsigned long long>(hash));
+  } else {
+    hash_range(0, kEdge);
+    hash_range(size - kEdge, kEdge);
+    identity = strformat("%s: %lld bytes, fnv1a64 of first and last MiB %016llx", kind.c_str(),
+                         static_cast<long long>(size), static_cast<unsigned long long>(hash));
   }
-  hash_range(0, kEdge);
-  hash_range(size - kEdge, kEdge);
-  return strformat("%s: %lld bytes, fnv1a64 of first and last MiB %016llx", kind.c_str(),
-                   static_cast<long long>(size), static_cast<unsigned long long>(hash));
+  ::close(fd);
+  return identity;
 }
 
 Settings run_settings(const RunConfig& c, const model::GptConfig& shape, const plugin::PluginRegistry& registry,

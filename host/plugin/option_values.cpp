@@ -2,6 +2,7 @@
 #include "host/plugin/option_values.h"
 
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 
 namespace accel::plugin {
@@ -94,6 +95,10 @@ std::optional<runtime::OptionValue> parse_option_value(const AccelOptionSpec& sp
     case ACCEL_OPTION_DOUBLE:
       if (!parse_double(text, &value.as_double)) {
         *why = "'" + text + "' is not a number";
+        return std::nullopt;
+      }
+      if (!std::isfinite(value.as_double)) {
+        *why = "'" + text + "' is not a finite number";
         return std::nullopt;
       }
       if (!within_bounds(spec, value.as_double, text, why)) return std::nullopt;

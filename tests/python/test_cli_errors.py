@@ -76,6 +76,13 @@ class BadInput(TempDirMixin, unittest.TestCase):
             # An overflowing literal is refused by the parser, naming the option.
             self.expect_error(flag, "1e999", mentions=[flag, "1e999"], code=2)
 
+    def test_non_finite_plugin_option(self):
+        # A plugin's double option is held to the same rule as the host's.
+        for value in ("inf", "-inf", "nan"):
+            with self.subTest(value=value):
+                self.expect_error("--plugin", "ddp", "--ddp.bucket_cap_mb", value,
+                                  mentions=["bucket_cap_mb", "not a finite number"], code=2)
+
     def test_non_finite_hyperparameters_in_a_config_file(self):
         for option, flag in self.NON_FINITE:
             section, _, name = option.rpartition(".")
