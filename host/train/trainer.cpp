@@ -393,42 +393,6 @@ StepOutcome Trainer::train_step(int64_t step) {
   return outcome;
 }
 
-void Trainer::resume_from(const std::string& dir) {
-  // Runs after the host materialised its own units: only those are restored
-  // here, by name and global shape from whichever files hold them (the
-  // plugins load theirs in load_state), so any strategy's checkpoint at any
-  // world size resumes here. Every rank reads and checks for itself; nothing
-  // changes unless everything checks out.
-  std::vector<std::string> skipped;
-  const std::filesystem::path checkpoint = checkpoint::resolve_resume_dir(dir, &skipped);
-  // Never a silent fallback: every rank says what it passed over and why.
-  for (const std::string& why : skipped) {
-    log::warn(strformat("--resume: skipped %s/%s; resuming from %s", dir.c_str(), why.c_str(), checkpoint.c_str()));
-  }
-  metrics_.note_resume_skipped(skipped);
-  const checkpoint::TrainerState state = checkpoint::read_trainer_state(checkpoint);
-  checkpoint::check_same_model(checkpoint, state, model_);
-  auto reader = std::make_unique<runtime::CheckpointReader>(runtime::CheckpointReader::open_directory(checkpoint));
-  const bool host_optimizer = !hooks_ || !hooks_->owns_optimizer_step();
-  checkpoint::restore_host_state(checkpoint, *reader, state, model_, optimizer_, host_optimizer);
-  if (state.data_seed != config_.seed) {
-    log::warn(strformat("--seed %llu differs from the checkpoint's %llu; the checkpoint's data order is kept",
-                        static_cast<unsigned long long>(config_.seed),
-                        static_cast<unsigned long long>(state.data_seed)));
-    config_.seed = state.data_seed;
-    sampler_ = data::BatchSampler(dataset_->num_windows(), config_.data_order, config_.seed);
-  }
-  loss_scaler_.restore(state.loss_scale, state.loss_scale_growth_tracker);
-  completed_steps_ = state.step;
-  resumed_from_ = checkpoint.string();
-  saved_plugins_ = state.plugins;
-  saved_world_size_ = state.world_size;
-  // Plugins read the same checkpoint in load_state; without plugins there
-  // is nothing more to read, so the files close now.
-  if (hooks_) resume_reader_ = std::move(reader);
-  log::info(strformat("resumed from %s at step %lld", checkpoint.c_str(), static_cast<long long>(state.step)));
-}
-
 void Trainer::plan_plugins() {
   if (!hooks_) {
     materialize_host_units();
@@ -491,62 +455,6 @@ void Trainer::setup_plugins() {
   const bool resuming = !resumed_from_.empty();
   hooks_->setup(completed_steps_, static_cast<int32_t>(config_.grad_accum), resuming);
   if (resuming) load_plugin_state();
-}
-
-void Trainer::load_plugin_state() {
-  // The reader of resume_from: every rank's plugin-state file and the
-  // host's files, so a plugin finds MODEL / OPTIMIZER state whoever saved it.
-  if (!resume_reader_) {
-    resume_reader_ = std::make_unique<runtime::CheckpointReader>(
-        runtime::CheckpointReader::open_directory(resumed_from_));
-  }
-  context_->state_reader = resume_reader_.get();
-  try {
-    hooks_->load_state(completed_steps_, saved_world_size_, saved_plugins_.c_str());
-  } catch (...) {
-    context_->state_reader = nullptr;
-    resume_reader_.reset();
-    throw;
-  }
-  context_->state_reader = nullptr;
-  resume_reader_.reset();
-}
-
-void Trainer::save_checkpoint() {
-  checkpoint::TrainerState state;
-  state.step = completed_steps_;
-  state.data_position = completed_steps_ * config_.batch_size;
-  state.optimizer_steps = optimizer_.step_count();
-  state.data_seed = config_.seed;
-  state.loss_scale = loss_scaler_.scale();
-  state.loss_scale_growth_tracker = loss_scaler_.growth_tracker();
-  state.model = model_.config();
-  state.world_size = world_size_;
-  std::string plugins;
-  if (hooks_) {
-    for (const std::string& name : hooks_->plugin_names()) plugins += (plugins.empty() ? "" : ",") + name;
-  }
-  state.plugins = plugins;
-  // Every rank runs the plugins' save_state (it may be collective) and
-  // writes what they put into its own file; rank 0 adds the host's files.
-  // Any rank's failure fails the save on every rank, and no rank goes on
-  // (or exits) before the checkpoint is committed (rank_commit.h).
-  const auto save_plugins = [&](runtime::PluginStateWriter& writer) {
-    if (!hooks_) return;
-    context_->state_writer = &writer;
-    try {
-      hooks_->save_state(completed_steps_, world_size_);
-    } catch (...) {
-      context_->state_writer = nullptr;
-      throw;
-    }
-    context_->state_writer = nullptr;
-  };
-  const bool host_optimizer = !hooks_ || !hooks_->owns_optimizer_step();
-  const std::filesystem::path path = checkpoint::save_checkpoint_from_all_ranks(
-      config_.save_dir, checkpoint::rank_group_over(world_size_ > 1 ? context_->world : nullptr), model_, optimizer_,
-      state, host_optimizer, save_plugins);
-  if (rank_ == 0) log::info("saved checkpoint " + path.string());
 }
 
 void Trainer::run() {
