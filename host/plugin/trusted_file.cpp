@@ -63,11 +63,11 @@ std::string distrust(const struct stat& st, bool directory) {
   return "";
 }
 
-// The components of `path`, in order, pushed at the front of `todo`.
-void push_front(std::deque<std::string>& todo, const fs::path& path) {
+// The components of `path`, in order, pushed at the front of `remaining`.
+void push_front(std::deque<std::string>& remaining, const fs::path& path) {
   std::deque<std::string> parts;
   for (const fs::path& part : path.relative_path()) parts.push_back(part.string());
-  todo.insert(todo.begin(), parts.begin(), parts.end());
+  remaining.insert(remaining.begin(), parts.begin(), parts.end());
 }
 
 }  // namespace
@@ -94,13 +94,13 @@ TrustedFile TrustedFile::open(const fs::path& file) {
   };
   Fd dir = open_root();
   fs::path where = "/";
-  std::deque<std::string> todo;
-  push_front(todo, absolute);
+  std::deque<std::string> remaining;
+  push_front(remaining, absolute);
   int links = 0;
 
-  while (!todo.empty()) {
-    const std::string name = todo.front();
-    todo.pop_front();
+  while (!remaining.empty()) {
+    const std::string name = remaining.front();
+    remaining.pop_front();
     if (name.empty() || name == ".") continue;
     if (name == "..") {
       Fd parent(::openat(dir.get(), "..", O_PATH | O_DIRECTORY | O_CLOEXEC));
@@ -128,7 +128,7 @@ TrustedFile TrustedFile::open(const fs::path& file) {
         throw system_error("cannot read the symbolic link " + here.string());
       }
       target.resize(static_cast<size_t>(length));
-      push_front(todo, target);
+      push_front(remaining, target);
       if (fs::path(target).is_absolute()) {
         dir = open_root();
         where = "/";
@@ -143,7 +143,7 @@ TrustedFile TrustedFile::open(const fs::path& file) {
       where = here;
       continue;
     }
-    if (!todo.empty()) {
+    if (!remaining.empty()) {
       errno = ENOTDIR;
       throw system_error("cannot open " + here.string());
     }
