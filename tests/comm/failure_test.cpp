@@ -57,15 +57,15 @@ TEST_F(Failures, SkippedCollectiveTimesOutNamingTheOperation) {
     EXPECT_NE(s.message.find("all_reduce #2 'ddp bucket 7' (f32 x16)"), std::string::npos) << s.message;
     EXPECT_NE(s.message.find("did not complete within 1500 ms"), std::string::npos) << s.message;
     EXPECT_NE(s.message.find("rank " + std::to_string(rank_)), std::string::npos) << s.message;
+    // A lower bound only: an upper one would measure the machine's load.
+    // That the wait ends at all is the code `timeout` (and ctest's limit).
     EXPECT_GE(waited, 1400);
-    EXPECT_LT(waited, 4000) << "the wait must end at its deadline";
-    // The communicator is failed: the next operation fails at once, naming the first failure.
-    const auto again = Clock::now();
+    // The communicator is failed: the next operation fails without waiting
+    // (code `aborted`, not a second `timeout`), naming the first failure.
     const Status next = comm.barrier();
     EXPECT_EQ(next.code, ErrorCode::aborted);
     EXPECT_NE(next.message.find("failed earlier"), std::string::npos) << next.message;
     EXPECT_NE(next.message.find("ddp bucket 7"), std::string::npos) << next.message;
-    EXPECT_LT(ms_since(again), 500);
     ASSERT_TRUE(comm.failure().has_value());
     const std::vector<OpRecord> records = comm.flight_recorder().snapshot();
     ASSERT_GE(records.size(), 2u);
@@ -92,7 +92,7 @@ TEST_F(Failures, SkippedRingAllReduceTimesOutAndIsWithdrawn) {
     EXPECT_NE(s.message.find("all_reduce #2 'ring bucket' (f32 x1000) did not complete within 1000 ms"),
               std::string::npos)
         << s.message;
-    EXPECT_LT(ms_since(start), 3000);
+    EXPECT_GE(ms_since(start), 900);
   }
   // Point-to-point steps were cancelled or freed: nothing of this ring can
   // write into `x` after the test (unlike an abandoned MPI collective).
@@ -153,12 +153,13 @@ TEST_F(Failures, WatchdogEndsTheJobWhenNobodyWaits) {
       std::shared_ptr<Work> work =
           comm.all_reduce_async(host_buffer(x.data(), 4, DType::f32), host_buffer(x.data(), 4, DType::f32),
                                 ReduceOp::sum, {0, "never waited"});
+      // The cap only keeps a broken watchdog from hanging the test; how soon
+      // it fires under load is not asserted (a lower bound is: not early).
       const auto start = Clock::now();
-      while (!ended && ms_since(start) < 5000) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      while (!ended && ms_since(start) < 60000) std::this_thread::sleep_for(std::chrono::milliseconds(20));
       const int64_t took = ms_since(start);
       EXPECT_TRUE(ended);
       EXPECT_GE(took, 700 + 200 - 100);
-      EXPECT_LT(took, 3000);
       std::lock_guard<std::mutex> lock(mu);
       EXPECT_NE(reason.find("all_reduce #1 'never waited'"), std::string::npos) << reason;
       EXPECT_NE(reason.find("the watchdog of rank"), std::string::npos) << reason;
