@@ -6,7 +6,7 @@
 #include <memory>
 #include <stdexcept>
 
-#include "host/checkpoint/trainer_checkpoint.h"
+#include "host/train/checkpoint_format.h"
 #include "host/comm/process_group.h"
 #include "host/plugin/hook_dispatch.h"
 #include "host/runtime/host_context.h"

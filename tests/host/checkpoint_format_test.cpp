@@ -11,7 +11,7 @@
 
 #include "host/checkpoint/atomic_dir.h"
 #include "host/checkpoint/safetensors.h"
-#include "host/checkpoint/trainer_checkpoint.h"
+#include "host/train/checkpoint_format.h"
 #include "host/runtime/checkpoint_reader.h"
 #include "host/runtime/plugin_state.h"
 #include "host/runtime/tensor_views.h"

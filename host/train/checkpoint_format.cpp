@@ -1,5 +1,5 @@
-// Save and resume of the trainer's checkpoints (see trainer_checkpoint.h).
-#include "host/checkpoint/trainer_checkpoint.h"
+// Save and resume of the trainer's checkpoints (see checkpoint_format.h).
+#include "host/train/checkpoint_format.h"
 
 #include <fstream>
 
