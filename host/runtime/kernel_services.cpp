@@ -5,7 +5,7 @@
 //
 // Numerics: every kernel computes in fp32 and rounds once when it stores
 // (ATen's conversions round to nearest even); FP8 stores saturate to
-// +-accel_fp8_max and keep NaN. adamw_step is host/train/flat_adamw.cpp's
+// +-accel_fp8_max and keep NaN. adamw_step is host/model/adamw_step.cpp's
 // adamw_step_flat itself, so a plugin's optimizer step is bit-identical to
 // the host's. Only E4M3FN and E5M2 are FP8 dtypes the kernels accept.
 //
@@ -24,7 +24,7 @@
 
 #include "host/runtime/service_support.h"
 #include "host/runtime/tensor_views.h"
-#include "host/train/flat_adamw.h"
+#include "host/model/adamw_step.h"
 #include "host/util/strformat.h"
 
 namespace accel::runtime {
@@ -294,10 +294,10 @@ AccelStatus adamw_step(AccelHost* host, const AccelAdamWArgs* args) {
     }
     if (step_skipped(args->found_inf)) return;
     const at::Tensor g = scaled_grad(grad, args->grad_scale);
-    const train::AdamWHyper hyper{args->lr, args->beta1, args->beta2, args->eps, args->weight_decay};
+    const model::AdamWHyper hyper{args->lr, args->beta1, args->beta2, args->eps, args->weight_decay};
     // Decoupled weight decay over the whole view: callers give ranges without
     // decay their own call (accel/kernels.h).
-    train::adamw_step_flat(param, g, exp_avg, exp_avg_sq, param.numel(), args->step, hyper);
+    model::adamw_step_flat(param, g, exp_avg, exp_avg_sq, param.numel(), args->step, hyper);
     write_param_copy(args->param_copy, param);
   });
 }

@@ -1,10 +1,6 @@
-// AdamW over flat buffers, with torch.optim.AdamW's exact semantics
-// (decoupled weight decay, bias correction, eps added after the bias-corrected
-// square root), one call per unit instead of one per parameter.
-//
-// Weight decay applies to the prefix [0, decay_numel) of each flat buffer
-// (Unit's layout puts decayed parameters first). The same function steps a
-// shard: pass the shard's buffers and the part of the decay range it holds.
+// The trainer's AdamW: moment buffers per unit and the step count, stepped
+// with host/model/adamw_step.h's update (torch.optim.AdamW's exact
+// semantics), one call per unit instead of one per parameter.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -13,17 +9,10 @@
 #include <vector>
 
 #include "host/cli/run_config.h"
+#include "host/model/adamw_step.h"
 #include "host/model/unit.h"
 
 namespace accel::train {
-
-struct AdamWHyper {
-  double lr, beta1, beta2, eps, weight_decay;
-};
-
-// One AdamW step on flat fp32 tensors of equal length; `step` counts from 1.
-void adamw_step_flat(at::Tensor& param, const at::Tensor& grad, at::Tensor& exp_avg,
-                     at::Tensor& exp_avg_sq, int64_t decay_numel, int64_t step, const AdamWHyper& h);
 
 // The optimizer state of a whole model: moment buffers per unit, and the step
 // count. Units without host storage (a plugin manages them) have no state:

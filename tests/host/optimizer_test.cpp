@@ -9,6 +9,8 @@
 #include "host/train/lr_schedule.h"
 
 using namespace accel::train;
+using accel::model::AdamWHyper;
+using accel::model::adamw_step_flat;
 
 namespace {
 

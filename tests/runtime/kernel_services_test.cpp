@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "host/train/flat_adamw.h"
+#include "host/model/adamw_step.h"
 #include "tests/runtime/services_test_support.h"
 
 namespace accel::runtime::testing {
@@ -223,7 +223,7 @@ TEST_F(KernelServicesTest, AdamWIsBitIdenticalToTheHostsFlatAdamW) {
   at::Tensor ref_param = param.clone(), ref_avg = exp_avg.clone(), ref_sq = exp_avg_sq.clone();
   at::Tensor copy = at::empty({n}, at::kBFloat16);
   at::Tensor grad_scale = at::full({}, 0.5f);
-  const train::AdamWHyper hyper{1e-3, 0.9, 0.95, 1e-8, 0.1};
+  const model::AdamWHyper hyper{1e-3, 0.9, 0.95, 1e-8, 0.1};
   View p_v(param), m_v(exp_avg), v_v(exp_avg_sq), c_v(copy), s_v(grad_scale);
   for (int64_t step = 1; step <= 3; ++step) {
     const at::Tensor grad = at::randn({n});
@@ -242,7 +242,7 @@ TEST_F(KernelServicesTest, AdamWIsBitIdenticalToTheHostsFlatAdamW) {
     adamw.weight_decay = hyper.weight_decay;
     adamw.step = step;
     ASSERT_EQ(kernels()->adamw_step(&host, &adamw), ACCEL_OK) << last_error();
-    train::adamw_step_flat(ref_param, grad * grad_scale, ref_avg, ref_sq, n, step, hyper);
+    model::adamw_step_flat(ref_param, grad * grad_scale, ref_avg, ref_sq, n, step, hyper);
     ASSERT_TRUE(at::equal(param, ref_param)) << "step " << step;
     ASSERT_TRUE(at::equal(exp_avg, ref_avg));
     ASSERT_TRUE(at::equal(exp_avg_sq, ref_sq));
