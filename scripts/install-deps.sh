@@ -7,6 +7,10 @@
 #   the clone under ~/.cache/accel (or $ACCEL_CACHE_DIR), keyed by the hash of
 #   requirements.txt, so fresh clones on the same machine reuse it. The
 #   repo's .venv is a symlink to it.
+# - requirements-tools.txt (tests' and docs' tools that the build never
+#   sees: tensorboard, matplotlib) into the same venv, tracked by a marker
+#   keyed by that file's hash: changing a tool never moves LibTorch, which
+#   would make CMake rebuild everything.
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -50,5 +54,12 @@ if [ ! -f "$venv/.accel-complete" ]; then
   python3 -m venv "$venv"
   "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$repo/requirements.txt"
   touch "$venv/.accel-complete"
+fi
+tools_hash=$(sha256sum "$repo/requirements-tools.txt" | cut -c1-16)
+if [ ! -f "$venv/.accel-tools-$tools_hash" ]; then
+  echo "install-deps: installing the tools of requirements-tools.txt into $venv"
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$repo/requirements-tools.txt"
+  rm -f "$venv"/.accel-tools-*
+  touch "$venv/.accel-tools-$tools_hash"
 fi
 ln -sfn "$venv" "$repo/.venv"

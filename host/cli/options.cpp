@@ -203,7 +203,9 @@ po::options_description run_options(RunConfig& c, RawStrings& raw) {
       ("resume", po::value(&c.resume)->value_name("DIR"),
        "resume from a checkpoint directory, or the newest complete one in a save root")
       ("metrics-file", po::value(&c.metrics_file)->value_name("PATH"),
-       "append one JSON line per optimizer step (rank 0)");
+       "append one JSON line per optimizer step (rank 0)")
+      ("tensorboard-dir", po::value(&c.tensorboard_dir)->value_name("DIR"),
+       "write the per-step metrics as TensorBoard scalars into DIR (rank 0)");
 
   po::options_description all("accel-host options");
   all.add(general).add(model).add(data).add(train).add(autocast).add(scaler).add(process_group).add(io);

@@ -83,6 +83,7 @@ struct RunConfig {
   std::string resume;
 
   std::string metrics_file;
+  std::string tensorboard_dir;  // rank 0 writes TensorBoard scalars here
   std::string log_level = "info";
   int64_t log_every = 10;
   int threads = 0;          // intra-op threads; 0 keeps LibTorch's default

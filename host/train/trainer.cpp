@@ -90,6 +90,7 @@ Trainer::Trainer(const RunConfig& config, int rank, int world_size, plugin::Hook
       sampler_(dataset_->num_windows(), config.data_order, config.seed),
       loss_scaler_(config.grad_scaler, config.mixed_precision == MixedPrecision::fp16),
       metrics_(rank == 0 ? config.metrics_file : std::string()),
+      tensorboard_(rank == 0 ? config.tensorboard_dir : std::string()),
       hooks_(hooks && !hooks->empty() ? hooks : nullptr),
       context_(context) {
   if (context_) {
@@ -505,6 +506,7 @@ void Trainer::run() {
       m.memory_ledger_peak = memory_watch_.take_peak(accounted_memory());
     }
     metrics_.write(m);
+    tensorboard_.write(m);
     if (completed_steps_ % config_.log_every == 0 || completed_steps_ == config_.steps || completed_steps_ == 1) {
       log::info(strformat("step %5lld/%lld  loss %.4f  lr %.3e  grad_norm %.3f  %.0f tok/s  mem %s%s",
                           static_cast<long long>(completed_steps_), static_cast<long long>(config_.steps), m.loss,

@@ -19,6 +19,7 @@
 #include "host/train/loss_scaler.h"
 #include "host/runtime/memory_ledger.h"
 #include "host/train/metrics_writer.h"
+#include "host/train/tensorboard_writer.h"
 
 namespace accel::plugin {
 class HookDispatcher;
@@ -92,6 +93,7 @@ class Trainer {
   FlatAdamW optimizer_;
   LossScaler loss_scaler_;
   MetricsWriter metrics_;
+  TensorBoardWriter tensorboard_;
   plugin::HookDispatcher* hooks_;
   runtime::HostContext* context_;
   std::string resumed_from_;  // the checkpoint directory, when resuming
