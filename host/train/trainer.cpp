@@ -476,6 +476,10 @@ void Trainer::run() {
                       static_cast<long long>(config_.grad_accum), to_string(config_.mixed_precision)));
 
   const double tokens_per_step = static_cast<double>(config_.batch_size * model_.config().seq_len);
+  // The progress line's elapsed time and ETA count this process's steps
+  // (a resumed run estimates from its own pace).
+  const auto loop_start = std::chrono::steady_clock::now();
+  const int64_t first_step = completed_steps_;
   while (completed_steps_ < config_.steps) {
     const auto start = std::chrono::steady_clock::now();
     if (context_ && context_->memory) context_->memory->reset_peak();
@@ -508,9 +512,13 @@ void Trainer::run() {
     metrics_.write(m);
     tensorboard_.write(m);
     if (completed_steps_ % config_.log_every == 0 || completed_steps_ == config_.steps || completed_steps_ == 1) {
-      log::info(strformat("step %5lld/%lld  loss %.4f  lr %.3e  grad_norm %.3f  %.0f tok/s  mem %s%s",
+      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - loop_start).count();
+      const double eta = elapsed / static_cast<double>(completed_steps_ - first_step) *
+                         static_cast<double>(config_.steps - completed_steps_);
+      log::info(strformat("step %5lld/%lld  loss %.4f  lr %.3e  grad_norm %.3f  %.0f tok/s  mem %s  elapsed %s  eta %s%s",
                           static_cast<long long>(completed_steps_), static_cast<long long>(config_.steps), m.loss,
                           m.lr, m.grad_norm, m.tokens_per_s, format_bytes(static_cast<double>(m.peak_mem_bytes)).c_str(),
+                          format_duration(elapsed).c_str(), format_duration(eta).c_str(),
                           outcome.nonfinite_loss ? "  (skipped: non-finite loss)"
                           : outcome.skipped      ? "  (skipped: inf/nan gradients)"
                                                  : ""));

@@ -1,6 +1,7 @@
 // printf-style formatting into std::string (see strformat.h).
 #include "host/util/strformat.h"
 
+#include <cmath>
 #include <cstdarg>
 #include <cstdio>
 
@@ -30,6 +31,15 @@ std::string format_bytes(double bytes) {
     ++unit;
   }
   return strformat(unit == 0 ? "%.0f %s" : "%.2f %s", bytes, units[unit]);
+}
+
+std::string format_duration(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0 || seconds > 1e12) return "?";
+  const long long total = std::llround(seconds);
+  const long long hours = total / 3600, minutes = total / 60 % 60, secs = total % 60;
+  if (hours > 0) return strformat("%lldh%02lldm", hours, minutes);
+  if (minutes > 0) return strformat("%lldm%02llds", minutes, secs);
+  return strformat("%llds", secs);
 }
 
 }  // namespace accel
