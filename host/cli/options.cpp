@@ -67,16 +67,41 @@ void require_finite(const char* option, double value) {
   require(std::isfinite(value), strformat("--%s: %g is not a finite number", option, value));
 }
 
+// Boost.Program_options builds its error messages by replacing placeholders
+// ("%value%", ...) with the user's text until none is left: a token that
+// itself holds the placeholder it replaces loops forever (found by
+// tests/fuzz/cli_fuzz: `--grad%canonical_option%-accum 1` hung the host).
+// No option name or value of a run needs them, so text holding one is
+// refused before Boost sees it.
+void refuse_message_placeholders(const std::string& text, const std::string& where) {
+  static constexpr const char* kPlaceholders[] = {"%option%", "%value%", "%canonical_option%",
+                                                  "%original_token%", "%prefix%"};
+  for (const char* placeholder : kPlaceholders) {
+    if (text.find(placeholder) != std::string::npos) {
+      throw UsageError(where + " contains '" + placeholder +
+                       "', which accel-host does not accept in options (it is its parser's message placeholder)");
+    }
+  }
+}
+
+void refuse_message_placeholders(const std::vector<std::string>& args) {
+  for (const std::string& arg : args) refuse_message_placeholders(arg, "argument '" + arg + "'");
+}
+
 // --config must name a readable regular file: an ifstream opens a directory
-// and reads nothing from it, which would silently drop every option.
-std::ifstream open_config_file(const std::string& path) {
+// and reads nothing from it, which would silently drop every option. The
+// text is read whole (and checked like the arguments) before parsing.
+std::istringstream open_config_file(const std::string& path) {
   std::error_code error;
   if (std::filesystem::is_directory(path, error)) {
     throw UsageError("--config: '" + path + "' is a directory, not a file of key=value lines");
   }
   std::ifstream file(path);
   if (!file) throw UsageError("--config: cannot open '" + path + "'");
-  return file;
+  std::ostringstream text;
+  text << file.rdbuf();
+  refuse_message_placeholders(text.str(), "--config '" + path + "'");
+  return std::istringstream(text.str());
 }
 
 // accel-host takes options only (subcommands are dispatched before parsing):
@@ -269,6 +294,7 @@ void validate(const RunConfig& c) {
 }  // namespace
 
 PluginRequest scan_plugin_request(const std::vector<std::string>& args) {
+  refuse_message_placeholders(args);
   PluginRequest request;
   po::options_description wanted;
   std::string config_file;
@@ -280,7 +306,7 @@ PluginRequest scan_plugin_request(const std::vector<std::string>& args) {
     po::variables_map vm;
     po::store(po::command_line_parser(args).options(wanted).allow_unregistered().run(), vm);
     if (vm.count("config")) {
-      std::ifstream file = open_config_file(vm["config"].as<std::string>());
+      std::istringstream file = open_config_file(vm["config"].as<std::string>());
       po::store(po::parse_config_file(file, wanted, /*allow_unregistered=*/true), vm);
     }
     po::notify(vm);
@@ -292,6 +318,7 @@ PluginRequest scan_plugin_request(const std::vector<std::string>& args) {
 
 ParsedCommandLine parse_command_line(const std::vector<std::string>& args,
                                      const po::options_description* plugin_options) {
+  refuse_message_placeholders(args);
   ParsedCommandLine parsed;
   RunConfig& c = parsed.config;
   RawStrings raw;
@@ -304,7 +331,7 @@ ParsedCommandLine parse_command_line(const std::vector<std::string>& args,
     refuse_positionals(given);
     po::store(given, vm);
     if (vm.count("config")) {
-      std::ifstream file = open_config_file(vm["config"].as<std::string>());
+      std::istringstream file = open_config_file(vm["config"].as<std::string>());
       po::store(po::parse_config_file(file, description), vm);
     }
     po::notify(vm);

@@ -89,6 +89,27 @@ TEST(Options, ConfigMustBeAFile) {
   EXPECT_THROW(accel::cli::scan_plugin_request({"--config", ::testing::TempDir()}), UsageError);
 }
 
+// Boost.Program_options' message builder loops forever on a token holding
+// the placeholder it substitutes (cli_fuzz found it): before the check these
+// calls never returned, and ctest's timeout failed the test.
+TEST(Options, ParserMessagePlaceholdersAreRefusedNotLoopedOn) {
+  const std::vector<std::vector<std::string>> inputs = {
+      {"--grad%canonical_option%-accum", "1"}, {"--steps", "%value%"}, {"--%option%"},
+      {"--lr", "x%original_token%"}, {"--%prefix%steps", "1"}};
+  for (const std::vector<std::string>& args : inputs) {
+    const std::string error = error_of(args);
+    EXPECT_NE(error.find("does not accept in options"), std::string::npos) << args[0] << ": " << error;
+    EXPECT_THROW(accel::cli::scan_plugin_request(args), UsageError) << args[0];
+  }
+  const std::string path = ::testing::TempDir() + "placeholder.cfg";
+  {
+    std::ofstream file(path);
+    file << "steps = %value%\n";
+  }
+  EXPECT_NE(error_of({"--config", path}).find("--config '" + path + "' contains '%value%'"), std::string::npos);
+  std::remove(path.c_str());
+}
+
 TEST(Options, RealOptionsMustBeFinite) {
   for (const char* option : {"--lr", "--min-lr", "--eps", "--weight-decay", "--grad-clip", "--beta1", "--beta2",
                              "--grad_scaler.init_scale", "--grad_scaler.growth_factor",
