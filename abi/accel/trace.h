@@ -119,6 +119,18 @@ typedef void AccelMetricRecordFn(AccelHost* host, const char* name,
  * steps its schedule records. Thread: loop thread. */
 typedef AccelStatus AccelTraceSetCaptureFn(AccelHost* host, bool capture);
 
+/* ABI 1.2. What the host records beyond its own ranges while the calling
+ * plugin captures, a bit set of ACCEL_TRACE_DETAIL_* (0 initially; unknown
+ * bits are ignored). OPERATORS: every LibTorch operator the host runs becomes
+ * a range of category "operator" (named "aten::addmm", nested inside the
+ * host's ranges), taken with LibTorch's profiler callbacks (RecordFunction);
+ * SHAPES adds each operator's input shapes and dtypes to the event's detail
+ * ("shapes=[4, 64, 128], [384, 128]; dtypes=float, float"). Costs nothing
+ * while no plugin asks for it or capture is off. Thread: loop thread. */
+#define ACCEL_TRACE_DETAIL_OPERATORS (UINT32_C(1) << 0)
+#define ACCEL_TRACE_DETAIL_SHAPES (UINT32_C(1) << 1)
+typedef AccelStatus AccelTraceSetDetailFn(AccelHost* host, uint32_t detail);
+
 /* The trace and metrics area of the services table. */
 typedef struct AccelTraceServices {
   size_t struct_size;
@@ -130,6 +142,7 @@ typedef struct AccelTraceServices {
   AccelTraceCounterFn* counter;
   AccelMetricRecordFn* metric;
   AccelTraceSetCaptureFn* set_capture;
+  AccelTraceSetDetailFn* set_detail; /* 1.2 */
 } AccelTraceServices;
 
 #ifdef __cplusplus
