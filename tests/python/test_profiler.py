@@ -29,6 +29,11 @@ def profiler(*args):
     return ["--plugin", "profiler", *args]
 
 
+def read(path):
+    with open(path) as f:
+        return f.read()
+
+
 # ------------------------------------------------------------------ checks --
 
 def load_trace(test, path):
@@ -97,9 +102,10 @@ def children_of(trace, parent):
 class ProfilerTraces(TempDirMixin, unittest.TestCase):
     def test_single_rank_trace_is_valid_and_accounts_for_each_step(self):
         out = self.path("traces")
-        run_host(*SHAPE, "--steps", 3, *profiler("--profiler.output_trace_dir", out, "--profiler.record_shapes", "true",
-                                                 "--profiler.with_stack", "true", "--profiler.with_modules", "true",
-                                                 "--profiler.profile_memory", "true"))
+        run_host(*SHAPE, "--steps", 3, "--save", self.path("ckpt"),
+                 *profiler("--profiler.output_trace_dir", out, "--profiler.record_shapes", "true",
+                           "--profiler.with_stack", "true", "--profiler.with_modules", "true",
+                           "--profiler.profile_memory", "true"))
         self.assertTrue(os.path.exists(os.path.join(out, "profile_0.json")))
         self.assertTrue(os.path.exists(os.path.join(out, "profile_merged.json")))
         self.assertTrue(os.path.exists(os.path.join(out, "profile_0_summary.txt")))
@@ -127,10 +133,15 @@ class ProfilerTraces(TempDirMixin, unittest.TestCase):
         self.assertTrue(linears)
         self.assertIn("Input Dims", linears[0]["args"])
         self.assertTrue(linears[0]["args"]["stack"].startswith("step > forward > aten::linear"), linears[0]["args"])
+        # The run's final checkpoint, with the plugins' part inside it.
+        save = slices(trace, name="checkpoint.save", cat="checkpoint")
+        self.assertEqual(len(save), 1)
+        self.assertEqual([k["name"] for k in children_of(trace, save[0]) if k["cat"] == "checkpoint"],
+                         ["checkpoint.plugin_state"])
         # profile_memory: a counter track per memory category.
         counters = {e["name"] for e in trace["traceEvents"] if e["ph"] == "C"}
         self.assertTrue({"memory.params", "memory.grads", "memory.all"} <= counters, counters)
-        summary = open(os.path.join(out, "profile_0_summary.txt")).read()
+        summary = read(os.path.join(out, "profile_0_summary.txt"))
         self.assertIn("Self total", summary)
         self.assertIn("aten::", summary)
 
@@ -179,7 +190,7 @@ class ProfilerTraces(TempDirMixin, unittest.TestCase):
         # (d x vocab), 2 FLOPs per weight and token; attention 4 T^2 d per
         # sequence and layer. Backward: twice the forward.
         forward = 2 * tokens * (12 * d * d * N_LAYER + d * VOCAB) + 4 * BATCH * t * t * d * N_LAYER
-        summary = open(os.path.join(out, "profile_0_summary.txt")).read()
+        summary = read(os.path.join(out, "profile_0_summary.txt"))
         row = [l for l in summary.splitlines() if l.strip().startswith("0 ")]
         self.assertEqual(len(row), 1, summary)
         gflops = float(row[0].split()[2])
@@ -237,6 +248,9 @@ class MergedTrace(TempDirMixin, unittest.TestCase):
         for parts in late:
             self.assertEqual(max(parts, key=lambda r: parts[r]["ts"]), 1, parts)
         self.assertEqual({v[0]["args"]["step"] for v in late}, {1, 2, 3})
+        # Every plugin hook is a range under the plugin's name.
+        self.assertTrue(slices(merged, name="gradients_finalize", cat="ddp"))
+        self.assertTrue(slices(merged, name="step_begin", cat="profiler"))
         arrived_last = merged["otherData"]["collectives_arrived_last"]
         self.assertGreater(arrived_last.get("1", 0), 0)
         # Flow arrows join the parts: each starts on the last arrival (rank 1).
