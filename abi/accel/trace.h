@@ -3,8 +3,11 @@
  * Defines: AccelTraceEvent (what observers receive), AccelMetricReduce and
  * AccelTraceServices (begin/end/instant/counter, metric recording).
  *
- * Producers: the host (units, linears, collectives, copies, allocations,
- * checkpoint phases) and every plugin, through the services below.
+ * Producers: the host (steps, units' forward/backward, the loss, clipping
+ * and the optimizer, every plugin hook under the plugin's name, collectives
+ * with bytes, sequence number and group ranks, allocations, checkpoint
+ * phases; LibTorch operators on request, see set_detail) and every plugin,
+ * through the services below.
  * Consumers: plugins that capture (the profiler) through their trace_event
  * hook, and the host's metric log.
  * When no consumer is active an emit costs one branch; `enabled` lets a
