@@ -177,12 +177,15 @@ AccelStatus collective(const char* name, AccelHost* host, const AccelCollectiveA
     ACCEL_REQUIRE_ARGS(args, AccelCollectiveArgs, label);
     HostContext& context = context_of(host);
     const ResolvedGroup group = resolve_group(context, args->group);
+    // The range opens before the issue, so on every rank it covers the
+    // whole of its part (a peer may finish as soon as this rank issued).
+    TraceRange range(&context, name + 5, "comm", host->plugin_name.c_str(), [] { return std::string(); });
     const int64_t bytes_before = context.comm_bytes.load();
     std::shared_ptr<comm::Work> w = body(group, context);
-    const TraceRange range(
-        &context, name + 5, "comm", host->plugin_name.c_str(),
-        [&] { return collective_detail(*w, group.entry.get(), args->label, work != nullptr); }, -1, -1,
-        context.comm_bytes.load() - bytes_before);
+    if (range.recording()) {
+      range.set_end_detail(collective_detail(*w, group.entry.get(), args->label, work != nullptr),
+                           context.comm_bytes.load() - bytes_before);
+    }
     finish(context, std::move(w), group.entry, work);
   });
 }

@@ -10,7 +10,10 @@
 // BEGIN, which consumers drop (the profiler matches ranges per thread). The
 // END repeats the BEGIN's detail. When no plugin captures, construction
 // costs one locked check and builds no string (the detail is produced by a
-// callable, only when capturing).
+// callable, only when capturing). What is known only once the work started
+// (a collective's sequence number) goes on the END with set_end_detail, so
+// the range still begins before the work does; consumers take a range's
+// detail and bytes from its END when its BEGIN has none.
 //
 // Thread-safety: a TraceRange belongs to the thread that made it (ranges
 // nest LIFO per thread); any number of threads may hold their own.
@@ -58,6 +61,14 @@ class TraceRange {
     if (context_ == nullptr) return;
     fields_.type = ACCEL_TRACE_END;
     emit_trace_event(*context_, fields_);
+  }
+  // Whether this range was emitted (someone captured when it opened).
+  bool recording() const { return context_ != nullptr; }
+  // The detail and bytes the END carries (call only when recording()).
+  void set_end_detail(std::string detail, int64_t bytes) {
+    detail_ = std::move(detail);
+    fields_.detail = detail_.empty() ? nullptr : detail_.c_str();
+    fields_.bytes = bytes;
   }
   TraceRange(const TraceRange&) = delete;
   TraceRange& operator=(const TraceRange&) = delete;

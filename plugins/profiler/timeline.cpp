@@ -66,6 +66,11 @@ Timeline build_timeline(std::vector<Event> events) {
     if (match == stack.rend()) continue;  // an END whose BEGIN was not recorded
     const size_t keep = static_cast<size_t>(stack.rend() - match) - 1;
     stack.resize(keep + 1);  // unended ranges above it are dropped
+    // What the emitter learnt only during the range (a collective's
+    // sequence number, its bytes) travels on the END.
+    Event& opened = t.events[stack.back().begin];
+    if (opened.detail.empty()) opened.detail = e.detail;
+    if (opened.bytes == 0) opened.bytes = e.bytes;
     Slice s;
     s.begin = stack.back().begin;
     s.ts_ns = t.events[s.begin].ts_ns;

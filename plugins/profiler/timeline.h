@@ -5,6 +5,8 @@
 // Invariant: slices of one track nest strictly (they come from LIFO ranges);
 // a BEGIN without its END, or an END without its BEGIN (capture switched
 // inside a range, or an unrecorded step's half), is dropped, never guessed.
+// A BEGIN without detail or bytes takes its END's (trace_scope.h's
+// set_end_detail).
 // Pure data; no threads.
 #pragma once
 

@@ -201,6 +201,17 @@ TEST_F(TraceServicesTest, HostRangesCloseWithTheirScope) {
   EXPECT_EQ(seen[1].detail, "seq=3; group_ranks=0,1");
   EXPECT_EQ(seen[2].unit, 2);
   EXPECT_EQ(seen[3].category, "host");
+
+  // Known only once the work started: carried by the END.
+  {
+    TraceRange range(&context, "all_gather", "comm", "host", [] { return std::string(); });
+    ASSERT_TRUE(range.recording());
+    range.set_end_detail("seq=4; group_ranks=0,1", 16);
+  }
+  ASSERT_EQ(seen.size(), 6u);
+  EXPECT_EQ(seen[4].detail, "");
+  EXPECT_EQ(seen[5].type, ACCEL_TRACE_END);
+  EXPECT_EQ(seen[5].detail, "seq=4; group_ranks=0,1");
 }
 
 }  // namespace
