@@ -3,8 +3,11 @@
  * Defines: AccelTraceEvent (what observers receive), AccelMetricReduce and
  * AccelTraceServices (begin/end/instant/counter, metric recording).
  *
- * Producers: the host (units, linears, collectives, copies, allocations,
- * checkpoint phases) and every plugin, through the services below.
+ * Producers: the host (steps, units' forward/backward, the loss, clipping
+ * and the optimizer, every plugin hook under the plugin's name, collectives
+ * with bytes, sequence number and group ranks, allocations, checkpoint
+ * phases; LibTorch operators on request, see set_detail) and every plugin,
+ * through the services below.
  * Consumers: plugins that capture (the profiler) through their trace_event
  * hook, and the host's metric log.
  * When no consumer is active an emit costs one branch; `enabled` lets a
@@ -119,6 +122,18 @@ typedef void AccelMetricRecordFn(AccelHost* host, const char* name,
  * steps its schedule records. Thread: loop thread. */
 typedef AccelStatus AccelTraceSetCaptureFn(AccelHost* host, bool capture);
 
+/* ABI 1.2. What the host records beyond its own ranges while the calling
+ * plugin captures, a bit set of ACCEL_TRACE_DETAIL_* (0 initially; unknown
+ * bits are ignored). OPERATORS: every LibTorch operator the host runs becomes
+ * a range of category "operator" (named "aten::addmm", nested inside the
+ * host's ranges), taken with LibTorch's profiler callbacks (RecordFunction);
+ * SHAPES adds each operator's input shapes and dtypes to the event's detail
+ * ("shapes=[4, 64, 128], [384, 128]; dtypes=float, float"). Costs nothing
+ * while no plugin asks for it or capture is off. Thread: loop thread. */
+#define ACCEL_TRACE_DETAIL_OPERATORS (UINT32_C(1) << 0)
+#define ACCEL_TRACE_DETAIL_SHAPES (UINT32_C(1) << 1)
+typedef AccelStatus AccelTraceSetDetailFn(AccelHost* host, uint32_t detail);
+
 /* The trace and metrics area of the services table. */
 typedef struct AccelTraceServices {
   size_t struct_size;
@@ -130,6 +145,7 @@ typedef struct AccelTraceServices {
   AccelTraceCounterFn* counter;
   AccelMetricRecordFn* metric;
   AccelTraceSetCaptureFn* set_capture;
+  AccelTraceSetDetailFn* set_detail; /* 1.2 */
 } AccelTraceServices;
 
 #ifdef __cplusplus

@@ -1,19 +1,24 @@
 // Hook dispatch in the order accel/plugin.h defines (see hook_dispatch.h).
 #include "host/plugin/hook_dispatch.h"
 
+#include "host/cli/options.h"
 #include "host/plugin/plugin_error.h"
+#include "host/runtime/trace_scope.h"
 
 namespace accel::plugin {
 namespace {
 
 // Generic forward (opening) and reverse (closing) iteration over a hook.
+// Each call is a trace range named after the hook, under the plugin's name.
 template <typename Fn, typename... Args>
-void call_each(const std::vector<LoadedPlugin*>& plugins, Fn AccelHooks::* hook, const char* name, bool reverse,
-               Args&&... args) {
+void call_each(runtime::HostContext& context, const std::vector<LoadedPlugin*>& plugins, Fn AccelHooks::* hook,
+               const char* name, bool reverse, Args&&... args) {
   const size_t n = plugins.size();
   for (size_t k = 0; k < n; ++k) {
     LoadedPlugin& p = *plugins[reverse ? n - 1 - k : k];
     if (Fn fn = p.hooks().*hook) {
+      const runtime::TraceRange range(&context, name, p.name().c_str(), p.name().c_str(),
+                                      [] { return std::string(); });
       runtime::take_pending_error();
       HookDispatcher::check(p, name, fn(p.self, std::forward<Args>(args)...));
     }
@@ -48,7 +53,16 @@ void HookDispatcher::create_all() {
       args.host = p->host();
       args.services = runtime::host_services();
       runtime::take_pending_error();
-      check(*p, "create", hooks.create(&args));
+      const AccelStatus created = hooks.create(&args);
+      if (created == ACCEL_ERROR_INVALID_ARGUMENT) {
+        // A plugin refusing its options (a value the schema cannot express,
+        // such as an output directory that is not writable) is a usage
+        // error, exit 2, like the host's own option checks.
+        const runtime::PendingError error = runtime::take_pending_error();
+        throw cli::UsageError("plugin " + p->name() + ": " +
+                              (error.message.empty() ? std::string("invalid options") : error.message));
+      }
+      check(*p, "create", created);
       p->self = args.self;
       if (args.hooks) {
         // A run's table may only drop hooks the descriptor offers.
@@ -114,7 +128,7 @@ void HookDispatcher::plan_model() {
   args.model = info;
   context_.planning = true;
   try {
-    call_each(plugins_, &AccelHooks::plan_model, "plan_model", false, &args);
+    call_each(context_, plugins_, &AccelHooks::plan_model, "plan_model", false, &args);
   } catch (...) {
     context_.planning = false;
     throw;
@@ -129,7 +143,7 @@ void HookDispatcher::setup(int64_t first_step, int32_t micro_batches, bool resum
   args.num_micro_batches = micro_batches;
   args.flags = resuming ? ACCEL_SETUP_RESUMING : 0;
   context_.running = true;
-  call_each(plugins_, &AccelHooks::setup, "setup", false, &args);
+  call_each(context_, plugins_, &AccelHooks::setup, "setup", false, &args);
 }
 
 void HookDispatcher::load_state(int64_t step, int32_t saved_world_size, const char* saved_plugins) {
@@ -138,7 +152,7 @@ void HookDispatcher::load_state(int64_t step, int32_t saved_world_size, const ch
   args.step = step;
   args.saved_world_size = saved_world_size;
   args.saved_plugins = saved_plugins;
-  call_each(plugins_, &AccelHooks::load_state, "load_state", false, &args);
+  call_each(context_, plugins_, &AccelHooks::load_state, "load_state", false, &args);
 }
 
 void HookDispatcher::save_state(int64_t step, int32_t world_size) {
@@ -146,36 +160,38 @@ void HookDispatcher::save_state(int64_t step, int32_t world_size) {
   args.struct_size = sizeof(args);
   args.step = step;
   args.saved_world_size = world_size;
-  call_each(plugins_, &AccelHooks::save_state, "save_state", false, &args);
+  call_each(context_, plugins_, &AccelHooks::save_state, "save_state", false, &args);
 }
 
 void HookDispatcher::step_begin(const AccelStepArgs& args) {
-  call_each(plugins_, &AccelHooks::step_begin, "step_begin", false, &args);
+  call_each(context_, plugins_, &AccelHooks::step_begin, "step_begin", false, &args);
 }
 void HookDispatcher::step_end(const AccelStepArgs& args) {
-  call_each(plugins_, &AccelHooks::step_end, "step_end", true, &args);
+  call_each(context_, plugins_, &AccelHooks::step_end, "step_end", true, &args);
 }
 void HookDispatcher::unit_forward_pre(AccelUnitHookArgs& args) {
-  call_each(plugins_, &AccelHooks::unit_forward_pre, "unit_forward_pre", false, &args);
+  call_each(context_, plugins_, &AccelHooks::unit_forward_pre, "unit_forward_pre", false, &args);
 }
 void HookDispatcher::unit_forward_post(AccelUnitHookArgs& args) {
-  call_each(plugins_, &AccelHooks::unit_forward_post, "unit_forward_post", true, &args);
+  call_each(context_, plugins_, &AccelHooks::unit_forward_post, "unit_forward_post", true, &args);
 }
 void HookDispatcher::unit_backward_pre(AccelUnitHookArgs& args) {
-  call_each(plugins_, &AccelHooks::unit_backward_pre, "unit_backward_pre", false, &args);
+  call_each(context_, plugins_, &AccelHooks::unit_backward_pre, "unit_backward_pre", false, &args);
 }
 void HookDispatcher::unit_backward_post(AccelUnitHookArgs& args) {
-  call_each(plugins_, &AccelHooks::unit_backward_post, "unit_backward_post", true, &args);
+  call_each(context_, plugins_, &AccelHooks::unit_backward_post, "unit_backward_post", true, &args);
 }
 void HookDispatcher::gradients_ready(const AccelGradientsReadyArgs& args) {
-  call_each(plugins_, &AccelHooks::gradients_ready, "gradients_ready", false, &args);
+  call_each(context_, plugins_, &AccelHooks::gradients_ready, "gradients_ready", false, &args);
 }
 void HookDispatcher::gradients_finalize(const AccelStepArgs& args) {
-  call_each(plugins_, &AccelHooks::gradients_finalize, "gradients_finalize", false, &args);
+  call_each(context_, plugins_, &AccelHooks::gradients_finalize, "gradients_finalize", false, &args);
 }
 
 bool HookDispatcher::clip_gradients(const AccelClipArgs& args) {
   if (!clip_owner_) return false;
+  const runtime::TraceRange range(&context_, "clip_gradients", clip_owner_->name().c_str(), clip_owner_->name().c_str(),
+                                  [] { return std::string(); });
   runtime::take_pending_error();
   check(*clip_owner_, "clip_gradients", clip_owner_->hooks().clip_gradients(clip_owner_->self, &args));
   return true;
@@ -183,6 +199,8 @@ bool HookDispatcher::clip_gradients(const AccelClipArgs& args) {
 
 bool HookDispatcher::optimizer_step(const AccelOptimizerStepArgs& args) {
   if (!optimizer_owner_) return false;
+  const runtime::TraceRange range(&context_, "optimizer_step", optimizer_owner_->name().c_str(), optimizer_owner_->name().c_str(),
+                                  [] { return std::string(); });
   runtime::take_pending_error();
   check(*optimizer_owner_, "optimizer_step", optimizer_owner_->hooks().optimizer_step(optimizer_owner_->self, &args));
   return true;
@@ -190,6 +208,8 @@ bool HookDispatcher::optimizer_step(const AccelOptimizerStepArgs& args) {
 
 bool HookDispatcher::train_step(const AccelTrainStepArgs& args) {
   if (!train_step_owner_) return false;
+  const runtime::TraceRange range(&context_, "train_step", train_step_owner_->name().c_str(), train_step_owner_->name().c_str(),
+                                  [] { return std::string(); });
   runtime::take_pending_error();
   check(*train_step_owner_, "train_step", train_step_owner_->hooks().train_step(train_step_owner_->self, &args));
   return true;

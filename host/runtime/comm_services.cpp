@@ -11,16 +11,24 @@
 // collective polls every group's sequence check, so a rank blocked in a
 // collective a peer skipped fails at once naming both operations.
 //
+// Each collective is a trace range of category "comm" (trace_scope.h) from
+// its issue through its wait when synchronous; an asynchronous one is a short
+// issue range and a later "wait" range; both carry the communicator's
+// sequence number and the group's ranks, which is how the profiler joins the
+// ranks' parts of one collective.
+//
 // Thread-safety: collectives on the loop thread; work handles may be waited
 // on from any thread (the handle table and comm::Work are thread-safe).
 #include <cstring>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "host/comm/process_group.h"
 #include "host/runtime/comm_checks.h"
 #include "host/runtime/host_context.h"
 #include "host/runtime/service_support.h"
+#include "host/runtime/trace_scope.h"
 
 namespace accel::runtime {
 namespace {
@@ -148,7 +156,20 @@ void sequence(HostContext& context, const ResolvedGroup& g, comm::OpType op, con
   }
 }
 
+// "seq=12; group_ranks=0,1; label=ddp bucket all_reduce": the trace detail
+// that identifies one collective on every rank of its group.
+std::string collective_detail(const comm::Work& work, const GroupEntry* group, const char* label, bool async) {
+  std::string detail = "seq=" + std::to_string(work.seq()) + "; group_ranks=";
+  if (group) {
+    for (size_t i = 0; i < group->ranks.size(); ++i) detail += (i ? "," : "") + std::to_string(group->ranks[i]);
+  }
+  if (label) detail += std::string("; label=") + label;
+  if (async) detail += "; async=1";
+  return detail;
+}
+
 // One entry point per collective kind; the shared checks and accounting here.
+// `name` is "comm.all_reduce"; the trace range drops the "comm." prefix.
 template <class Body>
 AccelStatus collective(const char* name, AccelHost* host, const AccelCollectiveArgs* args, AccelWork** work,
                        Body&& body) {
@@ -156,7 +177,15 @@ AccelStatus collective(const char* name, AccelHost* host, const AccelCollectiveA
     ACCEL_REQUIRE_ARGS(args, AccelCollectiveArgs, label);
     HostContext& context = context_of(host);
     const ResolvedGroup group = resolve_group(context, args->group);
+    // The range opens before the issue, so on every rank it covers the
+    // whole of its part (a peer may finish as soon as this rank issued).
+    TraceRange range(&context, name + 5, "comm", host->plugin_name.c_str(), [] { return std::string(); });
+    const int64_t bytes_before = context.comm_bytes.load();
     std::shared_ptr<comm::Work> w = body(group, context);
+    if (range.recording()) {
+      range.set_end_detail(collective_detail(*w, group.entry.get(), args->label, work != nullptr),
+                           context.comm_bytes.load() - bytes_before);
+    }
     finish(context, std::move(w), group.entry, work);
   });
 }
@@ -312,6 +341,9 @@ AccelStatus wait_for(const char* name, AccelHost* host, AccelWork* work) {
   return call_service(name, [&] {
     HostContext& context = context_of(host);
     const std::shared_ptr<WorkEntry> entry = work_of(context, work);
+    const TraceRange range(&context, "wait", "comm", host->plugin_name.c_str(), [&] {
+      return collective_detail(*entry->work, entry->group.get(), nullptr, false);
+    });
     const comm::Status s = entry->work->wait(0, [&] { poll_sequences(context); });
     if (!s.ok()) fail(status_of(s), s.message);
   });

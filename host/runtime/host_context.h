@@ -129,6 +129,7 @@ class HostContext {
   std::mutex mutex;
   std::map<std::string, double> step_metrics;
   std::map<std::string, bool> capturing;  // plugin name -> set_capture(true)
+  std::map<std::string, uint32_t> trace_detail;  // plugin name -> set_detail bits
 
   // --- added with the services implementation (host/runtime/*_services.cpp) ---
   ModelRunInfo model_run;                 // set by the trainer with `model`

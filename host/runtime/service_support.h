@@ -88,9 +88,16 @@ struct TraceEventFields {
   int64_t bytes = 0;
   AccelStream stream = nullptr;
   const char* detail = nullptr;
+  int32_t unit = -1;         // the unit concerned, -1 if none
+  int32_t micro_batch = -1;  // the micro-batch, -1 if none
 };
 void emit_trace_event(HostContext& context, const TraceEventFields& fields) noexcept;
 bool trace_capturing(HostContext& context) noexcept;
+// Installs or removes the LibTorch operator callback after a plugin changed
+// its capture or detail (trace_operators.cpp); stop_operator_capture removes
+// it for good (the context is going away). Loop thread.
+void update_operator_capture(HostContext& context);
+void stop_operator_capture(HostContext& context);
 
 // The static area tables (one per *_services.cpp), assembled by services.cpp.
 const AccelOptionServices* option_services_table();

@@ -40,7 +40,7 @@ HostContext::HostContext() : memory(std::make_unique<MemoryAccounting>()) {
   identity.device = DLDevice{kDLCPU, 0};
 }
 
-HostContext::~HostContext() = default;
+HostContext::~HostContext() { stop_operator_capture(*this); }
 
 // ---------------------------------------------------------------------------
 // Thread-local error state

@@ -12,6 +12,9 @@
 // "PLUGIN.name" with the first record's reduce, and also delivered as COUNTER
 // events (category "metric").
 //
+// set_detail (ABI 1.2) records which operator detail each plugin wants; the
+// LibTorch operator callback itself lives in trace_operators.cpp.
+//
 // Thread-safety: every function may be called from any thread. The capture
 // set, step_metrics and metric_records are guarded by HostContext::mutex; the
 // listener is called outside the lock (trace_event hooks may run
@@ -71,8 +74,8 @@ void emit_trace_event(HostContext& context, const TraceEventFields& fields) noex
     event.source = fields.source;
     event.timestamp_ns = monotonic_ns();
     event.step = context.step.load(std::memory_order_relaxed);
-    event.unit = -1;
-    event.micro_batch = -1;
+    event.unit = fields.unit;
+    event.micro_batch = fields.micro_batch;
     event.value = fields.type == ACCEL_TRACE_COUNTER ? fields.value : 0.0;
     event.thread_id = this_thread_number();
     event.stream = fields.stream;
@@ -164,8 +167,22 @@ void metric(AccelHost* host, const char* name, double value, AccelMetricReduce r
 AccelStatus set_capture(AccelHost* host, bool capture) {
   return call_service("set_capture", [&] {
     HostContext& context = context_of(host);
-    std::lock_guard<std::mutex> lock(context.mutex);
-    context.capturing[host->plugin_name] = capture;
+    {
+      std::lock_guard<std::mutex> lock(context.mutex);
+      context.capturing[host->plugin_name] = capture;
+    }
+    update_operator_capture(context);
+  });
+}
+
+AccelStatus set_detail(AccelHost* host, uint32_t detail) {
+  return call_service("set_detail", [&] {
+    HostContext& context = context_of(host);
+    {
+      std::lock_guard<std::mutex> lock(context.mutex);
+      context.trace_detail[host->plugin_name] = detail;
+    }
+    update_operator_capture(context);
   });
 }
 
@@ -173,7 +190,7 @@ AccelStatus set_capture(AccelHost* host, bool capture) {
 
 const AccelTraceServices* trace_services_table() {
   static const AccelTraceServices table{sizeof(AccelTraceServices), nullptr, &enabled, &begin, &end,
-                                        &instant, &counter, &metric, &set_capture};
+                                        &instant, &counter, &metric, &set_capture, &set_detail};
   return &table;
 }
 

@@ -20,6 +20,7 @@
 #include "host/runtime/memory_services.h"
 #include "host/runtime/plugin_state.h"
 #include "host/runtime/tensor_views.h"
+#include "host/runtime/trace_scope.h"
 #include "host/train/linear_chain.h"
 #include "host/train/autocast_scope.h"
 #include "host/train/grad_clip.h"
@@ -151,7 +152,11 @@ bool Trainer::recomputes(size_t u) const {
 
 double Trainer::forward_backward(const at::Tensor& batch, int64_t micro, double loss_multiplier, bool last_micro) {
   const int64_t T = batch.size(1) - 1;
-  const at::Tensor on_device = batch.to(model_.device());
+  at::Tensor on_device;
+  {
+    const runtime::TraceRange range(context_, "data", "host", -1, static_cast<int32_t>(micro));
+    on_device = batch.to(model_.device());
+  }
   const at::Tensor inputs = on_device.narrow(1, 0, T);
   const at::Tensor targets = on_device.narrow(1, 1, T);
   const size_t num_units = model_.units().size();
@@ -164,6 +169,8 @@ double Trainer::forward_backward(const at::Tensor& batch, int64_t micro, double 
   // ACCEL_UNIT_HOOK_RECOMPUTE just before its backward.
   std::vector<at::Tensor> unit_inputs(num_units), unit_outputs(num_units);
   const auto run_unit = [&](size_t u, uint32_t hook_flags) {
+    const runtime::TraceRange range(context_, (hook_flags & ACCEL_UNIT_HOOK_RECOMPUTE) ? "recompute" : "forward",
+                                    "host", static_cast<int32_t>(u), static_cast<int32_t>(micro));
     if (unit_hooks) {
       std::optional<runtime::TensorView> view;
       if (u > 0) view.emplace(unit_inputs[u]);
@@ -202,23 +209,30 @@ double Trainer::forward_backward(const at::Tensor& batch, int64_t micro, double 
     x = unit_outputs[u];
   }
   at::Tensor loss;
+  at::Tensor grad_output;
   {
-    AutocastScope autocast(config_.mixed_precision, config_.autocast, model_.device().type());
-    const at::Tensor& logits = unit_outputs.back();
-    loss = at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}).to(at::kFloat), targets.reshape({-1}));
-  }
+    // The loss, forward and backward, is one trace range.
+    const runtime::TraceRange range(context_, "loss", "host", -1, static_cast<int32_t>(micro));
+    {
+      AutocastScope autocast(config_.mixed_precision, config_.autocast, model_.device().type());
+      const at::Tensor& logits = unit_outputs.back();
+      loss = at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}).to(at::kFloat), targets.reshape({-1}));
+    }
 
-  // Backward, newest unit first: the gradient of each unit's output is the
-  // gradient its successor left on its own input leaf.
-  at::Tensor grad_output =
-      torch::autograd::grad({loss * loss_multiplier}, {unit_outputs.back()}, /*grad_outputs=*/{}, /*retain_graph=*/true)[0];
-  // The loss's own graph (cross-entropy's saved log-softmax: batch x seq x
-  // vocab floats, as large as the logits) is done with: drop it now, not at
-  // the end of backward, where it would sit on top of every unit's peak.
-  loss = loss.detach();
+    // Backward, newest unit first: the gradient of each unit's output is the
+    // gradient its successor left on its own input leaf.
+    grad_output = torch::autograd::grad({loss * loss_multiplier}, {unit_outputs.back()}, /*grad_outputs=*/{},
+                                        /*retain_graph=*/true)[0];
+    // The loss's own graph (cross-entropy's saved log-softmax: batch x seq x
+    // vocab floats, as large as the logits) is done with: drop it now, not at
+    // the end of backward, where it would sit on top of every unit's peak.
+    loss = loss.detach();
+  }
   for (size_t k = 0; k < num_units; ++k) {
     const size_t u = num_units - 1 - k;
     if (recomputes(u)) run_unit(u, flags | ACCEL_UNIT_HOOK_RECOMPUTE);
+    const runtime::TraceRange range(context_, "backward", "host", static_cast<int32_t>(u),
+                                    static_cast<int32_t>(micro));
     if (unit_hooks) {
       runtime::TensorView view(grad_output);
       AccelUnitHookArgs args = unit_args(u, micro, flags, view.get());
@@ -273,8 +287,16 @@ double Trainer::clip_or_measure(std::vector<at::Tensor>& grads) {
 
 StepOutcome Trainer::train_step(int64_t step) {
   StepOutcome outcome;
+  if (context_) {
+    context_->step = step;
+    context_->in_step = true;
+  }
+  const runtime::TraceRange step_range(context_, "step");
   outcome.lr = learning_rate_at(config_.optimizer, step, config_.steps);
-  model_.zero_grads();
+  {
+    const runtime::TraceRange range(context_, "zero_grad");
+    model_.zero_grads();
+  }
   const int64_t micro_steps = config_.grad_accum;
 
   AccelStepArgs step_args{};
@@ -282,10 +304,6 @@ StepOutcome Trainer::train_step(int64_t step) {
   step_args.step = optimizer_.step_count();
   step_args.num_micro_batches = static_cast<int32_t>(micro_steps);
   step_args.lr = outcome.lr;
-  if (context_) {
-    context_->step = step;
-    context_->in_step = true;
-  }
   if (hooks_) hooks_->step_begin(step_args);
 
   AccelTrainStepArgs take_over{};
@@ -301,8 +319,11 @@ StepOutcome Trainer::train_step(int64_t step) {
     loss_sum = std::numeric_limits<double>::quiet_NaN();
   } else {
     for (int64_t micro = 0; micro < micro_steps; ++micro) {
-      const at::Tensor batch =
-          load_batch(sampler_.micro_batch(step, config_.batch_size, rank_, world_size_, micro, micro_steps));
+      at::Tensor batch;
+      {
+        const runtime::TraceRange range(context_, "data", "host", -1, static_cast<int32_t>(micro));
+        batch = load_batch(sampler_.micro_batch(step, config_.batch_size, rank_, world_size_, micro, micro_steps));
+      }
       // Each micro-batch holds an equal share, so the mean of micro-step means
       // is the global-batch mean, and so is the accumulated gradient.
       loss_sum += forward_backward(batch, micro, loss_scaler_.scale() / static_cast<double>(micro_steps),
@@ -312,6 +333,11 @@ StepOutcome Trainer::train_step(int64_t step) {
   outcome.loss = loss_sum / static_cast<double>(micro_steps);
   if (world_size_ > 1) {
     // The loss of the global batch: every data-parallel rank's share, averaged.
+    const runtime::TraceRange range(context_, "all_reduce", "comm", "host", [&] {
+      std::string ranks;
+      for (int r = 0; r < world_size_; ++r) ranks += (r ? "," : "") + std::to_string(r);
+      return "label=host loss average; group_ranks=" + ranks;
+    }, -1, -1, static_cast<int64_t>(sizeof(outcome.loss)));
     const comm::Status status = context_->world->all_reduce(
         comm::host_buffer(&outcome.loss, 1, comm::DType::f64), comm::ReduceOp::avg, {0, "host loss average"});
     if (!status.ok()) throw std::runtime_error(status.message);
@@ -353,10 +379,12 @@ StepOutcome Trainer::train_step(int64_t step) {
       grad_scale = static_cast<float>(1.0 / scale);
     }
   } else {
+    const runtime::TraceRange range(context_, "clip_gradients");
     outcome.skipped = loss_scaler_.unscale_and_check(grads);
     if (!outcome.skipped) outcome.grad_norm = clip_or_measure(grads);
   }
   if (!outcome.skipped) {
+    const runtime::TraceRange range(context_, "optimizer_step");
     bool stepped_by_plugin = false;
     if (hooks_) {
       AccelOptimizerStepArgs args{};
@@ -389,6 +417,7 @@ StepOutcome Trainer::train_step(int64_t step) {
   }
   if (context_) {
     context_->in_step = false;
+    const runtime::TraceRange range(context_, "sequence_check", "comm");
     runtime::check_collective_sequences(*context_, step);  // every rank issued the same collectives
   }
   return outcome;

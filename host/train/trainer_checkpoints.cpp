@@ -11,6 +11,7 @@
 #include "host/plugin/hook_dispatch.h"
 #include "host/runtime/host_context.h"
 #include "host/runtime/plugin_state.h"
+#include "host/runtime/trace_scope.h"
 #include "host/train/trainer.h"
 #include "host/util/log.h"
 #include "host/util/strformat.h"
@@ -18,6 +19,7 @@
 namespace accel::train {
 
 void Trainer::resume_from(const std::string& dir) {
+  const runtime::TraceRange range(context_, "checkpoint.load", "checkpoint");
   // Runs after the host materialised its own units: only those are restored
   // here, by name and global shape from whichever files hold them (the
   // plugins load theirs in load_state), so any strategy's checkpoint at any
@@ -73,6 +75,7 @@ void Trainer::load_plugin_state() {
 }
 
 void Trainer::save_checkpoint() {
+  const runtime::TraceRange range(context_, "checkpoint.save", "checkpoint");
   checkpoint::TrainerState state;
   state.step = completed_steps_;
   state.data_position = completed_steps_ * config_.batch_size;
@@ -93,6 +96,7 @@ void Trainer::save_checkpoint() {
   // (or exits) before the checkpoint is committed (rank_commit.h).
   const auto save_plugins = [&](runtime::PluginStateWriter& writer) {
     if (!hooks_) return;
+    const runtime::TraceRange plugins_range(context_, "checkpoint.plugin_state", "checkpoint");
     context_->state_writer = &writer;
     try {
       hooks_->save_state(completed_steps_, world_size_);

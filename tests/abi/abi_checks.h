@@ -82,7 +82,7 @@ ACCEL_CHECK_EXT_STRUCT(AccelRunBackwardArgs, grad_input, grad_input, 56);
 ACCEL_CHECK_EXT_STRUCT(AccelModelServices, init_range, run_backward, 128);
 /* trace.h */
 ACCEL_CHECK_EXT_STRUCT(AccelTraceEvent, detail, detail, 112);
-ACCEL_CHECK_EXT_STRUCT(AccelTraceServices, set_capture, set_capture, 72);
+ACCEL_CHECK_EXT_STRUCT(AccelTraceServices, set_detail, set_capture, 72);
 /* checkpoint.h */
 ACCEL_CHECK_EXT_STRUCT(AccelCheckpointSliceArgs, stream, stream, 64);
 ACCEL_CHECK_EXT_STRUCT(AccelCheckpointTensorInfo, global_shape, global_shape,

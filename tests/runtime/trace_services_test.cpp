@@ -1,6 +1,9 @@
 // The trace area: events reach the listener only while a plugin captures,
 // carry type, names, source, step and a monotonic timestamp; metrics combine
-// per step with the first record's reduce, from any thread.
+// per step with the first record's reduce, from any thread; LibTorch
+// operators become events only while a capturing plugin asks (set_detail);
+// the host's TraceRange opens and closes a range around its scope.
+#include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
 #include <mutex>
@@ -8,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "host/runtime/trace_scope.h"
 #include "tests/runtime/services_test_support.h"
 
 namespace accel::runtime::testing {
@@ -19,6 +23,8 @@ struct Seen {
   int64_t timestamp_ns, step;
   double value;
   uint64_t thread_id;
+  std::string detail;
+  int32_t unit;
 };
 
 class TraceServicesTest : public ServicesTest {
@@ -26,7 +32,8 @@ class TraceServicesTest : public ServicesTest {
   TraceServicesTest() {
     context.trace_listener = [this](const AccelTraceEvent& e) {
       std::lock_guard<std::mutex> lock(seen_mutex);
-      seen.push_back({e.type, e.name, e.category, e.source, e.timestamp_ns, e.step, e.value, e.thread_id});
+      seen.push_back({e.type, e.name, e.category, e.source, e.timestamp_ns, e.step, e.value, e.thread_id,
+                      e.detail ? e.detail : "", e.unit});
     };
   }
   const AccelTraceServices* trace() { return services->trace; }
@@ -130,6 +137,81 @@ TEST_F(TraceServicesTest, EmittingNeverFailsOnOddInput) {
   AccelHost info_only;
   EXPECT_EQ(trace()->set_capture(&info_only, true), ACCEL_ERROR_FAILED_PRECONDITION);
   EXPECT_EQ(seen.size(), 2u);  // the instant and odd_reduce's counter
+}
+
+TEST_F(TraceServicesTest, OperatorsAreEventsOnlyWhileAskedAndCapturing) {
+  const at::Tensor a = at::ones({2, 3}), b = at::ones({3, 4});
+  const auto operator_events = [&] {
+    std::vector<Seen> ops;
+    for (const Seen& e : seen) {
+      if (e.category == "operator") ops.push_back(e);
+    }
+    return ops;
+  };
+  ASSERT_EQ(trace()->set_capture(&other_host, true), ACCEL_OK);
+  (void)at::mm(a, b);
+  EXPECT_TRUE(operator_events().empty());  // capture alone: the host's ranges only
+
+  ASSERT_EQ(trace()->set_detail(&other_host, ACCEL_TRACE_DETAIL_OPERATORS | ACCEL_TRACE_DETAIL_SHAPES), ACCEL_OK);
+  (void)at::mm(a, b);
+  std::vector<Seen> ops = operator_events();
+  ASSERT_GE(ops.size(), 2u);
+  EXPECT_EQ(ops.front().type, ACCEL_TRACE_BEGIN);
+  EXPECT_EQ(ops.front().name, "aten::mm");
+  EXPECT_EQ(ops.front().source, "host");
+  EXPECT_EQ(ops.front().detail, "shapes=[2, 3], [3, 4]; dtypes=Float, Float");
+  EXPECT_EQ(ops.back().type, ACCEL_TRACE_END);
+  EXPECT_EQ(ops.back().name, "aten::mm");
+
+  seen.clear();
+  ASSERT_EQ(trace()->set_detail(&other_host, ACCEL_TRACE_DETAIL_OPERATORS), ACCEL_OK);
+  (void)at::mm(a, b);
+  ops = operator_events();
+  ASSERT_FALSE(ops.empty());
+  EXPECT_EQ(ops.front().detail, "");  // no shapes unless asked
+
+  seen.clear();
+  ASSERT_EQ(trace()->set_capture(&other_host, false), ACCEL_OK);
+  ASSERT_EQ(trace()->set_capture(&other_host, true), ACCEL_OK);
+  ASSERT_EQ(trace()->set_capture(&other_host, false), ACCEL_OK);
+  (void)at::mm(a, b);
+  EXPECT_TRUE(seen.empty());  // capture off: the callback is gone
+  ASSERT_EQ(trace()->set_detail(&other_host, 0), ACCEL_OK);
+}
+
+TEST_F(TraceServicesTest, HostRangesCloseWithTheirScope) {
+  { const TraceRange ignored(&context, "forward", "host", 2, 1); }
+  EXPECT_TRUE(seen.empty());  // nobody captures: nothing, not even the detail
+  ASSERT_EQ(trace()->set_capture(&other_host, true), ACCEL_OK);
+  bool detail_built = false;
+  try {
+    const TraceRange range(&context, "all_reduce", "comm", "host", [&] {
+      detail_built = true;
+      return std::string("seq=3; group_ranks=0,1");
+    }, -1, -1, 64);
+    throw std::runtime_error("unwinds");
+  } catch (const std::runtime_error&) {
+  }
+  { const TraceRange unit(&context, "forward", "host", 2, 1); }
+  EXPECT_TRUE(detail_built);
+  ASSERT_EQ(seen.size(), 4u);
+  EXPECT_EQ(seen[0].type, ACCEL_TRACE_BEGIN);
+  EXPECT_EQ(seen[1].type, ACCEL_TRACE_END);  // closed by the exception's unwinding
+  EXPECT_EQ(seen[1].name, "all_reduce");
+  EXPECT_EQ(seen[1].detail, "seq=3; group_ranks=0,1");
+  EXPECT_EQ(seen[2].unit, 2);
+  EXPECT_EQ(seen[3].category, "host");
+
+  // Known only once the work started: carried by the END.
+  {
+    TraceRange range(&context, "all_gather", "comm", "host", [] { return std::string(); });
+    ASSERT_TRUE(range.recording());
+    range.set_end_detail("seq=4; group_ranks=0,1", 16);
+  }
+  ASSERT_EQ(seen.size(), 6u);
+  EXPECT_EQ(seen[4].detail, "");
+  EXPECT_EQ(seen[5].type, ACCEL_TRACE_END);
+  EXPECT_EQ(seen[5].detail, "seq=4; group_ranks=0,1");
 }
 
 }  // namespace
