@@ -1,6 +1,7 @@
 // Hook dispatch in the order accel/plugin.h defines (see hook_dispatch.h).
 #include "host/plugin/hook_dispatch.h"
 
+#include "host/cli/options.h"
 #include "host/plugin/plugin_error.h"
 
 namespace accel::plugin {
@@ -48,7 +49,16 @@ void HookDispatcher::create_all() {
       args.host = p->host();
       args.services = runtime::host_services();
       runtime::take_pending_error();
-      check(*p, "create", hooks.create(&args));
+      const AccelStatus status = hooks.create(&args);
+      if (status == ACCEL_ERROR_INVALID_ARGUMENT) {
+        // A plugin refusing its options (a value or a combination its schema
+        // cannot express) is a usage error, exit 2, like one the schema
+        // catches; any other failure of create is a run failure.
+        const runtime::PendingError error = runtime::take_pending_error();
+        throw cli::UsageError("plugin " + p->name() + ": create failed (ACCEL_ERROR_INVALID_ARGUMENT)" +
+                              (error.message.empty() ? std::string() : ": " + error.message));
+      }
+      check(*p, "create", status);
       p->self = args.self;
       if (args.hooks) {
         // A run's table may only drop hooks the descriptor offers.
