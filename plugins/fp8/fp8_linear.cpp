@@ -55,8 +55,17 @@ struct Fp8Linear::Saved {
 };
 
 Fp8Linear::Fp8Linear(const KernelOps& ops, const Fp8Config& config, ScalingState& state, DLDataType compute_dtype,
-                     AccelGroup* data_group)
-    : ops_(ops), config_(config), state_(state), compute_dtype_(compute_dtype), data_group_(data_group) {
+                     AccelGroup* data_group, int32_t grad_divisor)
+    : ops_(ops),
+      config_(config),
+      state_(state),
+      compute_dtype_(compute_dtype),
+      data_group_(data_group),
+      grad_divisor_(grad_divisor) {
+  if (grad_divisor_ > 1) {
+    grad_scale_ = ops_.allocate(ACCEL_MEMORY_OTHER, kFloat32, {1}, "fp8 grad scale / N");
+    grad_scale_inv_ = ops_.allocate(ACCEL_MEMORY_OTHER, kFloat32, {1}, "fp8 grad scale_inv x N");
+  }
   if (config_.recipe == Recipe::current) {
     for (int c = 0; c < kNumClasses; ++c) {
       current_amax_[c] = ops_.allocate(ACCEL_MEMORY_OTHER, kFloat32, {1, 1}, "fp8 current amax");
@@ -79,9 +88,25 @@ const DLTensor* Fp8Linear::quantize(TensorClass cls, int32_t slot, const DLTenso
   // change the scales training derives.
   const DLTensor* amax_cell = eval_ ? nullptr : state_.amax(cls, slot);
   if (config_.recipe == Recipe::delayed) {
-    ops_.cast(&source, &fp8, state_.scale(cls, slot), amax_cell, /*accumulate_amax=*/true);
-    if (config_.count_saturation) count(cls, source, fp8, *state_.scale(cls, slot));
-    return state_.scale_inv(cls, slot);
+    const DLTensor* scale = state_.scale(cls, slot);
+    const DLTensor* scale_inv = state_.scale_inv(cls, slot);
+    if (cls == TensorClass::grad && grad_divisor_ > 1) {
+      // Gradients as the whole batch's: each data-parallel rank's loss is the
+      // mean over its own share, so the output gradient it sees is N times
+      // the whole batch's (the reduction averages later). Casting with
+      // scale / N quantises N*g exactly as one process quantises g (for N a
+      // power of two, bit for bit), and step end divides the recorded amax
+      // by N, so the scales do not depend on the world size either.
+      ops_.copy(scale, &grad_scale_.tensor());
+      ops_.scale(&grad_scale_.tensor(), 1.0 / grad_divisor_);
+      ops_.copy(scale_inv, &grad_scale_inv_.tensor());
+      ops_.scale(&grad_scale_inv_.tensor(), grad_divisor_);
+      scale = &grad_scale_.tensor();
+      scale_inv = &grad_scale_inv_.tensor();
+    }
+    ops_.cast(&source, &fp8, scale, amax_cell, /*accumulate_amax=*/true);
+    if (config_.count_saturation) count(cls, source, fp8, *scale);
+    return scale_inv;
   }
   // Current scaling: read amax (a cast whose result is overwritten below),
   // agree on it across the data-parallel group, derive the scale, cast.

@@ -32,8 +32,11 @@ namespace accel::fp8 {
 
 class Fp8Linear {
  public:
+  // `data_group`: the data-parallel group when it has several ranks (current
+  // scaling reduces each amax over it), else NULL. `grad_divisor`: its size
+  // (see "Gradients as the whole batch's" in the .cpp).
   Fp8Linear(const KernelOps& ops, const Fp8Config& config, ScalingState& state, DLDataType compute_dtype,
-            AccelGroup* data_group);
+            AccelGroup* data_group, int32_t grad_divisor);
 
   void forward(AccelLinearForwardArgs& args, const AccelLinearNext& next);
   void backward(AccelLinearBackwardArgs& args, const AccelLinearNext& next);
@@ -60,7 +63,11 @@ class Fp8Linear {
   ScalingState& state_;
   DLDataType compute_dtype_;
   AccelGroup* data_group_;
+  int32_t grad_divisor_;
   bool eval_ = false;
+  // Delayed scaling under data parallelism: the gradient scale / N and
+  // inverse scale x N this cast uses.
+  sdk::Buffer grad_scale_, grad_scale_inv_;
   // Current scaling scratch, per class: amax [1, 1], scale [1], scale_inv [1].
   std::array<sdk::Buffer, kNumClasses> current_amax_, current_scale_, current_scale_inv_;
   sdk::Buffer ones_;  // fp32 [tokens] of 1: the bias gradient's GEMM operand

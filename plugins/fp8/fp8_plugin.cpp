@@ -76,8 +76,9 @@ class Fp8 final : public sdk::Plugin {
     s.check(s.table()->model->get_info(s.host(), &model), "model get_info");
     world_ = ops_.group(ACCEL_GROUP_WORLD);
     data_ = ops_.group(ACCEL_GROUP_DATA);
+    data_size_ = ops_.group_size(data_);
     linear_ = std::make_unique<Fp8Linear>(ops_, config_, *state_, model->compute_dtype,
-                                          ops_.group_size(data_) > 1 ? data_ : nullptr);
+                                          data_size_ > 1 ? data_ : nullptr, data_size_);
     if (s.rank() == 0) {
       s.info() << "fp8: " << state_->num_linears() << " block linears, " << to_json(config_);
     }
@@ -96,7 +97,8 @@ class Fp8 final : public sdk::Plugin {
     linear_->set_eval(false);
     if ((args.flags & ACCEL_STEP_EVAL) != 0) return;  // evaluation changes no scale
     const std::array<ClassSummary, kNumClasses> summary =
-        config_.recipe == Recipe::delayed ? state_->end_step(args.step, world_) : state_->end_step_current();
+        config_.recipe == Recipe::delayed ? state_->end_step(args.step, world_, data_size_)
+                                          : state_->end_step_current(data_size_);
     record_metrics(summary);
     if (!config_.state_log.empty() && services().rank() == 0) append_state_log(args.step);
   }
@@ -105,7 +107,7 @@ class Fp8 final : public sdk::Plugin {
 
   void load_state(const AccelStateArgs&) override {
     if (!fp8::load_state(ops_, config_, *state_) && services().rank() == 0) {
-      services().info() << "fp8: the checkpoint holds no fp8 state (saved without fp8): scales start at 1";
+      services().warn() << "fp8: the checkpoint holds no fp8 state (saved without fp8): scales start at 1";
     }
   }
 
@@ -133,7 +135,7 @@ class Fp8 final : public sdk::Plugin {
       ops_.all_reduce(data_, &totals.tensor(), ACCEL_REDUCE_SUM, "fp8 cast counts");
       ops_.copy(&totals.tensor(), host_view.get());
       s.check(s.table()->memory->stream_synchronize(s.host(), nullptr), "synchronize");
-      const double replicas = ops_.group_size(data_);
+      const double replicas = data_size_;
       for (int c = 0; c < kNumClasses; ++c) {
         const double divide = c == static_cast<int>(TensorClass::weight) ? replicas : 1.0;
         const std::string name = to_string(static_cast<TensorClass>(c));
@@ -164,6 +166,7 @@ class Fp8 final : public sdk::Plugin {
   std::unique_ptr<Fp8Linear> linear_;
   AccelGroup* world_ = nullptr;
   AccelGroup* data_ = nullptr;
+  int32_t data_size_ = 1;
 };
 
 }  // namespace

@@ -64,6 +64,14 @@ void KernelOps::fill(const DLTensor* x, double value) const {
   s_.check(s_.table()->kernels->fill(s_.host(), &args), "fill");
 }
 
+void KernelOps::scale(const DLTensor* x, double alpha) const {
+  AccelScaleArgs args{};
+  args.struct_size = sizeof(args);
+  args.x = x;
+  args.alpha = alpha;
+  s_.check(s_.table()->kernels->scale(s_.host(), &args), "scale");
+}
+
 void KernelOps::copy(const DLTensor* src, const DLTensor* dst) const {
   AccelCopyArgs args{};
   args.struct_size = sizeof(args);

@@ -46,6 +46,7 @@ class KernelOps {
   void scale_update(const DLTensor* history, const DLTensor* scale, const DLTensor* scale_inv, DLDataType fp8_dtype,
                     int32_t margin, AccelAmaxAlgo algo, bool roll) const;
   void fill(const DLTensor* x, double value) const;
+  void scale(const DLTensor* x, double alpha) const;  // x *= alpha
   void copy(const DLTensor* src, const DLTensor* dst) const;
   void all_reduce(AccelGroup* group, const DLTensor* tensor, AccelReduceOp op, const char* label) const;
   AccelGroup* group(AccelGroupKind kind) const;

@@ -108,11 +108,13 @@ std::array<ClassSummary, kNumClasses> ScalingState::summarise(const std::vector<
   return out;
 }
 
-std::array<ClassSummary, kNumClasses> ScalingState::end_step(int64_t step, AccelGroup* world) {
+std::array<ClassSummary, kNumClasses> ScalingState::end_step(int64_t step, AccelGroup* world,
+                                                             int32_t grad_divisor) {
   ScaleGroup* groups[2] = {&forward_, &backward_};
   std::vector<float> rows[2];
   for (int i = 0; i < 2; ++i) {
     const CellView row0(groups[i]->history.tensor(), 0, groups[i]->columns);
+    if (groups[i] == &backward_ && grad_divisor > 1) ops_.scale(row0.get(), 1.0 / grad_divisor);
     ops_.all_reduce(world, row0.get(), ACCEL_REDUCE_MAX, "fp8 amax all_reduce");
     rows[i] = ops_.read_floats(*row0.get());
   }
@@ -135,11 +137,13 @@ std::array<ClassSummary, kNumClasses> ScalingState::end_step(int64_t step, Accel
   return summary;
 }
 
-std::array<ClassSummary, kNumClasses> ScalingState::end_step_current() {
+std::array<ClassSummary, kNumClasses> ScalingState::end_step_current(int32_t grad_divisor) {
   std::vector<float> rows[2];
   ScaleGroup* groups[2] = {&forward_, &backward_};
   for (int i = 0; i < 2; ++i) {
     const CellView row0(groups[i]->history.tensor(), 0, groups[i]->columns);
+    // Each cast's amax was already reduced over the data-parallel group.
+    if (groups[i] == &backward_ && grad_divisor > 1) ops_.scale(row0.get(), 1.0 / grad_divisor);
     rows[i] = ops_.read_floats(*row0.get());
     ops_.fill(row0.get(), 0.0);
   }

@@ -12,7 +12,8 @@
 // accumulate max |x| into it. At step end row 0 is all-reduced with MAX over
 // WORLD (TransformerEngine's amax reduction: every data-, tensor- and
 // pipeline-parallel rank then holds the same row and derives the same
-// scales, so N ranks train as one), then kernels->fp8_scale_update computes
+// scales, so N ranks train as one; the gradients' row is first divided by
+// the data-parallel size, see fp8_linear.cpp), then kernels->fp8_scale_update computes
 // scale = fp8_max / amax / 2^margin (a zero or non-finite amax keeps the old
 // scale) and shifts the rows down, every `interval` steps; between updates
 // the rows still shift and the scales stay.
@@ -81,9 +82,11 @@ class ScalingState {
 
   // Step end of a training step: reduce row 0 over `world`, summarise it for
   // the metrics, and update (every interval) and roll. `step` is 0-based.
-  std::array<ClassSummary, kNumClasses> end_step(int64_t step, AccelGroup* world);
+  // `grad_divisor`: the data-parallel size N; the gradients' row 0 holds N
+  // times the whole batch's amax (fp8_linear.cpp) and is divided by it first.
+  std::array<ClassSummary, kNumClasses> end_step(int64_t step, AccelGroup* world, int32_t grad_divisor);
   // Current scaling: only row 0 is kept (metrics); it is cleared here.
-  std::array<ClassSummary, kNumClasses> end_step_current();
+  std::array<ClassSummary, kNumClasses> end_step_current(int32_t grad_divisor);
 
   ScaleGroup& forward() { return forward_; }
   ScaleGroup& backward() { return backward_; }

@@ -269,7 +269,19 @@ class Metrics(TempDirMixin, unittest.TestCase):
 @unittest.skipUnless(MPIRUN, "mpirun not found")
 class Parity(TempDirMixin, unittest.TestCase):
     """fp8 on one rank equals fp8 under ddp and under fsdp on 2 and 4 ranks:
-    the amax all-reduce gives every rank the scales of the whole batch."""
+    the amax all-reduce gives every rank the scales of the whole batch, and
+    gradients are scaled as the whole batch's.
+
+    Each step is compared from the same state: the N-rank run resumes the
+    one-rank run's checkpoint of step k (weights, AdamW moments, fp8
+    histories and scales) and runs step k+1. Over a whole run the two would
+    drift apart by more: the last-bit differences data parallelism always
+    has (ddp's fp32 runs differ by ~1e-7) move an FP8 rounding now and then,
+    and AdamW turns a changed near-zero gradient into an lr-sized step; the
+    straight runs are compared with that looser bound."""
+
+    ARGS = [*COMMON, "--batch-size", 8, "--lr-decay-steps", 6, "--fp8.amax_history_len", 4,
+            "--fp8.amax_compute_algo", "max", "--fp8.margin", 1, *FP8]
 
     def losses(self, n, *extra, steps=8):
         path = self.path(f"run{n}.jsonl")
@@ -282,22 +294,40 @@ class Parity(TempDirMixin, unittest.TestCase):
             mpirun(n, *args)
         return read_metrics(path)
 
-    def check(self, one, many, what):
+    def check(self, one, many, what, tolerance=1e-5, same_scales=True):
         self.assertEqual(len(one), len(many))
         for x, y in zip(one, many):
-            self.assertLess(abs(x["loss"] - y["loss"]) / x["loss"], 1e-5, (what, x["step"], x["loss"], y["loss"]))
-            self.assertEqual(x["fp8.scale_grad"], y["fp8.scale_grad"], (what, x["step"]))
+            self.assertLess(abs(x["loss"] - y["loss"]) / x["loss"], tolerance, (what, x["step"], x["loss"], y["loss"]))
+            if same_scales:  # the gradients' scales do not depend on the world size
+                self.assertLess(abs(x["fp8.scale_grad"] - y["fp8.scale_grad"]) / x["fp8.scale_grad"], 1e-6,
+                                (what, x["step"]))
 
-    def test_ddp_and_fsdp_on_two_and_four_ranks(self):
-        one = self.losses(1)
+    def test_every_step_under_ddp_and_fsdp_on_two_and_four_ranks(self):
+        root = self.path("one")
+        run_host(*self.ARGS, "--steps", 6, "--save", root, "--save-every", 1, "--metrics-file", self.path("one.jsonl"))
+        one = read_metrics(self.path("one.jsonl"))
         for n in (2, 4):
-            for strategy in (["--plugin", "ddp"], ["--plugin", "fsdp"]):
-                with self.subTest(ranks=n, strategy=strategy[1]):
-                    self.check(one, self.losses(n, *strategy), (n, strategy[1]))
+            for strategy in ("ddp", "fsdp"):
+                for k in (1, 4):
+                    with self.subTest(ranks=n, strategy=strategy, step=k + 1):
+                        path = self.path("step.jsonl")
+                        if os.path.exists(path):
+                            os.remove(path)
+                        mpirun(n, *self.ARGS, "--plugin", strategy, "--steps", k + 1, "--resume",
+                               os.path.join(root, f"step_{k}"), "--metrics-file", path)
+                        self.check([one[k]], read_metrics(path), (n, strategy))
+                        self.assertLess(abs(one[k]["grad_norm"] - read_metrics(path)[0]["grad_norm"]) /
+                                        one[k]["grad_norm"], 1e-5)
+
+    def test_straight_runs_stay_close(self):
+        one = self.losses(1)
+        for n, strategy in ((2, "fsdp"), (4, "ddp")):
+            with self.subTest(ranks=n, strategy=strategy):
+                self.check(one, self.losses(n, "--plugin", strategy), (n, strategy), tolerance=5e-4, same_scales=False)
 
     def test_current_scaling_under_ddp(self):
-        one = self.losses(1, "--fp8.recipe", "current", "--fp8.fp8_format", "E4M3", steps=4)
-        self.check(one, self.losses(2, "--fp8.recipe", "current", "--fp8.fp8_format", "E4M3", steps=4), "current")
+        args = ["--fp8.recipe", "current", "--fp8.fp8_format", "E4M3"]
+        self.check(self.losses(1, *args, steps=3), self.losses(2, *args, "--plugin", "ddp", steps=3), "current")
 
     def test_eight_ranks_fsdp_with_fp8(self):
         # The mission's command line, at a tiny shape.
@@ -312,8 +342,9 @@ class Parity(TempDirMixin, unittest.TestCase):
 
 
 class Resume(TempDirMixin, unittest.TestCase):
-    ARGS = [*COMMON, *FP8, "--batch-size", 8, "--lr-decay-steps", 8, "--fp8.amax_history_len", 4,
-            "--fp8.amax_compute_algo", "max", "--fp8.interval", 2]
+    RECIPE = [*COMMON, *FP8, "--batch-size", 8, "--lr-decay-steps", 8, "--fp8.amax_compute_algo", "max",
+              "--fp8.interval", 2]
+    ARGS = [*RECIPE, "--fp8.amax_history_len", 4]
 
     def test_resume_is_bit_exact_with_the_fp8_state(self):
         straight, split = self.path("straight"), self.path("split")
@@ -333,8 +364,7 @@ class Resume(TempDirMixin, unittest.TestCase):
     def test_a_checkpoint_without_fp8_state_resumes_with_fresh_scales(self):
         ckpt = self.path("plain")
         run_host(*COMMON, "--batch-size", 8, "--steps", 2, "--save", ckpt)
-        proc = run_host(*self.ARGS, "--steps", 4, "--resume", ckpt, "--metrics-file", self.path("m.jsonl"),
-                        "--log-level", "info")
+        proc = run_host(*self.ARGS, "--steps", 4, "--resume", ckpt, "--metrics-file", self.path("m.jsonl"))
         rows = read_metrics(self.path("m.jsonl"))
         self.assertEqual([r["step"] for r in rows], [3, 4])
         self.assertIn("holds no fp8 state", proc.stderr + proc.stdout)
@@ -342,7 +372,7 @@ class Resume(TempDirMixin, unittest.TestCase):
     def test_another_history_length_is_refused(self):
         ckpt = self.path("ckpt")
         run_host(*self.ARGS, "--steps", 2, "--save", ckpt)
-        proc = run_host(*self.ARGS, "--steps", 4, "--resume", ckpt, "--fp8.amax_history_len", 8, check=False)
+        proc = run_host(*self.RECIPE, "--steps", 4, "--resume", ckpt, "--fp8.amax_history_len", 8, check=False)
         self.assertNotEqual(proc.returncode, 0)
         lines = error_lines(proc.stderr)
         self.assertEqual(len(lines), 1, proc.stderr)
