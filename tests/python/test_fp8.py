@@ -14,7 +14,7 @@ import unittest
 import torch
 
 import gpt_reference as ref
-from accel_testing import MPIRUN, TempDirMixin, mpirun, read_metrics, run_host, write_tokens
+from accel_testing import ACCEL_HOST, MPIRUN, TempDirMixin, mpirun, read_metrics, run_host, write_tokens
 
 COMMON = ["--model", "gpt-tiny", "--lr", 3e-3, "--warmup-steps", 2, "--log-level", "warn", "--threads", 1]
 FP8 = ["--plugin", "fp8"]
@@ -339,6 +339,13 @@ class Parity(TempDirMixin, unittest.TestCase):
         self.assertEqual([r["step"] for r in rows], list(range(1, 21)))
         self.assertLess(rows[-1]["loss"], rows[0]["loss"])
         self.assertIn("fp8.amax_grad", rows[-1])
+
+
+class Conformance(unittest.TestCase):
+    def test_check_plugin_passes(self):
+        plugin = os.path.join(os.path.dirname(ACCEL_HOST), "..", "lib", "accel", "plugins", "libaccel_fp8.so")
+        proc = run_host("check-plugin", plugin, timeout=300)
+        self.assertIn("0 failed", proc.stdout + proc.stderr)
 
 
 class Resume(TempDirMixin, unittest.TestCase):
