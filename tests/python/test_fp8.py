@@ -262,6 +262,17 @@ class Metrics(TempDirMixin, unittest.TestCase):
         # once the scales follow amax, far fewer elements underflow.
         self.assertEqual(rows[0]["fp8.scale_weight"], 1.0)
         self.assertGreater(rows[0]["fp8.underflow_weight"], 0)
+        # Exactly: the initial block weights that are non-zero but round to
+        # zero in E4M3 at scale 1, and those beyond 448 (none).
+        from safetensors.torch import load_file
+        run_host(*COMMON, "--steps", 0, "--batch-size", 8, "--save", self.path("init"))
+        weights = load_file(os.path.join(self.path("init"), "step_0", "model.safetensors"))
+        linears = [w for name, w in weights.items() if name.startswith("h.") and name.endswith("weight")
+                   and w.dim() == 2]
+        self.assertEqual(len(linears), 8)
+        expected = sum(int(((w != 0) & (w.to(torch.float8_e4m3fn).float() == 0)).sum()) for w in linears)
+        self.assertEqual(rows[0]["fp8.underflow_weight"], expected)
+        self.assertEqual(rows[0]["fp8.saturated_weight"], 0)
         self.assertLess(rows[-1]["fp8.underflow_weight"], rows[0]["fp8.underflow_weight"])
         self.assertGreater(rows[-1]["fp8.scale_weight"], 1.0)
 
