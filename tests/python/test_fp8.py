@@ -340,6 +340,19 @@ class Parity(TempDirMixin, unittest.TestCase):
         args = ["--fp8.recipe", "current", "--fp8.fp8_format", "E4M3"]
         self.check(self.losses(1, *args, steps=3), self.losses(2, *args, "--plugin", "ddp", steps=3), "current")
 
+    def test_bf16_fsdp_with_checkpointing_and_accumulation(self):
+        # bf16 gathered weights, activation checkpointing reruns (amax folds
+        # in idempotently), two micro-batches per step.
+        path = self.path("bf16.jsonl")
+        mpirun(2, "--model", "gpt-tiny", *TINY, "--plugin", "fsdp", "--plugin", "fp8", "--mixed-precision", "bf16",
+               "--fsdp.activation_checkpointing", "true", "--fsdp.auto_wrap_policy", "transformer_based_wrap",
+               "--grad-accum", 2, "--steps", 4, "--batch-size", 8, "--threads", 1, "--log-level", "warn",
+               "--metrics-file", path)
+        rows = read_metrics(path)
+        self.assertEqual(len(rows), 4)
+        self.assertEqual(rows[0]["fp8.scale_grad"], 1.0)
+        self.assertGreater(rows[1]["fp8.scale_grad"], 1.0)  # the first update happened
+
     def test_eight_ranks_fsdp_with_fp8(self):
         # The mission's command line, at a tiny shape.
         path = self.path("eight.jsonl")
