@@ -449,6 +449,11 @@ class FsdpOptions(unittest.TestCase):
 
     def test_ram_efficient_loading_needs_synced_states(self):
         self.refused("--fsdp.cpu_ram_efficient_loading", "true", mentions=["requires sync_module_states"])
+        # A combination refused by create (ACCEL_ERROR_INVALID_ARGUMENT) is a
+        # usage error, like a value the schema refuses: exit 2.
+        proc = run_host(*COMMON, *FSDP, "--steps", 1, "--batch-size", 8, "--fsdp.cpu_ram_efficient_loading", "true",
+                        check=False, timeout=120)
+        self.assertEqual(proc.returncode, 2, proc.stderr)
 
     def test_shard_options_under_no_shard(self):
         self.refused("--fsdp.sharding_strategy", "NO_SHARD", "--fsdp.param_dtype", "bf16",
