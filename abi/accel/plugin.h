@@ -187,7 +187,9 @@ typedef struct AccelCreateArgs {
 
 /* Reads and cross-checks options (bad combinations fail here with one line)
  * and creates the instance. Options and identity are available; groups and
- * local shapes are not yet. */
+ * local shapes are not yet. A refusal returned as
+ * ACCEL_ERROR_INVALID_ARGUMENT is reported as a usage error (exit 2), like a
+ * value the option schema refuses; any other failure as a run failure. */
 typedef AccelStatus AccelHookCreateFn(AccelCreateArgs* args);
 
 typedef struct AccelPlanArgs {

@@ -1,0 +1,175 @@
+// fp8 — FP8 training of every block linear (FP8RecipeKwargs): the inner
+// link of the linear chain, TransformerEngine's delayed scaling (or current
+// scaling) with per-tensor scales for inputs, weights and output gradients.
+//
+// This file is the plugin's public face — descriptor, option schema, hooks —
+// and wires the parts together: fp8_config (options), scaling_state
+// (histories, scales, the step-end update), fp8_linear (the link),
+// cast_counter (saturation metrics), checkpoint_io (save/load). It knows
+// nothing of ddp, fsdp or any other plugin: everything it needs crosses the
+// ABI (the chain, kernels->cast / gemm / fp8_scale_update, comm->all_reduce
+// over WORLD, the checkpoint services). Every FP8RecipeKwargs field is
+// documented in plugins/fp8/README.md.
+//
+// Built with the SDK against the ABI headers alone. Hooks run on the host's
+// loop thread only.
+#include <accel/sdk/sdk.hpp>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "checkpoint_io.h"
+#include "fp8_config.h"
+#include "fp8_linear.h"
+#include "kernel_ops.h"
+#include "scaling_state.h"
+
+namespace accel::fp8 {
+namespace {
+
+class Fp8 final : public sdk::Plugin {
+ public:
+  static constexpr sdk::PluginInfo info{
+      "fp8", "1.0.0",
+      "FP8 linears with TransformerEngine's delayed (or current) per-tensor scaling (FP8RecipeKwargs)",
+      ACCEL_PLUGIN_PRECISION, ACCEL_CAP_CPU | ACCEL_CAP_CUDA};
+
+  static constexpr sdk::Option options[] = {
+      {"fp8_format", ACCEL_OPTION_STRING, "HYBRID",
+       "HYBRID (E4M3 inputs and weights, E5M2 gradients) or E4M3 (everywhere); case-insensitive"},
+      {"margin", ACCEL_OPTION_INT, "0", "scale = fp8_max / amax / 2^margin; 0..64"},
+      {"interval", ACCEL_OPTION_INT, "1", "recompute the scales every interval steps (the history records every step)"},
+      {"amax_history_len", ACCEL_OPTION_INT, "1024", "steps of amax history per tensor; >= 1"},
+      {"amax_compute_algo", ACCEL_OPTION_STRING, "most_recent",
+       "max (largest amax in the history) or most_recent (this step's)"},
+      {"override_linear_precision", ACCEL_OPTION_STRING, "false,false,false",
+       "fprop,dgrad,wgrad: true keeps that GEMM in the higher precision"},
+      {"use_autocast_during_eval", ACCEL_OPTION_BOOL, "false",
+       "run evaluation steps' linears in FP8 too (else in the higher precision)"},
+      {"backend", ACCEL_OPTION_STRING, "te",
+       "te or msamp: the same FP8 linears; see plugins/fp8/README.md for what msamp's opt_level does here"},
+      {"opt_level", ACCEL_OPTION_STRING, "O2", "msamp only: O1 or O2 (O3 is DeepSpeed-only in Accelerate)"},
+      {"recipe", ACCEL_OPTION_STRING, "delayed",
+       "delayed (DelayedScaling: scales from the amax history) or current (Float8CurrentScaling: each cast's own "
+       "amax)"},
+      {"count_saturation", ACCEL_OPTION_BOOL, "true",
+       "count saturated and underflowed elements per step (on GPU ranks: a copy to the host per cast)"},
+      {"state_log", ACCEL_OPTION_STRING, nullptr,
+       "diagnostics: rank 0 appends every step's amax rows, scales and histories as one JSON line to this file"},
+  };
+
+  explicit Fp8(const sdk::Services& s) : Plugin(s), config_(read_config(s)), ops_(s) {
+    if (config_.backend == Backend::msamp && s.rank() == 0) {
+      s.warn() << "fp8: backend msamp O" << config_.opt_level
+               << " runs the FP8 linears of the recipe; MS-AMP's FP8 weight storage"
+               << (config_.opt_level == 2 ? ", FP8/FP16 AdamW moments" : "")
+               << " and FP8 gradient all-reduce belong to the optimizer and the parallel plugin and are not "
+                  "changed by fp8 (plugins/fp8/README.md)";
+    }
+  }
+
+  void setup(const AccelSetupArgs&) override {
+    const sdk::Services& s = services();
+    state_ = std::make_unique<ScalingState>(ops_, config_, find_block_linears(s));
+    const AccelModelInfo* model = nullptr;
+    s.check(s.table()->model->get_info(s.host(), &model), "model get_info");
+    world_ = ops_.group(ACCEL_GROUP_WORLD);
+    data_ = ops_.group(ACCEL_GROUP_DATA);
+    data_size_ = ops_.group_size(data_);
+    linear_ = std::make_unique<Fp8Linear>(ops_, config_, *state_, model->compute_dtype,
+                                          data_size_ > 1 ? data_ : nullptr, data_size_);
+    if (s.rank() == 0) {
+      s.info() << "fp8: " << state_->num_linears() << " block linears, " << to_json(config_);
+    }
+  }
+
+  void step_begin(const AccelStepArgs& args) override { linear_->set_eval((args.flags & ACCEL_STEP_EVAL) != 0); }
+
+  void linear_forward(AccelLinearForwardArgs& args, const AccelLinearNext& next) override {
+    linear_->forward(args, next);
+  }
+  void linear_backward(AccelLinearBackwardArgs& args, const AccelLinearNext& next) override {
+    linear_->backward(args, next);
+  }
+
+  void step_end(const AccelStepArgs& args) override {
+    linear_->set_eval(false);
+    if ((args.flags & ACCEL_STEP_EVAL) != 0) return;  // evaluation changes no scale
+    const std::array<ClassSummary, kNumClasses> summary =
+        config_.recipe == Recipe::delayed ? state_->end_step(args.step, world_, data_size_)
+                                          : state_->end_step_current(data_size_);
+    record_metrics(summary);
+    if (!config_.state_log.empty() && services().rank() == 0) append_state_log(args.step);
+  }
+
+  void save_state(const AccelStateArgs&) override { fp8::save_state(ops_, config_, *state_, services().rank()); }
+
+  void load_state(const AccelStateArgs&) override {
+    if (!fp8::load_state(ops_, config_, *state_) && services().rank() == 0) {
+      services().warn() << "fp8: the checkpoint holds no fp8 state (saved without fp8): scales start at 1";
+    }
+  }
+
+  void teardown() override {
+    linear_.reset();
+    state_.reset();
+  }
+
+ private:
+  void record_metrics(const std::array<ClassSummary, kNumClasses>& summary) {
+    const sdk::Services& s = services();
+    std::array<CastCounts, kNumClasses> counts = linear_->take_counts();
+    if (config_.count_saturation) {
+      // Inputs and gradients are split over the data-parallel ranks: sum
+      // their counts; weights are replicated: every rank counted the same.
+      double local[2 * kNumClasses];
+      for (int c = 0; c < kNumClasses; ++c) {
+        local[2 * c] = static_cast<double>(counts[static_cast<size_t>(c)].saturated);
+        local[2 * c + 1] = static_cast<double>(counts[static_cast<size_t>(c)].underflow);
+      }
+      sdk::Buffer totals = ops_.allocate(ACCEL_MEMORY_WORKSPACE, DLDataType{kDLFloat, 64, 1}, {2 * kNumClasses},
+                                         "fp8 cast counts");
+      const sdk::FlatView host_view(local, 2 * kNumClasses, DLDataType{kDLFloat, 64, 1});
+      ops_.copy(host_view.get(), &totals.tensor());
+      ops_.all_reduce(data_, &totals.tensor(), ACCEL_REDUCE_SUM, "fp8 cast counts");
+      ops_.copy(&totals.tensor(), host_view.get());
+      s.check(s.table()->memory->stream_synchronize(s.host(), nullptr), "synchronize");
+      const double replicas = data_size_;
+      for (int c = 0; c < kNumClasses; ++c) {
+        const double divide = c == static_cast<int>(TensorClass::weight) ? replicas : 1.0;
+        const std::string name = to_string(static_cast<TensorClass>(c));
+        s.metric(("saturated_" + name).c_str(), local[2 * c] / divide, ACCEL_METRIC_LAST);
+        s.metric(("underflow_" + name).c_str(), local[2 * c + 1] / divide, ACCEL_METRIC_LAST);
+      }
+    }
+    for (int c = 0; c < kNumClasses; ++c) {
+      const std::string name = to_string(static_cast<TensorClass>(c));
+      s.metric(("amax_" + name).c_str(), summary[static_cast<size_t>(c)].amax, ACCEL_METRIC_LAST);
+      s.metric(("scale_" + name).c_str(), summary[static_cast<size_t>(c)].min_scale, ACCEL_METRIC_LAST);
+    }
+  }
+
+  void append_state_log(int64_t step) {
+    const std::string line = state_->to_json_line(step) + "\n";
+    std::FILE* f = std::fopen(config_.state_log.c_str(), "a");
+    if (f == nullptr) {
+      throw sdk::Error(ACCEL_ERROR_IO, "state_log: cannot open " + config_.state_log + " for appending");
+    }
+    const bool ok = std::fwrite(line.data(), 1, line.size(), f) == line.size();
+    if (std::fclose(f) != 0 || !ok) throw sdk::Error(ACCEL_ERROR_IO, "state_log: cannot write " + config_.state_log);
+  }
+
+  const Fp8Config config_;
+  const KernelOps ops_;
+  std::unique_ptr<ScalingState> state_;
+  std::unique_ptr<Fp8Linear> linear_;
+  AccelGroup* world_ = nullptr;
+  AccelGroup* data_ = nullptr;
+  int32_t data_size_ = 1;
+};
+
+}  // namespace
+}  // namespace accel::fp8
+
+ACCEL_PLUGIN(accel::fp8::Fp8)

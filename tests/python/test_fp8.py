@@ -1,0 +1,455 @@
+"""The fp8 plugin: TransformerEngine's scaling recipe on every block linear.
+
+A Python reference of the recipe written here (torch's float8 dtypes, the
+host's history layout) reproduces every scale and amax history bit for bit
+over 30 steps, for both formats and both amax algorithms with margin and
+interval set; an FP8 GPT written from the definitions (gpt_reference.py with
+its block linears quantised) gives the same per-step losses; N ranks under
+ddp or fsdp train as one; resume is bit-exact with the fp8 state; bad options
+fail with one line and exit 2."""
+import json
+import os
+import unittest
+
+import torch
+
+import gpt_reference as ref
+from accel_testing import ACCEL_HOST, MPIRUN, TempDirMixin, mpirun, read_metrics, run_host, write_tokens
+
+COMMON = ["--model", "gpt-tiny", "--lr", 3e-3, "--warmup-steps", 2, "--log-level", "warn", "--threads", 1]
+FP8 = ["--plugin", "fp8"]
+# A small model for the multi-rank runs: the whole suite must stay fast.
+TINY = ["--n-layer", 1, "--n-embd", 32, "--n-head", 2, "--seq-len", 16, "--vocab-size", 128]
+
+FP8_MAX = {torch.float8_e4m3fn: 448.0, torch.float8_e5m2: 57344.0}
+
+
+def error_lines(stderr):
+    return [line for line in stderr.splitlines() if "[error]" in line]
+
+
+def read_state_log(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+class Recipe:
+    """Delayed scaling as TransformerEngine defines it: scale = fp8_max /
+    amax / 2^margin from the history (max or most recent), a zero or
+    non-finite amax keeping the old scale, recomputed every `interval` steps;
+    the history records every step. Layout as the plugin's state: row 0 is
+    the step in progress and rows shift down (TransformerEngine rotates the
+    other way; the window holds the same steps)."""
+
+    def __init__(self, linears, length, fmt, algo, margin, interval):
+        self.algo, self.margin, self.interval = algo, margin, interval
+        self.forward_dtype = torch.float8_e4m3fn
+        self.backward_dtype = torch.float8_e5m2 if fmt == "HYBRID" else torch.float8_e4m3fn
+        self.forward_history = torch.zeros(length, 2 * linears)
+        self.backward_history = torch.zeros(length, linears)
+        self.forward_scale = torch.ones(2 * linears)
+        self.backward_scale = torch.ones(linears)
+
+    def update(self, history, scale, dtype, recompute):
+        if recompute:
+            amax = history[0] if self.algo == "most_recent" else history.amax(0)
+            target = torch.full_like(amax, FP8_MAX[dtype] / 2 ** self.margin)
+            proposed = target / amax
+            usable = torch.isfinite(amax) & (amax > 0) & torch.isfinite(proposed) & (proposed > 0)
+            scale.copy_(torch.where(usable, proposed, scale))
+        history[1:] = history[:-1].clone()
+        history[0] = 0
+
+    def end_step(self, step):
+        recompute = (step + 1) % self.interval == 0
+        self.update(self.forward_history, self.forward_scale, self.forward_dtype, recompute)
+        self.update(self.backward_history, self.backward_scale, self.backward_dtype, recompute)
+
+
+def quantize(x, scale, dtype):
+    """The host's saturating cast: fp32 product, clamp to +-fp8_max, round to nearest even."""
+    limit = FP8_MAX[dtype]
+    return (x.float() * scale).clamp(-limit, limit).to(dtype)
+
+
+class Fp8LinearFunction(torch.autograd.Function):
+    """y = x W^T + b on FP8 operands, dgrad and wgrad on FP8 gradients,
+    fp32 accumulation, the bias gradient in fp32; amax recorded in the
+    recipe's row 0 (max over the step's micro-batches)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, recipe, slot):
+        n = recipe.backward_history.shape[1]
+        x2 = x.reshape(-1, x.shape[-1])
+        recipe.forward_history[0, slot] = max(recipe.forward_history[0, slot], x2.abs().max())
+        recipe.forward_history[0, n + slot] = max(recipe.forward_history[0, n + slot], weight.abs().max())
+        sx, sw = recipe.forward_scale[slot].clone(), recipe.forward_scale[n + slot].clone()
+        ix, iw = sx.reciprocal(), sw.reciprocal()
+        x8, w8 = quantize(x2, sx, recipe.forward_dtype), quantize(weight, sw, recipe.forward_dtype)
+        y = torch.matmul(x8.float() * ix, w8.float().t() * iw) + bias
+        ctx.save_for_backward(x8, w8, ix, iw)
+        ctx.recipe, ctx.slot, ctx.shape = recipe, slot, x.shape
+        return y.reshape(*x.shape[:-1], y.shape[-1])
+
+    @staticmethod
+    def backward(ctx, grad):
+        x8, w8, ix, iw = ctx.saved_tensors
+        recipe, slot = ctx.recipe, ctx.slot
+        g = grad.reshape(-1, grad.shape[-1]).contiguous()
+        recipe.backward_history[0, slot] = max(recipe.backward_history[0, slot], g.abs().max())
+        sg = recipe.backward_scale[slot].clone()
+        ig = sg.reciprocal()
+        g8 = quantize(g, sg, recipe.backward_dtype)
+        dx = torch.matmul(g8.float() * ig, w8.float() * iw)
+        dw = torch.matmul(g8.float().t() * ig, x8.float() * ix)
+        db = torch.matmul(torch.ones(1, g.shape[0]), g).reshape(-1)
+        return dx.reshape(ctx.shape), dw, db, None, None
+
+
+def fp8_gpt(shape, recipe):
+    """gpt_reference.GPT with its block linears (c_attn, attn.c_proj, c_fc,
+    mlp.c_proj: the plugin's slot order) quantised."""
+    model = ref.GPT(**shape)
+    slot = 0
+    for block in model.h:
+        for linear in (block.attn.c_attn, block.attn.c_proj, block.mlp.c_fc, block.mlp.c_proj):
+            linear.forward = (lambda s, m: lambda x: Fp8LinearFunction.apply(x, m.weight, m.bias, recipe, s))(
+                slot, linear)
+            slot += 1
+    return model, slot
+
+
+SHAPE = dict(n_layer=2, n_head=4, n_embd=64, seq_len=32, vocab_size=256)
+HYPER = dict(lr=2e-3, min_lr=2e-4, warmup=5, schedule="cosine", betas=(0.9, 0.95), eps=1e-8,
+             weight_decay=0.1, grad_clip=1.0)
+BATCH, ACCUM = 8, 2
+
+
+class RecipeAgainstReference(TempDirMixin, unittest.TestCase):
+    """The recipe and the training step against the Python reference."""
+
+    def host_args(self, steps, save_dir=None, metrics=None, extra=()):
+        args = ["--model", "gpt-tiny", "--n-layer", SHAPE["n_layer"], "--n-head", SHAPE["n_head"],
+                "--n-embd", SHAPE["n_embd"], "--seq-len", SHAPE["seq_len"], "--vocab-size", SHAPE["vocab_size"],
+                "--data", "tokens:" + self.tokens_path, "--data-order", "sequential",
+                "--steps", steps, "--batch-size", BATCH, "--grad-accum", ACCUM, "--seed", 5,
+                "--lr", HYPER["lr"], "--min-lr", HYPER["min_lr"], "--warmup-steps", HYPER["warmup"],
+                "--lr-schedule", HYPER["schedule"], "--beta1", HYPER["betas"][0], "--beta2", HYPER["betas"][1],
+                "--eps", HYPER["eps"], "--weight-decay", HYPER["weight_decay"], "--grad-clip", HYPER["grad_clip"],
+                "--log-level", "warn", "--threads", 1, *extra]
+        if save_dir:
+            args += ["--save", save_dir]
+        if metrics:
+            args += ["--metrics-file", metrics]
+        return args
+
+    def setUp(self):
+        super().setUp()
+        self.tokens_path = self.path("tokens.bin")
+        self.tokens = write_tokens(self.tokens_path, 40_000, SHAPE["vocab_size"])
+
+    def fp8_run(self, steps, fmt, algo, margin, interval, length):
+        log = self.path(f"state_{fmt}_{algo}.jsonl")
+        metrics = self.path(f"metrics_{fmt}_{algo}.jsonl")
+        extra = [*FP8, "--fp8.fp8_format", fmt, "--fp8.amax_compute_algo", algo, "--fp8.margin", margin,
+                 "--fp8.interval", interval, "--fp8.amax_history_len", length, "--fp8.state_log", log]
+        run_host(*self.host_args(steps, metrics=metrics, extra=extra))
+        return read_state_log(log), read_metrics(metrics)
+
+    def test_every_scale_and_history_over_30_steps(self):
+        # The host's step-end amax rows drive the reference recipe; every scale
+        # and every history row it derives must equal the plugin's, bit for bit.
+        for fmt in ("HYBRID", "E4M3"):
+            for algo in ("max", "most_recent"):
+                with self.subTest(fp8_format=fmt, amax_compute_algo=algo):
+                    states, metrics = self.fp8_run(30, fmt, algo, margin=1, interval=3, length=4)
+                    self.assertEqual([s["step"] for s in states], list(range(30)))
+                    linears = len(states[0]["backward_scale"])
+                    self.assertEqual(linears, 4 * SHAPE["n_layer"])
+                    recipe = Recipe(linears, 4, fmt, algo, margin=1, interval=3)
+                    changed = 0
+                    for step, state in enumerate(states):
+                        recipe.forward_history[0] = torch.tensor(state["forward_amax"])
+                        recipe.backward_history[0] = torch.tensor(state["backward_amax"])
+                        before = recipe.forward_scale.clone()
+                        recipe.end_step(step)
+                        changed += int(not torch.equal(before, recipe.forward_scale))
+                        for name in ("forward_scale", "backward_scale"):
+                            self.assertTrue(torch.equal(torch.tensor(state[name]), getattr(recipe, name)),
+                                            (step, name, state[name], getattr(recipe, name)))
+                        for name in ("forward_history", "backward_history"):
+                            mine = torch.tensor(state[name]).reshape(getattr(recipe, name).shape)
+                            self.assertTrue(torch.equal(mine, getattr(recipe, name)), (step, name))
+                    self.assertEqual(changed, 10)  # recomputed on steps 3, 6, ..., 30 only
+                    # amax metrics are the reduced rows' maxima.
+                    n = linears
+                    f32 = lambda v: torch.tensor(v, dtype=torch.float32).item()
+                    for state, row in zip(states, metrics):
+                        self.assertEqual(f32(row["fp8.amax_input"]), f32(max(state["forward_amax"][:n])))
+                        self.assertEqual(f32(row["fp8.amax_weight"]), f32(max(state["forward_amax"][n:])))
+                        self.assertEqual(f32(row["fp8.amax_grad"]), f32(max(state["backward_amax"])))
+
+    def test_losses_match_an_fp8_gpt_in_python(self):
+        # Every step k of a 30-step run, replayed in Python from the host's
+        # weights after k steps and its scales after k updates: the loss, the
+        # gradient norm (dgrad and wgrad on FP8 gradients) and every amax the
+        # step records must be the reference's. (Replaying from the host's
+        # state keeps the comparison per step: over many steps, last-bit
+        # differences of the two AdamW implementations move an FP8 rounding
+        # now and then, which Adam turns into lr-sized steps.)
+        steps, fmt, algo, margin, interval, length = 30, "HYBRID", "max", 1, 2, 4
+        run_host(*self.host_args(0, save_dir=self.path("init")))
+        log, metrics = self.path("state.jsonl"), self.path("metrics.jsonl")
+        run_host(*self.host_args(steps, save_dir=self.path("run"), metrics=metrics, extra=[
+            *FP8, "--fp8.fp8_format", fmt, "--fp8.amax_compute_algo", algo, "--fp8.margin", margin,
+            "--fp8.interval", interval, "--fp8.amax_history_len", length, "--fp8.state_log", log,
+            "--save-every", 1]))
+        states, ours = read_state_log(log), read_metrics(metrics)
+        from safetensors.torch import load_file
+        linears = 4 * SHAPE["n_layer"]
+        for step in range(steps):
+            folder = os.path.join(self.path("init"), "step_0") if step == 0 else \
+                os.path.join(self.path("run"), f"step_{step}")
+            recipe = Recipe(linears, length, fmt, algo, margin, interval)
+            if step > 0:
+                recipe.forward_scale = torch.tensor(states[step - 1]["forward_scale"])
+                recipe.backward_scale = torch.tensor(states[step - 1]["backward_scale"])
+            model, _ = fp8_gpt(SHAPE, recipe)
+            model.load_state_dict(load_file(os.path.join(folder, "model.safetensors")))
+            losses = []
+            for x, y in ref.sequential_micro_batches(self.tokens, step, BATCH, ACCUM, SHAPE["seq_len"]):
+                loss = model(x, y)
+                (loss / ACCUM).backward()
+                losses.append(loss.item())
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), HYPER["grad_clip"]).item()
+            loss = sum(losses) / ACCUM
+            with self.subTest(step=step + 1):
+                self.assertLess(abs(ours[step]["loss"] - loss) / loss, 1e-6,
+                                f"step {step + 1}: accel {ours[step]['loss']} reference {loss}")
+                self.assertLess(abs(ours[step]["grad_norm"] - norm) / norm, 1e-5, (ours[step]["grad_norm"], norm))
+                for name in ("forward", "backward"):
+                    mine = torch.tensor(states[step][f"{name}_amax"])
+                    theirs = getattr(recipe, f"{name}_history")[0]
+                    self.assertTrue(torch.allclose(mine, theirs, rtol=1e-5, atol=0), (name, mine, theirs))
+        self.assertLess(ours[-1]["loss"], ours[0]["loss"])  # it learns
+
+    def test_all_gemms_overridden_is_the_plain_run(self):
+        plain, over = self.path("plain.jsonl"), self.path("over.jsonl")
+        run_host(*self.host_args(5, metrics=plain))
+        run_host(*self.host_args(5, metrics=over, extra=[*FP8, "--fp8.override_linear_precision",
+                                                          "true,true,true"]))
+        self.assertEqual([r["loss"] for r in read_metrics(plain)], [r["loss"] for r in read_metrics(over)])
+        # FP8 fprop alone changes the numbers.
+        fprop = self.path("fprop.jsonl")
+        run_host(*self.host_args(5, metrics=fprop, extra=[*FP8, "--fp8.override_linear_precision",
+                                                           "false,true,true"]))
+        self.assertNotEqual([r["loss"] for r in read_metrics(plain)], [r["loss"] for r in read_metrics(fprop)])
+
+
+class Metrics(TempDirMixin, unittest.TestCase):
+    def test_saturation_and_underflow_counts(self):
+        path = self.path("m.jsonl")
+        run_host(*COMMON, *FP8, "--steps", 6, "--batch-size", 8, "--fp8.amax_history_len", 1,
+                 "--metrics-file", path)
+        rows = read_metrics(path)
+        for key in ("amax_input", "amax_weight", "amax_grad", "scale_input", "scale_weight", "scale_grad",
+                    "saturated_input", "saturated_weight", "saturated_grad", "underflow_input",
+                    "underflow_weight", "underflow_grad"):
+            self.assertIn("fp8." + key, rows[0], key)
+            self.assertTrue(all(r["fp8." + key] >= 0 for r in rows), key)
+        # Step 1 casts with scale 1: gradients are far below E5M2's smallest
+        # values' scale and weights (std 0.02) lose their smallest elements;
+        # once the scales follow amax, far fewer elements underflow.
+        self.assertEqual(rows[0]["fp8.scale_weight"], 1.0)
+        self.assertGreater(rows[0]["fp8.underflow_weight"], 0)
+        # Exactly: the initial block weights that are non-zero but round to
+        # zero in E4M3 at scale 1, and those beyond 448 (none).
+        from safetensors.torch import load_file
+        run_host(*COMMON, "--steps", 0, "--batch-size", 8, "--save", self.path("init"))
+        weights = load_file(os.path.join(self.path("init"), "step_0", "model.safetensors"))
+        linears = [w for name, w in weights.items() if name.startswith("h.") and name.endswith("weight")
+                   and w.dim() == 2]
+        self.assertEqual(len(linears), 8)
+        expected = sum(int(((w != 0) & (w.to(torch.float8_e4m3fn).float() == 0)).sum()) for w in linears)
+        self.assertEqual(rows[0]["fp8.underflow_weight"], expected)
+        self.assertEqual(rows[0]["fp8.saturated_weight"], 0)
+        self.assertLess(rows[-1]["fp8.underflow_weight"], rows[0]["fp8.underflow_weight"])
+        self.assertGreater(rows[-1]["fp8.scale_weight"], 1.0)
+
+
+@unittest.skipUnless(MPIRUN, "mpirun not found")
+class Parity(TempDirMixin, unittest.TestCase):
+    """fp8 on one rank equals fp8 under ddp and under fsdp on 2 and 4 ranks:
+    the amax all-reduce gives every rank the scales of the whole batch, and
+    gradients are scaled as the whole batch's.
+
+    Each step is compared from the same state: the N-rank run resumes the
+    one-rank run's checkpoint of step k (weights, AdamW moments, fp8
+    histories and scales) and runs step k+1. Over a whole run the two would
+    drift apart by more: the last-bit differences data parallelism always
+    has (ddp's fp32 runs differ by ~1e-7) move an FP8 rounding now and then,
+    and AdamW turns a changed near-zero gradient into an lr-sized step; the
+    straight runs are compared with that looser bound."""
+
+    ARGS = [*COMMON, "--batch-size", 8, "--lr-decay-steps", 6, "--fp8.amax_history_len", 4,
+            "--fp8.amax_compute_algo", "max", "--fp8.margin", 1, *FP8]
+
+    def losses(self, n, *extra, steps=8):
+        path = self.path(f"run{n}.jsonl")
+        if os.path.exists(path):
+            os.remove(path)
+        args = [*COMMON, *FP8, "--steps", steps, "--batch-size", 8, "--metrics-file", path, *extra]
+        if n == 1:
+            run_host(*args)
+        else:
+            mpirun(n, *args)
+        return read_metrics(path)
+
+    def check(self, one, many, what, tolerance=1e-5, same_scales=True):
+        self.assertEqual(len(one), len(many))
+        for x, y in zip(one, many):
+            self.assertLess(abs(x["loss"] - y["loss"]) / x["loss"], tolerance, (what, x["step"], x["loss"], y["loss"]))
+            if same_scales:  # the gradients' scales do not depend on the world size
+                self.assertLess(abs(x["fp8.scale_grad"] - y["fp8.scale_grad"]) / x["fp8.scale_grad"], 1e-6,
+                                (what, x["step"]))
+
+    def test_every_step_under_ddp_and_fsdp_on_two_and_four_ranks(self):
+        root = self.path("one")
+        run_host(*self.ARGS, "--steps", 6, "--save", root, "--save-every", 1, "--metrics-file", self.path("one.jsonl"))
+        one = read_metrics(self.path("one.jsonl"))
+        for n in (2, 4):
+            for strategy in ("ddp", "fsdp"):
+                for k in (1, 4):
+                    with self.subTest(ranks=n, strategy=strategy, step=k + 1):
+                        path = self.path("step.jsonl")
+                        if os.path.exists(path):
+                            os.remove(path)
+                        mpirun(n, *self.ARGS, "--plugin", strategy, "--steps", k + 1, "--resume",
+                               os.path.join(root, f"step_{k}"), "--metrics-file", path)
+                        self.check([one[k]], read_metrics(path), (n, strategy))
+                        self.assertLess(abs(one[k]["grad_norm"] - read_metrics(path)[0]["grad_norm"]) /
+                                        one[k]["grad_norm"], 1e-5)
+
+    def test_straight_runs_stay_close(self):
+        one = self.losses(1)
+        for n, strategy in ((2, "fsdp"), (4, "ddp")):
+            with self.subTest(ranks=n, strategy=strategy):
+                self.check(one, self.losses(n, "--plugin", strategy), (n, strategy), tolerance=5e-4, same_scales=False)
+
+    def test_current_scaling_under_ddp(self):
+        args = ["--fp8.recipe", "current", "--fp8.fp8_format", "E4M3"]
+        self.check(self.losses(1, *args, steps=3), self.losses(2, *args, "--plugin", "ddp", steps=3), "current")
+
+    def test_bf16_fsdp_with_checkpointing_and_accumulation(self):
+        # bf16 gathered weights, activation checkpointing reruns (amax folds
+        # in idempotently), two micro-batches per step.
+        path = self.path("bf16.jsonl")
+        mpirun(2, "--model", "gpt-tiny", *TINY, "--plugin", "fsdp", "--plugin", "fp8", "--mixed-precision", "bf16",
+               "--fsdp.activation_checkpointing", "true", "--fsdp.auto_wrap_policy", "transformer_based_wrap",
+               "--grad-accum", 2, "--steps", 4, "--batch-size", 8, "--threads", 1, "--log-level", "warn",
+               "--metrics-file", path)
+        rows = read_metrics(path)
+        self.assertEqual(len(rows), 4)
+        self.assertEqual(rows[0]["fp8.scale_grad"], 1.0)
+        self.assertGreater(rows[1]["fp8.scale_grad"], 1.0)  # the first update happened
+
+    def test_eight_ranks_fsdp_with_fp8(self):
+        # The mission's command line, at a tiny shape.
+        path = self.path("eight.jsonl")
+        mpirun(8, "--model", "gpt-tiny", *TINY, "--plugin", "fsdp", "--plugin", "fp8", "--steps", 20,
+               "--batch-size", 8, "--lr", 3e-3, "--warmup-steps", 2, "--threads", 1, "--log-level", "warn",
+               "--metrics-file", path, timeout=600)
+        rows = read_metrics(path)
+        self.assertEqual([r["step"] for r in rows], list(range(1, 21)))
+        self.assertLess(rows[-1]["loss"], rows[0]["loss"])
+        self.assertIn("fp8.amax_grad", rows[-1])
+
+
+class Conformance(unittest.TestCase):
+    def test_check_plugin_passes(self):
+        plugin = os.path.join(os.path.dirname(ACCEL_HOST), "..", "lib", "accel", "plugins", "libaccel_fp8.so")
+        proc = run_host("check-plugin", plugin, timeout=300)
+        self.assertIn("0 failed", proc.stdout + proc.stderr)
+
+
+class Resume(TempDirMixin, unittest.TestCase):
+    RECIPE = [*COMMON, *FP8, "--batch-size", 8, "--lr-decay-steps", 8, "--fp8.amax_compute_algo", "max",
+              "--fp8.interval", 2]
+    ARGS = [*RECIPE, "--fp8.amax_history_len", 4]
+
+    def test_resume_is_bit_exact_with_the_fp8_state(self):
+        straight, split = self.path("straight"), self.path("split")
+        run_host(*self.ARGS, "--steps", 8, "--save", straight, "--metrics-file", self.path("a.jsonl"))
+        run_host(*self.ARGS, "--steps", 5, "--save", split, "--metrics-file", self.path("b.jsonl"))
+        run_host(*self.ARGS, "--steps", 8, "--save", split, "--resume", split, "--metrics-file",
+                 self.path("b.jsonl"))
+        a, b = read_metrics(self.path("a.jsonl")), read_metrics(self.path("b.jsonl"))
+        self.assertEqual([r["step"] for r in b], list(range(1, 9)))
+        self.assertEqual([r["loss"] for r in a], [r["loss"] for r in b])
+        self.assertEqual([r["fp8.scale_grad"] for r in a], [r["fp8.scale_grad"] for r in b])
+        for name in ("model.safetensors", "optimizer.safetensors", "plugin_state.safetensors"):
+            with open(os.path.join(straight, "step_8", name), "rb") as x, \
+                    open(os.path.join(split, "step_8", name), "rb") as y:
+                self.assertTrue(x.read() == y.read(), f"{name} differs after resume")
+
+    def test_a_checkpoint_without_fp8_state_resumes_with_fresh_scales(self):
+        ckpt = self.path("plain")
+        run_host(*COMMON, "--batch-size", 8, "--steps", 2, "--save", ckpt)
+        proc = run_host(*self.ARGS, "--steps", 4, "--resume", ckpt, "--metrics-file", self.path("m.jsonl"))
+        rows = read_metrics(self.path("m.jsonl"))
+        self.assertEqual([r["step"] for r in rows], [3, 4])
+        self.assertIn("holds no fp8 state", proc.stderr + proc.stdout)
+
+    def test_another_history_length_is_refused(self):
+        ckpt = self.path("ckpt")
+        run_host(*self.ARGS, "--steps", 2, "--save", ckpt)
+        proc = run_host(*self.RECIPE, "--steps", 4, "--resume", ckpt, "--fp8.amax_history_len", 8, check=False)
+        self.assertNotEqual(proc.returncode, 0)
+        lines = error_lines(proc.stderr)
+        self.assertEqual(len(lines), 1, proc.stderr)
+        self.assertIn("forward_amax_history", lines[0])
+        self.assertIn("amax_history_len", lines[0])
+
+
+class BadOptions(unittest.TestCase):
+    """One line naming the option and the limit, exit 2."""
+
+    def refused(self, *args, mentions):
+        proc = run_host(*COMMON, *FP8, "--steps", 1, "--batch-size", 4, *args, check=False, timeout=120)
+        self.assertEqual(proc.returncode, 2, proc.stderr)
+        lines = error_lines(proc.stderr)
+        self.assertEqual(len(lines), 1, proc.stderr)
+        for word in mentions:
+            self.assertIn(word, lines[0])
+
+    def test_unknown_fp8_format(self):
+        self.refused("--fp8.fp8_format", "E5M3", mentions=["fp8_format", "E5M3", "HYBRID"])
+
+    def test_negative_margin(self):
+        self.refused("--fp8.margin", -1, mentions=["margin -1", "0..64"])
+
+    def test_zero_history_length(self):
+        self.refused("--fp8.amax_history_len", 0, mentions=["amax_history_len 0", "1..1048576"])
+
+    def test_opt_level_o3(self):
+        self.refused("--fp8.backend", "msamp", "--fp8.opt_level", "O3", mentions=["O3", "DeepSpeed-only"])
+
+    def test_unknown_backend(self):
+        self.refused("--fp8.backend", "cuda", mentions=["backend", "cuda", "te or msamp"])
+
+    def test_fp16_mixed_precision(self):
+        self.refused("--mixed-precision", "fp16", mentions=["fp16", "fp8"])
+
+    def test_unknown_amax_algo_and_override_spelling(self):
+        self.refused("--fp8.amax_compute_algo", "mean", mentions=["amax_compute_algo", "mean"])
+        self.refused("--fp8.override_linear_precision", "true,false", mentions=["override_linear_precision"])
+
+    def test_msamp_levels_run(self):
+        for level in ("O1", "O2"):
+            proc = run_host(*COMMON, *FP8, "--steps", 1, "--batch-size", 4, "--fp8.backend", "msamp",
+                            "--fp8.opt_level", level)
+            self.assertIn("msamp", proc.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
