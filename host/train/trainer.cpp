@@ -479,6 +479,7 @@ void Trainer::run() {
     const auto start = std::chrono::steady_clock::now();
     if (context_ && context_->memory) context_->memory->reset_peak();
     model::reset_tensor_memory_peak();
+    memory_watch_.begin_step(logged_step(completed_steps_ + 1));
     const StepOutcome outcome = train_step(completed_steps_);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     ++completed_steps_;
@@ -505,7 +506,7 @@ void Trainer::run() {
       m.memory_ledger_peak = memory_watch_.take_peak(accounted_memory());
     }
     metrics_.write(m);
-    if (completed_steps_ % config_.log_every == 0 || completed_steps_ == config_.steps || completed_steps_ == 1) {
+    if (logged_step(completed_steps_)) {
       log::info(strformat("step %5lld/%lld  loss %.4f  lr %.3e  grad_norm %.3f  %.0f tok/s  mem %s%s",
                           static_cast<long long>(completed_steps_), static_cast<long long>(config_.steps), m.loss,
                           m.lr, m.grad_norm, m.tokens_per_s, format_bytes(static_cast<double>(m.peak_mem_bytes)).c_str(),
