@@ -36,7 +36,8 @@ LedgerParts parts(const MemoryAccounting* memory, int64_t tensors) {
   p["model_states"] = model_states;
   p["comm_buffers"] = comm;
   p["activations"] = std::max<int64_t>(0, tensors - model_states - comm);
-  p["allocator_caches"] = pool.idle_bytes + heap.cached;
+  // The pool's idle blocks hold no pages (storage_pool.h): not counted.
+  p["allocator_caches"] = heap.cached;
   p["runtime"] = std::max<int64_t>(0, heap.in_use - heap_tensors) + resident.file + resident.shmem +
                  startup_non_heap_anon_bytes();
   int64_t total = 0;

@@ -11,8 +11,8 @@
 //   comm_buffers        plugins' communication, workspace and other buffers
 //   activations         every other live tensor: what autograd saved for
 //                       backward and the step's temporaries
-//   allocator_caches    freed bytes kept for reuse: the unit pool's idle
-//                       blocks and the C allocator's free memory
+//   allocator_caches    freed bytes the C allocator keeps for reuse (the
+//                       unit pool's idle blocks hold no pages)
 //   runtime             the rest of the C heap (MPI, LibTorch internals,
 //                       containers), resident code, shared memory, and the
 //                       non-heap anonymous memory the process had before
