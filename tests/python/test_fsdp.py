@@ -260,6 +260,21 @@ class FsdpReleases(TempDirMixin, unittest.TestCase):
         self.assertEqual(peaks, [1, 3, 4])
         self.assertEqual([r["step"] for r in rows if "memory_ledger" in r], [1, 2, 3, 4])
 
+    def test_first_reduce_scatter_writes_into_the_zeroed_shard(self):
+        # gpt-tiny's units split evenly over 2 ranks in fp32, so no staging is
+        # needed: the step's reduce_scatters write straight into the zeroed
+        # gradient shards and no communication buffer is ever allocated (on
+        # main, an output chunk per shape stayed idle through every step).
+        # Reduced in bf16, the chunk is not the fp32 shard: it goes through
+        # a chunk buffer (and a cast input), as before.
+        path = self.path("chunks.jsonl")
+        mpirun(2, *COMMON, *FSDP, *WRAP, "--steps", 2, "--batch-size", 8, "--metrics-file", path)
+        self.assertEqual([r["fsdp.comm_buffers_allocated"] for r in read_metrics(path)], [0, 0])
+        cast = self.path("cast.jsonl")
+        mpirun(2, *COMMON, *FSDP, *WRAP, "--steps", 2, "--batch-size", 8, "--fsdp.reduce_dtype", "bf16",
+               "--metrics-file", cast)
+        self.assertGreater(read_metrics(cast)[0]["fsdp.comm_buffers_allocated"], 0)
+
     def test_no_shard_gathers_nothing(self):
         path = self.path("alive.jsonl")
         mpirun(2, *COMMON, *FSDP, "--fsdp.sharding_strategy", "NO_SHARD", "--steps", 1, "--batch-size", 8,
