@@ -72,6 +72,8 @@ void StoragePool::release(Block* block) {
   note_tensor_bytes(-bytes);
   const auto tagged = in_use_by_tag_.find(block->tag);
   if (tagged != in_use_by_tag_.end() && (tagged->second -= bytes) == 0) in_use_by_tag_.erase(tagged);
+  // The pages go back now (storage_pool.h): an idle block holds none.
+  madvise(block->data, block->bytes, MADV_DONTNEED);
   idle_.emplace(block->bytes, block);
   stats_.idle_bytes += bytes;
   trim_locked(stats_.high_water_bytes - stats_.in_use_bytes);

@@ -13,7 +13,15 @@
 //    or below the high-water mark of in-use bytes, i.e. the most the plan
 //    ever had gathered at once; anything beyond is unmapped at once. The
 //    pool is therefore sized by the plan, never by the history of sizes;
-//  - blocks are anonymous mappings (munmap gives the pages back to the OS).
+//  - blocks are anonymous mappings (munmap gives the pages back to the OS);
+//  - an IDLE block keeps its mapping but no pages: they are handed back to
+//    the OS when the block goes idle (madvise MADV_DONTNEED) and fault in
+//    again, zero-filled, on reuse. Idle bytes therefore cost address space,
+//    not resident memory: a step peaks where the activations peak (the
+//    loss's backward), while the pool's in-use peak (the tied embedding's
+//    parameters and gradients) comes later, so resident idle blocks would
+//    have sat on top of the step's peak. The fault-in costs about 1 ms per
+//    4 MiB, far below a step.
 // Every pooled block carries a tag (the unit and buffer it belongs to), so
 // the bytes still alive of one unit can be counted from the allocator side,
 // not from anyone's bookkeeping.
@@ -33,7 +41,7 @@ namespace accel::model {
 
 struct StoragePoolStats {
   int64_t in_use_bytes = 0;     // blocks owned by a live DataPtr
-  int64_t idle_bytes = 0;       // kept for reuse (the pool's cache)
+  int64_t idle_bytes = 0;       // kept for reuse, mapped but not resident
   int64_t high_water_bytes = 0; // peak in_use_bytes since the process began
   int64_t mapped = 0;           // blocks mapped fresh (cache misses)
   int64_t reused = 0;           // blocks served from the idle cache

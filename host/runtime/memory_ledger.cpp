@@ -36,7 +36,8 @@ LedgerParts parts(const MemoryAccounting* memory, int64_t tensors) {
   p["model_states"] = model_states;
   p["comm_buffers"] = comm;
   p["activations"] = std::max<int64_t>(0, tensors - model_states - comm);
-  p["allocator_caches"] = pool.idle_bytes + heap.cached;
+  // The pool's idle blocks hold no pages (storage_pool.h): not counted.
+  p["allocator_caches"] = heap.cached;
   p["runtime"] = std::max<int64_t>(0, heap.in_use - heap_tensors) + resident.file + resident.shmem +
                  startup_non_heap_anon_bytes();
   int64_t total = 0;
@@ -64,6 +65,7 @@ int64_t managed_param_bytes_alive(const model::GptModel& model, const ModelPlan&
 
 void StepMemoryWatch::after_forward(const model::GptModel& model, const ModelPlan* plan, size_t unit,
                                     const MemoryAccounting* accounted) {
+  if (!sampled_) return;
   if (plan != nullptr && !plan->managed_storage.empty()) {
     int64_t& seen = alive_[model.units().at(unit).name()];
     seen = std::max(seen, managed_param_bytes_alive(model, *plan));
@@ -71,7 +73,9 @@ void StepMemoryWatch::after_forward(const model::GptModel& model, const ModelPla
   sample(accounted);
 }
 
-void StepMemoryWatch::after_backward(const MemoryAccounting* accounted) { sample(accounted); }
+void StepMemoryWatch::after_backward(const MemoryAccounting* accounted) {
+  if (sampled_) sample(accounted);
+}
 
 void StepMemoryWatch::sample(const MemoryAccounting* accounted) {
   if (!model::counting_cpu_allocator_installed()) return;  // no ledger without the counting allocator
@@ -86,8 +90,9 @@ std::map<std::string, int64_t> StepMemoryWatch::take_alive_after_forward() {
 }
 
 LedgerParts StepMemoryWatch::take_peak(const MemoryAccounting* accounted) {
-  sample(accounted);  // the step's end is a candidate too
   LedgerParts out;
+  if (!sampled_ || !model::counting_cpu_allocator_installed()) return out;
+  sample(accounted);  // the step's end is a candidate too
   out.swap(peak_);
   out["peak_rss"] = peak_rss_bytes();
   out["tensor_peak"] = model::tensor_memory().peak_bytes;

@@ -11,8 +11,8 @@
 //   comm_buffers        plugins' communication, workspace and other buffers
 //   activations         every other live tensor: what autograd saved for
 //                       backward and the step's temporaries
-//   allocator_caches    freed bytes kept for reuse: the unit pool's idle
-//                       blocks and the C allocator's free memory
+//   allocator_caches    freed bytes the C allocator keeps for reuse (the
+//                       unit pool's idle blocks hold no pages)
 //   runtime             the rest of the C heap (MPI, LibTorch internals,
 //                       containers), resident code, shared memory, and the
 //                       non-heap anonymous memory the process had before
@@ -22,7 +22,7 @@
 //                       plugin-managed units alive now, from the pool
 // "total" is the sum of the first five; "rss" is VmRSS at the same moment.
 // The step's peak form is the ledger sampled after every unit's forward and
-// backward, the sample where VmRSS was highest, with getrusage's peak beside
+// backward (on the steps that report it), the sample where VmRSS was highest, with getrusage's peak beside
 // it ("peak_rss") and the tensors' exact peak (allocator side, "tensor_peak").
 //
 // Thread-safety: loop thread only (reads process-wide atomics and /proc).
@@ -48,22 +48,29 @@ LedgerParts ledger_now(const MemoryAccounting* accounted);
 // manages that are alive now, counted by the pool (whatever keeps them).
 int64_t managed_param_bytes_alive(const model::GptModel& model, const ModelPlan& plan);
 
-// What the trainer samples during a step: after each unit's forward (its
-// post hooks done) the largest managed_param_bytes_alive, by unit name; and
-// the ledger after every unit's forward and backward, keeping the sample of
-// highest resident memory.
+// What the trainer samples during a step that reports them (begin_step's
+// `sampled`: the metrics' logged steps, see the trainer): after each unit's
+// forward (its post hooks done) the largest managed_param_bytes_alive, by
+// unit name; and the ledger after every unit's forward and backward, keeping
+// the sample of highest resident memory. On other steps nothing is sampled
+// (each sample reads /proc and the C allocator's statistics: cheap against a
+// CPU step, not against a fast GPU one), and the take_* calls return empty.
 class StepMemoryWatch {
  public:
+  void begin_step(bool sampled) { sampled_ = sampled; }
+  bool sampled() const { return sampled_; }
   void after_forward(const model::GptModel& model, const ModelPlan* plan, size_t unit,
                      const MemoryAccounting* accounted);
   void after_backward(const MemoryAccounting* accounted);
   std::map<std::string, int64_t> take_alive_after_forward();
-  // The peak sample with "peak_rss" and "tensor_peak" added; then starts over.
+  // The peak sample with "peak_rss" and "tensor_peak" added (empty on a step
+  // not sampled); then starts over.
   LedgerParts take_peak(const MemoryAccounting* accounted);
 
  private:
   void sample(const MemoryAccounting* accounted);
 
+  bool sampled_ = true;
   std::map<std::string, int64_t> alive_;
   LedgerParts peak_;
 };

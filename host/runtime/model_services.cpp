@@ -221,6 +221,18 @@ const DLTensor* ModelView::param_view(model::GptModel& model, int32_t unit, int3
   return entry.grad_view.get();
 }
 
+void ModelView::drop_views(int32_t unit, uint32_t what) {
+  UnitEntry& entry = *units_.at(static_cast<size_t>(unit));
+  const bool params = (what & ACCEL_STORAGE_PARAMS) != 0;
+  const bool grads = (what & ACCEL_STORAGE_GRADS) != 0;
+  if (params) entry.params_view.clear();
+  if (grads) entry.grads_view.clear();
+  for (const auto& param : entry.params) {
+    if (params) param->value_view.clear();
+    if (grads) param->grad_view.clear();
+  }
+}
+
 // ---------------------------------------------------------------------------
 // Services
 // ---------------------------------------------------------------------------
@@ -518,6 +530,10 @@ AccelStatus release(AccelHost* host, int32_t unit, uint32_t what, AccelStream /*
     // caching allocator, so the buffer can go at once. Host-kept storage stays.
     model::Unit& u = context.model->units().at(static_cast<size_t>(unit));
     const uint32_t managed = managed_bits(context, unit) & what;
+    // The views handed out hold the buffers' storage: without this, a
+    // released gradient buffer stayed allocated until the unit was next
+    // materialised (every unit's full gradients alive all step, as in ddp).
+    view.drop_views(unit, managed);
     if ((managed & ACCEL_STORAGE_PARAMS) != 0 && u.has_params()) {
       account(context, u.flat_params(), ACCEL_MEMORY_PARAMS, false);
       u.release_params();

@@ -218,6 +218,14 @@ void TensorView::reset_raw(at::Tensor storage, void* data, DLDataType dtype, DLD
   point_arrays();
 }
 
+void TensorView::clear() {
+  tensor_ = at::Tensor();
+  shape_.clear();
+  strides_.clear();
+  view_ = DLTensor{};
+  point_arrays();
+}
+
 void TensorView::point_arrays() {
   view_.ndim = static_cast<int32_t>(shape_.size());
   view_.shape = shape_.empty() ? nullptr : shape_.data();

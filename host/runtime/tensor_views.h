@@ -85,6 +85,9 @@ class TensorView {
   // bytes are held as kByte storage, say) and `device`.
   void reset_raw(at::Tensor storage, void* data, DLDataType dtype, DLDevice device,
                  std::vector<int64_t> shape);
+  // Lets go of the viewed tensor (and so of its storage); the view then
+  // describes nothing (data NULL, ndim 0).
+  void clear();
 
   const DLTensor* get() const { return &view_; }
   const at::Tensor& tensor() const { return tensor_; }

@@ -513,6 +513,7 @@ void Trainer::run() {
     const auto start = std::chrono::steady_clock::now();
     if (context_ && context_->memory) context_->memory->reset_peak();
     model::reset_tensor_memory_peak();
+    memory_watch_.begin_step(logged_step(completed_steps_ + 1));
     const StepOutcome outcome = train_step(completed_steps_);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     ++completed_steps_;
@@ -540,7 +541,7 @@ void Trainer::run() {
     }
     metrics_.write(m);
     tensorboard_.write(m);
-    if (completed_steps_ % config_.log_every == 0 || completed_steps_ == config_.steps || completed_steps_ == 1) {
+    if (logged_step(completed_steps_)) {
       const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - loop_start).count();
       const double eta = elapsed / static_cast<double>(completed_steps_ - first_step) *
                          static_cast<double>(config_.steps - completed_steps_);

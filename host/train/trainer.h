@@ -83,6 +83,11 @@ class Trainer {
   void require_storage(size_t u, bool backward) const;
   // Whether unit `u` recomputes its activations in backward.
   bool recomputes(size_t u) const;
+  // Whether step `step` (1-based) is logged: the first, every --log-every-th
+  // and the last. Its metrics line also carries the per-unit memory samples.
+  bool logged_step(int64_t step) const {
+    return step == 1 || step % config_.log_every == 0 || step == config_.steps;
+  }
 
   RunConfig config_;
   int rank_;

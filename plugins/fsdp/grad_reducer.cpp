@@ -47,10 +47,25 @@ void GradReducer::reduce_scatter(int32_t u, bool last_micro_batch) {
     }
     input = &staged.tensor();
   }
+  // Straight into the shard while it holds zeros (grad_reducer.h): 0 + x is x.
+  const DLTensor& shard = unit.grad.tensor();
+  if (unit.grad_is_zero && accel_dtype_equal(shard.dtype, config_.reduce_dtype) && same_space(*input, shard)) {
+    ops_.reduce_scatter(sharding_, input, &shard, ACCEL_REDUCE_AVG, "fsdp reduce_scatter");
+    ++reduce_scatters_;
+    unit.grad_is_zero = false;
+    staged.reset();
+    ops_.release(u, ACCEL_STORAGE_GRADS);
+    if (last_micro_batch && replica_size_ > 1) {
+      pending_.push_back(ops_.all_reduce(replica_, &shard, ACCEL_REDUCE_AVG, "fsdp replica all_reduce",
+                                         /*async=*/true));
+    }
+    return;
+  }
   sdk::BufferPool::Lease chunk = comm_buffers_.take(ACCEL_MEMORY_COMM, config_.reduce_dtype, shard_numel,
                                                     ACCEL_MEMORY_DEVICE, "fsdp reduce_scatter output");
   ops_.reduce_scatter(sharding_, input, &chunk.tensor(), ACCEL_REDUCE_AVG, "fsdp reduce_scatter");
   ++reduce_scatters_;
+  unit.grad_is_zero = false;
   staged.reset();
   ops_.release(u, ACCEL_STORAGE_GRADS);
 

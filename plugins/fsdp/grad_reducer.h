@@ -8,7 +8,11 @@
 // reduce_dtype, through a zero-tailed staging buffer when the unit's size is
 // not a multiple of the group — and the received chunk is added (axpy) to the
 // fp32 gradient shard, which accumulates the step's micro-batches; the full
-// buffer is released. HYBRID: on the last micro-batch the shard is
+// buffer is released. When the shard still holds the zeros of the step's
+// start and reduce_dtype is its fp32 in its space (the usual first
+// micro-batch), the reduce_scatter writes straight into the shard: the same
+// values as 0 + chunk, without a chunk buffer (a shard's size, kept idle in
+// the pool through the step's peak otherwise) or the addition. HYBRID: on the last micro-batch the shard is
 // all-reduced (AVG) over REPLICA, asynchronously, completed in finish().
 // Host-owned unit: its gradients are all-reduced (AVG) over DATA once, on the
 // last micro-batch (gradients_ready), asynchronously.

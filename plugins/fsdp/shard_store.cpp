@@ -68,7 +68,9 @@ ShardStore::ShardStore(const HostOps& ops, const FsdpConfig& config, const std::
 
 void ShardStore::zero_grads(const HostOps& ops) {
   for (const auto& unit : sharded_) {
-    if (unit) ops.fill(&unit->grad.tensor(), 0.0);
+    if (!unit) continue;
+    ops.fill(&unit->grad.tensor(), 0.0);
+    unit->grad_is_zero = true;
   }
 }
 

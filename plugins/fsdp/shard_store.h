@@ -36,6 +36,7 @@ struct ShardedUnit {
   sdk::Buffer grad;             // fp32 gradients, shard_numel
   sdk::Buffer exp_avg;          // fp32 AdamW first moment, shard_numel
   sdk::Buffer exp_avg_sq;       // fp32 AdamW second moment, shard_numel
+  bool grad_is_zero = true;     // `grad` holds the zeros of zero_grads (nothing reduced into it yet)
 
   int64_t shard_begin() const { return shards.shard(shard_index).begin; }
 };

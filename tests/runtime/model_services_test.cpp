@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "host/model/storage_pool.h"
 #include "tests/runtime/services_test_support.h"
 
 namespace accel::runtime::testing {
@@ -209,6 +210,42 @@ TEST_F(ModelServicesTest, PlansAreRecordedAndConflictsRefused) {
   context.in_step = true;
   EXPECT_EQ(m()->set_checkpointing(&host, 2, true), ACCEL_ERROR_FAILED_PRECONDITION);
   EXPECT_FALSE(context.plan.checkpointing[2]);
+}
+
+// A released buffer is freed even though the plugin was handed views of it
+// (the unit's storage and a parameter's gradient): the pool, where the bytes
+// are handed out, counts none of them alive afterwards. Before the fix the
+// views kept every released gradient buffer allocated until the unit was
+// next materialised, so an fsdp rank held all its units' full gradients.
+TEST_F(ModelServicesTest, ReleaseFreesBuffersWhoseViewsWereHandedOut) {
+  context.planning = true;
+  ASSERT_EQ(m()->plan_manage_storage(&host, 1, ACCEL_STORAGE_PARAMS | ACCEL_STORAGE_GRADS), ACCEL_OK);
+  context.planning = false;
+  context.running = true;
+  model::Unit& unit = model->units()[1];
+  unit.release_params();
+  unit.release_grads();
+  const int64_t grads_before = model::storage_pool().in_use_bytes(unit.grads_tag());
+  const int64_t params_before = model::storage_pool().in_use_bytes(unit.params_tag());
+
+  AccelMaterializeArgs mat{};
+  mat.struct_size = sizeof(AccelMaterializeArgs);
+  mat.unit = 1;
+  mat.what = ACCEL_STORAGE_PARAMS | ACCEL_STORAGE_GRADS;
+  mat.init = ACCEL_INIT_ZERO;
+  ASSERT_EQ(m()->materialize(&host, &mat), ACCEL_OK) << last_error();
+  const DLTensor* params = nullptr;
+  const DLTensor* grads = nullptr;
+  ASSERT_EQ(m()->get_storage(&host, 1, &params, &grads), ACCEL_OK) << last_error();
+  const DLTensor* grad_view = nullptr;
+  ASSERT_EQ(m()->get_param_view(&host, 1, 0, ACCEL_STORAGE_GRADS, &grad_view), ACCEL_OK) << last_error();
+  const auto bytes = static_cast<int64_t>(unit.numel() * sizeof(float));
+  EXPECT_GE(model::storage_pool().in_use_bytes(unit.grads_tag()) - grads_before, bytes);
+
+  ASSERT_EQ(m()->release(&host, 1, ACCEL_STORAGE_GRADS, nullptr), ACCEL_OK) << last_error();
+  EXPECT_EQ(model::storage_pool().in_use_bytes(unit.grads_tag()), grads_before);
+  ASSERT_EQ(m()->release(&host, 1, ACCEL_STORAGE_PARAMS, nullptr), ACCEL_OK) << last_error();
+  EXPECT_EQ(model::storage_pool().in_use_bytes(unit.params_tag()), params_before);
 }
 
 TEST_F(ModelServicesTest, HostKeptStorageIsViewedInPlace) {
