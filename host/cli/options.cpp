@@ -74,8 +74,9 @@ void require_finite(const char* option, double value) {
 // No option name or value of a run needs them, so text holding one is
 // refused before Boost sees it.
 void refuse_message_placeholders(const std::string& text, const std::string& where) {
-  static constexpr const char* kPlaceholders[] = {"%option%", "%value%", "%canonical_option%",
-                                                  "%original_token%", "%prefix%"};
+  // Every key Boost 1.74 substitutes (errors.hpp and errors.cpp).
+  static constexpr const char* kPlaceholders[] = {"%option%",         "%value%",  "%canonical_option%",
+                                                  "%original_token%", "%prefix%", "%invalid_line%"};
   for (const char* placeholder : kPlaceholders) {
     if (text.find(placeholder) != std::string::npos) {
       throw UsageError(where + " contains '" + placeholder +

@@ -107,6 +107,12 @@ TEST(Options, ParserMessagePlaceholdersAreRefusedNotLoopedOn) {
     file << "steps = %value%\n";
   }
   EXPECT_NE(error_of({"--config", path}).find("--config '" + path + "' contains '%value%'"), std::string::npos);
+  {
+    std::ofstream file(path);  // a syntax error's message substitutes the line
+    file << "%--model %invalid_line%\n";
+  }
+  EXPECT_NE(error_of({"--config", path}).find("contains '%invalid_line%'"), std::string::npos);
+  EXPECT_THROW(accel::cli::scan_plugin_request({"--config", path}), UsageError);
   std::remove(path.c_str());
 }
 
