@@ -105,7 +105,13 @@ Trainer::Trainer(const RunConfig& config, int rank, int world_size, plugin::Hook
   }
 }
 
-Trainer::~Trainer() = default;
+// Plugins tear down after the trainer (the registry outlives it) and may
+// still call services then (the profiler's closing clock sync sends): the
+// context must not point at a model that no longer exists, or the
+// collective checks would read freed units.
+Trainer::~Trainer() {
+  if (context_ && context_->model == &model_) context_->model = nullptr;
+}
 
 at::Tensor Trainer::load_batch(const std::vector<int64_t>& windows) const {
   const int64_t length = dataset_->window_length();
