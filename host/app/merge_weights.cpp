@@ -12,13 +12,9 @@
 #include <cstdio>
 #include <cstring>
 
-#include "host/checkpoint/atomic_dir.h"
+#include "host/app/model_weights.h"
 #include "host/checkpoint/safetensors.h"
 #include "host/cli/options.h"
-#include "host/runtime/checkpoint_reader.h"
-#include "host/runtime/plugin_state.h"
-#include "host/runtime/service_support.h"
-#include "host/runtime/tensor_views.h"
 #include "host/util/log.h"
 #include "host/util/strformat.h"
 
@@ -30,25 +26,7 @@ using checkpoint::CheckpointError;
 
 constexpr const char* kSafetensorsOutput = "model.safetensors";
 constexpr const char* kPickleOutput = "pytorch_model.bin";
-
-// The checkpoint to merge: DIR itself when it holds a manifest (which must
-// verify), else the newest complete step under DIR.
-fs::path resolve_checkpoint(const fs::path& dir) {
-  if (!fs::is_directory(dir)) throw CheckpointError("merge-weights: '" + dir.string() + "' is not a directory");
-  if (fs::exists(dir / checkpoint::kManifestFileName)) {
-    std::string why;
-    if (!checkpoint::verify_manifest(dir, &why)) {
-      throw CheckpointError("merge-weights: '" + dir.string() + "' is damaged: " + why);
-    }
-    return dir;
-  }
-  std::vector<std::string> skipped;
-  if (auto newest = checkpoint::find_newest_complete(dir, "step_", &skipped)) return *newest;
-  std::string detail;
-  for (const std::string& line : skipped) detail += (detail.empty() ? " (" : "; ") + line;
-  throw CheckpointError("merge-weights: '" + dir.string() + "' is neither a checkpoint nor holds a complete one" +
-                        (detail.empty() ? std::string() : detail + ")"));
-}
+const std::string kCommand = "merge-weights";
 
 // True when `inner` is `outer` or lies inside it.
 bool is_within(const fs::path& inner, const fs::path& outer) {
@@ -56,36 +34,6 @@ bool is_within(const fs::path& inner, const fs::path& outer) {
   const fs::path b = fs::weakly_canonical(outer);
   auto [stop, unused] = std::mismatch(b.begin(), b.end(), a.begin(), a.end());
   return stop == b.end();
-}
-
-// A temporary name beside `final` that no concurrent writer shares.
-fs::path temporary_beside(const fs::path& final) {
-  return final.parent_path() / ("." + final.filename().string() + ".tmp." + std::to_string(::getpid()));
-}
-
-// Moves the fully written (and fsynced) `temporary` to `final` and makes the
-// rename durable.
-void publish(const fs::path& temporary, const fs::path& final) {
-  std::error_code error;
-  fs::rename(temporary, final, error);
-  if (error) {
-    fs::remove(temporary, error);
-    throw CheckpointError("merge-weights: cannot rename into '" + final.string() + "': " + error.message());
-  }
-  checkpoint::fsync_path(final.parent_path());
-}
-
-void write_safetensors(const fs::path& final, const std::vector<std::pair<std::string, at::Tensor>>& tensors) {
-  checkpoint::SafetensorsWriter writer;
-  writer.set_metadata("format", "pt");  // what transformers expects of a model.safetensors
-  for (const auto& [name, tensor] : tensors) {
-    const auto dtype = runtime::to_file_dtype(runtime::to_dl_dtype(tensor.scalar_type()));
-    writer.add(name, *dtype, std::vector<int64_t>(tensor.sizes().begin(), tensor.sizes().end()), tensor.data_ptr(),
-               tensor.nbytes());
-  }
-  const fs::path temporary = temporary_beside(final);
-  writer.write(temporary);  // fsynced; removed on failure
-  publish(temporary, final);
 }
 
 // torch.save's zip layout (data.pkl, data/<i>, byteorder), pickled without
@@ -138,7 +86,7 @@ void write_pickle(const fs::path& final, const std::vector<std::pair<std::string
     fs::remove(temporary, ignored);
     throw CheckpointError("merge-weights: cannot write '" + temporary.string() + "': " + write_error);
   }
-  publish(temporary, final);
+  publish(temporary, final, kCommand);
 }
 
 }  // namespace
@@ -188,33 +136,14 @@ std::optional<MergeWeightsOptions> parse_merge_weights_args(const std::vector<st
 }
 
 fs::path merge_weights(const MergeWeightsOptions& options) {
-  const fs::path checkpoint = resolve_checkpoint(options.checkpoint_dir);
-  const runtime::CheckpointReader reader = runtime::CheckpointReader::open_directory(checkpoint);
-  const std::vector<const runtime::StoredTensor*> stored = reader.tensors_in(ACCEL_CHECKPOINT_MODEL);
-  if (stored.empty()) throw CheckpointError("merge-weights: '" + checkpoint.string() + "' holds no model weights");
-
-  // Every tensor whole, in name order; one that some rank never saved in
-  // full fails the merge naming it, before anything is written.
-  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  const fs::path checkpoint = resolve_checkpoint(options.checkpoint_dir, kCommand);
+  const NamedTensors tensors = read_whole_model(checkpoint, kCommand);
   int64_t elements = 0;
-  for (const runtime::StoredTensor* t : stored) {
-    try {
-      tensors.emplace_back(t->name, reader.read_whole(*t));
-    } catch (const runtime::ServiceError& e) {
-      throw CheckpointError("merge-weights: '" + checkpoint.string() + "': " + e.what());
-    }
-    elements += tensors.back().second.numel();
-  }
-
-  std::error_code error;
-  fs::create_directories(options.output_path, error);
-  if (error || !fs::is_directory(options.output_path)) {
-    throw CheckpointError("merge-weights: cannot create the output directory '" + options.output_path.string() +
-                          "'" + (error ? ": " + error.message() : std::string()));
-  }
+  for (const auto& [name, tensor] : tensors) elements += tensor.numel();
+  create_output_directory(options.output_path, kCommand);
   const fs::path written = options.output_path / (options.safe_serialization ? kSafetensorsOutput : kPickleOutput);
   if (options.safe_serialization) {
-    write_safetensors(written, tensors);
+    write_safetensors_file(written, tensors, kCommand);
   } else {
     write_pickle(written, tensors);
   }
@@ -222,6 +151,7 @@ fs::path merge_weights(const MergeWeightsOptions& options) {
                       static_cast<long long>(elements), checkpoint.c_str(), written.c_str()));
 
   if (options.remove_checkpoint_dir) {
+    std::error_code error;
     fs::remove_all(options.checkpoint_dir, error);
     if (error) {
       throw CheckpointError("merge-weights: wrote " + written.string() + " but cannot remove '" +

@@ -12,10 +12,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <filesystem>
+#include <memory>
+#include <optional>
 #include <new>
 #include <stdexcept>
 
 #include "host/app/run_agreement.h"
+#include "host/checkpoint/hf_checkpoint.h"
 #include "host/cli/options.h"
 #include "host/comm/process_group.h"
 #include "host/model/gpt_config.h"
@@ -122,6 +126,30 @@ model::GptConfig checked_model_shape(const RunConfig& config, const plugin::Plug
   return shape;
 }
 
+// --init-from hf:DIR: the shape comes from the checkpoint's config.json; a
+// shape flag that says otherwise is refused naming both (never silently
+// overridden either way). Every rank reads the same files, so every rank
+// fails alike on a bad one.
+void take_shape_from_init_checkpoint(RunConfig& config) {
+  if (config.init_from.empty()) return;
+  const std::filesystem::path dir = config.init_from.substr(3);
+  const checkpoint::HfGpt2Config hf = checkpoint::read_hf_gpt2_config(dir);
+  const auto reconcile = [&](std::optional<int64_t>& flag, int64_t value, const char* option, const char* key) {
+    if (flag && *flag != value) {
+      throw UsageError(strformat("--%s %lld contradicts %s %lld of %s", option, static_cast<long long>(*flag), key,
+                                 static_cast<long long>(value), (dir / "config.json").c_str()));
+    }
+    flag = value;
+  };
+  ModelOverrides& o = config.model_overrides;
+  reconcile(o.n_layer, hf.shape.n_layer, "n-layer", "n_layer");
+  reconcile(o.n_head, hf.shape.n_head, "n-head", "n_head");
+  reconcile(o.n_embd, hf.shape.n_embd, "n-embd", "n_embd");
+  reconcile(o.seq_len, hf.shape.seq_len, "seq-len", "n_positions");
+  reconcile(o.vocab_size, hf.shape.vocab_size, "vocab-size", "vocab_size");
+  for (const std::string& what : hf.ignored) log::warn("--init-from: ignoring " + what);
+}
+
 // The one line for an allocation that failed although the shape passed
 // checked_model_shape's lower bound.
 std::string out_of_memory(const model::GptConfig& shape, const RunConfig& config, const std::string& cause) {
@@ -166,6 +194,7 @@ int run_accel(const std::vector<std::string>& args, const comm::MpiSession& mpi)
   accel::log::init(mpi.rank(), accel::log::parse_level(config.log_level));
   accel::plugin::fill_option_store(registry, parsed.plugin_values, config, context.options);
   accel::cli::validate_for_world(config, mpi.world_size());
+  take_shape_from_init_checkpoint(config);
   const accel::model::GptConfig shape = checked_model_shape(config, registry, mpi);
   // Before the first collective of the communication layer: ranks that
   // disagree stop here, all of them, with one line.
@@ -190,6 +219,12 @@ int run_accel(const std::vector<std::string>& args, const comm::MpiSession& mpi)
   accel::plugin::HookDispatcher hooks(registry, context);
   try {
     accel::train::Trainer trainer(config, mpi.rank(), mpi.world_size(), &hooks, &context);
+    if (!config.init_from.empty()) {
+      const std::filesystem::path dir = config.init_from.substr(3);
+      trainer.start_from_weights(
+          std::make_shared<const model::NamedWeights>(checkpoint::read_hf_gpt2_weights(dir, shape)));
+      accel::log::info("initial weights from " + dir.string());
+    }
     trainer.run();
   } catch (const std::bad_alloc&) {
     throw std::runtime_error(out_of_memory(shape, config, "std::bad_alloc"));

@@ -228,6 +228,9 @@ po::options_description run_options(RunConfig& c, RawStrings& raw) {
        "save every N steps (0: only at the end)")
       ("resume", po::value(&c.resume)->value_name("DIR"),
        "resume from a checkpoint directory, or the newest complete one in a save root")
+      ("init-from", po::value(&c.init_from)->value_name("hf:DIR"),
+       "start from a Hugging Face transformers GPT-2 checkpoint (config.json + model.safetensors): its shape "
+       "and weights")
       ("metrics-file", po::value(&c.metrics_file)->value_name("PATH"),
        "append one JSON line per optimizer step (rank 0)")
       ("tensorboard-dir", po::value(&c.tensorboard_dir)->value_name("DIR"),
@@ -288,6 +291,10 @@ void validate(const RunConfig& c) {
           "--model: '" + c.model + "' is not one of: gpt-tiny, gpt-small");
   require(c.device == "auto" || c.device == "cpu" || c.device == "cuda",
           "--device: '" + c.device + "' is not one of: auto, cpu, cuda");
+  require(c.init_from.empty() || (c.init_from.rfind("hf:", 0) == 0 && c.init_from.size() > 3),
+          "--init-from: '" + c.init_from + "' is not hf:DIR");
+  require(c.init_from.empty() || c.resume.empty(),
+          "--init-from and --resume both set the starting weights; a resumed run keeps its checkpoint's");
   require(c.data == "synthetic" || c.data.rfind("text:", 0) == 0 || c.data.rfind("tokens:", 0) == 0,
           "--data: '" + c.data + "' is not synthetic, text:PATH or tokens:PATH");
 }
@@ -378,6 +385,10 @@ ParsedCommandLine parse_command_line(const std::vector<std::string>& args,
   if (vm.count("n-embd")) c.model_overrides.n_embd = raw.n_embd;
   if (vm.count("seq-len")) c.model_overrides.seq_len = raw.seq_len;
   if (vm.count("vocab-size")) c.model_overrides.vocab_size = raw.vocab_size;
+  // The checkpoint's config.json gives the architecture: a preset beside it
+  // would be silently ignored. Shape overrides are checked against it later.
+  require(c.init_from.empty() || vm["model"].defaulted(),
+          "--model and --init-from both choose the model; drop --model (the shape comes from " + c.init_from + ")");
   validate(c);
   return parsed;
 }

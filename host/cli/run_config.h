@@ -81,6 +81,9 @@ struct RunConfig {
   std::string save_dir;
   int64_t save_every = 0;   // 0: save only at the end (when --save is given)
   std::string resume;
+  // "hf:DIR": the model's shape and initial weights from a transformers
+  // checkpoint directory (checkpoint/hf_checkpoint.h) instead of the seed.
+  std::string init_from;
 
   std::string metrics_file;
   std::string tensorboard_dir;  // rank 0 writes TensorBoard scalars here

@@ -95,10 +95,38 @@ int64_t GptModel::num_parameters() const {
 }
 
 void GptModel::initialise(uint64_t seed) {
-  init_seed_ = seed;
+  param_init_ = initial_weights_ ? ParamInit(seed, initial_weights_) : ParamInit(seed);
+  initial_weights_.reset();  // param_init_ holds them until release_initial_weights()
   for (Unit& u : units_) {
-    if (u.has_params()) u.initialise(seed);
+    if (u.has_params()) u.initialise(param_init_);
   }
+}
+
+void GptModel::set_initial_weights(std::shared_ptr<const NamedWeights> weights) {
+  size_t matched = 0;
+  for (const Unit& u : units_) {
+    for (const Param& p : u.params()) {
+      const auto found = weights->find(p.spec.name);
+      if (found == weights->end()) throw std::invalid_argument("the initial weights have no " + p.spec.name);
+      const at::Tensor& t = found->second;
+      if (t.sizes() != at::IntArrayRef(p.spec.shape) || t.scalar_type() != at::kFloat || !t.is_contiguous() ||
+          !t.is_cpu()) {
+        throw std::invalid_argument("initial weight " + p.spec.name + " is " + c10::toString(t.scalar_type()) + " " +
+                                    c10::str(t.sizes()) + ", the model needs Float " + c10::str(at::IntArrayRef(p.spec.shape)));
+      }
+      ++matched;
+    }
+  }
+  if (matched != weights->size()) {
+    for (const auto& [name, tensor] : *weights) {
+      bool known = false;
+      for (const Unit& u : units_) {
+        for (const Param& p : u.params()) known |= p.spec.name == name;
+      }
+      if (!known) throw std::invalid_argument("initial weight " + name + " is not a parameter of this model");
+    }
+  }
+  initial_weights_ = std::move(weights);
 }
 
 void GptModel::zero_grads() {

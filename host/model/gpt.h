@@ -11,6 +11,7 @@
 #include <ATen/ATen.h>
 
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "host/model/gpt_config.h"
@@ -31,10 +32,21 @@ class GptModel {
   const std::vector<Unit>& units() const { return units_; }
   int64_t num_parameters() const;
 
-  // Fills the parameters of every unit that has them from `seed`, and
-  // remembers it for units materialised later (init_seed()).
+  // Fills the parameters of every unit that has them from `seed` (or from
+  // the initial weights, when set), and remembers the source for units
+  // materialised later (param_init()).
   void initialise(uint64_t seed);
-  uint64_t init_seed() const { return init_seed_; }
+  uint64_t init_seed() const { return param_init_.seed(); }
+  const ParamInit& param_init() const { return param_init_; }
+
+  // --init-from: every parameter starts from `weights` instead of the seed
+  // streams. Call before initialise(). Throws std::invalid_argument naming
+  // the first parameter that is missing or of another shape, and the first
+  // name that is not a parameter of this model.
+  void set_initial_weights(std::shared_ptr<const NamedWeights> weights);
+  // After start-up, when every unit (and every plugin's shard) has taken
+  // its values: frees the loaded copy (param_init.h).
+  void release_initial_weights() { param_init_.release_weights(); }
   void zero_grads();
 
   // Runs unit `index` on its input: token ids [B, T] (int64) for the
@@ -66,7 +78,8 @@ class GptModel {
   };
 
   GptConfig config_;
-  uint64_t init_seed_ = 0;
+  ParamInit param_init_;
+  std::shared_ptr<const NamedWeights> initial_weights_;
   std::vector<Unit> units_;
   BlockLayout block_layout_{};
   LinearFn linear_;

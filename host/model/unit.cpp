@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <stdexcept>
 
-#include "host/model/seeded_init.h"
 #include "host/model/storage_pool.h"
 
 namespace accel::model {
@@ -43,7 +42,7 @@ Unit::Unit(std::string name, UnitKind kind, std::vector<ParamSpec> specs, at::De
   }
 }
 
-void Unit::materialize_params(at::ScalarType dtype, Fill fill, uint64_t seed) {
+void Unit::materialize_params(at::ScalarType dtype, Fill fill, const ParamInit& init) {
   if (has_params()) {
     if (flat_params_.scalar_type() != dtype) {
       throw std::logic_error("unit " + name_ + ": parameters are materialised as " +
@@ -69,7 +68,7 @@ void Unit::materialize_params(at::ScalarType dtype, Fill fill, uint64_t seed) {
   flat_params_ = params_home_;
   if (fill == Fill::zeros) flat_params_.zero_();
   for (Param& p : params_) p.value.set_data(flat_params_.narrow(0, p.offset, p.spec.numel()).view(p.spec.shape));
-  if (fill == Fill::from_seed) initialise(seed);
+  if (fill == Fill::from_seed) initialise(init);
 }
 
 void Unit::materialize_grads(at::ScalarType dtype, bool zero) {
@@ -124,7 +123,7 @@ const Param& Unit::param(std::string_view name) const {
   throw std::out_of_range("unit '" + name_ + "' has no parameter '" + std::string(name) + "'");
 }
 
-void Unit::initialise(uint64_t seed) {
+void Unit::initialise(const ParamInit& init) {
   if (!has_params()) throw std::logic_error("unit " + name_ + ": cannot initialise parameters that are not materialised");
   at::NoGradGuard no_grad;
   // Generated in fp32 on the CPU (the counter-based streams are CPU code),
@@ -133,7 +132,7 @@ void Unit::initialise(uint64_t seed) {
   at::Tensor host = direct ? flat_params_ : at::empty({numel_}, at::kFloat);
   float* base = host.data_ptr<float>();
   for (const Param& p : params_) {
-    init_parameter_slice(p.spec, seed, 0, p.spec.numel(), base + p.offset);
+    init.fill(p.spec, 0, p.spec.numel(), base + p.offset);
   }
   if (!direct) flat_params_.copy_(host);
 }

@@ -39,6 +39,7 @@
 #include <string_view>
 #include <vector>
 
+#include "host/model/param_init.h"
 #include "host/model/parameter.h"
 
 namespace accel::model {
@@ -80,10 +81,10 @@ class Unit {
   // How freshly materialised parameters are filled.
   enum class Fill { undefined, zeros, from_seed };
   // Allocates the flat parameter buffer in `dtype` and rebinds every
-  // parameter to its view; from_seed fills the initial values of `seed`
+  // parameter to its view; from_seed fills the initial values `init` gives
   // (computed in fp32, then cast). Throws std::logic_error when already
   // materialised in another dtype; a no-op when in the same one.
-  void materialize_params(at::ScalarType dtype, Fill fill, uint64_t seed = 0);
+  void materialize_params(at::ScalarType dtype, Fill fill, const ParamInit& init = ParamInit());
   // Allocates the flat gradient buffer (dtype must equal the parameters'
   // when they are materialised) and points every parameter's .grad at it.
   void materialize_grads(at::ScalarType dtype, bool zero);
@@ -93,9 +94,9 @@ class Unit {
   std::string params_tag() const { return name_ + " params"; }
   std::string grads_tag() const { return name_ + " grads"; }
 
-  // Fills every parameter from (seed, parameter name): see seeded_init.h.
-  // Only a unit whose parameters are materialised.
-  void initialise(uint64_t seed);
+  // Fills every parameter with its initial values (param_init.h; a seed
+  // alone: seeded_init.h). Only a unit whose parameters are materialised.
+  void initialise(const ParamInit& init);
   void zero_grads() {
     if (has_grads()) flat_grads_.zero_();
   }

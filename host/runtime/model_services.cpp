@@ -20,7 +20,6 @@
 #include <string>
 #include <vector>
 
-#include "host/model/seeded_init.h"
 #include "host/runtime/memory_services.h"
 #include "host/runtime/service_support.h"
 #include "host/util/strformat.h"
@@ -493,7 +492,7 @@ AccelStatus materialize(AccelHost* host, AccelMaterializeArgs* args) {
         const auto fill = args->init == ACCEL_INIT_FROM_SEED ? model::Unit::Fill::from_seed
                           : args->init == ACCEL_INIT_ZERO    ? model::Unit::Fill::zeros
                                                              : model::Unit::Fill::undefined;
-        unit.materialize_params(param_type, fill, context.model->init_seed());
+        unit.materialize_params(param_type, fill, context.model->param_init());
         account(context, unit.flat_params(), ACCEL_MEMORY_PARAMS, true);
       }
       if (grads && (managed & ACCEL_STORAGE_GRADS) != 0 && !unit.has_grads()) {
@@ -605,7 +604,7 @@ AccelStatus init_range(AccelHost* host, int32_t unit, int64_t flat_begin, const 
     for (const model::Param& p : u.params()) {
       const int64_t lo = std::max(begin, p.offset), hi = std::min(end, p.offset + p.spec.numel());
       if (lo >= hi) continue;
-      model::init_parameter_slice(p.spec, context.model->init_seed(), lo - p.offset, hi - lo, dst + (lo - begin));
+      context.model->param_init().fill(p.spec, lo - p.offset, hi - lo, dst + (lo - begin));
     }
     target.copy_(staging);
   });

@@ -497,6 +497,7 @@ void Trainer::run() {
   plan_plugins();
   if (!config_.resume.empty()) resume_from(config_.resume);
   setup_plugins();
+  model_.release_initial_weights();
   // What start-up (materialising, plugin setup, resume) peaked at, reported
   // with the first step: how a sharding plugin shows that no rank ever held
   // the whole model.

@@ -52,6 +52,14 @@ class Trainer {
   // Restores from --resume (if given), then trains steps [start, --steps).
   void run();
 
+  // --init-from: every parameter starts from `weights` (host names and
+  // layouts, model/param_init.h) instead of the seed. Before run(); throws
+  // std::invalid_argument naming a missing or misshapen weight. The copy is
+  // freed once the host's units and every plugin's shards took their values.
+  void start_from_weights(std::shared_ptr<const model::NamedWeights> weights) {
+    model_.set_initial_weights(std::move(weights));
+  }
+
   // One optimizer step at index `step` (0-based). Public for tests.
   StepOutcome train_step(int64_t step);
 

@@ -60,3 +60,8 @@ class TempDirMixin:
 
     def path(self, name):
         return os.path.join(self.tmp, name)
+
+
+def error_lines(stderr):
+    """The lines accel-host's logger printed at error level."""
+    return [line for line in stderr.splitlines() if "[error]" in line]

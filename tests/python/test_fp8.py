@@ -14,7 +14,7 @@ import unittest
 import torch
 
 import gpt_reference as ref
-from accel_testing import ACCEL_HOST, MPIRUN, TempDirMixin, mpirun, read_metrics, run_host, write_tokens
+from accel_testing import ACCEL_HOST, MPIRUN, TempDirMixin, error_lines, mpirun, read_metrics, run_host, write_tokens
 
 COMMON = ["--model", "gpt-tiny", "--lr", 3e-3, "--warmup-steps", 2, "--log-level", "warn", "--threads", 1]
 FP8 = ["--plugin", "fp8"]
@@ -23,9 +23,6 @@ TINY = ["--n-layer", 1, "--n-embd", 32, "--n-head", 2, "--seq-len", 16, "--vocab
 
 FP8_MAX = {torch.float8_e4m3fn: 448.0, torch.float8_e5m2: 57344.0}
 
-
-def error_lines(stderr):
-    return [line for line in stderr.splitlines() if "[error]" in line]
 
 
 def read_state_log(path):

@@ -8,16 +8,13 @@ one clear line."""
 import os
 import unittest
 
-from accel_testing import MPIRUN, TempDirMixin, mpirun, read_metrics, run_host
+from accel_testing import MPIRUN, TempDirMixin, error_lines, mpirun, read_metrics, run_host
 
 COMMON = ["--model", "gpt-tiny", "--lr", 3e-3, "--warmup-steps", 2, "--log-level", "warn", "--threads", 1]
 FSDP = ["--plugin", "fsdp"]
 WRAP = ["--fsdp.auto_wrap_policy", "transformer_based_wrap"]
 
 
-
-def error_lines(stderr):
-    return [line for line in stderr.splitlines() if "[error]" in line]
 
 
 @unittest.skipUnless(MPIRUN, "mpirun not found")

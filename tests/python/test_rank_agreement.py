@@ -7,7 +7,7 @@ import os
 import subprocess
 import unittest
 
-from accel_testing import ACCEL_HOST, MPI_ENV, MPIRUN, TempDirMixin, mpirun, read_metrics, write_tokens
+from accel_testing import ACCEL_HOST, MPIRUN, MPI_ENV, TempDirMixin, error_lines, mpirun, read_metrics, write_tokens
 
 BASE = ["--model", "gpt-tiny", "--log-level", "warn", "--threads", 1]
 MPMD_COMMON = [*BASE, "--steps", 2]
@@ -15,9 +15,6 @@ COMMON = [*MPMD_COMMON, "--batch-size", 8]
 TEST_PLUGINS = os.environ.get("ACCEL_TEST_PLUGINS",
                               os.path.join(os.path.dirname(__file__), "../../build/test_plugins"))
 
-
-def error_lines(stderr):
-    return [line for line in stderr.splitlines() if "[error]" in line]
 
 
 @unittest.skipUnless(MPIRUN, "mpirun not found")

@@ -1,0 +1,228 @@
+"""Hugging Face checkpoints in and out: a random GPT2LMHeadModel built with
+the `transformers` package (nothing from a hub) starts an accel-host run
+through --init-from hf:DIR, trains like transformers' own model under
+torch.optim.AdamW on the same batches, and comes back out through export-hf
+as a directory from_pretrained loads, under one process and under fsdp."""
+import json
+import os
+import unittest
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from safetensors.numpy import load_file as load_numpy
+from safetensors.torch import load_file
+
+import gpt_reference as ref
+from accel_testing import MPIRUN, TempDirMixin, error_lines, mpirun, read_metrics, run_host, write_tokens
+
+try:
+    import transformers
+except ImportError:  # requirements-tools.txt installs it; say so rather than pass
+    transformers = None
+
+SHAPE = dict(n_layer=2, n_head=4, n_embd=64, seq_len=32, vocab_size=256)
+HYPER = dict(lr=2e-3, min_lr=2e-4, warmup=5, schedule="cosine", betas=(0.9, 0.95), eps=1e-8,
+             weight_decay=0.1, grad_clip=1.0)
+STEPS, BATCH, ACCUM = 20, 8, 2
+
+
+def hf_config(**overrides):
+    config = transformers.GPT2Config(
+        n_layer=SHAPE["n_layer"], n_head=SHAPE["n_head"], n_embd=SHAPE["n_embd"], n_positions=SHAPE["seq_len"],
+        vocab_size=SHAPE["vocab_size"], resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    for key, value in overrides.items():
+        setattr(config, key, value)
+    return config
+
+
+def random_hf_model(seed=0):
+    torch.manual_seed(seed)
+    model = transformers.GPT2LMHeadModel(hf_config())
+    # Non-zero biases and norms, so a transposed or misplaced tensor shows.
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 1:
+                p.add_(0.05 * torch.randn_like(p))
+    return model
+
+
+def next_token_loss(model, x, y):
+    logits = model(input_ids=x).logits
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+
+
+@unittest.skipUnless(transformers, "transformers is not installed (requirements-tools.txt)")
+class HuggingFaceRoundTrip(TempDirMixin, unittest.TestCase):
+    def setUp(self):
+        super().setUp()
+        self.tokens_path = self.path("tokens.bin")
+        self.tokens = write_tokens(self.tokens_path, 40_000, SHAPE["vocab_size"])
+        self.hf_dir = self.path("hf")
+        random_hf_model().save_pretrained(self.hf_dir, safe_serialization=True)
+
+    def host_args(self, save_dir, metrics, steps=STEPS):
+        return ["--init-from", "hf:" + self.hf_dir, "--data", "tokens:" + self.tokens_path,
+                "--data-order", "sequential", "--steps", steps, "--batch-size", BATCH, "--grad-accum", ACCUM,
+                "--lr", HYPER["lr"], "--min-lr", HYPER["min_lr"], "--warmup-steps", HYPER["warmup"],
+                "--lr-schedule", HYPER["schedule"], "--beta1", HYPER["betas"][0], "--beta2", HYPER["betas"][1],
+                "--eps", HYPER["eps"], "--weight-decay", HYPER["weight_decay"], "--grad-clip", HYPER["grad_clip"],
+                "--save", save_dir, "--metrics-file", metrics, "--log-level", "warn"]
+
+    def train_transformers(self):
+        model = transformers.GPT2LMHeadModel.from_pretrained(self.hf_dir, attn_implementation="eager")
+        model.train()
+        # The tied head appears once in parameters(): decay by rank as the host does.
+        opt = ref.make_optimizer(model, HYPER["lr"], HYPER["betas"], HYPER["eps"], HYPER["weight_decay"])
+        losses = []
+        for step in range(STEPS):
+            lr = ref.learning_rate(step, STEPS, HYPER["lr"], HYPER["min_lr"], HYPER["warmup"], HYPER["schedule"])
+            for group in opt.param_groups:
+                group["lr"] = lr
+            opt.zero_grad()
+            micro = []
+            for x, y in ref.sequential_micro_batches(self.tokens, step, BATCH, ACCUM, SHAPE["seq_len"]):
+                loss = next_token_loss(model, x, y)
+                (loss / ACCUM).backward()
+                micro.append(loss.item())
+            torch.nn.utils.clip_grad_norm_(model.parameters(), HYPER["grad_clip"])
+            opt.step()
+            losses.append(sum(micro) / ACCUM)
+        return model, losses
+
+    def exported_logits(self, checkpoint, out_dir, tokens):
+        run_host("export-hf", checkpoint, out_dir)
+        with open(os.path.join(out_dir, "config.json")) as f:
+            self.assertEqual(json.load(f)["architectures"], ["GPT2LMHeadModel"])
+        model = transformers.GPT2LMHeadModel.from_pretrained(out_dir, attn_implementation="eager")
+        model.eval()
+        with torch.no_grad():
+            return model(input_ids=tokens).logits
+
+    def host_logits(self, checkpoint, tokens):
+        # accel-host's own forward, through the reference test_parity_torch
+        # pins it to: the merged weights in gpt_reference's GPT.
+        merged = self.path(os.path.basename(checkpoint) + "_merged")
+        run_host("merge-weights", checkpoint, merged)
+        model = ref.GPT(**SHAPE)
+        model.load_state_dict(load_file(os.path.join(merged, "model.safetensors")))
+        model.eval()
+        with torch.no_grad():
+            x = model.wte(tokens) + model.wpe.weight[:tokens.shape[1]]
+            for block in model.h:
+                x = block(x)
+            return F.linear(model.ln_f(x), model.wte.weight)
+
+    def check_round_trip(self, run, metrics, theirs_losses):
+        ours = read_metrics(metrics)
+        self.assertEqual([m["step"] for m in ours], list(range(1, STEPS + 1)))
+        for step, (mine, theirs) in enumerate(zip([m["loss"] for m in ours], theirs_losses)):
+            with self.subTest(step=step + 1):
+                self.assertLess(abs(mine - theirs) / theirs, 1e-5, f"step {step + 1}: accel {mine} transformers {theirs}")
+        probe = torch.from_numpy(self.tokens[:2 * SHAPE["seq_len"]].astype(np.int64)).view(2, SHAPE["seq_len"])
+        checkpoint = os.path.join(run, f"step_{STEPS}")
+        exported = self.exported_logits(checkpoint, self.path(os.path.basename(run) + "_hf"), probe)
+        host = self.host_logits(checkpoint, probe)
+        self.assertLess((exported - host).abs().max().item(), 1e-5 * host.abs().max().item())
+
+    def test_gpt2_trains_like_transformers_and_exports_back(self):
+        model, theirs = self.train_transformers()
+        run_host(*self.host_args(self.path("run"), self.path("metrics.jsonl")))
+        self.check_round_trip(self.path("run"), self.path("metrics.jsonl"), theirs)
+        # The very first loss is transformers' model's own: the weights arrived intact.
+        self.assertLess(abs(read_metrics(self.path("metrics.jsonl"))[0]["loss"] - theirs[0]) / theirs[0], 1e-6)
+
+    @unittest.skipUnless(MPIRUN, "mpirun not found")
+    def test_gpt2_under_fsdp_on_two_ranks(self):
+        _, theirs = self.train_transformers()
+        mpirun(2, "--plugin", "fsdp", "--fsdp.auto_wrap_policy", "transformer_based_wrap",
+               "--fsdp.state_dict_type", "SHARDED_STATE_DICT",
+               *self.host_args(self.path("fsdp"), self.path("fsdp.jsonl")))
+        self.check_round_trip(self.path("fsdp"), self.path("fsdp.jsonl"), theirs)
+
+    def test_sharded_index_form_loads(self):
+        # save_pretrained's sharded layout: model.safetensors.index.json and
+        # several files, read as one model.
+        sharded = self.path("hf_sharded")
+        random_hf_model().save_pretrained(sharded, safe_serialization=True, max_shard_size="100KB")
+        self.assertTrue(os.path.exists(os.path.join(sharded, "model.safetensors.index.json")))
+        self.hf_dir = sharded
+        run_host(*self.host_args(self.path("a"), self.path("a.jsonl"), steps=1))
+        self.hf_dir = self.path("hf")
+        run_host(*self.host_args(self.path("b"), self.path("b.jsonl"), steps=1))
+        self.assertEqual(read_metrics(self.path("a.jsonl"))[0]["loss"], read_metrics(self.path("b.jsonl"))[0]["loss"])
+
+
+@unittest.skipUnless(transformers, "transformers is not installed (requirements-tools.txt)")
+class HuggingFaceBadInput(TempDirMixin, unittest.TestCase):
+    """A checkpoint the host's GPT-2 cannot be: one line naming why, no run."""
+
+    def setUp(self):
+        super().setUp()
+        self.hf_dir = self.path("hf")
+        random_hf_model().save_pretrained(self.hf_dir, safe_serialization=True)
+
+    def refused(self, *extra, mentions, code=1):
+        proc = run_host("--init-from", "hf:" + self.hf_dir, "--steps", 1, *extra, check=False, timeout=120)
+        self.assertEqual(proc.returncode, code, proc.stderr)
+        lines = error_lines(proc.stderr)
+        self.assertEqual(len(lines), 1, proc.stderr)
+        for word in mentions:
+            self.assertIn(word, lines[0])
+        self.assertNotIn("Traceback", proc.stderr)
+
+    def edit_config(self, **changes):
+        path = os.path.join(self.hf_dir, "config.json")
+        with open(path) as f:
+            config = json.load(f)
+        config.update(changes)
+        with open(path, "w") as f:
+            json.dump(config, f)
+
+    def edit_weights(self, edit):
+        path = os.path.join(self.hf_dir, "model.safetensors")
+        tensors = load_numpy(path)
+        edit(tensors)
+        from safetensors.numpy import save_file as save_numpy
+        save_numpy(tensors, path, metadata={"format": "pt"})
+
+    def test_another_architecture(self):
+        self.edit_config(model_type="llama", architectures=["LlamaForCausalLM"])
+        self.refused(mentions=["config.json", "model_type 'llama'", "gpt2"])
+
+    def test_another_activation(self):
+        self.edit_config(activation_function="relu")
+        self.refused(mentions=["activation_function", "relu"])
+
+    def test_untied_head(self):
+        self.edit_config(tie_word_embeddings=False)
+        self.refused(mentions=["tie_word_embeddings"])
+
+    def test_missing_weight(self):
+        self.edit_weights(lambda t: t.pop("transformer.h.1.mlp.c_fc.weight"))
+        self.refused(mentions=["h.1.mlp.c_fc.weight"])
+
+    def test_weight_of_another_shape(self):
+        def shrink(t):
+            t["transformer.wpe.weight"] = t["transformer.wpe.weight"][:-1].copy()
+        self.edit_weights(shrink)
+        self.refused(mentions=["transformer.wpe.weight", "[31, 64]", "[32, 64]"])
+
+    def test_a_shape_flag_that_contradicts_the_config(self):
+        self.refused("--n-layer", 3, mentions=["--n-layer 3", "n_layer 2", "config.json"], code=2)
+
+    def test_a_preset_beside_it(self):
+        self.refused("--model", "gpt-small", mentions=["--model", "--init-from"], code=2)
+
+    def test_not_a_directory(self):
+        self.hf_dir = self.path("nowhere")
+        self.refused(mentions=["nowhere", "not a directory"])
+
+    def test_export_of_something_that_is_not_a_checkpoint(self):
+        proc = run_host("export-hf", self.hf_dir, self.path("out"), check=False, timeout=60)
+        self.assertEqual(proc.returncode, 1, proc.stderr)
+        self.assertIn("export-hf", error_lines(proc.stderr)[0])
+
+
+if __name__ == "__main__":
+    unittest.main()
