@@ -18,26 +18,33 @@
 // Built with the SDK against the ABI headers alone. Hooks run on the host's
 // loop thread only.
 #include <accel/sdk/sdk.hpp>
+#include <accel/sdk/kernels.hpp>
 
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "checkpoint_io.h"
 #include "fsdp_config.h"
-#include "gather_engine.h"
-#include "grad_reducer.h"
-#include "host_ops.h"
-#include "model_layout.h"
-#include "shard_store.h"
-#include "sharded_optimizer.h"
-#include "unit_schedule.h"
+#include "sharding/checkpoint_io.h"
+#include "sharding/gather_engine.h"
+#include "sharding/grad_reducer.h"
+#include "sharding/model_layout.h"
+#include "sharding/shard_store.h"
+#include "sharding/sharded_optimizer.h"
+#include "sharding/unit_schedule.h"
 #include "wrap_plan.h"
 
 namespace accel::fsdp {
 namespace {
 
 using sdk::Error;
+using sharding::CheckpointIo;
+using sharding::GatherCounters;
+using sharding::GatherEngine;
+using sharding::GradReducer;
+using sharding::ShardedOptimizer;
+using sharding::ShardStore;
+using sharding::UnitSchedule;
 
 class Fsdp final : public sdk::Plugin {
  public:
@@ -109,7 +116,7 @@ class Fsdp final : public sdk::Plugin {
 
   void plan_model(const AccelPlanArgs&) override {
     const sdk::Services& s = services();
-    const std::vector<UnitLayout> units = read_model_layout(s);
+    const std::vector<UnitLayout> units = sharding::read_model_layout(s);
     std::vector<std::string> widened;
     std::vector<bool> sharded(units.size(), config_.shards());
     if (config_.shards()) {
@@ -140,13 +147,13 @@ class Fsdp final : public sdk::Plugin {
 
   void setup(const AccelSetupArgs&) override {
     const sdk::Services& s = services();
-    units_ = read_model_layout(s);
+    units_ = sharding::read_model_layout(s);
     AccelGroup* sharding = ops_.group(ACCEL_GROUP_SHARDING);
     AccelGroup* replica = ops_.group(ACCEL_GROUP_REPLICA);
     AccelGroup* data = ops_.group(ACCEL_GROUP_DATA);
     AccelGroup* world = ops_.group(ACCEL_GROUP_WORLD);
-    const GroupShape sharding_shape = ops_.shape(sharding);
-    const GroupShape replica_shape = ops_.shape(replica);
+    const sdk::GroupShape sharding_shape = ops_.shape(sharding);
+    const sdk::GroupShape replica_shape = ops_.shape(replica);
     if (sharding_shape.size != config_.mesh.sharding_size || replica_shape.size != config_.mesh.replica_size) {
       throw Error(ACCEL_ERROR_FAILED_PRECONDITION,
                   sdk::format("the resolved mesh has sharding %d x replica %d, fsdp asked for %d x %d",
@@ -161,10 +168,11 @@ class Fsdp final : public sdk::Plugin {
     comm_buffers_ = std::make_unique<sdk::BufferPool>(s, /*keep_per_shape=*/2);
     gathers_ = std::make_unique<GatherEngine>(ops_, config_, plan_, *store_, sharding, *comm_buffers_);
     reducer_ = std::make_unique<GradReducer>(ops_, config_, *store_, sharding, replica, data, *comm_buffers_);
-    schedule_ = std::make_unique<UnitSchedule>(config_, plan_, *gathers_, *reducer_,
-                                               static_cast<int32_t>(units_.size()));
+    schedule_ =
+        std::make_unique<UnitSchedule>(config_, plan_, gathers_.get(), *reducer_, static_cast<int32_t>(units_.size()));
     optimizer_ = std::make_unique<ShardedOptimizer>(ops_, *store_, sharding, sharding_shape.rank);
-    checkpoint_ = std::make_unique<CheckpointIo>(ops_, config_, *store_, sharding, replica_shape, rank);
+    checkpoint_ =
+        std::make_unique<CheckpointIo>(ops_, config_, *store_, sharding, replica_shape, rank, to_json(config_));
     if (rank == 0) s.info() << "fsdp: " << describe_plan();
   }
 
@@ -248,7 +256,7 @@ class Fsdp final : public sdk::Plugin {
   }
 
   const FsdpConfig config_;
-  const HostOps ops_;
+  const sdk::Kernels ops_;
   WrapPlan plan_;
   std::vector<UnitLayout> units_;
   std::unique_ptr<ShardStore> store_;

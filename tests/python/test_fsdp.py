@@ -411,6 +411,29 @@ class FsdpCheckpoints(TempDirMixin, unittest.TestCase):
     def test_fp8_one_process_resumes_sharded_on_two(self):
         self.fp8_resume(1, [], 2, [*FSDP, *WRAP, "--fsdp.state_dict_type", "SHARDED_STATE_DICT"])
 
+    # deepspeed_zero's partitions are stored by global offset too: a ZeRO-3
+    # checkpoint from 4 ranks continues under fsdp, ddp and one process, and
+    # checkpoints of those continue under ZeRO stages 1, 2 and 3.
+    ZERO3 = ["--plugin", "deepspeed_zero", "--deepspeed_zero.zero_stage", 3]
+
+    def test_zero3_on_four_resumes_under_fsdp_on_two(self):
+        self.resume(4, self.ZERO3, 2, [*FSDP, *WRAP])
+
+    def test_zero3_on_four_resumes_under_ddp_on_three(self):
+        self.resume(4, self.ZERO3, 3, ["--plugin", "ddp"])
+
+    def test_zero3_on_four_resumes_in_one_process(self):
+        self.resume(4, self.ZERO3, 1, [])
+
+    def test_one_process_resumes_under_zero1_on_two(self):
+        self.resume(1, [], 2, ["--plugin", "deepspeed_zero", "--deepspeed_zero.zero_stage", 1])
+
+    def test_fsdp_on_two_resumes_under_zero2_on_three(self):
+        self.resume(2, [*FSDP, *WRAP], 3, ["--plugin", "deepspeed_zero", "--deepspeed_zero.zero_stage", 2])
+
+    def test_ddp_on_three_resumes_under_zero3_on_four(self):
+        self.resume(3, ["--plugin", "ddp"], 4, self.ZERO3)
+
     def test_hybrid_with_ignored_unit_resumes_as_full_shard(self):
         self.resume(4, [*FSDP, *WRAP, "--fsdp.sharding_strategy", "HYBRID_SHARD", "--fsdp.hybrid_shard_group_size",
                         2, "--fsdp.ignored_modules", r"block\.1", "--fsdp.state_dict_type", "LOCAL_STATE_DICT"],

@@ -1,0 +1,214 @@
+"""The deepspeed_zero plugin under mpirun: ZeRO stages 0-3 at 2, 3 and 4 ranks
+(with gradient accumulation, and with CPU offload) give the per-step losses
+of one process with the same global batch (fp32 within 1e-5 relative, bf16
+within 2e-2); a same-stage, same-world resume is bit-exact; DeepSpeed JSON
+configs are read as DeepSpeed reads them — Accelerate's published ZeRO-2 and
+ZeRO-3 examples run unchanged, a named scheduler replaces accel-host's — and
+bad configs stop every rank with one line and a non-zero exit.
+(Cross-strategy resumes with fsdp, ddp and one process: test_fsdp.py,
+FsdpCheckpoints.)"""
+import json
+import math
+import os
+import stat
+import unittest
+
+from accel_testing import MPIRUN, TempDirMixin, mpirun, read_metrics, run_host
+
+COMMON = ["--model", "gpt-tiny", "--lr", 3e-3, "--warmup-steps", 2, "--log-level", "warn", "--threads", 1]
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data")
+
+
+def zero(stage, *extra):
+    return ["--plugin", "deepspeed_zero", "--deepspeed_zero.zero_stage", stage, *extra]
+
+
+def error_lines(stderr):
+    return [line for line in stderr.splitlines() if "[error]" in line]
+
+
+@unittest.skipUnless(MPIRUN, "mpirun not found")
+class ZeroParity(TempDirMixin, unittest.TestCase):
+    """Per-step losses of `mpirun -n N --plugin deepspeed_zero` against one process."""
+
+    _references = {}
+
+    def reference(self, args):
+        key = tuple(map(str, args))
+        if key not in self._references:
+            path = self.path("reference.jsonl")
+            if os.path.exists(path):
+                os.remove(path)
+            run_host(*args, "--metrics-file", path)
+            ZeroParity._references[key] = read_metrics(path)
+        return self._references[key]
+
+    def parity(self, n, stage, *extra, steps=20, tolerance=1e-5, base=()):
+        args = [*COMMON, "--steps", steps, "--batch-size", 24, "--grad-accum", 2, *base]
+        multi = self.path(f"zero{stage}_{n}.jsonl")
+        if os.path.exists(multi):
+            os.remove(multi)
+        mpirun(n, *args, *zero(stage, *extra), "--metrics-file", multi)
+        a, b = self.reference(args), read_metrics(multi)
+        self.assertEqual(len(b), steps)
+        for x, y in zip(a, b):
+            self.assertLess(abs(x["loss"] - y["loss"]) / x["loss"], tolerance,
+                            (n, stage, extra, x["step"], x["loss"], y["loss"]))
+        return b
+
+    def test_every_stage_at_two_three_and_four_ranks_with_accumulation(self):
+        for stage in (0, 1, 2, 3):
+            for n in (2, 3, 4):
+                with self.subTest(stage=stage, ranks=n):
+                    rows = self.parity(n, stage)
+                    self.assertEqual(rows[0]["deepspeed_zero.zero_stage"], stage)
+                    if stage == 3:
+                        self.assertGreater(rows[0]["deepspeed_zero.gathers"], 0)
+                    if stage >= 1:
+                        self.assertGreater(rows[0]["deepspeed_zero.reduce_scatters"], 0)
+
+    def test_cpu_offload(self):
+        for stage in (1, 2, 3):
+            with self.subTest(stage=stage):
+                self.parity(2, stage, "--deepspeed_zero.offload_optimizer_device", "cpu")
+        self.parity(3, 3, "--deepspeed_zero.offload_param_device", "cpu")
+
+    def test_bf16_stays_close(self):
+        for stage in (1, 2, 3):
+            with self.subTest(stage=stage):
+                self.parity(2, stage, steps=10, tolerance=2e-2, base=["--mixed-precision", "bf16"])
+
+    def test_stage3_persistence_threshold_keeps_small_units_whole(self):
+        # 60000 elements: gpt-tiny's blocks (49984) stay whole on every rank,
+        # the embedding + head group (20608) too... only what exceeds it is
+        # partitioned; with nothing partitioned the run is data parallel.
+        config = self.path("ds.json")
+        with open(config, "w") as f:
+            json.dump({"zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 60000},
+                       "train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto",
+                       "gradient_accumulation_steps": "auto"}, f)
+        rows = self.parity(2, 3, "--deepspeed_zero.hf_ds_config", config, steps=4)
+        self.assertEqual(rows[0]["deepspeed_zero.gathers"], 0)
+
+
+@unittest.skipUnless(MPIRUN, "mpirun not found")
+class ZeroResume(TempDirMixin, unittest.TestCase):
+    """6 steps straight against 3 + resume 3, same stage, same world size."""
+
+    def bit_exact_resume(self, n, stage):
+        args = [*COMMON, *zero(stage), "--batch-size", 12, "--lr-decay-steps", 6]
+        straight, split = self.path("straight"), self.path("split")
+        mpirun(n, *args, "--steps", 6, "--save", straight, "--metrics-file", self.path("straight.jsonl"))
+        mpirun(n, *args, "--steps", 3, "--save", split, "--metrics-file", self.path("split.jsonl"))
+        mpirun(n, *args, "--steps", 6, "--save", split, "--resume", split, "--metrics-file", self.path("split.jsonl"))
+        a, b = read_metrics(self.path("straight.jsonl")), read_metrics(self.path("split.jsonl"))
+        self.assertEqual([r["step"] for r in b], list(range(1, 7)))
+        self.assertEqual([r["loss"] for r in a], [r["loss"] for r in b])
+        final_a, final_b = os.path.join(straight, "step_6"), os.path.join(split, "step_6")
+        files = sorted(f for f in os.listdir(final_a) if f.endswith(".safetensors"))
+        self.assertEqual(files, sorted(f for f in os.listdir(final_b) if f.endswith(".safetensors")))
+        for name in files:
+            with open(os.path.join(final_a, name), "rb") as x, open(os.path.join(final_b, name), "rb") as y:
+                self.assertTrue(x.read() == y.read(), f"{name} differs after resume")
+
+    def test_every_stage_resumes_bit_exact(self):
+        for stage, n in ((0, 2), (1, 3), (2, 2), (3, 4)):
+            with self.subTest(stage=stage, ranks=n):
+                self.bit_exact_resume(n, stage)
+
+
+@unittest.skipUnless(MPIRUN, "mpirun not found")
+class ZeroConfigFiles(TempDirMixin, unittest.TestCase):
+    """DeepSpeed JSON configs as users have them."""
+
+    def test_accelerates_published_examples_run_unchanged(self):
+        # Both name fp16 (enabled: true), AdamW with "auto" lr and decay, and
+        # WarmupDecayLR with "auto" params; gradient_accumulation_steps 1.
+        for name, stage in (("zero_stage2_config.json", 2), ("zero_stage3_config.json", 3)):
+            with self.subTest(config=name):
+                metrics = self.path(name + ".jsonl")
+                proc = mpirun(2, *COMMON, "--log-level", "info", "--steps", 6, "--batch-size", 8,
+                              "--mixed-precision", "fp16", "--plugin", "deepspeed_zero",
+                              "--deepspeed_zero.hf_ds_config", os.path.join(DATA, "deepspeed", name),
+                              "--metrics-file", metrics)
+                rows = read_metrics(metrics)
+                self.assertEqual(len(rows), 6)
+                self.assertEqual(rows[0]["deepspeed_zero.zero_stage"], stage)
+                self.assertTrue(all(math.isfinite(r["loss"]) for r in rows))
+                self.assertIn("replaces accel-host's learning-rate schedule", proc.stdout + proc.stderr)
+                self.assertNotIn("not understood", proc.stdout + proc.stderr)
+
+    def test_named_scheduler_and_optimizer_replace_the_hosts(self):
+        config = self.path("ds.json")
+        with open(config, "w") as f:
+            json.dump({"train_micro_batch_size_per_gpu": 3, "gradient_accumulation_steps": 1,
+                       "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "betas": [0.9, 0.99]}},
+                       "scheduler": {"type": "WarmupDecayLR", "params": {
+                           "warmup_min_lr": 0, "warmup_max_lr": 1e-3, "warmup_num_steps": 2,
+                           "total_num_steps": 4, "warmup_type": "linear"}},
+                       "zero_optimization": {"stage": 2}, "tensorboard": {"enabled": False}}, f)
+        proc = mpirun(2, *COMMON, "--log-level", "info", "--steps", 4, "--batch-size", 6, "--plugin", "deepspeed_zero",
+                      "--deepspeed_zero.hf_ds_config", config, "--metrics-file", self.path("m.jsonl"))
+        lrs = [r["deepspeed_zero.ds_lr"] for r in read_metrics(self.path("m.jsonl"))]
+        for got, want in zip(lrs, [0.0, 5e-4, 1e-3, 5e-4]):
+            self.assertAlmostEqual(got, want, places=12)
+        out = proc.stdout + proc.stderr
+        self.assertIn("replace accel-host's optimizer flags", out)
+        warned = [line for line in out.splitlines() if "not understood" in line]
+        self.assertEqual(len(warned), 1, out)  # once, by rank 0
+        self.assertIn("tensorboard", warned[0])
+
+
+@unittest.skipUnless(MPIRUN, "mpirun not found")
+class ZeroBadInput(TempDirMixin, unittest.TestCase):
+    """Every rank stops with one line naming the problem, exit non-zero."""
+
+    def refused(self, config, *extra, mentions):
+        path = self.path("ds.json")
+        with open(path, "w") as f:
+            f.write(config if isinstance(config, str) else json.dumps(config))
+        proc = mpirun(2, *COMMON, "--steps", 2, "--batch-size", 8, "--plugin", "deepspeed_zero",
+                      "--deepspeed_zero.hf_ds_config", path, *extra, check=False, timeout=120)
+        self.assertNotEqual(proc.returncode, 0)
+        lines = error_lines(proc.stderr)
+        for rank in (0, 1):
+            mine = [line for line in lines if f"[rank {rank}]" in line]
+            self.assertTrue(mine, f"rank {rank} printed no error:\n{proc.stderr}")
+            for word in mentions:
+                self.assertIn(word, mine[0], proc.stderr)
+        self.assertNotIn("Traceback", proc.stderr)
+        self.assertNotIn("terminate called", proc.stderr)
+
+    def test_invalid_json(self):
+        self.refused('{"zero_optimization": {"stage": 2,}}', mentions=["ds.json", "invalid JSON"])
+
+    def test_train_batch_size_inconsistent_with_the_world(self):
+        self.refused({"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1},
+                     mentions=["train_batch_size 8", "world size 2"])
+
+    def test_zero_stage_4(self):
+        self.refused({"zero_optimization": {"stage": 4}}, mentions=["zero_optimization.stage 4"])
+
+    def test_offload_param_below_stage_3(self):
+        self.refused({"zero_optimization": {"stage": 2, "offload_param": {"device": "cpu"}}},
+                     mentions=["offload_param.device cpu", "stage 3"])
+
+    def test_unknown_scheduler_type(self):
+        self.refused({"scheduler": {"type": "OneCycleLR", "params": {}}},
+                     mentions=["scheduler.type OneCycleLR", "unknown scheduler"])
+
+    def test_unwritable_nvme_path(self):
+        locked = self.path("locked")
+        os.mkdir(locked)
+        os.chmod(locked, stat.S_IRUSR | stat.S_IXUSR)
+        missing = self.path("missing/dir")
+        target = missing if os.access(locked, os.W_OK) else locked  # root writes anywhere: a missing directory
+        self.refused({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme", "nvme_path": target}}},
+                     mentions=[target, "not a writable directory"])
+
+    def test_contradiction_with_a_host_flag_names_both(self):
+        self.refused({"gradient_accumulation_steps": 4}, mentions=["gradient_accumulation_steps 4", "--grad-accum 1"])
+
+
+if __name__ == "__main__":
+    unittest.main()
