@@ -15,11 +15,19 @@ import unittest
 
 from accel_testing import MPIRUN, TempDirMixin, mpirun, read_metrics, run_host
 
-COMMON = ["--model", "gpt-tiny", "--lr", 3e-3, "--warmup-steps", 2, "--log-level", "warn", "--threads", 1]
+BASE = ["--model", "gpt-tiny", "--lr", 3e-3, "--warmup-steps", 2, "--threads", 1]
+COMMON = [*BASE, "--log-level", "warn"]
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data")
 
 
+# gpt-tiny's units are all below DeepSpeed's default persistence threshold
+# (1e5 elements): stage 3 runs with this config so that they are partitioned.
+PARTITION_ALL = os.path.join(DATA, "deepspeed", "zero3_partition_everything.json")
+
+
 def zero(stage, *extra):
+    if stage == 3:
+        return ["--plugin", "deepspeed_zero", "--deepspeed_zero.hf_ds_config", PARTITION_ALL, *extra]
     return ["--plugin", "deepspeed_zero", "--deepspeed_zero.zero_stage", stage, *extra]
 
 
@@ -78,17 +86,44 @@ class ZeroParity(TempDirMixin, unittest.TestCase):
             with self.subTest(stage=stage):
                 self.parity(2, stage, steps=10, tolerance=2e-2, base=["--mixed-precision", "bf16"])
 
+    def stage3_config(self, **zero_optimization):
+        path = self.path("ds.json")
+        with open(path, "w") as f:
+            json.dump({"zero_optimization": {"stage": 3, **zero_optimization}, "train_batch_size": "auto",
+                       "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto"}, f)
+        return ["--plugin", "deepspeed_zero", "--deepspeed_zero.hf_ds_config", path]
+
+    def run_stage3(self, n, **zero_optimization):
+        metrics = self.path("s3.jsonl")
+        if os.path.exists(metrics):
+            os.remove(metrics)
+        mpirun(n, *COMMON, "--steps", 2, "--batch-size", 8, *self.stage3_config(**zero_optimization),
+               "--metrics-file", metrics)
+        return read_metrics(metrics)[0]
+
     def test_stage3_persistence_threshold_keeps_small_units_whole(self):
-        # 60000 elements: gpt-tiny's blocks (49984) stay whole on every rank,
-        # the embedding + head group (20608) too... only what exceeds it is
-        # partitioned; with nothing partitioned the run is data parallel.
-        config = self.path("ds.json")
-        with open(config, "w") as f:
-            json.dump({"zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 60000},
-                       "train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto",
-                       "gradient_accumulation_steps": "auto"}, f)
-        rows = self.parity(2, 3, "--deepspeed_zero.hf_ds_config", config, steps=4)
-        self.assertEqual(rows[0]["deepspeed_zero.gathers"], 0)
+        # DeepSpeed's default threshold (1e5) is above every gpt-tiny unit
+        # (blocks 49984, embedding + head 20608): nothing is gathered.
+        self.assertEqual(self.run_stage3(2)["deepspeed_zero.gathers"], 0)
+        # 30000 partitions the blocks only: 2 groups gathered.
+        self.assertEqual(self.run_stage3(2, stage3_param_persistence_threshold=30000)["deepspeed_zero.gathers"], 2)
+
+    def test_stage3_reuse_distance_live_parameters_and_prefetch_bucket(self):
+        # gpt-tiny partitioned: groups [embedding head], [block.0], [block.1];
+        # one micro-batch. DeepSpeed's default reuse distance (1e9) keeps
+        # every group gathered from its forward to its backward: 3 gathers;
+        # 0 releases the blocks after forward and gathers them again: 5.
+        kept = self.run_stage3(2, stage3_param_persistence_threshold=0)
+        released = self.run_stage3(2, stage3_param_persistence_threshold=0, stage3_max_reuse_distance=0)
+        self.assertEqual(kept["deepspeed_zero.gathers"], 3)
+        self.assertEqual(released["deepspeed_zero.gathers"], 5)
+        self.assertGreater(kept["deepspeed_zero.prefetches"], 0)
+        # At most 1 live element: no gather may start ahead of its use.
+        bounded = self.run_stage3(2, stage3_param_persistence_threshold=0, stage3_max_live_parameters=1)
+        self.assertEqual(bounded["deepspeed_zero.prefetches"], 0)
+        # A prefetch bucket of 0: no prefetch either.
+        none = self.run_stage3(2, stage3_param_persistence_threshold=0, stage3_prefetch_bucket_size=0)
+        self.assertEqual(none["deepspeed_zero.prefetches"], 0)
 
 
 @unittest.skipUnless(MPIRUN, "mpirun not found")
@@ -97,11 +132,13 @@ class ZeroResume(TempDirMixin, unittest.TestCase):
 
     def bit_exact_resume(self, n, stage):
         args = [*COMMON, *zero(stage), "--batch-size", 12, "--lr-decay-steps", 6]
-        straight, split = self.path("straight"), self.path("split")
-        mpirun(n, *args, "--steps", 6, "--save", straight, "--metrics-file", self.path("straight.jsonl"))
-        mpirun(n, *args, "--steps", 3, "--save", split, "--metrics-file", self.path("split.jsonl"))
-        mpirun(n, *args, "--steps", 6, "--save", split, "--resume", split, "--metrics-file", self.path("split.jsonl"))
-        a, b = read_metrics(self.path("straight.jsonl")), read_metrics(self.path("split.jsonl"))
+        root = self.path(f"stage{stage}")
+        os.mkdir(root)
+        straight, split = os.path.join(root, "straight"), os.path.join(root, "split")
+        mpirun(n, *args, "--steps", 6, "--save", straight, "--metrics-file", straight + ".jsonl")
+        mpirun(n, *args, "--steps", 3, "--save", split, "--metrics-file", split + ".jsonl")
+        mpirun(n, *args, "--steps", 6, "--save", split, "--resume", split, "--metrics-file", split + ".jsonl")
+        a, b = read_metrics(straight + ".jsonl"), read_metrics(split + ".jsonl")
         self.assertEqual([r["step"] for r in b], list(range(1, 7)))
         self.assertEqual([r["loss"] for r in a], [r["loss"] for r in b])
         final_a, final_b = os.path.join(straight, "step_6"), os.path.join(split, "step_6")
@@ -127,7 +164,7 @@ class ZeroConfigFiles(TempDirMixin, unittest.TestCase):
         for name, stage in (("zero_stage2_config.json", 2), ("zero_stage3_config.json", 3)):
             with self.subTest(config=name):
                 metrics = self.path(name + ".jsonl")
-                proc = mpirun(2, *COMMON, "--log-level", "info", "--steps", 6, "--batch-size", 8,
+                proc = mpirun(2, *BASE, "--log-level", "info", "--steps", 6, "--batch-size", 8,
                               "--mixed-precision", "fp16", "--plugin", "deepspeed_zero",
                               "--deepspeed_zero.hf_ds_config", os.path.join(DATA, "deepspeed", name),
                               "--metrics-file", metrics)
@@ -147,7 +184,7 @@ class ZeroConfigFiles(TempDirMixin, unittest.TestCase):
                            "warmup_min_lr": 0, "warmup_max_lr": 1e-3, "warmup_num_steps": 2,
                            "total_num_steps": 4, "warmup_type": "linear"}},
                        "zero_optimization": {"stage": 2}, "tensorboard": {"enabled": False}}, f)
-        proc = mpirun(2, *COMMON, "--log-level", "info", "--steps", 4, "--batch-size", 6, "--plugin", "deepspeed_zero",
+        proc = mpirun(2, *BASE, "--log-level", "info", "--steps", 4, "--batch-size", 6, "--plugin", "deepspeed_zero",
                       "--deepspeed_zero.hf_ds_config", config, "--metrics-file", self.path("m.jsonl"))
         lrs = [r["deepspeed_zero.ds_lr"] for r in read_metrics(self.path("m.jsonl"))]
         for got, want in zip(lrs, [0.0, 5e-4, 1e-3, 5e-4]):

@@ -414,7 +414,9 @@ class FsdpCheckpoints(TempDirMixin, unittest.TestCase):
     # deepspeed_zero's partitions are stored by global offset too: a ZeRO-3
     # checkpoint from 4 ranks continues under fsdp, ddp and one process, and
     # checkpoints of those continue under ZeRO stages 1, 2 and 3.
-    ZERO3 = ["--plugin", "deepspeed_zero", "--deepspeed_zero.zero_stage", 3]
+    ZERO3 = ["--plugin", "deepspeed_zero", "--deepspeed_zero.hf_ds_config",
+             os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "deepspeed",
+                          "zero3_partition_everything.json")]
 
     def test_zero3_on_four_resumes_under_fsdp_on_two(self):
         self.resume(4, self.ZERO3, 2, [*FSDP, *WRAP])
