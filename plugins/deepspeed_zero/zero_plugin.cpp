@@ -24,14 +24,8 @@
 #include <string>
 #include <vector>
 
-#include "sharding/checkpoint_io.h"
-#include "sharding/gather_engine.h"
-#include "sharding/grad_reducer.h"
-#include "sharding/host_param_sync.h"
+#include "sharding/machinery.h"
 #include "sharding/model_layout.h"
-#include "sharding/shard_store.h"
-#include "sharding/sharded_optimizer.h"
-#include "sharding/unit_schedule.h"
 #include "zero_config.h"
 #include "zero_plan.h"
 
@@ -51,8 +45,7 @@ class DeepSpeedZero final : public sdk::Plugin {
       "1.0.0",
       "ZeRO stages 0-3: partitioned optimizer state, gradients and parameters (DeepSpeedPlugin)",
       ACCEL_PLUGIN_PARALLEL,
-      ACCEL_CAP_CPU | ACCEL_CAP_CUDA | ACCEL_CAP_SHARDS_PARAMS | ACCEL_CAP_SHARDS_GRADS | ACCEL_CAP_SHARDS_OPTIMIZER |
-          ACCEL_CAP_REDUCES_GRADS | ACCEL_CAP_RESHARD_ON_LOAD,
+      sharding::kShardingCapabilities,
       "ddp,fsdp,megatron"};
 
   static constexpr sdk::Option options[] = {
@@ -133,47 +126,49 @@ class DeepSpeedZero final : public sdk::Plugin {
     AccelGroup* world = ops_.group(ACCEL_GROUP_WORLD);
     const sdk::GroupShape sharding_shape = ops_.shape(sharding);
     const int32_t rank = s.rank();
-    store_ = std::make_unique<sharding::ShardStore>(ops_, config_, units_, plan_, sharding_shape, world, rank,
-                                                    managed_storage());
-    comm_buffers_ = std::make_unique<sdk::BufferPool>(s, /*keep_per_shape=*/2);
-    reducer_ = std::make_unique<sharding::GradReducer>(ops_, config_, *store_, sharding, replica, data, *comm_buffers_);
+    m_.store = std::make_unique<sharding::ShardStore>(ops_, config_, units_, plan_, sharding_shape, world, rank,
+                                                      managed_storage());
+    m_.comm_buffers = std::make_unique<sdk::BufferPool>(s, /*keep_per_shape=*/2);
+    m_.reducer =
+        std::make_unique<sharding::GradReducer>(ops_, config_, *m_.store, sharding, replica, data, *m_.comm_buffers);
     if (config_.stage == 3) {
-      gathers_ = std::make_unique<sharding::GatherEngine>(ops_, config_, plan_, *store_, sharding, *comm_buffers_);
+      m_.gathers =
+          std::make_unique<sharding::GatherEngine>(ops_, config_, plan_, *m_.store, sharding, *m_.comm_buffers);
     }
     if (config_.stage >= 2) {
-      schedule_ = std::make_unique<sharding::UnitSchedule>(config_, plan_, gathers_.get(), *reducer_,
-                                                           static_cast<int32_t>(units_.size()));
+      m_.schedule = std::make_unique<sharding::UnitSchedule>(config_, plan_, m_.gathers.get(), *m_.reducer,
+                                                             static_cast<int32_t>(units_.size()));
     }
     if (config_.stage == 1 || config_.stage == 2) {
-      publish_ = std::make_unique<sharding::HostParamSync>(ops_, *store_, sharding, *comm_buffers_);
+      m_.publish = std::make_unique<sharding::HostParamSync>(ops_, *m_.store, sharding, *m_.comm_buffers);
     }
-    optimizer_ = std::make_unique<sharding::ShardedOptimizer>(ops_, *store_, sharding, sharding_shape.rank);
-    checkpoint_ = std::make_unique<sharding::CheckpointIo>(ops_, config_, *store_, sharding, ops_.shape(replica), rank,
-                                                           to_json(config_));
+    m_.optimizer = std::make_unique<sharding::ShardedOptimizer>(ops_, *m_.store, sharding, sharding_shape.rank);
+    m_.checkpoint = std::make_unique<sharding::CheckpointIo>(ops_, config_, *m_.store, sharding, ops_.shape(replica),
+                                                             rank, to_json(config_));
     if (rank == 0) s.info() << "deepspeed_zero: " << describe();
   }
 
   void step_begin(const AccelStepArgs& args) override {
     if ((args.flags & ACCEL_STEP_EVAL) != 0) return;
-    store_->zero_grads(ops_);
+    m_.store->zero_grads(ops_);
     step_start_ = Clock::now();
     forward_ms_ = backward_ms_ = 0.0;
   }
 
   void unit_forward_pre(AccelUnitHookArgs& args) override {
     if (args.unit == 0) phase_start_ = Clock::now();
-    if (schedule_) schedule_->forward_pre(args);
+    if (m_.schedule) m_.schedule->forward_pre(args);
   }
   void unit_forward_post(AccelUnitHookArgs& args) override {
-    if (schedule_) schedule_->forward_post(args);
+    if (m_.schedule) m_.schedule->forward_post(args);
     if (args.unit == static_cast<int32_t>(units_.size()) - 1) forward_ms_ += ms_since(phase_start_);
   }
   void unit_backward_pre(AccelUnitHookArgs& args) override {
     if (args.unit == static_cast<int32_t>(units_.size()) - 1) phase_start_ = Clock::now();
-    if (schedule_) schedule_->backward_pre(args);
+    if (m_.schedule) m_.schedule->backward_pre(args);
   }
   void unit_backward_post(AccelUnitHookArgs& args) override {
-    if (schedule_) schedule_->backward_post(args);
+    if (m_.schedule) m_.schedule->backward_post(args);
     if (args.unit == 0) backward_ms_ += ms_since(phase_start_);
   }
 
@@ -182,15 +177,15 @@ class DeepSpeedZero final : public sdk::Plugin {
   // gradients into the partition, once per step).
   void gradients_ready(const AccelGradientsReadyArgs& args) override {
     if (!plan_.sharded(args.unit)) {
-      reducer_->all_reduce_replicated(args.unit, args.grads);
+      m_.reducer->all_reduce_replicated(args.unit, args.grads);
     } else if (config_.stage == 1) {
-      reducer_->reduce_scatter(args.unit, /*last_micro_batch=*/true);
+      m_.reducer->reduce_scatter(args.unit, /*last_micro_batch=*/true);
     }
   }
 
-  void gradients_finalize(const AccelStepArgs&) override { reducer_->finish(); }
+  void gradients_finalize(const AccelStepArgs&) override { m_.reducer->finish(); }
 
-  void clip_gradients(const AccelClipArgs& args) override { optimizer_->clip_gradients(args); }
+  void clip_gradients(const AccelClipArgs& args) override { m_.optimizer->clip_gradients(args); }
 
   // The configured optimizer and schedule (DummyOptim / DummyScheduler)
   // replace the host's values; then stage 1/2 all-gather the partitions.
@@ -209,24 +204,17 @@ class DeepSpeedZero final : public sdk::Plugin {
     if (o.beta2) step.beta2 = *o.beta2;
     if (o.eps) step.eps = *o.eps;
     if (o.weight_decay) step.weight_decay = *o.weight_decay;
-    optimizer_->step(step);
-    if (publish_) publish_->publish();
+    m_.optimizer->step(step);
+    if (m_.publish) m_.publish->publish();
     last_lr_ = step.lr;
     step_ms_ = ms_since(start);
   }
 
   void step_end(const AccelStepArgs& args) override {
     const sdk::Services& s = services();
-    if (gathers_) {
-      gathers_->release_all();
-      const sharding::GatherCounters c = gathers_->take_counters();
-      s.metric("gathers", static_cast<double>(c.gathers), ACCEL_METRIC_SUM);
-      s.metric("prefetches", static_cast<double>(c.prefetches), ACCEL_METRIC_SUM);
-      s.metric("max_gathered_groups", static_cast<double>(c.max_alive), ACCEL_METRIC_MAX);
-    }
+    m_.end_step(s);
     s.metric("zero_stage", static_cast<double>(config_.stage));
-    s.metric("reduce_scatters", static_cast<double>(reducer_->take_reduce_scatters()), ACCEL_METRIC_SUM);
-    if (publish_) s.metric("param_allgather_elements", static_cast<double>(publish_->take_gathered_elements()));
+    if (m_.publish) s.metric("param_allgather_elements", static_cast<double>(m_.publish->take_gathered_elements()));
     if ((args.flags & ACCEL_STEP_EVAL) != 0) return;
     s.metric("ds_lr", last_lr_);
     if (config_.wall_clock_breakdown) {
@@ -241,33 +229,16 @@ class DeepSpeedZero final : public sdk::Plugin {
     }
   }
 
-  void save_state(const AccelStateArgs& args) override { checkpoint_->save(args); }
+  void save_state(const AccelStateArgs& args) override { m_.checkpoint->save(args); }
   void load_state(const AccelStateArgs& args) override {
-    checkpoint_->load(args);
+    m_.checkpoint->load(args);
     // Stage 1/2: the host loaded its full parameters itself; the partitions
     // were read from the same tensors, so they agree — refreshed anyway so
     // every rank starts from exactly the masters.
-    if (publish_) publish_->publish();
+    if (m_.publish) m_.publish->publish();
   }
 
-  void teardown() override {
-    if (reducer_) reducer_->abandon();
-    if (gathers_) {
-      try {
-        gathers_->release_all();
-      } catch (const Error&) {
-        // the run is ending; the host frees what it materialised
-      }
-    }
-    checkpoint_.reset();
-    optimizer_.reset();
-    publish_.reset();
-    schedule_.reset();
-    gathers_.reset();
-    reducer_.reset();
-    comm_buffers_.reset();
-    store_.reset();
-  }
+  void teardown() override { m_.teardown(); }
 
  private:
   // What the plugin takes over of each partitioned unit: stage 2 the
@@ -297,14 +268,7 @@ class DeepSpeedZero final : public sdk::Plugin {
   const sdk::Kernels ops_;
   sharding::GatherPlan plan_;
   std::vector<UnitLayout> units_;
-  std::unique_ptr<sharding::ShardStore> store_;
-  std::unique_ptr<sdk::BufferPool> comm_buffers_;  // outlives every lease
-  std::unique_ptr<sharding::GatherEngine> gathers_;
-  std::unique_ptr<sharding::GradReducer> reducer_;
-  std::unique_ptr<sharding::UnitSchedule> schedule_;
-  std::unique_ptr<sharding::HostParamSync> publish_;
-  std::unique_ptr<sharding::ShardedOptimizer> optimizer_;
-  std::unique_ptr<sharding::CheckpointIo> checkpoint_;
+  sharding::Machinery m_;
   Clock::time_point step_start_, phase_start_;
   double forward_ms_ = 0.0, backward_ms_ = 0.0, step_ms_ = 0.0, last_lr_ = 0.0;
 };

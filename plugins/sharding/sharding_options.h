@@ -14,6 +14,13 @@
 
 namespace accel::sharding {
 
+// What a plugin built on this machinery does (accel/plugin.h): runs on CPU
+// and CUDA ranks, shards parameters, gradients and optimizer state, reduces
+// gradients itself, and loads checkpoints of any layout.
+inline constexpr uint64_t kShardingCapabilities = ACCEL_CAP_CPU | ACCEL_CAP_CUDA | ACCEL_CAP_SHARDS_PARAMS |
+                                                  ACCEL_CAP_SHARDS_GRADS | ACCEL_CAP_SHARDS_OPTIMIZER |
+                                                  ACCEL_CAP_REDUCES_GRADS | ACCEL_CAP_RESHARD_ON_LOAD;
+
 enum class BackwardPrefetch { backward_pre, backward_post, no_prefetch };
 enum class StateDictType { full, sharded, local };
 
