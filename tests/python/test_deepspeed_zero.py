@@ -5,8 +5,8 @@ within 2e-2); a same-stage, same-world resume is bit-exact; DeepSpeed JSON
 configs are read as DeepSpeed reads them — Accelerate's published ZeRO-2 and
 ZeRO-3 examples run unchanged, a named scheduler replaces accel-host's — and
 bad configs stop every rank with one line and a non-zero exit.
-(Cross-strategy resumes with fsdp, ddp and one process: test_fsdp.py,
-FsdpCheckpoints.)"""
+(Cross-strategy resumes with fsdp, ddp and one process:
+test_cross_strategy.py.)"""
 import json
 import math
 import os
