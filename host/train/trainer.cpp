@@ -461,6 +461,12 @@ void Trainer::plan_plugins() {
                                " takes over a unit's parameters without its gradients, which this host version "
                                "does not resolve (it resolves gradients alone, or both)");
     }
+    if (what == ACCEL_STORAGE_GRADS && !hooks_->owns_optimizer_step()) {
+      // The host would step parameters whose gradients it never holds.
+      throw std::runtime_error("plugin " + plan.managed_by.at(unit) +
+                               " takes over a unit's gradients alone but not the optimizer step: the host cannot "
+                               "step parameters whose gradients it does not keep");
+    }
   }
   materialize_host_units();
 }

@@ -101,6 +101,22 @@ class ZeroParity(TempDirMixin, unittest.TestCase):
                "--metrics-file", metrics)
         return read_metrics(metrics)[0]
 
+    def test_stage2_full_gradients_never_outlive_their_units_backward(self):
+        # The host keeps the parameters and leaves the gradients to the plugin
+        # (the gradients-only take-over): stage 1 holds the host's full
+        # gradients and their reduced partition, stage 2 only the partition
+        # and the gradients of the units in backward.
+        peaks = {}
+        for stage in (1, 2):
+            metrics = self.path(f"mem{stage}.jsonl")
+            mpirun(2, *COMMON, "--steps", 2, "--batch-size", 8, *zero(stage), "--metrics-file", metrics)
+            peaks[stage] = read_metrics(metrics)[-1]["memory_peak_bytes"]
+        self.assertEqual(peaks[1]["grads"], peaks[1]["params"])  # full + partition, as the parameters
+        self.assertEqual(peaks[2]["params"], peaks[1]["params"])  # the host's full parameters + the master
+        # gpt-tiny on 2 ranks: 723,456 bytes against 523,520 (the partition 241,152 + the tied
+        # embedding/head group and one block in backward, 282,368).
+        self.assertLess(peaks[2]["grads"], peaks[1]["grads"] * 3 // 4)
+
     def test_stage3_persistence_threshold_keeps_small_units_whole(self):
         # DeepSpeed's default threshold (1e5) is above every gpt-tiny unit
         # (blocks 49984, embedding + head 20608): nothing is gathered.
