@@ -95,6 +95,15 @@ void fill_option_store(const PluginRegistry& registry, const std::map<std::strin
   store.put("train", "max_grad_norm", host_value(ACCEL_OPTION_DOUBLE, strformat("%g", o.grad_clip), o.grad_clip));
   store.put("train", "lr", host_value(ACCEL_OPTION_DOUBLE, strformat("%g", o.lr), o.lr));
   store.put("train", "weight_decay", host_value(ACCEL_OPTION_DOUBLE, strformat("%g", o.weight_decay), o.weight_decay));
+  // The schedule's settings, for a plugin whose configuration names its own
+  // schedule with "auto" values (deepspeed_zero's WarmupLR & co.).
+  store.put("train", "warmup_steps",
+            host_value(ACCEL_OPTION_INT, std::to_string(o.warmup_steps), static_cast<double>(o.warmup_steps),
+                       o.warmup_steps));
+  const int64_t horizon = o.decay_steps > 0 ? o.decay_steps : config.steps;
+  store.put("train", "decay_steps",
+            host_value(ACCEL_OPTION_INT, std::to_string(horizon), static_cast<double>(horizon), horizon));
+  store.put("train", "min_lr", host_value(ACCEL_OPTION_DOUBLE, strformat("%g", o.min_lr), o.min_lr));
   store.put("train", "seed", host_value(ACCEL_OPTION_INT, std::to_string(config.seed), static_cast<double>(config.seed),
                                         static_cast<int64_t>(config.seed)));
   runtime::OptionValue precision = host_value(ACCEL_OPTION_ENUM, to_string(config.mixed_precision));

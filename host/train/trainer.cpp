@@ -453,12 +453,19 @@ void Trainer::plan_plugins() {
                              "version does not resolve yet");
   }
   for (const auto& [unit, what] : plan.managed_storage) {
-    if (what != (ACCEL_STORAGE_PARAMS | ACCEL_STORAGE_GRADS)) {
-      // ZeRO-2's "gradients only" needs the host to keep parameters but not
-      // gradients, and then to step what it keeps; not resolved yet.
+    if (what == ACCEL_STORAGE_PARAMS) {
+      // Parameters without their gradients would have autograd write into
+      // host gradients of a unit whose parameters come and go; no strategy
+      // asks for it (ZeRO-2 takes the gradients alone, FSDP and ZeRO-3 both).
       throw std::runtime_error("plugin " + plan.managed_by.at(unit) +
-                               " takes over only part of a unit's storage, which this host version does not "
-                               "resolve yet (it resolves parameters and gradients together)");
+                               " takes over a unit's parameters without its gradients, which this host version "
+                               "does not resolve (it resolves gradients alone, or both)");
+    }
+    if (what == ACCEL_STORAGE_GRADS && !hooks_->owns_optimizer_step()) {
+      // The host would step parameters whose gradients it never holds.
+      throw std::runtime_error("plugin " + plan.managed_by.at(unit) +
+                               " takes over a unit's gradients alone but not the optimizer step: the host cannot "
+                               "step parameters whose gradients it does not keep");
     }
   }
   materialize_host_units();
@@ -467,9 +474,15 @@ void Trainer::plan_plugins() {
 void Trainer::materialize_host_units() {
   std::vector<model::Unit>& units = model_.units();
   for (size_t u = 0; u < units.size(); ++u) {
-    if (context_ && context_->plan.managed_storage.count(static_cast<int32_t>(u)) != 0) continue;
-    units[u].materialize_params(at::kFloat, model::Unit::Fill::undefined);
-    units[u].materialize_grads(at::kFloat, /*zero=*/true);
+    // A plugin that took over only the gradients (ZeRO-2) leaves the
+    // parameters to the host: kept, initialised, saved as any host unit's.
+    uint32_t what = 0;  // the ACCEL_STORAGE_* bits a plugin manages
+    if (context_) {
+      const auto managed = context_->plan.managed_storage.find(static_cast<int32_t>(u));
+      if (managed != context_->plan.managed_storage.end()) what = managed->second;
+    }
+    if ((what & ACCEL_STORAGE_PARAMS) == 0) units[u].materialize_params(at::kFloat, model::Unit::Fill::undefined);
+    if ((what & ACCEL_STORAGE_GRADS) == 0) units[u].materialize_grads(at::kFloat, /*zero=*/true);
   }
   model_.initialise(config_.seed);
   const bool host_steps = !hooks_ || !hooks_->owns_optimizer_step();
@@ -480,7 +493,7 @@ void Trainer::materialize_host_units() {
       if (!unit.has_params()) continue;
       const auto bytes = static_cast<int64_t>(unit.flat_params().nbytes());
       context_->memory->record_allocate(ACCEL_MEMORY_DEVICE, ACCEL_MEMORY_PARAMS, bytes);
-      context_->memory->record_allocate(ACCEL_MEMORY_DEVICE, ACCEL_MEMORY_GRADS, bytes);
+      if (unit.has_grads()) context_->memory->record_allocate(ACCEL_MEMORY_DEVICE, ACCEL_MEMORY_GRADS, bytes);
       if (host_steps) context_->memory->record_allocate(ACCEL_MEMORY_DEVICE, ACCEL_MEMORY_OPTIMIZER, 2 * bytes);
     }
   }

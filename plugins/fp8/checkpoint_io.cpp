@@ -43,7 +43,7 @@ AccelCheckpointSliceArgs whole(const Entry& e, const std::vector<int64_t>& zeros
 
 }  // namespace
 
-void save_state(const KernelOps& ops, const Fp8Config& config, const ScalingState& state, int32_t rank) {
+void save_state(const sdk::Kernels& ops, const Fp8Config& config, const ScalingState& state, int32_t rank) {
   if (rank != 0) return;  // identical on every rank after the amax all-reduce
   const sdk::Services& s = ops.services();
   const AccelCheckpointServices& checkpoint = *s.table()->checkpoint;
@@ -56,7 +56,7 @@ void save_state(const KernelOps& ops, const Fp8Config& config, const ScalingStat
   s.check(checkpoint.put_string(s.host(), ACCEL_CHECKPOINT_PLUGIN, "recipe", recipe.c_str()), "put_string recipe");
 }
 
-bool load_state(const KernelOps& ops, const Fp8Config& config, ScalingState& state) {
+bool load_state(const sdk::Kernels& ops, const Fp8Config& config, ScalingState& state) {
   const sdk::Services& s = ops.services();
   const AccelCheckpointServices& checkpoint = *s.table()->checkpoint;
   const std::vector<Entry> all = entries(state);

@@ -12,15 +12,15 @@
 #pragma once
 
 #include <accel/accel.h>
+#include <accel/sdk/kernels.hpp>
 
 #include "fp8_config.h"
-#include "kernel_ops.h"
 #include "scaling_state.h"
 
 namespace accel::fp8 {
 
-void save_state(const KernelOps& ops, const Fp8Config& config, const ScalingState& state, int32_t rank);
+void save_state(const sdk::Kernels& ops, const Fp8Config& config, const ScalingState& state, int32_t rank);
 // Returns false when the checkpoint holds no fp8 state (fresh start).
-bool load_state(const KernelOps& ops, const Fp8Config& config, ScalingState& state);
+bool load_state(const sdk::Kernels& ops, const Fp8Config& config, ScalingState& state);
 
 }  // namespace accel::fp8

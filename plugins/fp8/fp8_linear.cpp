@@ -54,7 +54,7 @@ struct Fp8Linear::Saved {
   sdk::Buffer inverse;  // fp32 [2]
 };
 
-Fp8Linear::Fp8Linear(const KernelOps& ops, const Fp8Config& config, ScalingState& state, DLDataType compute_dtype,
+Fp8Linear::Fp8Linear(const sdk::Kernels& ops, const Fp8Config& config, ScalingState& state, DLDataType compute_dtype,
                      AccelGroup* data_group, int32_t grad_divisor)
     : ops_(ops),
       config_(config),
@@ -63,14 +63,18 @@ Fp8Linear::Fp8Linear(const KernelOps& ops, const Fp8Config& config, ScalingState
       data_group_(data_group),
       grad_divisor_(grad_divisor) {
   if (grad_divisor_ > 1) {
-    grad_scale_ = ops_.allocate(ACCEL_MEMORY_OTHER, kFloat32, {1}, "fp8 grad scale / N");
-    grad_scale_inv_ = ops_.allocate(ACCEL_MEMORY_OTHER, kFloat32, {1}, "fp8 grad scale_inv x N");
+    grad_scale_ = ops_.allocate(ACCEL_MEMORY_OTHER, kFloat32, {1}, ACCEL_MEMORY_DEVICE, false, "fp8 grad scale / N");
+    grad_scale_inv_ =
+        ops_.allocate(ACCEL_MEMORY_OTHER, kFloat32, {1}, ACCEL_MEMORY_DEVICE, false, "fp8 grad scale_inv x N");
   }
   if (config_.recipe == Recipe::current) {
     for (int c = 0; c < kNumClasses; ++c) {
-      current_amax_[c] = ops_.allocate(ACCEL_MEMORY_OTHER, kFloat32, {1, 1}, "fp8 current amax");
-      current_scale_[c] = ops_.allocate(ACCEL_MEMORY_OTHER, kFloat32, {1}, "fp8 current scale");
-      current_scale_inv_[c] = ops_.allocate(ACCEL_MEMORY_OTHER, kFloat32, {1}, "fp8 current scale_inv");
+      current_amax_[c] =
+          ops_.allocate(ACCEL_MEMORY_OTHER, kFloat32, {1, 1}, ACCEL_MEMORY_DEVICE, false, "fp8 current amax");
+      current_scale_[c] =
+          ops_.allocate(ACCEL_MEMORY_OTHER, kFloat32, {1}, ACCEL_MEMORY_DEVICE, false, "fp8 current scale");
+      current_scale_inv_[c] =
+          ops_.allocate(ACCEL_MEMORY_OTHER, kFloat32, {1}, ACCEL_MEMORY_DEVICE, false, "fp8 current scale_inv");
     }
   }
 }
@@ -112,16 +116,17 @@ const DLTensor* Fp8Linear::quantize(TensorClass cls, int32_t slot, const DLTenso
   // agree on it across the data-parallel group, derive the scale, cast.
   const auto c = static_cast<size_t>(cls);
   const DLTensor& amax = current_amax_[c].tensor();
-  const CellView amax_flat(amax, 0, 1);
+  const sdk::FlatView amax_flat(amax, 0, 1);
   ops_.cast(&source, &fp8, nullptr, amax_flat.get(), /*accumulate_amax=*/false);
   if (data_group_ != nullptr) ops_.all_reduce(data_group_, amax_flat.get(), ACCEL_REDUCE_MAX, "fp8 current amax");
   if (amax_cell != nullptr) {  // row 0 of the history keeps the step's largest amax (metrics)
-    sdk::Buffer sink = ops_.allocate(ACCEL_MEMORY_WORKSPACE, kFloat32, {1}, "fp8 amax record");
+    sdk::Buffer sink =
+        ops_.allocate(ACCEL_MEMORY_WORKSPACE, kFloat32, {1}, ACCEL_MEMORY_DEVICE, false, "fp8 amax record");
     ops_.cast(amax_flat.get(), &sink.tensor(), nullptr, amax_cell, /*accumulate_amax=*/true);
   }
   ops_.fill(&current_scale_[c].tensor(), 1.0);  // a zero amax keeps 1
-  ops_.scale_update(&amax, &current_scale_[c].tensor(), &current_scale_inv_[c].tensor(), state_.dtype(cls),
-                    config_.margin, ACCEL_AMAX_MOST_RECENT, /*roll=*/false);
+  ops_.fp8_scale_update(&amax, &current_scale_[c].tensor(), &current_scale_inv_[c].tensor(), state_.dtype(cls),
+                        config_.margin, ACCEL_AMAX_MOST_RECENT, /*roll=*/false);
   ops_.cast(&source, &fp8, &current_scale_[c].tensor(), nullptr, false);
   if (config_.count_saturation) count(cls, source, fp8, current_scale_[c].tensor());
   return &current_scale_inv_[c].tensor();
@@ -151,11 +156,12 @@ void Fp8Linear::forward(AccelLinearForwardArgs& args, const AccelLinearNext& nex
 
   auto saved = std::make_unique<Saved>();
   saved->input8 = ops_.allocate(ACCEL_MEMORY_ACTIVATIONS, config_.forward_dtype(), {rows_of(x), cols_of(x)},
-                                "fp8 input");
+                                ACCEL_MEMORY_DEVICE, false, "fp8 input");
   saved->weight8 = ops_.allocate(ACCEL_MEMORY_ACTIVATIONS, config_.forward_dtype(), {rows_of(w), cols_of(w)},
-                                 "fp8 weight");
-  saved->inverse = ops_.allocate(ACCEL_MEMORY_ACTIVATIONS, kFloat32, {2}, "fp8 inverse scales");
-  const CellView inv_x(saved->inverse.tensor(), 0, 1), inv_w(saved->inverse.tensor(), 1, 1);
+                                 ACCEL_MEMORY_DEVICE, false, "fp8 weight");
+  saved->inverse =
+      ops_.allocate(ACCEL_MEMORY_ACTIVATIONS, kFloat32, {2}, ACCEL_MEMORY_DEVICE, false, "fp8 inverse scales");
+  const sdk::FlatView inv_x(saved->inverse.tensor(), 0, 1), inv_w(saved->inverse.tensor(), 1, 1);
   ops_.copy(quantize(TensorClass::input, slot, x, saved->input8.tensor()), inv_x.get());
   ops_.copy(quantize(TensorClass::weight, slot, w, saved->weight8.tensor()), inv_w.get());
 
@@ -163,7 +169,7 @@ void Fp8Linear::forward(AccelLinearForwardArgs& args, const AccelLinearNext& nex
     sdk::forward_next(next, args);  // the higher-precision GEMM; ours only recorded amax
   } else {
     sdk::Buffer out = ops_.allocate(ACCEL_MEMORY_ACTIVATIONS, output_dtype(x), {rows_of(x), rows_of(w)},
-                                    "fp8 linear output");
+                                    ACCEL_MEMORY_DEVICE, false, "fp8 linear output");
     ops_.gemm(&saved->input8.tensor(), &saved->weight8.tensor(), &out.tensor(), args.bias, inv_x.get(), inv_w.get(),
               ACCEL_GEMM_TRANS_B);
     args.output = &out.tensor();
@@ -190,18 +196,19 @@ void Fp8Linear::backward(AccelLinearBackwardArgs& args, const AccelLinearNext& n
   const DLTensor& g = *args.grad_output;
   const DLTensor& x = *args.input;
   const DLTensor& w = *args.weight;
-  const CellView inv_x(saved->inverse.tensor(), 0, 1), inv_w(saved->inverse.tensor(), 1, 1);
+  const sdk::FlatView inv_x(saved->inverse.tensor(), 0, 1), inv_w(saved->inverse.tensor(), 1, 1);
 
   sdk::Buffer g8, inv_g;
   if (!config_.override_dgrad || !config_.override_wgrad) {
-    g8 = ops_.allocate(ACCEL_MEMORY_WORKSPACE, config_.backward_dtype(), {rows_of(g), cols_of(g)},
-                       "fp8 grad_output");
-    inv_g = ops_.allocate(ACCEL_MEMORY_WORKSPACE, kFloat32, {1}, "fp8 grad inverse scale");
+    g8 = ops_.allocate(ACCEL_MEMORY_WORKSPACE, config_.backward_dtype(), {rows_of(g), cols_of(g)}, ACCEL_MEMORY_DEVICE,
+                       false, "fp8 grad_output");
+    inv_g = ops_.allocate(ACCEL_MEMORY_WORKSPACE, kFloat32, {1}, ACCEL_MEMORY_DEVICE, false, "fp8 grad inverse scale");
     ops_.copy(quantize(TensorClass::grad, slot, g, g8.tensor()), &inv_g.tensor());
   }
 
   // dgrad: dx [tokens, in] = g [tokens, out] W [out, in].
-  sdk::Buffer dx = ops_.allocate(ACCEL_MEMORY_ACTIVATIONS, x.dtype, {rows_of(x), cols_of(x)}, "fp8 grad_input");
+  sdk::Buffer dx = ops_.allocate(ACCEL_MEMORY_ACTIVATIONS, x.dtype, {rows_of(x), cols_of(x)}, ACCEL_MEMORY_DEVICE,
+                                 false, "fp8 grad_input");
   if (config_.override_dgrad) {
     ops_.gemm(&g, &w, &dx.tensor(), nullptr, nullptr, nullptr, 0);
   } else {
@@ -224,7 +231,7 @@ void Fp8Linear::add_bias_grad(const DLTensor& g, const DLTensor& grad_bias) {
   // ones [1, tokens] x g [tokens, out], accumulated into grad_bias [1, out].
   const int64_t tokens = rows_of(g);
   if (!ones_ || accel_tensor_numel(&ones_.tensor()) < tokens) {
-    ones_ = ops_.allocate(ACCEL_MEMORY_WORKSPACE, kFloat32, {tokens}, "fp8 bias ones");
+    ones_ = ops_.allocate(ACCEL_MEMORY_WORKSPACE, kFloat32, {tokens}, ACCEL_MEMORY_DEVICE, false, "fp8 bias ones");
     ops_.fill(&ones_.tensor(), 1.0);
   }
   const Matrix ones(ones_.tensor(), 1, tokens);

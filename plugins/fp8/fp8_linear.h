@@ -19,13 +19,13 @@
 #pragma once
 
 #include <accel/sdk/sdk.hpp>
+#include <accel/sdk/kernels.hpp>
 
 #include <array>
 #include <cstdint>
 
 #include "cast_counter.h"
 #include "fp8_config.h"
-#include "kernel_ops.h"
 #include "scaling_state.h"
 
 namespace accel::fp8 {
@@ -35,7 +35,7 @@ class Fp8Linear {
   // `data_group`: the data-parallel group when it has several ranks (current
   // scaling reduces each amax over it), else NULL. `grad_divisor`: its size
   // (see "Gradients as the whole batch's" in the .cpp).
-  Fp8Linear(const KernelOps& ops, const Fp8Config& config, ScalingState& state, DLDataType compute_dtype,
+  Fp8Linear(const sdk::Kernels& ops, const Fp8Config& config, ScalingState& state, DLDataType compute_dtype,
             AccelGroup* data_group, int32_t grad_divisor);
 
   void forward(AccelLinearForwardArgs& args, const AccelLinearNext& next);
@@ -58,7 +58,7 @@ class Fp8Linear {
   DLDataType output_dtype(const DLTensor& input) const;
   bool all_overridden() const { return config_.override_fprop && config_.override_dgrad && config_.override_wgrad; }
 
-  const KernelOps& ops_;
+  const sdk::Kernels& ops_;
   const Fp8Config& config_;
   ScalingState& state_;
   DLDataType compute_dtype_;

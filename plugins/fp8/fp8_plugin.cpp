@@ -14,6 +14,7 @@
 // Built with the SDK against the ABI headers alone. Hooks run on the host's
 // loop thread only.
 #include <accel/sdk/sdk.hpp>
+#include <accel/sdk/kernels.hpp>
 
 #include <cstdio>
 #include <memory>
@@ -22,7 +23,6 @@
 #include "checkpoint_io.h"
 #include "fp8_config.h"
 #include "fp8_linear.h"
-#include "kernel_ops.h"
 #include "scaling_state.h"
 
 namespace accel::fp8 {
@@ -76,7 +76,7 @@ class Fp8 final : public sdk::Plugin {
     s.check(s.table()->model->get_info(s.host(), &model), "model get_info");
     world_ = ops_.group(ACCEL_GROUP_WORLD);
     data_ = ops_.group(ACCEL_GROUP_DATA);
-    data_size_ = ops_.group_size(data_);
+    data_size_ = ops_.shape(data_).size;
     linear_ = std::make_unique<Fp8Linear>(ops_, config_, *state_, model->compute_dtype,
                                           data_size_ > 1 ? data_ : nullptr, data_size_);
     if (s.rank() == 0) {
@@ -129,7 +129,7 @@ class Fp8 final : public sdk::Plugin {
         local[2 * c + 1] = static_cast<double>(counts[static_cast<size_t>(c)].underflow);
       }
       sdk::Buffer totals = ops_.allocate(ACCEL_MEMORY_WORKSPACE, DLDataType{kDLFloat, 64, 1}, {2 * kNumClasses},
-                                         "fp8 cast counts");
+                                         ACCEL_MEMORY_DEVICE, false, "fp8 cast counts");
       const sdk::FlatView host_view(local, 2 * kNumClasses, DLDataType{kDLFloat, 64, 1});
       ops_.copy(host_view.get(), &totals.tensor());
       ops_.all_reduce(data_, &totals.tensor(), ACCEL_REDUCE_SUM, "fp8 cast counts");
@@ -161,7 +161,7 @@ class Fp8 final : public sdk::Plugin {
   }
 
   const Fp8Config config_;
-  const KernelOps ops_;
+  const sdk::Kernels ops_;
   std::unique_ptr<ScalingState> state_;
   std::unique_ptr<Fp8Linear> linear_;
   AccelGroup* world_ = nullptr;

@@ -42,10 +42,11 @@ ScaleGroup ScalingState::make_group(int64_t columns, DLDataType dtype, const cha
   ScaleGroup g;
   g.fp8_dtype = dtype;
   g.columns = columns;
-  g.history = ops_.allocate(ACCEL_MEMORY_OTHER, kFloat32, {config_.amax_history_len, columns}, label);
-  g.scale = ops_.allocate(ACCEL_MEMORY_OTHER, kFloat32, {columns}, label);
-  g.scale_inv = ops_.allocate(ACCEL_MEMORY_OTHER, kFloat32, {columns}, label);
-  g.spare = ops_.allocate(ACCEL_MEMORY_OTHER, kFloat32, {columns}, label);
+  g.history = ops_.allocate(ACCEL_MEMORY_OTHER, kFloat32, {config_.amax_history_len, columns}, ACCEL_MEMORY_DEVICE,
+                            false, label);
+  g.scale = ops_.allocate(ACCEL_MEMORY_OTHER, kFloat32, {columns}, ACCEL_MEMORY_DEVICE, false, label);
+  g.scale_inv = ops_.allocate(ACCEL_MEMORY_OTHER, kFloat32, {columns}, ACCEL_MEMORY_DEVICE, false, label);
+  g.spare = ops_.allocate(ACCEL_MEMORY_OTHER, kFloat32, {columns}, ACCEL_MEMORY_DEVICE, false, label);
   ops_.fill(&g.history.tensor(), 0.0);
   ops_.fill(&g.scale.tensor(), 1.0);
   ops_.fill(&g.scale_inv.tensor(), 1.0);
@@ -53,7 +54,7 @@ ScaleGroup ScalingState::make_group(int64_t columns, DLDataType dtype, const cha
   return g;
 }
 
-ScalingState::ScalingState(const KernelOps& ops, const Fp8Config& config, std::vector<LinearSlot> linears)
+ScalingState::ScalingState(const sdk::Kernels& ops, const Fp8Config& config, std::vector<LinearSlot> linears)
     : ops_(ops), config_(config), linears_(std::move(linears)) {
   const auto n = static_cast<int64_t>(linears_.size());
   forward_ = make_group(2 * n, config_.forward_dtype(), "fp8 forward scaling state");
@@ -65,7 +66,7 @@ ScalingState::ScalingState(const KernelOps& ops, const Fp8Config& config, std::v
     for (int f = 0; f < 3; ++f) {
       for (int32_t slot = 0; slot < n; ++slot) {
         // Row 0 of the history is its first `columns` elements.
-        cells_[c][f].push_back(std::make_unique<CellView>(fields[f]->tensor(), column(cls, slot), 1));
+        cells_[c][f].push_back(std::make_unique<sdk::FlatView>(fields[f]->tensor(), column(cls, slot), 1));
       }
     }
   }
@@ -113,7 +114,7 @@ std::array<ClassSummary, kNumClasses> ScalingState::end_step(int64_t step, Accel
   ScaleGroup* groups[2] = {&forward_, &backward_};
   std::vector<float> rows[2];
   for (int i = 0; i < 2; ++i) {
-    const CellView row0(groups[i]->history.tensor(), 0, groups[i]->columns);
+    const sdk::FlatView row0(groups[i]->history.tensor(), 0, groups[i]->columns);
     if (groups[i] == &backward_ && grad_divisor > 1) ops_.scale(row0.get(), 1.0 / grad_divisor);
     ops_.all_reduce(world, row0.get(), ACCEL_REDUCE_MAX, "fp8 amax all_reduce");
     rows[i] = ops_.read_floats(*row0.get());
@@ -125,13 +126,13 @@ std::array<ClassSummary, kNumClasses> ScalingState::end_step(int64_t step, Accel
   const AccelAmaxAlgo algo = config_.algo == AmaxAlgo::max ? ACCEL_AMAX_MAX : ACCEL_AMAX_MOST_RECENT;
   for (ScaleGroup* g : groups) {
     if (recompute) {
-      ops_.scale_update(&g->history.tensor(), &g->scale.tensor(), &g->scale_inv.tensor(), g->fp8_dtype,
-                        config_.margin, algo, /*roll=*/true);
+      ops_.fp8_scale_update(&g->history.tensor(), &g->scale.tensor(), &g->scale_inv.tensor(), g->fp8_dtype,
+                            config_.margin, algo, /*roll=*/true);
     } else {
       // Between recomputations the history still records every step; the
       // update lands in `spare`, which nothing reads.
-      ops_.scale_update(&g->history.tensor(), &g->spare.tensor(), nullptr, g->fp8_dtype, config_.margin, algo,
-                        /*roll=*/true);
+      ops_.fp8_scale_update(&g->history.tensor(), &g->spare.tensor(), nullptr, g->fp8_dtype, config_.margin, algo,
+                            /*roll=*/true);
     }
   }
   return summary;
@@ -141,7 +142,7 @@ std::array<ClassSummary, kNumClasses> ScalingState::end_step_current(int32_t gra
   std::vector<float> rows[2];
   ScaleGroup* groups[2] = {&forward_, &backward_};
   for (int i = 0; i < 2; ++i) {
-    const CellView row0(groups[i]->history.tensor(), 0, groups[i]->columns);
+    const sdk::FlatView row0(groups[i]->history.tensor(), 0, groups[i]->columns);
     // Each cast's amax was already reduced over the data-parallel group.
     if (groups[i] == &backward_ && grad_divisor > 1) ops_.scale(row0.get(), 1.0 / grad_divisor);
     rows[i] = ops_.read_floats(*row0.get());
@@ -165,10 +166,11 @@ void ScalingState::refresh_inverse() {
   for (ScaleGroup* g : {&forward_, &backward_}) {
     // fp8_scale_update with a zero one-row history keeps every scale and
     // writes scale_inv = 1 / scale, on the device, without a kernel of our own.
-    sdk::Buffer zeros = ops_.allocate(ACCEL_MEMORY_WORKSPACE, kFloat32, {1, g->columns}, "fp8 scale_inv");
+    sdk::Buffer zeros =
+        ops_.allocate(ACCEL_MEMORY_WORKSPACE, kFloat32, {1, g->columns}, ACCEL_MEMORY_DEVICE, false, "fp8 scale_inv");
     ops_.fill(&zeros.tensor(), 0.0);
-    ops_.scale_update(&zeros.tensor(), &g->scale.tensor(), &g->scale_inv.tensor(), g->fp8_dtype, config_.margin,
-                      ACCEL_AMAX_MOST_RECENT, /*roll=*/false);
+    ops_.fp8_scale_update(&zeros.tensor(), &g->scale.tensor(), &g->scale_inv.tensor(), g->fp8_dtype, config_.margin,
+                          ACCEL_AMAX_MOST_RECENT, /*roll=*/false);
   }
 }
 

@@ -23,6 +23,7 @@
 #pragma once
 
 #include <accel/sdk/tensor.hpp>
+#include <accel/sdk/kernels.hpp>
 
 #include <array>
 #include <memory>
@@ -31,9 +32,10 @@
 #include <vector>
 
 #include "fp8_config.h"
-#include "kernel_ops.h"
 
 namespace accel::fp8 {
+
+inline constexpr DLDataType kFloat32{kDLFloat, 32, 1};
 
 enum class TensorClass { input = 0, weight = 1, grad = 2 };
 inline constexpr int kNumClasses = 3;
@@ -67,7 +69,7 @@ struct ClassSummary {
 
 class ScalingState {
  public:
-  ScalingState(const KernelOps& ops, const Fp8Config& config, std::vector<LinearSlot> linears);
+  ScalingState(const sdk::Kernels& ops, const Fp8Config& config, std::vector<LinearSlot> linears);
 
   int32_t num_linears() const { return static_cast<int32_t>(linears_.size()); }
   const std::vector<LinearSlot>& linears() const { return linears_; }
@@ -107,13 +109,13 @@ class ScalingState {
                                                   const std::vector<float>& backward_row) const;
   ScaleGroup make_group(int64_t columns, DLDataType dtype, const char* label) const;
 
-  const KernelOps& ops_;
+  const sdk::Kernels& ops_;
   const Fp8Config& config_;
   std::vector<LinearSlot> linears_;
   ScaleGroup forward_;
   ScaleGroup backward_;
   // cells_[class][field][slot]: views into the buffers above.
-  std::vector<std::unique_ptr<CellView>> cells_[kNumClasses][3];
+  std::vector<std::unique_ptr<sdk::FlatView>> cells_[kNumClasses][3];
   std::vector<float> last_rows_[2];  // row 0 of each group as end_step reduced it
 };
 

@@ -19,12 +19,16 @@
 #include <string_view>
 #include <vector>
 
+#include "sharding/sharding_options.h"
+
 namespace accel::fsdp {
 
+using sharding::BackwardPrefetch;
+using sharding::MeshShape;
+using sharding::StateDictType;
+
 enum class ShardingStrategy { full_shard, shard_grad_op, no_shard, hybrid_shard, hybrid_shard_zero2 };
-enum class BackwardPrefetch { backward_pre, backward_post, no_prefetch };
 enum class WrapPolicy { transformer_based, size_based, no_wrap };
-enum class StateDictType { full, sharded, local };
 
 const char* to_string(ShardingStrategy strategy);
 std::optional<ShardingStrategy> parse_strategy(std::string_view text);
@@ -50,12 +54,6 @@ struct ShardingChoice {
 // a contradiction or an unreadable value.
 ShardingChoice resolve_sharding(const ShardingInputs& in);
 
-// Sizes of the SHARDING and REPLICA mesh dimensions (accel/comm.h).
-struct MeshShape {
-  int32_t sharding_size = 1;
-  int32_t replica_size = 1;
-};
-
 // FULL_SHARD / SHARD_GRAD_OP: sharding = world; NO_SHARD: replica = world;
 // HYBRID_*: sharding = hybrid_group_size (0: the local world size), replica =
 // the rest. Throws Error when the hybrid group size does not divide the world.
@@ -72,33 +70,23 @@ DLDataType precision_dtype(std::string_view mixed_precision);
 // "a, b,c" -> {"a", "b", "c"}; empty pieces dropped.
 std::vector<std::string> split_list(std::string_view text);
 
-struct FsdpConfig {
+// The shared machinery's options (mesh, release and prefetch policy, dtypes,
+// offload, state dict, initialisation) plus what only fsdp reads.
+struct FsdpConfig : sharding::ShardingOptions {
   int fsdp_version = 1;
   ShardingStrategy strategy = ShardingStrategy::full_shard;
-  bool reshard_after_forward = true;
-  MeshShape mesh;
-  BackwardPrefetch backward_prefetch = BackwardPrefetch::no_prefetch;
-  bool forward_prefetch = false;
-  bool limit_all_gathers = true;
-  DLDataType param_dtype{kDLFloat, 32, 1};   // gathered (compute) parameters and their gradients
-  DLDataType reduce_dtype{kDLFloat, 32, 1};  // the reduce-scatter / all-reduce of gradients
   std::string buffer_dtype;                  // accepted, no effect (models have no buffers)
   WrapPolicy wrap_policy = WrapPolicy::no_wrap;
   std::vector<std::string> wrap_names;       // transformer_cls_names_to_wrap
   int64_t min_num_params = 100000000;
-  bool cpu_offload = false;
   std::string ignored_modules;               // the regex as given ("" = none)
   std::optional<std::regex> ignored_regex;
-  StateDictType state_dict_type = StateDictType::full;
   bool activation_checkpointing = false;
-  bool sync_module_states = false;
-  bool cpu_ram_efficient_loading = false;
 
   bool shards() const { return strategy != ShardingStrategy::no_shard; }
   bool hybrid() const {
     return strategy == ShardingStrategy::hybrid_shard || strategy == ShardingStrategy::hybrid_shard_zero2;
   }
-  AccelMemoryPlace shard_place() const { return cpu_offload ? ACCEL_MEMORY_HOST_PINNED : ACCEL_MEMORY_DEVICE; }
 };
 
 // Reads the plugin's options and the host's train.* section through

@@ -8,36 +8,37 @@
 // like ddp's and fsdp steps them too (it owns the optimizer step).
 //
 // This file is the plugin's public face — descriptor, option schema, hooks —
-// and wires the parts together: fsdp_config (options), model_layout +
-// wrap_plan (what is sharded, in which groups), shard_store (shards and
-// initialisation), gather_engine + grad_reducer (the collectives),
-// unit_schedule (when they run), sharded_optimizer (clip, AdamW),
-// checkpoint_io (save/load by global offset). Every option of accelerate's
-// plugin is documented in plugins/fsdp/README.md.
+// and wires fsdp's own parts, fsdp_config (options) and wrap_plan (what is
+// sharded, in which groups), to the sharding machinery it shares with
+// deepspeed_zero (plugins/sharding: shards and initialisation, the gather
+// engine and gradient reducer, the unit schedule, clipping and AdamW,
+// checkpoints by global offset). Every option of accelerate's plugin is
+// documented in plugins/fsdp/README.md.
 //
 // Built with the SDK against the ABI headers alone. Hooks run on the host's
 // loop thread only.
 #include <accel/sdk/sdk.hpp>
+#include <accel/sdk/kernels.hpp>
 
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "checkpoint_io.h"
 #include "fsdp_config.h"
-#include "gather_engine.h"
-#include "grad_reducer.h"
-#include "host_ops.h"
-#include "model_layout.h"
-#include "shard_store.h"
-#include "sharded_optimizer.h"
-#include "unit_schedule.h"
+#include "sharding/machinery.h"
+#include "sharding/model_layout.h"
 #include "wrap_plan.h"
 
 namespace accel::fsdp {
 namespace {
 
 using sdk::Error;
+using sharding::CheckpointIo;
+using sharding::GatherEngine;
+using sharding::GradReducer;
+using sharding::ShardedOptimizer;
+using sharding::ShardStore;
+using sharding::UnitSchedule;
 
 class Fsdp final : public sdk::Plugin {
  public:
@@ -45,8 +46,7 @@ class Fsdp final : public sdk::Plugin {
       "fsdp", "1.0.0", "fully sharded data parallel: sharded parameters, gradients and optimizer state "
                        "(FullyShardedDataParallelPlugin)",
       ACCEL_PLUGIN_PARALLEL,
-      ACCEL_CAP_CPU | ACCEL_CAP_CUDA | ACCEL_CAP_SHARDS_PARAMS | ACCEL_CAP_SHARDS_GRADS | ACCEL_CAP_SHARDS_OPTIMIZER |
-          ACCEL_CAP_REDUCES_GRADS | ACCEL_CAP_RESHARD_ON_LOAD,
+      sharding::kShardingCapabilities,
       "ddp,deepspeed_zero,megatron"};
 
   static constexpr sdk::Option options[] = {
@@ -109,7 +109,7 @@ class Fsdp final : public sdk::Plugin {
 
   void plan_model(const AccelPlanArgs&) override {
     const sdk::Services& s = services();
-    const std::vector<UnitLayout> units = read_model_layout(s);
+    const std::vector<UnitLayout> units = sharding::read_model_layout(s);
     std::vector<std::string> widened;
     std::vector<bool> sharded(units.size(), config_.shards());
     if (config_.shards()) {
@@ -140,13 +140,13 @@ class Fsdp final : public sdk::Plugin {
 
   void setup(const AccelSetupArgs&) override {
     const sdk::Services& s = services();
-    units_ = read_model_layout(s);
+    units_ = sharding::read_model_layout(s);
     AccelGroup* sharding = ops_.group(ACCEL_GROUP_SHARDING);
     AccelGroup* replica = ops_.group(ACCEL_GROUP_REPLICA);
     AccelGroup* data = ops_.group(ACCEL_GROUP_DATA);
     AccelGroup* world = ops_.group(ACCEL_GROUP_WORLD);
-    const GroupShape sharding_shape = ops_.shape(sharding);
-    const GroupShape replica_shape = ops_.shape(replica);
+    const sdk::GroupShape sharding_shape = ops_.shape(sharding);
+    const sdk::GroupShape replica_shape = ops_.shape(replica);
     if (sharding_shape.size != config_.mesh.sharding_size || replica_shape.size != config_.mesh.replica_size) {
       throw Error(ACCEL_ERROR_FAILED_PRECONDITION,
                   sdk::format("the resolved mesh has sharding %d x replica %d, fsdp asked for %d x %d",
@@ -154,77 +154,51 @@ class Fsdp final : public sdk::Plugin {
                               config_.mesh.replica_size));
     }
     const int32_t rank = s.rank();
-    store_ = std::make_unique<ShardStore>(ops_, config_, units_, plan_, sharding_shape, world, rank);
+    m_.store = std::make_unique<ShardStore>(ops_, config_, units_, plan_, sharding_shape, world, rank);
     // Staging buffers recur with the same shapes every step: at most two
     // groups are in flight under limit_all_gathers, one reduce_scatter at
     // a time, so two idle buffers of a shape cover the plan.
-    comm_buffers_ = std::make_unique<sdk::BufferPool>(s, /*keep_per_shape=*/2);
-    gathers_ = std::make_unique<GatherEngine>(ops_, config_, plan_, *store_, sharding, *comm_buffers_);
-    reducer_ = std::make_unique<GradReducer>(ops_, config_, *store_, sharding, replica, data, *comm_buffers_);
-    schedule_ = std::make_unique<UnitSchedule>(config_, plan_, *gathers_, *reducer_,
-                                               static_cast<int32_t>(units_.size()));
-    optimizer_ = std::make_unique<ShardedOptimizer>(ops_, *store_, sharding, sharding_shape.rank);
-    checkpoint_ = std::make_unique<CheckpointIo>(ops_, config_, *store_, sharding, replica_shape, rank);
+    m_.comm_buffers = std::make_unique<sdk::BufferPool>(s, /*keep_per_shape=*/2);
+    m_.gathers = std::make_unique<GatherEngine>(ops_, config_, plan_, *m_.store, sharding, *m_.comm_buffers);
+    m_.reducer = std::make_unique<GradReducer>(ops_, config_, *m_.store, sharding, replica, data, *m_.comm_buffers);
+    m_.schedule = std::make_unique<UnitSchedule>(config_, plan_, m_.gathers.get(), *m_.reducer,
+                                                 static_cast<int32_t>(units_.size()));
+    m_.optimizer = std::make_unique<ShardedOptimizer>(ops_, *m_.store, sharding, sharding_shape.rank);
+    m_.checkpoint =
+        std::make_unique<CheckpointIo>(ops_, config_, *m_.store, sharding, replica_shape, rank, to_json(config_));
     if (rank == 0) s.info() << "fsdp: " << describe_plan();
   }
 
   void step_begin(const AccelStepArgs& args) override {
-    if ((args.flags & ACCEL_STEP_EVAL) == 0) store_->zero_grads(ops_);
+    if ((args.flags & ACCEL_STEP_EVAL) == 0) m_.store->zero_grads(ops_);
   }
 
-  void unit_forward_pre(AccelUnitHookArgs& args) override { schedule_->forward_pre(args); }
-  void unit_forward_post(AccelUnitHookArgs& args) override { schedule_->forward_post(args); }
-  void unit_backward_pre(AccelUnitHookArgs& args) override { schedule_->backward_pre(args); }
-  void unit_backward_post(AccelUnitHookArgs& args) override { schedule_->backward_post(args); }
+  void unit_forward_pre(AccelUnitHookArgs& args) override { m_.schedule->forward_pre(args); }
+  void unit_forward_post(AccelUnitHookArgs& args) override { m_.schedule->forward_post(args); }
+  void unit_backward_pre(AccelUnitHookArgs& args) override { m_.schedule->backward_pre(args); }
+  void unit_backward_post(AccelUnitHookArgs& args) override { m_.schedule->backward_post(args); }
 
   void gradients_ready(const AccelGradientsReadyArgs& args) override {
-    if (!plan_.sharded(args.unit)) reducer_->all_reduce_replicated(args.unit, args.grads);
+    if (!plan_.sharded(args.unit)) m_.reducer->all_reduce_replicated(args.unit, args.grads);
   }
 
-  void gradients_finalize(const AccelStepArgs&) override { reducer_->finish(); }
+  void gradients_finalize(const AccelStepArgs&) override { m_.reducer->finish(); }
 
-  void clip_gradients(const AccelClipArgs& args) override { optimizer_->clip_gradients(args); }
+  void clip_gradients(const AccelClipArgs& args) override { m_.optimizer->clip_gradients(args); }
 
-  void optimizer_step(const AccelOptimizerStepArgs& args) override { optimizer_->step(args); }
+  void optimizer_step(const AccelOptimizerStepArgs& args) override { m_.optimizer->step(args); }
 
   void step_end(const AccelStepArgs&) override {
-    gathers_->release_all();  // nothing should be left; an aborted pattern must not leak a group
-    const GatherCounters c = gathers_->take_counters();
     const sdk::Services& s = services();
-    s.metric("gathers", static_cast<double>(c.gathers), ACCEL_METRIC_SUM);
-    s.metric("prefetches", static_cast<double>(c.prefetches), ACCEL_METRIC_SUM);
-    s.metric("max_gathered_groups", static_cast<double>(c.max_alive), ACCEL_METRIC_MAX);
-    s.metric("recompute_gathers", static_cast<double>(schedule_->take_recompute_gathers()), ACCEL_METRIC_SUM);
-    s.metric("reduce_scatters", static_cast<double>(reducer_->take_reduce_scatters()), ACCEL_METRIC_SUM);
-    const sdk::BufferPool::Stats pool = comm_buffers_->stats();
-    s.metric("comm_buffers_allocated", static_cast<double>(pool.allocated));
-    s.metric("comm_buffers_reused", static_cast<double>(pool.reused));
+    m_.end_step(s);
     s.metric("wrap_groups", static_cast<double>(plan_.groups.size()));
     s.metric("sharding_size", static_cast<double>(config_.mesh.sharding_size));
   }
 
-  void save_state(const AccelStateArgs& args) override { checkpoint_->save(args); }
-  void load_state(const AccelStateArgs& args) override { checkpoint_->load(args); }
+  void save_state(const AccelStateArgs& args) override { m_.checkpoint->save(args); }
+  void load_state(const AccelStateArgs& args) override { m_.checkpoint->load(args); }
 
-  void teardown() override {
-    // After a failure collectives may be pending: complete them before their
-    // buffers go, and free everything fsdp allocated before returning.
-    if (reducer_) reducer_->abandon();
-    if (gathers_) {
-      try {
-        gathers_->release_all();
-      } catch (const Error&) {
-        // the run is ending; the host frees what it materialised
-      }
-    }
-    checkpoint_.reset();
-    optimizer_.reset();
-    schedule_.reset();
-    reducer_.reset();
-    gathers_.reset();
-    comm_buffers_.reset();
-    store_.reset();
-  }
+  void teardown() override { m_.teardown(); }
 
  private:
   // "FULL_SHARD, sharding 4 x replica 1, 3 wrap groups: [embedding head] [block.0] [block.1]; host-owned: none"
@@ -248,16 +222,10 @@ class Fsdp final : public sdk::Plugin {
   }
 
   const FsdpConfig config_;
-  const HostOps ops_;
+  const sdk::Kernels ops_;
   WrapPlan plan_;
   std::vector<UnitLayout> units_;
-  std::unique_ptr<ShardStore> store_;
-  std::unique_ptr<sdk::BufferPool> comm_buffers_;  // outlives the gathers' and reducer's leases
-  std::unique_ptr<GatherEngine> gathers_;
-  std::unique_ptr<GradReducer> reducer_;
-  std::unique_ptr<UnitSchedule> schedule_;
-  std::unique_ptr<ShardedOptimizer> optimizer_;
-  std::unique_ptr<CheckpointIo> checkpoint_;
+  sharding::Machinery m_;
 };
 
 }  // namespace

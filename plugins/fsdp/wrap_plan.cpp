@@ -42,22 +42,6 @@ int32_t find_root(std::vector<int32_t>& parent, int32_t g) {
 
 }  // namespace
 
-int32_t WrapPlan::next_in_forward(int32_t unit) const {
-  const int32_t own = group_of.at(static_cast<size_t>(unit));
-  for (size_t v = static_cast<size_t>(unit) + 1; v < group_of.size(); ++v) {
-    if (group_of[v] >= 0 && group_of[v] != own) return group_of[v];
-  }
-  return -1;
-}
-
-int32_t WrapPlan::next_in_backward(int32_t unit) const {
-  const int32_t own = group_of.at(static_cast<size_t>(unit));
-  for (size_t v = static_cast<size_t>(unit); v-- > 0;) {
-    if (group_of[v] >= 0 && group_of[v] != own) return group_of[v];
-  }
-  return -1;
-}
-
 std::vector<bool> select_ignored(const std::vector<UnitLayout>& units, const std::optional<std::regex>& ignored,
                                  std::vector<std::string>* widened) {
   std::vector<bool> out(units.size(), false);

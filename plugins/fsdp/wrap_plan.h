@@ -18,30 +18,15 @@
 #include <vector>
 
 #include "fsdp_config.h"
-#include "model_layout.h"
+#include "sharding/gather_plan.h"
+#include "sharding/model_layout.h"
 
 namespace accel::fsdp {
 
-struct WrapGroup {
-  std::vector<int32_t> units;  // ascending
-
-  int32_t first_forward() const { return units.front(); }
-  int32_t last_forward() const { return units.back(); }
-  int32_t first_backward() const { return units.back(); }
-  int32_t last_backward() const { return units.front(); }
-};
-
-struct WrapPlan {
-  std::vector<WrapGroup> groups;  // ordered by first forward unit
-  std::vector<int32_t> group_of;  // per unit: its group, or -1 (host-owned)
-
-  bool sharded(int32_t unit) const { return group_of.at(static_cast<size_t>(unit)) >= 0; }
-  // The next group forward needs after `unit`: that of the first sharded unit
-  // after it in another group (-1: none). What a forward prefetch gathers.
-  int32_t next_in_forward(int32_t unit) const;
-  // Likewise for backward, which runs the units in reverse.
-  int32_t next_in_backward(int32_t unit) const;
-};
+// fsdp's wrap groups are the shared machinery's gather groups.
+using WrapGroup = sharding::GatherGroup;
+using WrapPlan = sharding::GatherPlan;
+using sharding::UnitLayout;
 
 // Units whose name `ignored` fully matches (std::regex_match), widened to the
 // units tied to them (a tie cannot cross the sharded/host-owned boundary).

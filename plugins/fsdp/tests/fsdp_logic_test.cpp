@@ -13,7 +13,6 @@
 #include <vector>
 
 #include "../fsdp_config.h"
-#include "../sharded_optimizer.h"
 #include "../wrap_plan.h"
 
 namespace accel::fsdp {
@@ -217,31 +216,6 @@ TEST(WrapPlan, IgnoringOneOfTiedUnitsIgnoresBoth) {
   // Full match: "block" matches no unit ("block.0" is not "block").
   EXPECT_EQ(select_ignored(units, std::regex("block")), std::vector<bool>(4, false));
   EXPECT_EQ(select_ignored(units, std::nullopt), std::vector<bool>(4, false));
-}
-
-// --------------------------------------------------------------- decay runs
-
-TEST(DecayRuns, ShardCutsParametersAndMergesEqualDecay) {
-  std::vector<ParamLayout> params(4);
-  params[0] = ParamLayout{"w", ACCEL_PARAM_LINEAR_WEIGHT, 0, 10, {2, 5}};
-  params[1] = ParamLayout{"e", ACCEL_PARAM_EMBEDDING, 10, 10, {10}};
-  params[2] = ParamLayout{"b", ACCEL_PARAM_BIAS, 20, 5, {5}};
-  params[3] = ParamLayout{"n", ACCEL_PARAM_NORM, 25, 5, {5}};
-  const uint32_t no_decay = (1u << ACCEL_PARAM_BIAS) | (1u << ACCEL_PARAM_NORM);
-  const std::vector<DecayRun> a = decay_runs(params, sdk::FlatRange{5, 27}, no_decay);
-  ASSERT_EQ(a.size(), 2u);
-  EXPECT_EQ(a[0].begin, 0);
-  EXPECT_EQ(a[0].count, 15);
-  EXPECT_TRUE(a[0].decay);
-  EXPECT_EQ(a[1].begin, 15);
-  EXPECT_EQ(a[1].count, 7);
-  EXPECT_FALSE(a[1].decay);
-  const std::vector<DecayRun> b = decay_runs(params, sdk::FlatRange{22, 30}, no_decay);
-  ASSERT_EQ(b.size(), 1u);
-  EXPECT_EQ(b[0].count, 8);
-  EXPECT_FALSE(b[0].decay);
-  EXPECT_TRUE(decay_runs(params, sdk::FlatRange{30, 32}, no_decay).empty());  // padding only
-  EXPECT_EQ(decay_runs(params, sdk::FlatRange{0, 30}, 0).size(), 1u);          // everything decays
 }
 
 }  // namespace

@@ -8,10 +8,12 @@
 //   accel/sdk/error.hpp     Error, format(), guard(): the exception barrier
 //   accel/sdk/services.hpp  Services: identity, logging, options, metrics
 //   accel/sdk/tensor.hpp    DLTensor helpers, read_scalar, Buffer
+//   accel/sdk/kernels.hpp   Kernels: the kernel, memory, collective and unit storage services, typed
 //   accel/sdk/plugin.hpp    Plugin, PluginInfo, Option, ACCEL_PLUGIN
 #pragma once
 
 #include "accel/sdk/error.hpp"     // IWYU pragma: export
+#include "accel/sdk/kernels.hpp"   // IWYU pragma: export
 #include "accel/sdk/plugin.hpp"    // IWYU pragma: export
 #include "accel/sdk/services.hpp"  // IWYU pragma: export
 #include "accel/sdk/tensor.hpp"    // IWYU pragma: export

@@ -7,10 +7,10 @@
 #include <algorithm>
 #include <exception>
 
-namespace accel::fsdp {
+namespace accel::sharding {
 
-GatherEngine::GatherEngine(const HostOps& ops, const FsdpConfig& config, const WrapPlan& plan, ShardStore& store,
-                           AccelGroup* sharding, sdk::BufferPool& comm_buffers)
+GatherEngine::GatherEngine(const sdk::Kernels& ops, const ShardingOptions& config, const GatherPlan& plan,
+                           ShardStore& store, AccelGroup* sharding, sdk::BufferPool& comm_buffers)
     : ops_(ops),
       config_(config),
       plan_(plan),
@@ -23,6 +23,20 @@ GatherEngine::GatherEngine(const HostOps& ops, const FsdpConfig& config, const W
 int32_t GatherEngine::alive_count() const {
   const auto is_alive = [](State s) { return s != State::resharded; };
   return static_cast<int32_t>(std::count_if(state_.begin(), state_.end(), is_alive));
+}
+
+int64_t GatherEngine::elements(int32_t group) const {
+  int64_t n = 0;
+  for (int32_t u : plan_.groups[static_cast<size_t>(group)].units) n += store_.sharded(u)->layout.numel;
+  return n;
+}
+
+int64_t GatherEngine::alive_elements() const {
+  int64_t n = 0;
+  for (size_t g = 0; g < state_.size(); ++g) {
+    if (state_[g] != State::resharded) n += elements(static_cast<int32_t>(g));
+  }
+  return n;
 }
 
 void GatherEngine::note_alive() { counters_.max_alive = std::max(counters_.max_alive, alive_count()); }
@@ -43,16 +57,16 @@ void GatherEngine::issue(int32_t group, bool async) {
     // This rank's contribution: the master shard itself when it already is
     // fp32 on the device, else a device copy cast to param_dtype.
     const DLTensor* send = &unit.master.tensor();
-    if (!same_space(*send, *g.full)) {
+    if (!sdk::same_space(*send, *g.full)) {
       sdk::BufferPool::Lease on_device =
-          comm_buffers_.take(ACCEL_MEMORY_COMM, fp32, shard_numel, ACCEL_MEMORY_DEVICE, "fsdp shard copied in");
+          comm_buffers_.take(ACCEL_MEMORY_COMM, fp32, shard_numel, ACCEL_MEMORY_DEVICE, "sharding shard copied in");
       ops_.copy(send, &on_device.tensor());
       g.staged_shard = std::move(on_device);
       send = &g.staged_shard.tensor();
     }
     if (!accel_dtype_equal(send->dtype, config_.param_dtype)) {
       sdk::BufferPool::Lease cast = comm_buffers_.take(ACCEL_MEMORY_COMM, config_.param_dtype, shard_numel,
-                                                       ACCEL_MEMORY_DEVICE, "fsdp shard in param_dtype");
+                                                       ACCEL_MEMORY_DEVICE, "sharding shard in param_dtype");
       ops_.convert(send, &cast.tensor());
       g.staged_shard = std::move(cast);  // frees the fp32 copy-in, if any, once cast
       send = &g.staged_shard.tensor();
@@ -61,10 +75,10 @@ void GatherEngine::issue(int32_t group, bool async) {
     const DLTensor* receive = g.full;
     if (unit.shards.padding() != 0) {
       g.padded = comm_buffers_.take(ACCEL_MEMORY_COMM, config_.param_dtype, unit.shards.padded_numel(),
-                                    ACCEL_MEMORY_DEVICE, "fsdp padded all_gather");
+                                    ACCEL_MEMORY_DEVICE, "sharding padded all_gather");
       receive = &g.padded.tensor();
     }
-    g.work = ops_.all_gather(sharding_, send, receive, "fsdp all_gather", async);
+    g.work = ops_.all_gather(sharding_, send, receive, "sharding all_gather", async);
     gathers.push_back(std::move(g));
   }
   state_[static_cast<size_t>(group)] = async ? State::gathering : State::gathered;
@@ -100,15 +114,24 @@ void GatherEngine::complete(int32_t group) {
 void GatherEngine::ensure_gathered(int32_t group) {
   if (deferred_ == group) deferred_ = -1;
   switch (state_[static_cast<size_t>(group)]) {
-    case State::resharded: issue(group, false); break;
-    case State::gathering: complete(group); break;
-    case State::gathered: break;
+    case State::resharded:
+      issue(group, false);
+      break;
+    case State::gathering:
+      complete(group);
+      break;
+    case State::gathered:
+      break;
   }
 }
 
 void GatherEngine::prefetch(int32_t group) {
   if (group < 0 || state_[static_cast<size_t>(group)] != State::resharded) return;
-  if (config_.limit_all_gathers && alive_count() >= 2) {
+  if (config_.max_prefetch_elements > 0 && elements(group) > config_.max_prefetch_elements) return;
+  const bool over_count = config_.limit_all_gathers && alive_count() >= 2;
+  const bool over_elements =
+      config_.max_live_elements > 0 && alive_elements() + elements(group) > config_.max_live_elements;
+  if (over_count || over_elements) {
     deferred_ = group;
     return;
   }
@@ -152,4 +175,4 @@ GatherCounters GatherEngine::take_counters() {
   return out;
 }
 
-}  // namespace accel::fsdp
+}  // namespace accel::sharding

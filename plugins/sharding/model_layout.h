@@ -1,4 +1,4 @@
-// model_layout.h — the model as fsdp plans with it: units in order, each with
+// model_layout.h — the model as the sharding plugins plan with it: units in order, each with
 // its flat size, the parameters stored in its flat buffer, and the units it is
 // tied to (the head's output layer reads the embedding's storage).
 //
@@ -15,22 +15,22 @@
 #include <string>
 #include <vector>
 
-namespace accel::fsdp {
+namespace accel::sharding {
 
 struct ParamLayout {
-  std::string name;                   // the checkpoint name ("h.0.attn.c_attn.weight")
+  std::string name;  // the checkpoint name ("h.0.attn.c_attn.weight")
   AccelParamRole role = ACCEL_PARAM_OTHER;
-  int64_t flat_offset = 0;            // in the unit's flat buffer
+  int64_t flat_offset = 0;  // in the unit's flat buffer
   int64_t numel = 0;
-  std::vector<int64_t> global_shape;  // row-major; = local (fsdp splits nothing)
+  std::vector<int64_t> global_shape;  // row-major; = local (sharding splits nothing)
 };
 
 struct UnitLayout {
   int32_t index = 0;
-  std::string name;                   // "embedding", "block.3", "head"
+  std::string name;  // "embedding", "block.3", "head"
   AccelUnitKind kind = ACCEL_UNIT_OTHER;
-  int64_t numel = 0;                  // elements of the flat buffers
-  std::vector<int32_t> tied_units;    // units whose storage this unit reads
+  int64_t numel = 0;                // elements of the flat buffers
+  std::vector<int32_t> tied_units;  // units whose storage this unit reads
   std::vector<ParamLayout> params;
 };
 
@@ -39,4 +39,4 @@ struct UnitLayout {
 // flat layout has a gap.
 std::vector<UnitLayout> read_model_layout(const sdk::Services& services);
 
-}  // namespace accel::fsdp
+}  // namespace accel::sharding

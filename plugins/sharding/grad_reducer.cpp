@@ -4,10 +4,10 @@
 
 #include <accel/sdk/error.hpp>
 
-namespace accel::fsdp {
+namespace accel::sharding {
 
-GradReducer::GradReducer(const HostOps& ops, const FsdpConfig& config, ShardStore& store, AccelGroup* sharding,
-                         AccelGroup* replica, AccelGroup* data, sdk::BufferPool& comm_buffers)
+GradReducer::GradReducer(const sdk::Kernels& ops, const ShardingOptions& config, ShardStore& store,
+                         AccelGroup* sharding, AccelGroup* replica, AccelGroup* data, sdk::BufferPool& comm_buffers)
     : ops_(ops),
       config_(config),
       store_(store),
@@ -38,7 +38,7 @@ void GradReducer::reduce_scatter(int32_t u, bool last_micro_batch) {
   const DLTensor* input = full;
   if (unit.shards.padding() != 0 || !accel_dtype_equal(full->dtype, config_.reduce_dtype)) {
     staged = comm_buffers_.take(ACCEL_MEMORY_COMM, config_.reduce_dtype, unit.shards.padded_numel(),
-                                ACCEL_MEMORY_DEVICE, "fsdp reduce_scatter input");
+                                ACCEL_MEMORY_DEVICE, "sharding reduce_scatter input");
     const sdk::FlatView real(staged.tensor(), 0, numel);
     ops_.convert(full, real.get());
     if (unit.shards.padding() != 0) {
@@ -49,33 +49,33 @@ void GradReducer::reduce_scatter(int32_t u, bool last_micro_batch) {
   }
   // Straight into the shard while it holds zeros (grad_reducer.h): 0 + x is x.
   const DLTensor& shard = unit.grad.tensor();
-  if (unit.grad_is_zero && accel_dtype_equal(shard.dtype, config_.reduce_dtype) && same_space(*input, shard)) {
-    ops_.reduce_scatter(sharding_, input, &shard, ACCEL_REDUCE_AVG, "fsdp reduce_scatter");
+  if (unit.grad_is_zero && accel_dtype_equal(shard.dtype, config_.reduce_dtype) && sdk::same_space(*input, shard)) {
+    ops_.reduce_scatter(sharding_, input, &shard, ACCEL_REDUCE_AVG, "sharding reduce_scatter");
     ++reduce_scatters_;
     unit.grad_is_zero = false;
     staged.reset();
-    ops_.release(u, ACCEL_STORAGE_GRADS);
+    if (!unit.host_grads) ops_.release(u, ACCEL_STORAGE_GRADS);
     if (last_micro_batch && replica_size_ > 1) {
-      pending_.push_back(ops_.all_reduce(replica_, &shard, ACCEL_REDUCE_AVG, "fsdp replica all_reduce",
+      pending_.push_back(ops_.all_reduce(replica_, &shard, ACCEL_REDUCE_AVG, "sharding replica all_reduce",
                                          /*async=*/true));
     }
     return;
   }
   sdk::BufferPool::Lease chunk = comm_buffers_.take(ACCEL_MEMORY_COMM, config_.reduce_dtype, shard_numel,
-                                                    ACCEL_MEMORY_DEVICE, "fsdp reduce_scatter output");
-  ops_.reduce_scatter(sharding_, input, &chunk.tensor(), ACCEL_REDUCE_AVG, "fsdp reduce_scatter");
+                                                    ACCEL_MEMORY_DEVICE, "sharding reduce_scatter output");
+  ops_.reduce_scatter(sharding_, input, &chunk.tensor(), ACCEL_REDUCE_AVG, "sharding reduce_scatter");
   ++reduce_scatters_;
   unit.grad_is_zero = false;
   staged.reset();
-  ops_.release(u, ACCEL_STORAGE_GRADS);
+  if (!unit.host_grads) ops_.release(u, ACCEL_STORAGE_GRADS);
 
   // Accumulate into the fp32 shard (pinned host memory with cpu_offload: the
   // chunk is copied out first, and the addition runs on the host).
   const DLTensor* addend = &chunk.tensor();
   sdk::BufferPool::Lease copied_out;
-  if (!same_space(*addend, unit.grad.tensor())) {
+  if (!sdk::same_space(*addend, unit.grad.tensor())) {
     copied_out = comm_buffers_.take(ACCEL_MEMORY_COMM, config_.reduce_dtype, shard_numel, config_.shard_place(),
-                                    "fsdp gradient chunk copied out");
+                                    "sharding gradient chunk copied out");
     ops_.copy(addend, &copied_out.tensor());
     ops_.synchronize();  // the host-side axpy below reads what the copy writes
     addend = &copied_out.tensor();
@@ -83,7 +83,7 @@ void GradReducer::reduce_scatter(int32_t u, bool last_micro_batch) {
   ops_.axpy(addend, &unit.grad.tensor(), 1.0);
 
   if (last_micro_batch && replica_size_ > 1) {
-    pending_.push_back(ops_.all_reduce(replica_, &unit.grad.tensor(), ACCEL_REDUCE_AVG, "fsdp replica all_reduce",
+    pending_.push_back(ops_.all_reduce(replica_, &unit.grad.tensor(), ACCEL_REDUCE_AVG, "sharding replica all_reduce",
                                        /*async=*/true));
   }
 }
@@ -91,7 +91,7 @@ void GradReducer::reduce_scatter(int32_t u, bool last_micro_batch) {
 void GradReducer::all_reduce_replicated(int32_t unit, const DLTensor* grads) {
   if (data_size_ <= 1) return;
   if (grads == nullptr) grads = ops_.storage(unit).grads;
-  pending_.push_back(ops_.all_reduce(data_, grads, ACCEL_REDUCE_AVG, "fsdp replicated all_reduce", /*async=*/true));
+  pending_.push_back(ops_.all_reduce(data_, grads, ACCEL_REDUCE_AVG, "sharding replicated all_reduce", /*async=*/true));
 }
 
 void GradReducer::finish() {
@@ -117,4 +117,4 @@ void GradReducer::abandon() noexcept {
   pending_.clear();
 }
 
-}  // namespace accel::fsdp
+}  // namespace accel::sharding

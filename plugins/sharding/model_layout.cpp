@@ -6,7 +6,7 @@
 
 #include <algorithm>
 
-namespace accel::fsdp {
+namespace accel::sharding {
 
 using sdk::Error;
 using sdk::format;
@@ -41,9 +41,10 @@ std::vector<UnitLayout> read_model_layout(const sdk::Services& s) {
       param.global_shape.assign(p->global_shape, p->global_shape + p->ndim);
       for (int32_t d = 0; d < p->ndim; ++d) {
         if (p->local_shape[d] != p->global_shape[d]) {
-          throw Error(ACCEL_ERROR_FAILED_PRECONDITION,
-                      format("parameter %s is split by another plugin's plan; fsdp shards whole parameters only",
-                             p->name));
+          throw Error(
+              ACCEL_ERROR_FAILED_PRECONDITION,
+              format("parameter %s is split by another plugin's plan; the sharding plugins shard whole parameters only",
+                     p->name));
         }
       }
       layout.params.push_back(std::move(param));
@@ -53,9 +54,9 @@ std::vector<UnitLayout> read_model_layout(const sdk::Services& s) {
     int64_t next = 0;
     for (const ParamLayout& p : layout.params) {
       if (p.flat_offset != next) {
-        throw Error(ACCEL_ERROR_INTERNAL, format("unit %s: parameter %s starts at %lld, expected %lld",
-                                                 layout.name.c_str(), p.name.c_str(),
-                                                 static_cast<long long>(p.flat_offset), static_cast<long long>(next)));
+        throw Error(ACCEL_ERROR_INTERNAL,
+                    format("unit %s: parameter %s starts at %lld, expected %lld", layout.name.c_str(), p.name.c_str(),
+                           static_cast<long long>(p.flat_offset), static_cast<long long>(next)));
       }
       next += p.numel;
     }
@@ -68,4 +69,4 @@ std::vector<UnitLayout> read_model_layout(const sdk::Services& s) {
   return units;
 }
 
-}  // namespace accel::fsdp
+}  // namespace accel::sharding

@@ -1,7 +1,7 @@
-// sharded_optimizer.h — gradient clipping and the AdamW step over what fsdp
+// sharded_optimizer.h — gradient clipping and the AdamW step over what the plugin
 // owns: the fp32 shards of sharded units, and the host-owned full buffers of
 // ignored / NO_SHARD units (the host's own optimizer does not run once a
-// plugin takes the step over, so fsdp steps those too, with its own moments).
+// plugin takes the step over, so the plugin steps those too, with its own moments).
 //
 // Clipping: the squared norm of this rank's gradient shards, plus the
 // host-owned gradients counted on sharding rank 0 only (every rank holds
@@ -14,14 +14,14 @@
 #pragma once
 
 #include <accel/accel.h>
+#include <accel/sdk/kernels.hpp>
 
 #include <cstdint>
 #include <vector>
 
-#include "host_ops.h"
 #include "shard_store.h"
 
-namespace accel::fsdp {
+namespace accel::sharding {
 
 // A run of elements of a unit's flat buffer stepped with one weight decay.
 struct DecayRun {
@@ -32,21 +32,20 @@ struct DecayRun {
 
 // The runs of `params` (flat order) restricted to `range` of the unit's flat
 // buffer, relative to range.begin, adjacent runs of equal decay merged.
-std::vector<DecayRun> decay_runs(const std::vector<ParamLayout>& params, sdk::FlatRange range,
-                                 uint32_t no_decay_roles);
+std::vector<DecayRun> decay_runs(const std::vector<ParamLayout>& params, sdk::FlatRange range, uint32_t no_decay_roles);
 
 class ShardedOptimizer {
  public:
-  ShardedOptimizer(const HostOps& ops, ShardStore& store, AccelGroup* sharding, int32_t sharding_rank);
+  ShardedOptimizer(const sdk::Kernels& ops, ShardStore& store, AccelGroup* sharding, int32_t sharding_rank);
 
   void clip_gradients(const AccelClipArgs& args);
   void step(const AccelOptimizerStepArgs& args);
 
  private:
-  const HostOps& ops_;
+  const sdk::Kernels& ops_;
   ShardStore& store_;
   AccelGroup* sharding_;
   int32_t sharding_rank_;
 };
 
-}  // namespace accel::fsdp
+}  // namespace accel::sharding

@@ -1,5 +1,5 @@
 // gather_engine.h — gathering a wrap group's full parameters from the shards,
-// and releasing them: the all-gather half of FSDP.
+// and releasing them: the all-gather half of FSDP and ZeRO-3.
 //
 // A group is RESHARDED (no full parameters), GATHERING (an asynchronous
 // all_gather in flight, started by a prefetch) or GATHERED (every unit's full
@@ -12,7 +12,9 @@
 // Prefetch issues the all_gather asynchronously and returns; the group is
 // completed (waited) when it is needed. limit_all_gathers: at most two
 // groups are alive (GATHERING or GATHERED) after a prefetch — a prefetch that
-// would make a third is deferred and issued when a group is released (or
+// would make a third is deferred — as is one that would take the alive
+// groups' elements past max_live_elements (ZeRO-3's
+// stage3_max_live_parameters), when set — and issued when a group is released (or
 // dropped if the group is gathered on demand first). The peak number of alive
 // groups is reported per step. Staging buffers of in-flight gathers are
 // leased from the plugin's communication pool (accel/sdk/buffer_pool.hpp)
@@ -21,27 +23,27 @@
 
 #include <accel/sdk/buffer_pool.hpp>
 #include <accel/sdk/tensor.hpp>
+#include <accel/sdk/kernels.hpp>
 
 #include <cstdint>
 #include <vector>
 
-#include "fsdp_config.h"
-#include "host_ops.h"
+#include "sharding_options.h"
 #include "shard_store.h"
-#include "wrap_plan.h"
+#include "gather_plan.h"
 
-namespace accel::fsdp {
+namespace accel::sharding {
 
 struct GatherCounters {
-  int64_t gathers = 0;       // groups gathered (on demand or prefetched)
-  int64_t prefetches = 0;    // of which prefetched
-  int64_t releases = 0;      // groups released
-  int32_t max_alive = 0;     // peak groups alive at once
+  int64_t gathers = 0;     // groups gathered (on demand or prefetched)
+  int64_t prefetches = 0;  // of which prefetched
+  int64_t releases = 0;    // groups released
+  int32_t max_alive = 0;   // peak groups alive at once
 };
 
 class GatherEngine {
  public:
-  GatherEngine(const HostOps& ops, const FsdpConfig& config, const WrapPlan& plan, ShardStore& store,
+  GatherEngine(const sdk::Kernels& ops, const ShardingOptions& config, const GatherPlan& plan, ShardStore& store,
                AccelGroup* sharding, sdk::BufferPool& comm_buffers);
 
   // Makes `group`'s full parameters usable: completes its prefetch, or
@@ -64,7 +66,7 @@ class GatherEngine {
   enum class State { resharded, gathering, gathered };
   struct UnitGather {
     int32_t unit = 0;
-    const DLTensor* full = nullptr;  // the materialised buffer (host-owned view)
+    const DLTensor* full = nullptr;       // the materialised buffer (host-owned view)
     sdk::BufferPool::Lease staged_shard;  // the shard in param_dtype on the device, when not the master itself
     sdk::BufferPool::Lease padded;        // all_gather output when numel % S != 0
     AccelWork* work = nullptr;
@@ -73,11 +75,13 @@ class GatherEngine {
   void issue(int32_t group, bool async);
   void complete(int32_t group);
   int32_t alive_count() const;
+  int64_t elements(int32_t group) const;  // the group's unit elements
+  int64_t alive_elements() const;
   void note_alive();
 
-  const HostOps& ops_;
-  const FsdpConfig& config_;
-  const WrapPlan& plan_;
+  const sdk::Kernels& ops_;
+  const ShardingOptions& config_;
+  const GatherPlan& plan_;
   ShardStore& store_;
   AccelGroup* sharding_;
   sdk::BufferPool& comm_buffers_;
@@ -87,4 +91,4 @@ class GatherEngine {
   GatherCounters counters_;
 };
 
-}  // namespace accel::fsdp
+}  // namespace accel::sharding

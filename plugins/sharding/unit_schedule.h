@@ -1,4 +1,4 @@
-// unit_schedule.h — when fsdp gathers, prefetches, reduces and releases,
+// unit_schedule.h — when a sharding plugin gathers, prefetches, reduces and releases,
 // driven by the host's four unit hooks.
 //
 // For a wrap group G (wrap_plan.h):
@@ -15,22 +15,27 @@
 //             other's), prefetch the next group with BACKWARD_PRE.
 //             last unit's backward_post: prefetch with BACKWARD_POST, then
 //             reduce-scatter every unit's gradients and release G.
-// Units in no group (host-owned) are left to the host. Thread-safety: loop
-// thread only.
+// Units in no group (host-owned) are left to the host. Without a gather
+// engine (ZeRO-2: the host keeps the parameters, the plugin only the
+// gradients) the forward hooks do nothing and backward only materialises,
+// reduce-scatters and releases gradients, per group so that tied units'
+// gradients are complete before they are reduced. A group marked
+// keep_until_backward (ZeRO-3's stage3_max_reuse_distance) is not released
+// after its forward. Thread-safety: loop thread only.
 #pragma once
 
 #include <accel/accel.h>
 
-#include "fsdp_config.h"
+#include "sharding_options.h"
 #include "gather_engine.h"
 #include "grad_reducer.h"
-#include "wrap_plan.h"
+#include "gather_plan.h"
 
-namespace accel::fsdp {
+namespace accel::sharding {
 
 class UnitSchedule {
  public:
-  UnitSchedule(const FsdpConfig& config, const WrapPlan& plan, GatherEngine& gathers, GradReducer& reducer,
+  UnitSchedule(const ShardingOptions& config, const GatherPlan& plan, GatherEngine* gathers, GradReducer& reducer,
                int32_t num_units)
       : config_(config), plan_(plan), gathers_(gathers), reducer_(reducer), num_units_(num_units) {}
 
@@ -50,14 +55,14 @@ class UnitSchedule {
  private:
   // The unit's group, or -1 for a host-owned unit.
   int32_t group_of(int32_t unit) const { return plan_.group_of.at(static_cast<size_t>(unit)); }
-  const WrapGroup& group(int32_t g) const { return plan_.groups.at(static_cast<size_t>(g)); }
+  const GatherGroup& group(int32_t g) const { return plan_.groups.at(static_cast<size_t>(g)); }
 
-  const FsdpConfig& config_;
-  const WrapPlan& plan_;
-  GatherEngine& gathers_;
+  const ShardingOptions& config_;
+  const GatherPlan& plan_;
+  GatherEngine* gathers_;  // nullptr: parameters are the host's
   GradReducer& reducer_;
   int32_t num_units_;
   int64_t recompute_gathers_ = 0;
 };
 
-}  // namespace accel::fsdp
+}  // namespace accel::sharding

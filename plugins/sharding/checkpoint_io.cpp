@@ -1,4 +1,4 @@
-// checkpoint_io.cpp — saving and loading fsdp's tensors by global offset (see
+// checkpoint_io.cpp — saving and loading a sharding plugin's tensors by global offset (see
 // checkpoint_io.h).
 #include "checkpoint_io.h"
 
@@ -7,10 +7,11 @@
 #include <accel/sdk/tensor.hpp>
 
 #include <memory>
+#include <utility>
 #include <string>
 #include <vector>
 
-namespace accel::fsdp {
+namespace accel::sharding {
 
 namespace {
 
@@ -45,8 +46,7 @@ void transfer(const sdk::Services& s, KeptViews* kept, const Stored& kind, const
   args.global_offset = rect.offset.data();
   args.local = local.get();
   const AccelCheckpointServices& checkpoint = *s.table()->checkpoint;
-  s.check(save ? checkpoint.put(s.host(), &args) : checkpoint.get(s.host(), &args),
-          (save ? "put " : "get ") + name);
+  s.check(save ? checkpoint.put(s.host(), &args) : checkpoint.get(s.host(), &args), (save ? "put " : "get ") + name);
 }
 
 // Every parameter's part of `range` of a unit's flat buffer, where `buffer`
@@ -65,9 +65,15 @@ void transfer_range(const sdk::Services& s, KeptViews* kept, const Stored& kind,
 
 }  // namespace
 
-CheckpointIo::CheckpointIo(const HostOps& ops, const FsdpConfig& config, ShardStore& store, AccelGroup* sharding,
-                           GroupShape replica, int32_t world_rank)
-    : ops_(ops), config_(config), store_(store), sharding_(sharding), replica_(replica), world_rank_(world_rank) {}
+CheckpointIo::CheckpointIo(const sdk::Kernels& ops, const ShardingOptions& config, ShardStore& store,
+                           AccelGroup* sharding, sdk::GroupShape replica, int32_t world_rank, std::string config_json)
+    : ops_(ops),
+      config_(config),
+      config_json_(std::move(config_json)),
+      store_(store),
+      sharding_(sharding),
+      replica_(replica),
+      world_rank_(world_rank) {}
 
 void CheckpointIo::save(const AccelStateArgs&) {
   const sdk::Services& s = ops_.services();
@@ -83,19 +89,21 @@ void CheckpointIo::save(const AccelStateArgs&) {
       const std::pair<Stored, const sdk::Buffer*> kinds[] = {
           {kParams, &unit->master}, {kExpAvg, &unit->exp_avg}, {kExpAvgSq, &unit->exp_avg_sq}};
       for (const auto& [kind, shard] : kinds) {
+        // Parameters the host keeps (ZeRO-1/2) are the host's to save: it
+        // writes them whole, equal to the masters after every step.
+        if (unit->host_params && shard == &unit->master) continue;
         if (config_.state_dict_type != StateDictType::full) {
           transfer_range(s, &kept, kind, unit->layout, unit->real, shard->tensor(), unit->shard_begin());
           continue;
         }
-        sdk::Buffer full = ops_.allocate(ACCEL_MEMORY_WORKSPACE, shard->tensor().dtype,
-                                         unit->shards.padded_numel(), config_.shard_place(), false,
-                                         "fsdp full state dict");
-        ops_.all_gather(sharding_, &shard->tensor(), &full.tensor(), "fsdp state dict all_gather");
+        sdk::Buffer full = ops_.allocate(ACCEL_MEMORY_WORKSPACE, shard->tensor().dtype, unit->shards.padded_numel(),
+                                         config_.shard_place(), false, "sharding full state dict");
+        ops_.all_gather(sharding_, &shard->tensor(), &full.tensor(), "sharding state dict all_gather");
         if (world_rank_ != 0) continue;  // `full` is freed here
         if (!sdk::is_host(full.tensor())) {
-          sdk::Buffer on_host = ops_.allocate(ACCEL_MEMORY_WORKSPACE, shard->tensor().dtype,
-                                              unit->shards.padded_numel(), ACCEL_MEMORY_HOST, false,
-                                              "fsdp full state dict (host)");
+          sdk::Buffer on_host =
+              ops_.allocate(ACCEL_MEMORY_WORKSPACE, shard->tensor().dtype, unit->shards.padded_numel(),
+                            ACCEL_MEMORY_HOST, false, "sharding full state dict (host)");
           ops_.copy(&full.tensor(), &on_host.tensor());
           ops_.synchronize();
           full = std::move(on_host);  // frees the device copy
@@ -111,8 +119,7 @@ void CheckpointIo::save(const AccelStateArgs&) {
     }
   }
   if (world_rank_ == 0) {
-    const std::string json = to_json(config_);
-    s.check(s.table()->checkpoint->put_string(s.host(), ACCEL_CHECKPOINT_PLUGIN, "config", json.c_str()),
+    s.check(s.table()->checkpoint->put_string(s.host(), ACCEL_CHECKPOINT_PLUGIN, "config", config_json_.c_str()),
             "put_string config");
   }
   // Returning ends the host's reads of `gathered` and `kept`.
@@ -133,4 +140,4 @@ void CheckpointIo::load(const AccelStateArgs&) {
   }
 }
 
-}  // namespace accel::fsdp
+}  // namespace accel::sharding

@@ -2,47 +2,51 @@
 // (see unit_schedule.h).
 #include "unit_schedule.h"
 
-namespace accel::fsdp {
+namespace accel::sharding {
 
 void UnitSchedule::forward_pre(const AccelUnitHookArgs& args) {
   const int32_t g = group_of(args.unit);
-  if (g < 0) return;
+  if (g < 0 || gathers_ == nullptr) return;
   const bool recompute = (args.flags & ACCEL_UNIT_HOOK_RECOMPUTE) != 0;
-  if (recompute && !gathers_.alive(g)) ++recompute_gathers_;
-  gathers_.ensure_gathered(g);
+  if (recompute && !gathers_->alive(g)) ++recompute_gathers_;
+  gathers_->ensure_gathered(g);
   if (config_.forward_prefetch && !recompute && args.unit == group(g).first_forward()) {
-    gathers_.prefetch(plan_.next_in_forward(args.unit));
+    gathers_->prefetch(plan_.next_in_forward(args.unit));
   }
 }
 
 void UnitSchedule::forward_post(const AccelUnitHookArgs& args) {
   const int32_t g = group_of(args.unit);
-  if (g < 0 || (args.flags & ACCEL_UNIT_HOOK_RECOMPUTE) != 0 || args.unit != group(g).last_forward()) return;
+  if (g < 0 || gathers_ == nullptr || (args.flags & ACCEL_UNIT_HOOK_RECOMPUTE) != 0 ||
+      args.unit != group(g).last_forward()) {
+    return;
+  }
   const bool no_grad = (args.flags & ACCEL_UNIT_HOOK_NO_GRAD) != 0;
   const bool backward_starts_here = args.unit == num_units_ - 1;
-  if (no_grad || (config_.reshard_after_forward && !backward_starts_here)) gathers_.release(g);
+  if (no_grad || (config_.reshard_after_forward && !group(g).keep_until_backward && !backward_starts_here))
+    gathers_->release(g);
 }
 
 void UnitSchedule::backward_pre(const AccelUnitHookArgs& args) {
   const int32_t g = group_of(args.unit);
   if (g < 0) return;
-  gathers_.ensure_gathered(g);
+  if (gathers_ != nullptr) gathers_->ensure_gathered(g);
   if (args.unit != group(g).first_backward()) return;
   for (int32_t u : group(g).units) reducer_.materialize_grads(u);
-  if (config_.backward_prefetch == BackwardPrefetch::backward_pre) {
-    gathers_.prefetch(plan_.next_in_backward(args.unit));
+  if (gathers_ != nullptr && config_.backward_prefetch == BackwardPrefetch::backward_pre) {
+    gathers_->prefetch(plan_.next_in_backward(args.unit));
   }
 }
 
 void UnitSchedule::backward_post(const AccelUnitHookArgs& args) {
   const int32_t g = group_of(args.unit);
   if (g < 0 || args.unit != group(g).last_backward()) return;
-  if (config_.backward_prefetch == BackwardPrefetch::backward_post) {
-    gathers_.prefetch(plan_.next_in_backward(args.unit));
+  if (gathers_ != nullptr && config_.backward_prefetch == BackwardPrefetch::backward_post) {
+    gathers_->prefetch(plan_.next_in_backward(args.unit));
   }
   const bool last_micro_batch = (args.flags & ACCEL_UNIT_HOOK_LAST_MICRO_BATCH) != 0;
   for (int32_t u : group(g).units) reducer_.reduce_scatter(u, last_micro_batch);
-  gathers_.release(g);
+  if (gathers_ != nullptr) gathers_->release(g);
 }
 
-}  // namespace accel::fsdp
+}  // namespace accel::sharding

@@ -1,4 +1,4 @@
-// checkpoint_io.h — fsdp's part of a checkpoint (accel/checkpoint.h): the
+// checkpoint_io.h — a sharding plugin's part of a checkpoint (accel/checkpoint.h): the
 // parameters of the units it shards (MODEL space), the AdamW moments of every
 // unit it steps (OPTIMIZER space, "exp_avg/NAME", "exp_avg_sq/NAME", the
 // parameter's global shape) and its configuration as JSON (PLUGIN space,
@@ -17,28 +17,31 @@
 #pragma once
 
 #include <accel/accel.h>
+#include <accel/sdk/kernels.hpp>
 
-#include "fsdp_config.h"
-#include "host_ops.h"
+#include <string>
+
+#include "sharding_options.h"
 #include "shard_store.h"
 
-namespace accel::fsdp {
+namespace accel::sharding {
 
 class CheckpointIo {
  public:
-  CheckpointIo(const HostOps& ops, const FsdpConfig& config, ShardStore& store, AccelGroup* sharding,
-               GroupShape replica, int32_t world_rank);
+  CheckpointIo(const sdk::Kernels& ops, const ShardingOptions& config, ShardStore& store, AccelGroup* sharding,
+               sdk::GroupShape replica, int32_t world_rank, std::string config_json);
 
   void save(const AccelStateArgs& args);
   void load(const AccelStateArgs& args);
 
  private:
-  const HostOps& ops_;
-  const FsdpConfig& config_;
+  const sdk::Kernels& ops_;
+  const ShardingOptions& config_;
+  std::string config_json_;  // the strategy's resolved configuration, put for information
   ShardStore& store_;
   AccelGroup* sharding_;
-  GroupShape replica_;
+  sdk::GroupShape replica_;
   int32_t world_rank_;
 };
 
-}  // namespace accel::fsdp
+}  // namespace accel::sharding

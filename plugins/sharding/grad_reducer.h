@@ -1,4 +1,4 @@
-// grad_reducer.h — the reduction half of FSDP: gradients of sharded units
+// grad_reducer.h — the reduction half of FSDP and ZeRO-2/3: gradients of sharded units
 // reduce-scattered into the fp32 gradient shards, and gradients of host-owned
 // (ignored / NO_SHARD) units all-reduced like DDP.
 //
@@ -24,25 +24,26 @@
 
 #include <accel/sdk/buffer_pool.hpp>
 #include <accel/sdk/tensor.hpp>
+#include <accel/sdk/kernels.hpp>
 
 #include <cstdint>
 #include <vector>
 
-#include "fsdp_config.h"
-#include "host_ops.h"
+#include "sharding_options.h"
 #include "shard_store.h"
 
-namespace accel::fsdp {
+namespace accel::sharding {
 
 class GradReducer {
  public:
-  GradReducer(const HostOps& ops, const FsdpConfig& config, ShardStore& store, AccelGroup* sharding,
+  GradReducer(const sdk::Kernels& ops, const ShardingOptions& config, ShardStore& store, AccelGroup* sharding,
               AccelGroup* replica, AccelGroup* data, sdk::BufferPool& comm_buffers);
 
   // Zeroed full gradient buffer for a sharded unit (a no-op if it exists).
   void materialize_grads(int32_t unit);
   // Reduce-scatters a sharded unit's full gradients into its shard and
-  // releases them; on the last micro-batch of a hybrid run, starts the
+  // releases them (unless they are the host's: ZeRO-1 reduces the host's
+  // accumulated gradients once, at gradients_ready); on the last micro-batch of a hybrid run, starts the
   // shard's all-reduce over REPLICA.
   void reduce_scatter(int32_t unit, bool last_micro_batch);
   // Starts the all-reduce of a host-owned unit's gradients over DATA.
@@ -59,8 +60,8 @@ class GradReducer {
   }
 
  private:
-  const HostOps& ops_;
-  const FsdpConfig& config_;
+  const sdk::Kernels& ops_;
+  const ShardingOptions& config_;
   ShardStore& store_;
   AccelGroup* sharding_;
   AccelGroup* replica_;
@@ -72,4 +73,4 @@ class GradReducer {
   int64_t reduce_scatters_ = 0;
 };
 
-}  // namespace accel::fsdp
+}  // namespace accel::sharding

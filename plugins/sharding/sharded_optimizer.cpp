@@ -5,7 +5,7 @@
 #include <accel/sdk/error.hpp>
 #include <accel/sdk/tensor.hpp>
 
-namespace accel::fsdp {
+namespace accel::sharding {
 
 using sdk::Error;
 
@@ -26,7 +26,7 @@ std::vector<DecayRun> decay_runs(const std::vector<ParamLayout>& params, sdk::Fl
   return runs;
 }
 
-ShardedOptimizer::ShardedOptimizer(const HostOps& ops, ShardStore& store, AccelGroup* sharding,
+ShardedOptimizer::ShardedOptimizer(const sdk::Kernels& ops, ShardStore& store, AccelGroup* sharding,
                                    int32_t sharding_rank)
     : ops_(ops), store_(store), sharding_(sharding), sharding_rank_(sharding_rank) {}
 
@@ -42,7 +42,7 @@ void ShardedOptimizer::clip_gradients(const AccelClipArgs& args) {
   std::vector<Space> spaces;
   const auto space_of = [&](const DLTensor* t) -> Space& {
     for (Space& sp : spaces) {
-      if (same_space(*sp.any, *t)) return sp;
+      if (sdk::same_space(*sp.any, *t)) return sp;
     }
     spaces.push_back(Space{t, {}, {}});
     return spaces.back();
@@ -71,7 +71,7 @@ void ShardedOptimizer::clip_gradients(const AccelClipArgs& args) {
     const bool host = sp.any->device.device_type == kDLCPU || sp.any->device.device_type == kDLCUDAHost;
     scalars.emplace_back(s, ACCEL_MEMORY_WORKSPACE, fp32, std::vector<int64_t>{},
                          host ? ACCEL_MEMORY_HOST : ACCEL_MEMORY_DEVICE, ACCEL_ALLOCATE_ZERO_FILL, nullptr,
-                         "fsdp squared norm");
+                         "sharding squared norm");
     AccelSquaredNormArgs norm{};
     norm.struct_size = sizeof(norm);
     norm.inputs = sp.counted.data();
@@ -85,14 +85,14 @@ void ShardedOptimizer::clip_gradients(const AccelClipArgs& args) {
   total.data = &global;
   total.device = {kDLCPU, 0};
   total.dtype = DLDataType{kDLFloat, 64, 1};
-  ops_.all_reduce(sharding_, &total, ACCEL_REDUCE_SUM, "fsdp grad norm all_reduce");
+  ops_.all_reduce(sharding_, &total, ACCEL_REDUCE_SUM, "sharding grad norm all_reduce");
 
   // clip_scale per space with the global squared norm; the first also writes
   // total_norm (it does so even with nothing to scale).
   float global32 = static_cast<float>(global);
   const sdk::ScalarView global_view(&global32);
   if (spaces.empty()) {
-    sdk::Buffer scalar(s, ACCEL_MEMORY_WORKSPACE, fp32, {}, ACCEL_MEMORY_HOST, 0, nullptr, "fsdp squared norm");
+    sdk::Buffer scalar(s, ACCEL_MEMORY_WORKSPACE, fp32, {}, ACCEL_MEMORY_HOST, 0, nullptr, "sharding squared norm");
     ops_.copy(global_view.get(), &scalar.tensor());
     AccelClipScaleArgs clip{};
     clip.struct_size = sizeof(clip);
@@ -118,7 +118,7 @@ void ShardedOptimizer::clip_gradients(const AccelClipArgs& args) {
 
 void ShardedOptimizer::step(const AccelOptimizerStepArgs& args) {
   if (args.kind != ACCEL_OPTIMIZER_ADAMW) {
-    throw Error(ACCEL_ERROR_UNSUPPORTED, "fsdp's sharded optimizer steps AdamW only");
+    throw Error(ACCEL_ERROR_UNSUPPORTED, "the sharded optimizer steps AdamW only");
   }
   const sdk::Services& s = ops_.services();
   const AccelKernelServices& kernels = *s.table()->kernels;
@@ -157,7 +157,7 @@ void ShardedOptimizer::step(const AccelOptimizerStepArgs& args) {
       step_runs(unit->layout.params, unit->real, unit->master.tensor(), unit->grad.tensor(), unit->exp_avg.tensor(),
                 unit->exp_avg_sq.tensor());
     } else if (ReplicatedUnit* replicated = store_.replicated(u)) {
-      const HostOps::Materialized storage = ops_.storage(u);
+      const sdk::Kernels::Materialized storage = ops_.storage(u);
       if (storage.params == nullptr || storage.grads == nullptr) {
         throw Error(ACCEL_ERROR_INTERNAL,
                     "host-owned unit " + replicated->layout.name + " has no materialised storage");
@@ -168,4 +168,4 @@ void ShardedOptimizer::step(const AccelOptimizerStepArgs& args) {
   }
 }
 
-}  // namespace accel::fsdp
+}  // namespace accel::sharding

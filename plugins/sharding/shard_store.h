@@ -1,4 +1,4 @@
-// shard_store.h — the state fsdp owns per unit: for a sharded unit this
+// shard_store.h — the state a sharding plugin owns per unit: for a sharded unit this
 // rank's fp32 slice of its parameters (the master weights), of its gradients
 // and of the AdamW moments; for a host-owned unit (ignored, or NO_SHARD) the
 // full AdamW moments beside the host's buffers.
@@ -15,17 +15,17 @@
 
 #include <accel/sdk/flat_shard.hpp>
 #include <accel/sdk/tensor.hpp>
+#include <accel/sdk/kernels.hpp>
 
 #include <cstdint>
 #include <memory>
 #include <vector>
 
-#include "fsdp_config.h"
-#include "host_ops.h"
+#include "sharding_options.h"
 #include "model_layout.h"
-#include "wrap_plan.h"
+#include "gather_plan.h"
 
-namespace accel::fsdp {
+namespace accel::sharding {
 
 struct ShardedUnit {
   UnitLayout layout;
@@ -37,6 +37,8 @@ struct ShardedUnit {
   sdk::Buffer exp_avg;          // fp32 AdamW first moment, shard_numel
   sdk::Buffer exp_avg_sq;       // fp32 AdamW second moment, shard_numel
   bool grad_is_zero = true;     // `grad` holds the zeros of zero_grads (nothing reduced into it yet)
+  bool host_params = false;     // the full parameters are the host's (ZeRO-1/2): refreshed after each step
+  bool host_grads = false;      // the full gradients are the host's (ZeRO-1): reduced, never released
 
   int64_t shard_begin() const { return shards.shard(shard_index).begin; }
 };
@@ -50,13 +52,17 @@ struct ReplicatedUnit {
 class ShardStore {
  public:
   // Allocates every unit's state and, for sharded units, cuts this rank's
-  // master shard from the initial weights one unit at a time: materialise
+  // master shard from the initial weights. `managed` is what the plugin took
+  // over of each sharded unit (ACCEL_STORAGE_* bits): without PARAMS the
+  // host's full parameters are sliced (broadcast first from world rank 0
+  // when sync_module_states); with them, one unit at a time: materialise
   // (FROM_SEED; with cpu_ram_efficient_loading only on world rank 0, the
   // others UNDEFINED), broadcast from rank 0 over WORLD when
   // sync_module_states, copy the slice, release. Host-owned units are
   // broadcast in place when sync_module_states.
-  ShardStore(const HostOps& ops, const FsdpConfig& config, const std::vector<UnitLayout>& units,
-             const WrapPlan& plan, GroupShape sharding, AccelGroup* world, int32_t world_rank);
+  ShardStore(const sdk::Kernels& ops, const ShardingOptions& config, const std::vector<UnitLayout>& units,
+             const GatherPlan& plan, sdk::GroupShape sharding, AccelGroup* world, int32_t world_rank,
+             uint32_t managed = ACCEL_STORAGE_PARAMS | ACCEL_STORAGE_GRADS);
 
   // nullptr when the unit is not of that kind.
   ShardedUnit* sharded(int32_t unit) { return sharded_.at(static_cast<size_t>(unit)).get(); }
@@ -64,11 +70,11 @@ class ShardStore {
   int32_t num_units() const { return static_cast<int32_t>(sharded_.size()); }
 
   // Zeroes every gradient shard (step begin: accumulation starts afresh).
-  void zero_grads(const HostOps& ops);
+  void zero_grads(const sdk::Kernels& ops);
 
  private:
   std::vector<std::unique_ptr<ShardedUnit>> sharded_;
   std::vector<std::unique_ptr<ReplicatedUnit>> replicated_;
 };
 
-}  // namespace accel::fsdp
+}  // namespace accel::sharding

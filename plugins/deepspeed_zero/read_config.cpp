@@ -1,0 +1,99 @@
+// read_config.cpp — the deepspeed_zero options, accel-host's train.* section
+// and the hf_ds_config file read through the services, then resolved by
+// resolve_config (see zero_config.h); NVMe paths probed for writability.
+#include <accel/sdk/error.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <tuple>
+
+#include "zero_config.h"
+
+namespace accel::zero {
+
+using sdk::Error;
+using sdk::format;
+
+namespace {
+
+[[noreturn]] void refuse(const std::string& message) { throw Error(ACCEL_ERROR_INVALID_ARGUMENT, message); }
+
+}  // namespace
+
+ZeroConfig read_config(const sdk::Services& s) {
+  const std::string optimizer = s.option<std::string>("train.optimizer");
+  if (optimizer != "adamw") {
+    throw Error(ACCEL_ERROR_UNSUPPORTED, "train.optimizer " + optimizer + ": the partitioned optimizer is AdamW only");
+  }
+  HostSettings h;
+  h.world_size = s.world_size();
+  h.grad_accum = s.option<int64_t>("train.grad_accum_steps");
+  h.batch_size = s.option<int64_t>("train.micro_batch_size") * h.grad_accum;
+  h.max_grad_norm = s.option<double>("train.max_grad_norm");
+  h.lr = s.option<double>("train.lr");
+  h.min_lr = s.option<double>("train.min_lr");
+  h.weight_decay = s.option<double>("train.weight_decay");
+  h.warmup_steps = s.option<int64_t>("train.warmup_steps");
+  h.decay_steps = s.option<int64_t>("train.decay_steps");
+  h.mixed_precision = s.option<std::string>("train.mixed_precision");
+
+  PluginFields f;
+  const auto given_text = [&](const char* name) -> std::optional<std::string> {
+    return s.option_is_set(name) ? std::optional<std::string>(s.option<std::string>(name)) : std::nullopt;
+  };
+  f.hf_ds_config = s.option<std::string>("hf_ds_config");
+  if (s.option_is_set("gradient_accumulation_steps")) {
+    f.gradient_accumulation_steps = s.option<int64_t>("gradient_accumulation_steps");
+  }
+  if (s.option_is_set("gradient_clipping")) f.gradient_clipping = s.option<double>("gradient_clipping");
+  if (s.option_is_set("zero_stage")) f.zero_stage = s.option<int64_t>("zero_stage");
+  f.is_train_batch_min = s.option<bool>("is_train_batch_min");
+  f.offload_optimizer_device = given_text("offload_optimizer_device");
+  f.offload_param_device = given_text("offload_param_device");
+  f.offload_optimizer_nvme_path = given_text("offload_optimizer_nvme_path");
+  f.offload_param_nvme_path = given_text("offload_param_nvme_path");
+  if (s.option_is_set("zero3_init_flag")) f.zero3_init_flag = s.option<bool>("zero3_init_flag");
+  if (s.option_is_set("zero3_save_16bit_model")) f.zero3_save_16bit_model = s.option<bool>("zero3_save_16bit_model");
+  f.transformer_moe_cls_names = s.option<std::string>("transformer_moe_cls_names");
+  f.enable_msamp = s.option<bool>("enable_msamp");
+  f.msamp_opt_level = given_text("msamp_opt_level");
+
+  std::string text;
+  std::string source = "the DeepSpeed config";
+  if (!f.hf_ds_config.empty()) {
+    source = "hf_ds_config " + f.hf_ds_config;
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(f.hf_ds_config, ec)) {
+      refuse("--deepspeed_zero.hf_ds_config " + f.hf_ds_config + ": not a readable regular file");
+    }
+    std::ifstream in(f.hf_ds_config, std::ios::binary);
+    std::ostringstream buffer;
+    buffer << in.rdbuf();
+    if (!in) refuse("--deepspeed_zero.hf_ds_config " + f.hf_ds_config + ": cannot be read");
+    text = buffer.str();
+    if (text.empty()) refuse(source + ": invalid JSON: the file is empty");
+  }
+  ZeroConfig c = resolve_config(f, h, text, source);
+  // NVMe: the path must be a writable directory (checked by writing a probe
+  // file, as the I/O threads would); then the refusal of what is not served.
+  for (const auto& [device, path, key] :
+       {std::tuple<OffloadDevice, std::string, const char*>{c.offload_optimizer, c.optimizer_nvme_path,
+                                                            "offload_optimizer.nvme_path"},
+        {c.offload_param, c.param_nvme_path, "offload_param.nvme_path"}}) {
+    if (device != OffloadDevice::nvme) continue;
+    const std::filesystem::path probe = std::filesystem::path(path) / format(".accel_nvme_probe.%d", s.rank());
+    std::ofstream out(probe, std::ios::binary | std::ios::trunc);
+    out << "probe";
+    out.close();
+    std::error_code ec;
+    std::filesystem::remove(probe, ec);
+    if (!out) refuse(std::string(key) + " " + path + ": not a writable directory");
+    refuse(std::string(key) + " " + path + ": NVMe offload is not served by this version (device cpu is)");
+  }
+  return c;
+}
+
+}  // namespace accel::zero

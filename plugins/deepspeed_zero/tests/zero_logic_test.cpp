@@ -1,0 +1,238 @@
+// zero_logic_test.cpp — deepspeed_zero's pure logic: the DeepSpeed config as
+// DeepSpeed and Accelerate read it (batch rule, "auto", contradictions,
+// refusals, unknown keys), DeepSpeed's learning-rate schedules, and what
+// each stage partitions. The collectives run under python.deepspeed_zero.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "../zero_config.h"
+#include "../zero_plan.h"
+
+namespace accel::zero {
+namespace {
+
+HostSettings host(int world = 4) {
+  HostSettings h;
+  h.world_size = world;
+  h.batch_size = 16;
+  h.grad_accum = 2;
+  h.max_grad_norm = 1.0;
+  h.lr = 3e-3;
+  h.weight_decay = 0.1;
+  h.warmup_steps = 5;
+  h.decay_steps = 20;
+  return h;
+}
+
+ZeroConfig resolve(const std::string& text, const HostSettings& h = host(), const PluginFields& f = {}) {
+  return resolve_config(f, h, text, "hf_ds_config ds.json");
+}
+
+// The one line of the refusal, or "" when it was accepted.
+std::string refusal(const std::string& text, const HostSettings& h = host(), const PluginFields& f = {}) {
+  try {
+    resolve(text, h, f);
+  } catch (const sdk::Error& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+    return what;
+  }
+  return "";
+}
+
+// ------------------------------------------------------------------ batch
+
+TEST(BatchRule, AutoIsFilledFromTheHost) {
+  const ZeroConfig c = resolve(R"({"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto",
+                                   "gradient_accumulation_steps": "auto"})");
+  EXPECT_EQ(c.train_batch_size, 16);
+  EXPECT_EQ(c.gradient_accumulation_steps, 2);
+  EXPECT_EQ(c.micro_batch_per_gpu, 2);  // 16 / (2 x 4)
+}
+
+TEST(BatchRule, TheMissingOneIsDerivedAsDeepSpeedDoes) {
+  EXPECT_EQ(resolve(R"({"train_batch_size": 16, "train_micro_batch_size_per_gpu": 2})").gradient_accumulation_steps, 2);
+  EXPECT_EQ(resolve(R"({"train_batch_size": 16, "gradient_accumulation_steps": 2})").micro_batch_per_gpu, 2);
+  EXPECT_EQ(resolve(R"({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2})").train_batch_size, 16);
+}
+
+TEST(BatchRule, InconsistentTripleIsRefusedWithDeepSpeedsArithmetic) {
+  const std::string why =
+      refusal(R"({"train_batch_size": 12, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2})");
+  EXPECT_NE(why.find("train_batch_size 12 is not train_micro_batch_size_per_gpu 2 x gradient_accumulation_steps 2 "
+                     "x world size 4"),
+            std::string::npos)
+      << why;
+}
+
+TEST(BatchRule, ConsistentButNotTheHostsIsRefusedNamingBoth) {
+  // 32 = 4 x 2 x 4 is DeepSpeed-consistent, but the host runs --batch-size 16.
+  const std::string why =
+      refusal(R"({"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2})");
+  EXPECT_NE(why.find("train_micro_batch_size_per_gpu 4 contradicts accel-host's --batch-size 16 / (--grad-accum 2 x "
+                     "4 ranks) = 2"),
+            std::string::npos)
+      << why;
+  // Absent, gradient_accumulation_steps is DeepSpeed's 1: not the host's 2.
+  const std::string gas = refusal(R"({"train_micro_batch_size_per_gpu": "auto"})");
+  EXPECT_NE(gas.find("gradient_accumulation_steps 1 contradicts accel-host's --grad-accum 2"), std::string::npos)
+      << gas;
+}
+
+// ------------------------------------------------------------ contradictions
+
+TEST(Contradictions, ConfigAgainstHostFlagsAndPluginOptions) {
+  EXPECT_NE(
+      refusal(R"({"gradient_clipping": 0.5})").find("gradient_clipping 0.5 contradicts accel-host's --grad-clip 1"),
+      std::string::npos);
+  EXPECT_NE(
+      refusal(R"({"bf16": {"enabled": true}})").find("bf16.enabled true contradicts accel-host's --mixed-precision no"),
+      std::string::npos);
+  PluginFields f;
+  f.zero_stage = 3;
+  EXPECT_NE(refusal(R"({"zero_optimization": {"stage": 2}})", host(), f)
+                .find("zero_optimization.stage 2 contradicts --deepspeed_zero.zero_stage 3"),
+            std::string::npos);
+  EXPECT_EQ(resolve(R"({"zero_optimization": {"stage": 3}, "gradient_accumulation_steps": 2})", host(), f).stage, 3);
+  EXPECT_EQ(resolve(R"({"bf16": {"enabled": "auto"}, "gradient_accumulation_steps": "auto"})").stage, 0);
+  EXPECT_EQ(resolve("").stage, 2);  // DeepSpeedPlugin's default
+}
+
+// ---------------------------------------------------------------- refusals
+
+TEST(Refusals, BadInputsAreOneLineNamingTheKey) {
+  EXPECT_NE(refusal("{\"zero_optimization\": {\"stage\": 2,}").find("hf_ds_config ds.json: invalid JSON"),
+            std::string::npos);
+  EXPECT_NE(refusal("[1, 2]").find("not a JSON object"), std::string::npos);
+  EXPECT_NE(refusal(R"({"zero_optimization": {"stage": 4}})")
+                .find("zero_optimization.stage 4: ZeRO stages are 0, 1, 2 and 3"),
+            std::string::npos);
+  EXPECT_NE(refusal(R"({"zero_optimization": {"stage": 2, "offload_param": {"device": "cpu"}}})")
+                .find("offload_param.device cpu needs zero stage 3 (stage is 2)"),
+            std::string::npos);
+  EXPECT_NE(refusal(R"({"scheduler": {"type": "OneCycle", "params": {}}})")
+                .find("scheduler.type OneCycle: unknown scheduler"),
+            std::string::npos);
+  EXPECT_NE(refusal(R"({"optimizer": {"type": "Lamb", "params": {}}})").find("optimizer.type Lamb"), std::string::npos);
+  EXPECT_NE(refusal(R"({"optimizer": {"type": "AdamW", "params": {"amsgrad": true}}})").find("AMSGrad"),
+            std::string::npos);
+  EXPECT_NE(refusal(R"({"train_batch_size": "sixteen"})").find("train_batch_size: expected a number or \"auto\""),
+            std::string::npos);
+  PluginFields moe;
+  moe.transformer_moe_cls_names = "MixtralBlock";
+  EXPECT_NE(refusal("", host(), moe).find("no mixture-of-experts units"), std::string::npos);
+  PluginFields msamp;
+  msamp.enable_msamp = true;
+  EXPECT_NE(refusal("", host(), msamp).find("--plugin fp8"), std::string::npos);
+}
+
+TEST(Refusals, UnknownKeysAreCollectedForOneWarning) {
+  const ZeroConfig c =
+      resolve(R"({"zero_optimization": {"stage": 1, "mystery_knob": 3}, "tensorboard": {"enabled": true},
+                                   "steps_per_print": 5, "gradient_accumulation_steps": 2})");
+  EXPECT_EQ(c.unknown_keys, (std::vector<std::string>{"tensorboard", "zero_optimization.mystery_knob"}));
+  EXPECT_EQ(c.steps_per_print, 5);
+}
+
+// -------------------------------------------------------- optimizer, offload
+
+TEST(Optimizer, ConfigValuesReplaceTheHostsAndAutoKeepsThem) {
+  const ZeroConfig c = resolve(R"({"optimizer": {"type": "AdamW",
+      "params": {"lr": "auto", "betas": [0.8, 0.99], "eps": 1e-6, "weight_decay": "auto"}},
+      "gradient_accumulation_steps": "auto"})");
+  EXPECT_TRUE(c.optimizer.from_config);
+  EXPECT_FALSE(c.optimizer.lr.has_value());
+  EXPECT_DOUBLE_EQ(*c.optimizer.beta1, 0.8);
+  EXPECT_DOUBLE_EQ(*c.optimizer.beta2, 0.99);
+  EXPECT_DOUBLE_EQ(*c.optimizer.eps, 1e-6);
+  ASSERT_EQ(c.notes.size(), 1u);
+  EXPECT_NE(c.notes[0].find("replace accel-host's optimizer flags"), std::string::npos);
+}
+
+TEST(Offload, CpuOffloadPutsThePartitionsInHostMemory) {
+  const ZeroConfig c = resolve(R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu",
+                                   "pin_memory": true}}, "gradient_accumulation_steps": "auto"})");
+  EXPECT_EQ(c.offload_optimizer, OffloadDevice::cpu);
+  EXPECT_TRUE(c.cpu_offload);
+  EXPECT_TRUE(c.unknown_keys.empty());
+}
+
+// --------------------------------------------------------------- schedules
+
+TEST(Schedules, DeepSpeedsWarmupAndDecay) {
+  Schedule s;
+  s.kind = ScheduleKind::warmup_decay_lr;
+  s.warmup_min_lr = 0.0;
+  s.warmup_max_lr = 1.0;
+  s.warmup_num_steps = 10;
+  s.total_num_steps = 20;
+  s.warmup_type = WarmupType::linear;
+  EXPECT_DOUBLE_EQ(schedule_lr(s, 0, 0.0), 0.0);
+  EXPECT_DOUBLE_EQ(schedule_lr(s, 5, 0.0), 0.5);
+  EXPECT_DOUBLE_EQ(schedule_lr(s, 10, 0.0), 1.0);
+  EXPECT_DOUBLE_EQ(schedule_lr(s, 15, 0.0), 0.5);
+  EXPECT_DOUBLE_EQ(schedule_lr(s, 25, 0.0), 0.0);
+  s.kind = ScheduleKind::warmup_lr;
+  s.warmup_type = WarmupType::log;
+  EXPECT_DOUBLE_EQ(schedule_lr(s, 0, 0.0), 0.0);
+  EXPECT_NEAR(schedule_lr(s, 4, 0.0), std::log(5.0) / std::log(10.0), 1e-12);
+  EXPECT_DOUBLE_EQ(schedule_lr(s, 30, 0.0), 1.0);
+  s.kind = ScheduleKind::warmup_cosine_lr;
+  s.cos_min_ratio = 0.0;
+  EXPECT_NEAR(schedule_lr(s, 19, 2.0), 0.0, 1e-12);  // the cosine reaches its floor at total_num_steps
+  EXPECT_NEAR(schedule_lr(s, 14, 2.0), 2.0 * (1.0 + std::cos(M_PI * 5.0 / 10.0)) / 2.0, 1e-12);
+}
+
+TEST(Schedules, AutoParamsComeFromTheHostsSchedule) {
+  const ZeroConfig c = resolve(R"({"scheduler": {"type": "WarmupDecayLR", "params": {"warmup_min_lr": "auto",
+      "warmup_max_lr": "auto", "warmup_num_steps": "auto", "total_num_steps": "auto"}},
+      "gradient_accumulation_steps": "auto"})");
+  EXPECT_EQ(c.schedule.kind, ScheduleKind::warmup_decay_lr);
+  EXPECT_DOUBLE_EQ(c.schedule.warmup_max_lr, 3e-3);
+  EXPECT_EQ(c.schedule.warmup_num_steps, 5);
+  EXPECT_EQ(c.schedule.total_num_steps, 20);
+}
+
+// ------------------------------------------------------------------- plans
+
+std::vector<sharding::UnitLayout> gpt(int64_t block_numel) {
+  std::vector<sharding::UnitLayout> units(4);
+  for (int32_t u = 0; u < 4; ++u) {
+    units[static_cast<size_t>(u)].index = u;
+    units[static_cast<size_t>(u)].numel = block_numel;
+    units[static_cast<size_t>(u)].kind = ACCEL_UNIT_BLOCK;
+  }
+  units[0].kind = ACCEL_UNIT_EMBEDDING;
+  units[0].numel = 1000;
+  units[0].params.push_back(sharding::ParamLayout{"wte", ACCEL_PARAM_EMBEDDING, 0, 1000, {100, 10}});
+  units[3].kind = ACCEL_UNIT_HEAD;
+  units[3].numel = 20;
+  units[3].tied_units = {0};
+  return units;
+}
+
+TEST(Plans, EachStagePartitionsWhatDeepSpeedDoes) {
+  const auto units = gpt(500);
+  EXPECT_TRUE(plan_partitions(units, 0, 0, 0).groups.empty());
+  const sharding::GatherPlan two = plan_partitions(units, 2, 0, 0);
+  ASSERT_EQ(two.groups.size(), 3u);
+  EXPECT_EQ(two.groups[0].units, (std::vector<int32_t>{0, 3}));  // tied: one group
+  EXPECT_EQ(two.group_of, (std::vector<int32_t>{0, 1, 2, 0}));
+  // Stage 3: blocks of 500 under a persistence threshold of 600 stay whole;
+  // the embedding group (1020) is partitioned.
+  const sharding::GatherPlan three = plan_partitions(units, 3, 600, 0);
+  EXPECT_EQ(three.group_of, (std::vector<int32_t>{0, -1, -1, 0}));
+  // Reuse distance: after block.1 come block.2 (500) and the head (20,
+  // partitioned with the embedding): 520; after block.2 only the head: 20.
+  const sharding::GatherPlan reuse = plan_partitions(units, 3, 0, 510);
+  EXPECT_FALSE(reuse.groups[1].keep_until_backward);
+  EXPECT_TRUE(reuse.groups[2].keep_until_backward);
+  EXPECT_TRUE(reuse.groups[0].keep_until_backward);  // ends at the last unit: backward starts there
+  EXPECT_EQ(hidden_size(units), 10);
+}
+
+}  // namespace
+}  // namespace accel::zero

@@ -1,0 +1,83 @@
+// zero_plan.cpp — the partition plan of each ZeRO stage (see zero_plan.h).
+#include "zero_plan.h"
+
+#include <algorithm>
+#include <numeric>
+
+namespace accel::zero {
+
+using sharding::GatherGroup;
+using sharding::GatherPlan;
+using sharding::UnitLayout;
+
+namespace {
+
+int32_t find_root(std::vector<int32_t>& parent, int32_t u) {
+  while (parent[static_cast<size_t>(u)] != u)
+    u = parent[static_cast<size_t>(u)] = parent[static_cast<size_t>(parent[static_cast<size_t>(u)])];
+  return u;
+}
+
+}  // namespace
+
+GatherPlan plan_partitions(const std::vector<UnitLayout>& units, int stage, int64_t persistence_threshold,
+                           int64_t max_reuse_distance) {
+  GatherPlan plan;
+  plan.group_of.assign(units.size(), -1);
+  if (stage == 0) return plan;
+
+  // Tied units in one set (union-find), each set a group in forward order.
+  std::vector<int32_t> parent(units.size());
+  std::iota(parent.begin(), parent.end(), 0);
+  for (const UnitLayout& u : units) {
+    for (int32_t t : u.tied_units) {
+      const int32_t a = find_root(parent, u.index), b = find_root(parent, t);
+      parent[static_cast<size_t>(std::max(a, b))] = std::min(a, b);
+    }
+  }
+  std::vector<int32_t> group_of_root(units.size(), -1);
+  for (const UnitLayout& u : units) {
+    const int32_t root = find_root(parent, u.index);
+    int32_t& g = group_of_root[static_cast<size_t>(root)];
+    if (g < 0) {
+      g = static_cast<int32_t>(plan.groups.size());
+      plan.groups.push_back(GatherGroup{});
+    }
+    plan.groups[static_cast<size_t>(g)].units.push_back(u.index);
+  }
+
+  // Stage 3's persistent groups drop out of the plan (host-owned).
+  std::vector<GatherGroup> kept;
+  for (GatherGroup& g : plan.groups) {
+    int64_t numel = 0;
+    for (int32_t u : g.units) numel += units[static_cast<size_t>(u)].numel;
+    if (stage == 3 && numel < persistence_threshold) continue;
+    kept.push_back(std::move(g));
+  }
+  plan.groups = std::move(kept);
+  for (size_t g = 0; g < plan.groups.size(); ++g) {
+    for (int32_t u : plan.groups[g].units) plan.group_of[static_cast<size_t>(u)] = static_cast<int32_t>(g);
+  }
+  if (stage == 3) {
+    for (GatherGroup& g : plan.groups) {
+      int64_t distance = 0;  // sharded elements after the group's last forward unit
+      for (size_t u = static_cast<size_t>(g.last_forward()) + 1; u < units.size(); ++u) {
+        if (plan.group_of[u] >= 0) distance += units[u].numel;
+      }
+      g.keep_until_backward = distance < max_reuse_distance;
+    }
+  }
+  return plan;
+}
+
+int64_t hidden_size(const std::vector<UnitLayout>& units) {
+  for (const UnitLayout& u : units) {
+    if (u.kind != ACCEL_UNIT_EMBEDDING) continue;
+    for (const sharding::ParamLayout& p : u.params) {
+      if (p.global_shape.size() == 2) return p.global_shape[1];
+    }
+  }
+  return 0;
+}
+
+}  // namespace accel::zero

@@ -1,0 +1,51 @@
+// sharding_options.h — what the shared sharding machinery (this folder:
+// shards, gathers, reductions, the sharded optimizer, checkpoints) needs to
+// know of a strategy's configuration. fsdp's FsdpConfig and deepspeed_zero's
+// ZeroConfig derive from it and fill it from their own options; the
+// machinery reads nothing else, so one code path serves both strategies.
+//
+// Invariant: the strategy that fills it has checked it (dtypes valid, the
+// mesh divides the world). Thread-safety: plain values.
+#pragma once
+
+#include <accel/accel.h>
+
+#include <cstdint>
+
+namespace accel::sharding {
+
+// What a plugin built on this machinery does (accel/plugin.h): runs on CPU
+// and CUDA ranks, shards parameters, gradients and optimizer state, reduces
+// gradients itself, and loads checkpoints of any layout.
+inline constexpr uint64_t kShardingCapabilities = ACCEL_CAP_CPU | ACCEL_CAP_CUDA | ACCEL_CAP_SHARDS_PARAMS |
+                                                  ACCEL_CAP_SHARDS_GRADS | ACCEL_CAP_SHARDS_OPTIMIZER |
+                                                  ACCEL_CAP_REDUCES_GRADS | ACCEL_CAP_RESHARD_ON_LOAD;
+
+enum class BackwardPrefetch { backward_pre, backward_post, no_prefetch };
+enum class StateDictType { full, sharded, local };
+
+// Sizes of the SHARDING and REPLICA mesh dimensions (accel/comm.h).
+struct MeshShape {
+  int32_t sharding_size = 1;
+  int32_t replica_size = 1;
+};
+
+struct ShardingOptions {
+  MeshShape mesh;
+  bool reshard_after_forward = true;  // release gathered parameters after forward
+  BackwardPrefetch backward_prefetch = BackwardPrefetch::no_prefetch;
+  bool forward_prefetch = false;
+  bool limit_all_gathers = true;             // at most two groups alive or in flight
+  int64_t max_live_elements = 0;             // > 0: also at most this many gathered elements alive
+  int64_t max_prefetch_elements = 0;         // > 0: groups larger than this are gathered on demand only
+  DLDataType param_dtype{kDLFloat, 32, 1};   // gathered (compute) parameters and their gradients
+  DLDataType reduce_dtype{kDLFloat, 32, 1};  // the reduce-scatter / all-reduce of gradients
+  bool cpu_offload = false;                  // shards in pinned host memory, stepped on the host
+  StateDictType state_dict_type = StateDictType::full;
+  bool sync_module_states = false;
+  bool cpu_ram_efficient_loading = false;
+
+  AccelMemoryPlace shard_place() const { return cpu_offload ? ACCEL_MEMORY_HOST_PINNED : ACCEL_MEMORY_DEVICE; }
+};
+
+}  // namespace accel::sharding

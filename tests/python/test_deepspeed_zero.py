@@ -1,0 +1,267 @@
+"""The deepspeed_zero plugin under mpirun: ZeRO stages 0-3 at 2, 3 and 4 ranks
+(with gradient accumulation, and with CPU offload) give the per-step losses
+of one process with the same global batch (fp32 within 1e-5 relative, bf16
+within 2e-2); a same-stage, same-world resume is bit-exact; DeepSpeed JSON
+configs are read as DeepSpeed reads them — Accelerate's published ZeRO-2 and
+ZeRO-3 examples run unchanged, a named scheduler replaces accel-host's — and
+bad configs stop every rank with one line and a non-zero exit.
+(Cross-strategy resumes with fsdp, ddp and one process:
+test_cross_strategy.py.)"""
+import json
+import math
+import os
+import stat
+import unittest
+
+from accel_testing import MPIRUN, TempDirMixin, mpirun, read_metrics, run_host
+
+BASE = ["--model", "gpt-tiny", "--lr", 3e-3, "--warmup-steps", 2, "--threads", 1]
+COMMON = [*BASE, "--log-level", "warn"]
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data")
+
+
+# gpt-tiny's units are all below DeepSpeed's default persistence threshold
+# (1e5 elements): stage 3 runs with this config so that they are partitioned.
+PARTITION_ALL = os.path.join(DATA, "deepspeed", "zero3_partition_everything.json")
+
+
+def zero(stage, *extra):
+    if stage == 3:
+        return ["--plugin", "deepspeed_zero", "--deepspeed_zero.hf_ds_config", PARTITION_ALL, *extra]
+    return ["--plugin", "deepspeed_zero", "--deepspeed_zero.zero_stage", stage, *extra]
+
+
+def error_lines(stderr):
+    return [line for line in stderr.splitlines() if "[error]" in line]
+
+
+@unittest.skipUnless(MPIRUN, "mpirun not found")
+class ZeroParity(TempDirMixin, unittest.TestCase):
+    """Per-step losses of `mpirun -n N --plugin deepspeed_zero` against one process."""
+
+    _references = {}
+
+    def reference(self, args):
+        key = tuple(map(str, args))
+        if key not in self._references:
+            path = self.path("reference.jsonl")
+            if os.path.exists(path):
+                os.remove(path)
+            run_host(*args, "--metrics-file", path)
+            ZeroParity._references[key] = read_metrics(path)
+        return self._references[key]
+
+    def parity(self, n, stage, *extra, steps=20, tolerance=1e-5, base=()):
+        args = [*COMMON, "--steps", steps, "--batch-size", 24, "--grad-accum", 2, *base]
+        multi = self.path(f"zero{stage}_{n}.jsonl")
+        if os.path.exists(multi):
+            os.remove(multi)
+        mpirun(n, *args, *zero(stage, *extra), "--metrics-file", multi)
+        a, b = self.reference(args), read_metrics(multi)
+        self.assertEqual(len(b), steps)
+        for x, y in zip(a, b):
+            self.assertLess(abs(x["loss"] - y["loss"]) / x["loss"], tolerance,
+                            (n, stage, extra, x["step"], x["loss"], y["loss"]))
+        return b
+
+    def test_every_stage_at_two_three_and_four_ranks_with_accumulation(self):
+        for stage in (0, 1, 2, 3):
+            for n in (2, 3, 4):
+                with self.subTest(stage=stage, ranks=n):
+                    rows = self.parity(n, stage)
+                    self.assertEqual(rows[0]["deepspeed_zero.zero_stage"], stage)
+                    if stage == 3:
+                        self.assertGreater(rows[0]["deepspeed_zero.gathers"], 0)
+                    if stage >= 1:
+                        self.assertGreater(rows[0]["deepspeed_zero.reduce_scatters"], 0)
+
+    def test_cpu_offload(self):
+        for stage in (1, 2, 3):
+            with self.subTest(stage=stage):
+                self.parity(2, stage, "--deepspeed_zero.offload_optimizer_device", "cpu")
+        self.parity(3, 3, "--deepspeed_zero.offload_param_device", "cpu")
+
+    def test_bf16_stays_close(self):
+        for stage in (1, 2, 3):
+            with self.subTest(stage=stage):
+                self.parity(2, stage, steps=10, tolerance=2e-2, base=["--mixed-precision", "bf16"])
+
+    def stage3_config(self, **zero_optimization):
+        path = self.path("ds.json")
+        with open(path, "w") as f:
+            json.dump({"zero_optimization": {"stage": 3, **zero_optimization}, "train_batch_size": "auto",
+                       "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto"}, f)
+        return ["--plugin", "deepspeed_zero", "--deepspeed_zero.hf_ds_config", path]
+
+    def run_stage3(self, n, **zero_optimization):
+        metrics = self.path("s3.jsonl")
+        if os.path.exists(metrics):
+            os.remove(metrics)
+        mpirun(n, *COMMON, "--steps", 2, "--batch-size", 8, *self.stage3_config(**zero_optimization),
+               "--metrics-file", metrics)
+        return read_metrics(metrics)[0]
+
+    def test_stage2_full_gradients_never_outlive_their_units_backward(self):
+        # The host keeps the parameters and leaves the gradients to the plugin
+        # (the gradients-only take-over): stage 1 holds the host's full
+        # gradients and their reduced partition, stage 2 only the partition
+        # and the gradients of the units in backward.
+        peaks = {}
+        for stage in (1, 2):
+            metrics = self.path(f"mem{stage}.jsonl")
+            mpirun(2, *COMMON, "--steps", 2, "--batch-size", 8, *zero(stage), "--metrics-file", metrics)
+            peaks[stage] = read_metrics(metrics)[-1]["memory_peak_bytes"]
+        self.assertEqual(peaks[1]["grads"], peaks[1]["params"])  # full + partition, as the parameters
+        self.assertEqual(peaks[2]["params"], peaks[1]["params"])  # the host's full parameters + the master
+        # gpt-tiny on 2 ranks: 723,456 bytes against 523,520 (the partition 241,152 + the tied
+        # embedding/head group and one block in backward, 282,368).
+        self.assertLess(peaks[2]["grads"], peaks[1]["grads"] * 3 // 4)
+
+    def test_stage3_persistence_threshold_keeps_small_units_whole(self):
+        # DeepSpeed's default threshold (1e5) is above every gpt-tiny unit
+        # (blocks 49984, embedding + head 20608): nothing is gathered.
+        self.assertEqual(self.run_stage3(2)["deepspeed_zero.gathers"], 0)
+        # 30000 partitions the blocks only: 2 groups gathered.
+        self.assertEqual(self.run_stage3(2, stage3_param_persistence_threshold=30000)["deepspeed_zero.gathers"], 2)
+
+    def test_stage3_reuse_distance_live_parameters_and_prefetch_bucket(self):
+        # gpt-tiny partitioned: groups [embedding head], [block.0], [block.1];
+        # one micro-batch. DeepSpeed's default reuse distance (1e9) keeps
+        # every group gathered from its forward to its backward: 3 gathers;
+        # 0 releases the blocks after forward and gathers them again: 5.
+        kept = self.run_stage3(2, stage3_param_persistence_threshold=0)
+        released = self.run_stage3(2, stage3_param_persistence_threshold=0, stage3_max_reuse_distance=0)
+        self.assertEqual(kept["deepspeed_zero.gathers"], 3)
+        self.assertEqual(released["deepspeed_zero.gathers"], 5)
+        self.assertGreater(kept["deepspeed_zero.prefetches"], 0)
+        # At most 1 live element: no gather may start ahead of its use.
+        bounded = self.run_stage3(2, stage3_param_persistence_threshold=0, stage3_max_live_parameters=1)
+        self.assertEqual(bounded["deepspeed_zero.prefetches"], 0)
+        # A prefetch bucket of 0: no prefetch either.
+        none = self.run_stage3(2, stage3_param_persistence_threshold=0, stage3_prefetch_bucket_size=0)
+        self.assertEqual(none["deepspeed_zero.prefetches"], 0)
+
+
+@unittest.skipUnless(MPIRUN, "mpirun not found")
+class ZeroResume(TempDirMixin, unittest.TestCase):
+    """6 steps straight against 3 + resume 3, same stage, same world size."""
+
+    def bit_exact_resume(self, n, stage):
+        args = [*COMMON, *zero(stage), "--batch-size", 12, "--lr-decay-steps", 6]
+        root = self.path(f"stage{stage}")
+        os.mkdir(root)
+        straight, split = os.path.join(root, "straight"), os.path.join(root, "split")
+        mpirun(n, *args, "--steps", 6, "--save", straight, "--metrics-file", straight + ".jsonl")
+        mpirun(n, *args, "--steps", 3, "--save", split, "--metrics-file", split + ".jsonl")
+        mpirun(n, *args, "--steps", 6, "--save", split, "--resume", split, "--metrics-file", split + ".jsonl")
+        a, b = read_metrics(straight + ".jsonl"), read_metrics(split + ".jsonl")
+        self.assertEqual([r["step"] for r in b], list(range(1, 7)))
+        self.assertEqual([r["loss"] for r in a], [r["loss"] for r in b])
+        final_a, final_b = os.path.join(straight, "step_6"), os.path.join(split, "step_6")
+        files = sorted(f for f in os.listdir(final_a) if f.endswith(".safetensors"))
+        self.assertEqual(files, sorted(f for f in os.listdir(final_b) if f.endswith(".safetensors")))
+        for name in files:
+            with open(os.path.join(final_a, name), "rb") as x, open(os.path.join(final_b, name), "rb") as y:
+                self.assertTrue(x.read() == y.read(), f"{name} differs after resume")
+
+    def test_every_stage_resumes_bit_exact(self):
+        for stage, n in ((0, 2), (1, 3), (2, 2), (3, 4)):
+            with self.subTest(stage=stage, ranks=n):
+                self.bit_exact_resume(n, stage)
+
+
+@unittest.skipUnless(MPIRUN, "mpirun not found")
+class ZeroConfigFiles(TempDirMixin, unittest.TestCase):
+    """DeepSpeed JSON configs as users have them."""
+
+    def test_accelerates_published_examples_run_unchanged(self):
+        # Both name fp16 (enabled: true), AdamW with "auto" lr and decay, and
+        # WarmupDecayLR with "auto" params; gradient_accumulation_steps 1.
+        for name, stage in (("zero_stage2_config.json", 2), ("zero_stage3_config.json", 3)):
+            with self.subTest(config=name):
+                metrics = self.path(name + ".jsonl")
+                proc = mpirun(2, *BASE, "--log-level", "info", "--steps", 6, "--batch-size", 8,
+                              "--mixed-precision", "fp16", "--plugin", "deepspeed_zero",
+                              "--deepspeed_zero.hf_ds_config", os.path.join(DATA, "deepspeed", name),
+                              "--metrics-file", metrics)
+                rows = read_metrics(metrics)
+                self.assertEqual(len(rows), 6)
+                self.assertEqual(rows[0]["deepspeed_zero.zero_stage"], stage)
+                self.assertTrue(all(math.isfinite(r["loss"]) for r in rows))
+                self.assertIn("replaces accel-host's learning-rate schedule", proc.stdout + proc.stderr)
+                self.assertNotIn("not understood", proc.stdout + proc.stderr)
+
+    def test_named_scheduler_and_optimizer_replace_the_hosts(self):
+        config = self.path("ds.json")
+        with open(config, "w") as f:
+            json.dump({"train_micro_batch_size_per_gpu": 3, "gradient_accumulation_steps": 1,
+                       "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "betas": [0.9, 0.99]}},
+                       "scheduler": {"type": "WarmupDecayLR", "params": {
+                           "warmup_min_lr": 0, "warmup_max_lr": 1e-3, "warmup_num_steps": 2,
+                           "total_num_steps": 4, "warmup_type": "linear"}},
+                       "zero_optimization": {"stage": 2}, "tensorboard": {"enabled": False}}, f)
+        proc = mpirun(2, *BASE, "--log-level", "info", "--steps", 4, "--batch-size", 6, "--plugin", "deepspeed_zero",
+                      "--deepspeed_zero.hf_ds_config", config, "--metrics-file", self.path("m.jsonl"))
+        lrs = [r["deepspeed_zero.ds_lr"] for r in read_metrics(self.path("m.jsonl"))]
+        for got, want in zip(lrs, [0.0, 5e-4, 1e-3, 5e-4]):
+            self.assertAlmostEqual(got, want, places=12)
+        out = proc.stdout + proc.stderr
+        self.assertIn("replace accel-host's optimizer flags", out)
+        warned = [line for line in out.splitlines() if "not understood" in line]
+        self.assertEqual(len(warned), 1, out)  # once, by rank 0
+        self.assertIn("tensorboard", warned[0])
+
+
+@unittest.skipUnless(MPIRUN, "mpirun not found")
+class ZeroBadInput(TempDirMixin, unittest.TestCase):
+    """Every rank stops with one line naming the problem, exit non-zero."""
+
+    def refused(self, config, *extra, mentions):
+        path = self.path("ds.json")
+        with open(path, "w") as f:
+            f.write(config if isinstance(config, str) else json.dumps(config))
+        proc = mpirun(2, *COMMON, "--steps", 2, "--batch-size", 8, "--plugin", "deepspeed_zero",
+                      "--deepspeed_zero.hf_ds_config", path, *extra, check=False, timeout=120)
+        self.assertNotEqual(proc.returncode, 0)
+        lines = error_lines(proc.stderr)
+        for rank in (0, 1):
+            mine = [line for line in lines if f"[rank {rank}]" in line]
+            self.assertTrue(mine, f"rank {rank} printed no error:\n{proc.stderr}")
+            for word in mentions:
+                self.assertIn(word, mine[0], proc.stderr)
+        self.assertNotIn("Traceback", proc.stderr)
+        self.assertNotIn("terminate called", proc.stderr)
+
+    def test_invalid_json(self):
+        self.refused('{"zero_optimization": {"stage": 2,}}', mentions=["ds.json", "invalid JSON"])
+
+    def test_train_batch_size_inconsistent_with_the_world(self):
+        self.refused({"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1},
+                     mentions=["train_batch_size 8", "world size 2"])
+
+    def test_zero_stage_4(self):
+        self.refused({"zero_optimization": {"stage": 4}}, mentions=["zero_optimization.stage 4"])
+
+    def test_offload_param_below_stage_3(self):
+        self.refused({"zero_optimization": {"stage": 2, "offload_param": {"device": "cpu"}}},
+                     mentions=["offload_param.device cpu", "stage 3"])
+
+    def test_unknown_scheduler_type(self):
+        self.refused({"scheduler": {"type": "OneCycleLR", "params": {}}},
+                     mentions=["scheduler.type OneCycleLR", "unknown scheduler"])
+
+    def test_unwritable_nvme_path(self):
+        locked = self.path("locked")
+        os.mkdir(locked)
+        os.chmod(locked, stat.S_IRUSR | stat.S_IXUSR)
+        missing = self.path("missing/dir")
+        target = missing if os.access(locked, os.W_OK) else locked  # root writes anywhere: a missing directory
+        self.refused({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme", "nvme_path": target}}},
+                     mentions=[target, "not a writable directory"])
+
+    def test_contradiction_with_a_host_flag_names_both(self):
+        self.refused({"gradient_accumulation_steps": 4}, mentions=["gradient_accumulation_steps 4", "--grad-accum 1"])
+
+
+if __name__ == "__main__":
+    unittest.main()
