@@ -118,9 +118,9 @@ typedef void AccelMetricRecordFn(AccelHost* host, const char* name,
 /* ------------------------------- Consumers ------------------------------- */
 
 /* Turns delivery of every event to the calling plugin's trace_event hook on
- * or off (off initially). While no plugin captures, `enabled` is false and
- * the host records no device timings. The profiler turns it on for the
- * steps its schedule records. Thread: loop thread. */
+ * or off (off initially; the host turns it off before teardown). Off returns
+ * once no trace_event call to this plugin runs on another thread, and none
+ * starts after. Thread: loop thread, also inside the plugin's trace_event. */
 typedef AccelStatus AccelTraceSetCaptureFn(AccelHost* host, bool capture);
 
 /* ABI 1.2. What the host records beyond its own ranges while the calling
