@@ -71,6 +71,10 @@ std::vector<KinetoRange> kineto_ranges(const std::vector<torch::autograd::profil
 // clipped to that end (a device track's ranges never overlap; a thread's nest).
 std::vector<RangeEdge> range_edges(std::vector<KinetoRange>& ranges);
 
+// Whether the host's kernel session records now (update_kernel_capture
+// started it and no drain or update stopped it since).
+bool kernel_capture_running();
+
 // A Kineto profiler session with the given activities.
 class KinetoSession {
  public:

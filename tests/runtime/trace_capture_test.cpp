@@ -243,10 +243,43 @@ TEST_F(TraceCaptureServicesTest, KernelsAskedOnACpuRankStartNoSession) {
   const AccelTraceServices* trace = services->trace;
   ASSERT_EQ(trace->set_capture(&other_host, true), ACCEL_OK);
   ASSERT_EQ(trace->set_detail(&other_host, ACCEL_TRACE_DETAIL_KERNELS), ACCEL_OK);
+  EXPECT_FALSE(kernel_capture_running());
   (void)at::mm(at::ones({2, 2}), at::ones({2, 2}));
   ASSERT_EQ(trace->set_capture(&other_host, false), ACCEL_OK);
   EXPECT_TRUE(names.empty());  // a CPU rank has no kernels, and operators were not asked
   ASSERT_EQ(trace->set_detail(&other_host, 0), ACCEL_OK);
+}
+
+// The host's glue with the CUDA activity, on this machine without a GPU:
+// Kineto starts with ActivityType::CUDA on a rank whose device is CUDA, runs
+// while the plugin captures, and is drained when capture turns off; with no
+// GPU it records no kernel, so only what it would deliver is checked.
+TEST_F(TraceCaptureServicesTest, TheKernelSessionRunsWhileAskedOnACudaRank) {
+  struct Delivered {
+    std::string category, detail;
+    bool has_stream;
+  };
+  std::vector<Delivered> kernels;
+  context.trace_listener = [&](const AccelTraceEvent& e) {
+    context.trace_capture.deliver("other", [&] {
+      if (std::string(e.category) == "kernel") kernels.push_back({e.category, e.detail ? e.detail : "", e.stream != nullptr});
+    });
+  };
+  context.identity.device = DLDevice{kDLCUDA, 0};
+  const AccelTraceServices* trace = services->trace;
+  ASSERT_EQ(trace->set_capture(&other_host, true), ACCEL_OK);
+  EXPECT_FALSE(kernel_capture_running());  // not asked yet
+  ASSERT_EQ(trace->set_detail(&other_host, ACCEL_TRACE_DETAIL_KERNELS), ACCEL_OK);
+  EXPECT_TRUE(kernel_capture_running());
+  (void)at::mm(at::ones({8, 8}), at::ones({8, 8}));
+  ASSERT_EQ(trace->set_capture(&other_host, false), ACCEL_OK);
+  EXPECT_FALSE(kernel_capture_running());  // drained when capture turned off
+  for (const Delivered& k : kernels) {  // none without a GPU; on one, device tracks
+    EXPECT_TRUE(k.has_stream);
+    EXPECT_EQ(k.detail.rfind("device=", 0), 0u) << k.detail;
+  }
+  ASSERT_EQ(trace->set_detail(&other_host, 0), ACCEL_OK);
+  context.identity.device = DLDevice{kDLCPU, 0};
 }
 
 }  // namespace
