@@ -489,10 +489,10 @@ typedef AccelStatus AccelHookStateFn(AccelPlugin* self,
 
 /* -------------------------------- Observer ------------------------------- */
 
-/* Receives every trace event while this plugin captures
- * (trace->set_capture; the profiler writes them out). Called from any
- * thread, concurrently; must be thread-safe, must not block, and may call
- * no service but log. Cannot fail. */
+/* Receives every trace event while this plugin captures (trace->set_capture;
+ * once that turned it off, no call is in progress). Called from any thread,
+ * concurrently; must be thread-safe, must not block, and may call no service
+ * but log and, on the loop thread, trace->set_capture. Cannot fail. */
 typedef void AccelHookTraceEventFn(AccelPlugin* self,
                                    const AccelTraceEvent* event);
 

@@ -6,7 +6,8 @@
  * Producers: the host (steps, units' forward/backward, the loss, clipping
  * and the optimizer, every plugin hook under the plugin's name, collectives
  * with bytes, sequence number and group ranks, allocations, checkpoint
- * phases; LibTorch operators on request, see set_detail) and every plugin,
+ * phases; LibTorch operators and device kernels on request, see set_detail)
+ * and every plugin,
  * through the services below.
  * Consumers: plugins that capture (the profiler) through their trace_event
  * hook, and the host's metric log.
@@ -117,9 +118,9 @@ typedef void AccelMetricRecordFn(AccelHost* host, const char* name,
 /* ------------------------------- Consumers ------------------------------- */
 
 /* Turns delivery of every event to the calling plugin's trace_event hook on
- * or off (off initially). While no plugin captures, `enabled` is false and
- * the host records no device timings. The profiler turns it on for the
- * steps its schedule records. Thread: loop thread. */
+ * or off (off initially; the host turns it off before teardown). Off returns
+ * once no trace_event call to this plugin runs on another thread, and none
+ * starts after. Thread: loop thread, also inside the plugin's trace_event. */
 typedef AccelStatus AccelTraceSetCaptureFn(AccelHost* host, bool capture);
 
 /* ABI 1.2. What the host records beyond its own ranges while the calling
@@ -132,6 +133,17 @@ typedef AccelStatus AccelTraceSetCaptureFn(AccelHost* host, bool capture);
  * while no plugin asks for it or capture is off. Thread: loop thread. */
 #define ACCEL_TRACE_DETAIL_OPERATORS (UINT32_C(1) << 0)
 #define ACCEL_TRACE_DETAIL_SHAPES (UINT32_C(1) << 1)
+/* ABI 1.3. KERNELS: on a CUDA rank, the device's kernels, copies and sets as
+ * LibTorch's Kineto profiler (CUPTI) records them, each a BEGIN/END pair of
+ * category "kernel" (named as CUPTI names the kernel) on a device track:
+ * `stream` is a host-owned handle standing for the CUDA stream, to be used
+ * as a track identity only (services refuse it), the detail says
+ * "device=0; stream=7; correlation=123". The device reports them after the
+ * fact, so they are delivered when the recording plugin's capture or detail
+ * next changes, timestamped on the CLOCK_MONOTONIC of the rank and stamped
+ * with the step their start falls in. On a CPU rank the bit asks nothing.
+ * Hosts of ABI 1.2 ignore it (unknown bits). */
+#define ACCEL_TRACE_DETAIL_KERNELS (UINT32_C(1) << 2)
 typedef AccelStatus AccelTraceSetDetailFn(AccelHost* host, uint32_t detail);
 
 /* The trace and metrics area of the services table. */

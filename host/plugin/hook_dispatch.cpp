@@ -89,14 +89,10 @@ void HookDispatcher::create_all() {
   if (!listeners.empty()) {
     runtime::HostContext* context = &context_;
     context_.trace_listener = [context, listeners](const AccelTraceEvent& event) {
+      // Through the capture gate: once a plugin's set_capture(false) has
+      // returned, no thread is still inside its trace_event.
       for (LoadedPlugin* p : listeners) {
-        bool capturing = false;
-        {
-          std::lock_guard<std::mutex> lock(context->mutex);
-          const auto it = context->capturing.find(p->name());
-          capturing = it != context->capturing.end() && it->second;
-        }
-        if (capturing) p->hooks().trace_event(p->self, &event);
+        context->trace_capture.deliver(p->name(), [&] { p->hooks().trace_event(p->self, &event); });
       }
     };
   }

@@ -7,6 +7,7 @@
 #include "host/plugin/discovery.h"
 #include "host/plugin/plugin_error.h"
 #include "host/runtime/memory_services.h"
+#include "host/runtime/service_support.h"
 #include "host/util/log.h"
 
 namespace accel::plugin {
@@ -94,6 +95,9 @@ void PluginRegistry::teardown_all() noexcept {
     LoadedPlugin& p = **it;
     if (!p.created) continue;
     p.created = false;
+    // No trace_event may reach a plugin tearing down (one that left its
+    // capture on, or an event still in flight on another thread).
+    runtime::end_trace_capture(context_, p.name());
     if (p.hooks().teardown) {
       runtime::take_pending_error();
       const AccelStatus status = p.hooks().teardown(p.self);

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "host/model/gpt.h"
+#include "host/runtime/trace_capture.h"
 #include "host/util/log.h"
 
 namespace accel::comm {
@@ -121,14 +122,17 @@ class HostContext {
   CheckpointReader* state_reader = nullptr;
 
   // Called for every trace event while at least one plugin captures; set by
-  // the plugin registry (it forwards to the capturing plugins' trace_event).
+  // the plugin registry (it forwards to the capturing plugins' trace_event
+  // through trace_capture.deliver).
   std::function<void(const AccelTraceEvent&)> trace_listener;
+  // Which plugins capture (set_capture), and the gate that keeps a plugin's
+  // trace_event from being called once its capture is off (trace_capture.h).
+  TraceCapture trace_capture;
 
   // Plugin metrics of the current step (trace->metric); the trainer drains
   // them into the metrics line. Guarded by mutex.
   std::mutex mutex;
   std::map<std::string, double> step_metrics;
-  std::map<std::string, bool> capturing;  // plugin name -> set_capture(true)
   std::map<std::string, uint32_t> trace_detail;  // plugin name -> set_detail bits
 
   // --- added with the services implementation (host/runtime/*_services.cpp) ---

@@ -77,7 +77,7 @@ void require_args(const void* args, size_t struct_size, size_t min_size, const c
 int64_t monotonic_ns();
 
 // Delivers one event to the capturing plugins (trace_services.cpp) when at
-// least one captures; costs one locked check otherwise. `source` is "host" or
+// least one captures; costs one atomic load otherwise. `source` is "host" or
 // a plugin's name. Never throws.
 struct TraceEventFields {
   AccelTraceEventType type = ACCEL_TRACE_INSTANT;
@@ -90,6 +90,11 @@ struct TraceEventFields {
   const char* detail = nullptr;
   int32_t unit = -1;         // the unit concerned, -1 if none
   int32_t micro_batch = -1;  // the micro-batch, -1 if none
+  // Events recorded earlier and delivered now (device kernels): their own
+  // time and step. -1 / kCurrentStep: now, and the step running now.
+  int64_t timestamp_ns = -1;
+  int64_t step = kCurrentStep;
+  static constexpr int64_t kCurrentStep = INT64_MIN;
 };
 void emit_trace_event(HostContext& context, const TraceEventFields& fields) noexcept;
 bool trace_capturing(HostContext& context) noexcept;
@@ -98,6 +103,17 @@ bool trace_capturing(HostContext& context) noexcept;
 // it for good (the context is going away). Loop thread.
 void update_operator_capture(HostContext& context);
 void stop_operator_capture(HostContext& context);
+// The device kernel session (trace_kernels.cpp, ACCEL_TRACE_DETAIL_KERNELS
+// on a CUDA rank): update_operator_capture starts or stops it; drain stops
+// it and delivers what it recorded, before a capture or detail change.
+void update_kernel_capture(HostContext& context, bool wanted);
+void drain_kernel_capture(HostContext& context) noexcept;
+// Called by every emit: while a kernel session records, remembers when the
+// step changed, so kernels delivered later carry the step they ran in.
+void note_kernel_step(int64_t ts_ns, int64_t step) noexcept;
+// Turns a plugin's capture and detail off for good, waiting for deliveries
+// to it in progress (the registry, before the plugin's teardown).
+void end_trace_capture(HostContext& context, const std::string& plugin) noexcept;
 
 // The static area tables (one per *_services.cpp), assembled by services.cpp.
 const AccelOptionServices* option_services_table();

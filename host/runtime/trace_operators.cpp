@@ -8,7 +8,8 @@
 //
 // Invariant: at most one callback is installed (one HostContext per process
 // captures operators); update_operator_capture recomputes what is wanted
-// from every plugin's capture and detail settings after each change.
+// from every plugin's capture and detail settings after each change, for
+// the device kernel session (trace_kernels.cpp) too.
 //
 // Thread-safety: the callbacks run on any thread that runs an operator
 // (autograd's, intra-op workers); they read the installed state through
@@ -20,6 +21,7 @@
 #include <mutex>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "host/runtime/host_context.h"
 #include "host/runtime/service_support.h"
@@ -89,14 +91,17 @@ void on_operator_end(const at::RecordFunction& fn, at::ObserverContext*) { emit_
 }  // namespace
 
 void update_operator_capture(HostContext& context) {
+  std::vector<std::string> capturing;
+  context.trace_capture.for_each_capturing([&](const std::string& plugin) { capturing.push_back(plugin); });
   uint32_t wanted = 0;
   {
     std::lock_guard<std::mutex> lock(context.mutex);
-    for (const auto& [plugin, detail] : context.trace_detail) {
-      const auto it = context.capturing.find(plugin);
-      if (it != context.capturing.end() && it->second) wanted |= detail;
+    for (const std::string& plugin : capturing) {
+      const auto it = context.trace_detail.find(plugin);
+      if (it != context.trace_detail.end()) wanted |= it->second;
     }
   }
+  update_kernel_capture(context, (wanted & ACCEL_TRACE_DETAIL_KERNELS) != 0);
   std::lock_guard<std::mutex> lock(g_install_mutex);
   const bool operators = (wanted & ACCEL_TRACE_DETAIL_OPERATORS) != 0;
   g_shapes.store((wanted & ACCEL_TRACE_DETAIL_SHAPES) != 0, std::memory_order_relaxed);
@@ -113,6 +118,7 @@ void update_operator_capture(HostContext& context) {
 }
 
 void stop_operator_capture(HostContext& context) {
+  update_kernel_capture(context, false);
   std::lock_guard<std::mutex> lock(g_install_mutex);
   if (g_context.load() != &context || g_handle == at::INVALID_CALLBACK_HANDLE) return;
   at::removeCallback(g_handle);

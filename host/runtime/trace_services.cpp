@@ -4,7 +4,7 @@
 // Events are built as AccelTraceEvent on the emitting thread, stamped with
 // CLOCK_MONOTONIC, and handed to HostContext::trace_listener (the registry,
 // which forwards them to the capturing plugins' trace_event hooks) only while
-// at least one plugin captures; otherwise an emit is one locked check. Device
+// at least one plugin captures; otherwise an emit is one atomic load. Device
 // ranges (a stream given) are delivered at once: on CPU ranks work is
 // synchronous, so the host time is the device time.
 //
@@ -13,12 +13,16 @@
 // events (category "metric").
 //
 // set_detail (ABI 1.2) records which operator detail each plugin wants; the
-// LibTorch operator callback itself lives in trace_operators.cpp.
+// LibTorch operator callback lives in trace_operators.cpp, the device kernel
+// session (Kineto) in trace_kernels.cpp.
 //
 // Thread-safety: every function may be called from any thread. The capture
-// set, step_metrics and metric_records are guarded by HostContext::mutex; the
-// listener is called outside the lock (trace_event hooks may run
-// concurrently, accel/plugin.h) and must not be replaced while plugins run.
+// switches are HostContext::trace_capture's (trace_capture.h: an emit's check
+// is one atomic load; turning a plugin's capture off waits for deliveries to
+// it in progress); step_metrics, metric_records and trace_detail are guarded
+// by HostContext::mutex. The listener is called outside any lock
+// (trace_event hooks may run concurrently, accel/plugin.h) and must not be
+// replaced while plugins run.
 #include <accel/accel.h>
 
 #include <time.h>
@@ -51,15 +55,7 @@ uint64_t this_thread_number() {
 }  // namespace
 
 bool trace_capturing(HostContext& context) noexcept {
-  try {
-    if (!context.trace_listener) return false;
-    std::lock_guard<std::mutex> lock(context.mutex);
-    for (const auto& [plugin, on] : context.capturing) {
-      if (on) return true;
-    }
-  } catch (...) {
-  }
-  return false;
+  return context.trace_listener && context.trace_capture.any();
 }
 
 void emit_trace_event(HostContext& context, const TraceEventFields& fields) noexcept {
@@ -72,8 +68,11 @@ void emit_trace_event(HostContext& context, const TraceEventFields& fields) noex
     event.name = fields.name == nullptr ? "" : fields.name;
     event.category = fields.category == nullptr ? fields.source : fields.category;
     event.source = fields.source;
-    event.timestamp_ns = monotonic_ns();
-    event.step = context.step.load(std::memory_order_relaxed);
+    const bool now = fields.timestamp_ns < 0;
+    event.timestamp_ns = now ? monotonic_ns() : fields.timestamp_ns;
+    event.step = fields.step != TraceEventFields::kCurrentStep ? fields.step
+                                                              : context.step.load(std::memory_order_relaxed);
+    if (now) note_kernel_step(event.timestamp_ns, event.step);
     event.unit = fields.unit;
     event.micro_batch = fields.micro_batch;
     event.value = fields.type == ACCEL_TRACE_COUNTER ? fields.value : 0.0;
@@ -164,29 +163,48 @@ void metric(AccelHost* host, const char* name, double value, AccelMetricReduce r
   }
 }
 
-AccelStatus set_capture(AccelHost* host, bool capture) {
-  return call_service("set_capture", [&] {
+// set_capture and set_detail alike: what the device recorded so far is
+// delivered first (while the plugin still captures, so it gets its own
+// kernels), then the calling plugin's setting changes, then the operator
+// callback and the kernel session follow what every plugin now wants.
+template <typename Change>
+AccelStatus change_trace_setting(AccelHost* host, const char* service, Change&& change) {
+  return call_service(service, [&] {
     HostContext& context = context_of(host);
-    {
-      std::lock_guard<std::mutex> lock(context.mutex);
-      context.capturing[host->plugin_name] = capture;
-    }
+    drain_kernel_capture(context);
+    change(context, host->plugin_name);
     update_operator_capture(context);
+  });
+}
+
+AccelStatus set_capture(AccelHost* host, bool capture) {
+  return change_trace_setting(host, "set_capture", [capture](HostContext& context, const std::string& plugin) {
+    context.trace_capture.set(plugin, capture);  // off: waits for deliveries in progress
   });
 }
 
 AccelStatus set_detail(AccelHost* host, uint32_t detail) {
-  return call_service("set_detail", [&] {
-    HostContext& context = context_of(host);
-    {
-      std::lock_guard<std::mutex> lock(context.mutex);
-      context.trace_detail[host->plugin_name] = detail;
-    }
-    update_operator_capture(context);
+  return change_trace_setting(host, "set_detail", [detail](HostContext& context, const std::string& plugin) {
+    std::lock_guard<std::mutex> lock(context.mutex);
+    context.trace_detail[plugin] = detail;
   });
 }
 
 }  // namespace
+
+void end_trace_capture(HostContext& context, const std::string& plugin) noexcept {
+  try {
+    drain_kernel_capture(context);
+    context.trace_capture.set(plugin, false);
+    {
+      std::lock_guard<std::mutex> lock(context.mutex);
+      context.trace_detail.erase(plugin);
+    }
+    update_operator_capture(context);
+  } catch (...) {
+    // Teardown goes on; what is left installed is removed with the context.
+  }
+}
 
 const AccelTraceServices* trace_services_table() {
   static const AccelTraceServices table{sizeof(AccelTraceServices), nullptr, &enabled, &begin, &end,

@@ -41,28 +41,42 @@ ClockMap ClockMap::unpack(const std::vector<int64_t>& p) {
   return m;
 }
 
+ClockSample ntp_sample(int64_t t1, int64_t t2, int64_t t3, int64_t t4) {
+  const int64_t round_trip = (t4 - t1) - (t3 - t2);
+  ClockSample s;
+  s.local_ns = t2 + (t3 - t2) / 2;
+  s.offset_ns = ((t2 - t1) + (t3 - t4)) / 2;
+  s.error_ns = round_trip / 2 + 1;  // +1: never claim a zero error
+  return s;
+}
+
+ClockSample best_sample(const std::vector<ClockRound>& rounds) {
+  ClockSample best;
+  int64_t best_round_trip = std::numeric_limits<int64_t>::max();
+  for (const ClockRound& r : rounds) {
+    const int64_t round_trip = (r.t4 - r.t1) - (r.t3 - r.t2);
+    if (round_trip < best_round_trip) {
+      best_round_trip = round_trip;
+      best = ntp_sample(r.t1, r.t2, r.t3, r.t4);
+    }
+  }
+  return best;
+}
+
 std::vector<ClockSample> measure_offsets(const Messenger& messenger, int32_t rank, int32_t world_size, int rounds) {
   std::vector<ClockSample> samples;
   if (rank == 0) {
     samples.push_back(ClockSample{monotonic_ns(), 0, 0});
     for (int32_t peer = 1; peer < world_size; ++peer) {
-      ClockSample best;
-      int64_t best_round_trip = std::numeric_limits<int64_t>::max();
+      std::vector<ClockRound> measured;
       for (int round = 0; round < rounds; ++round) {
         const int64_t t1 = monotonic_ns();
         messenger.send(peer, {t1});
         const std::vector<int64_t> reply = messenger.recv(peer, 2);
         const int64_t t4 = monotonic_ns();
-        const int64_t t2 = reply[0], t3 = reply[1];
-        const int64_t round_trip = (t4 - t1) - (t3 - t2);
-        if (round_trip < best_round_trip) {
-          best_round_trip = round_trip;
-          best.local_ns = t2 + (t3 - t2) / 2;
-          best.offset_ns = ((t2 - t1) + (t3 - t4)) / 2;
-          best.error_ns = round_trip / 2 + 1;  // +1: never claim a zero error
-        }
+        measured.push_back({t1, reply[0], reply[1], t4});
       }
-      samples.push_back(best);
+      samples.push_back(best_sample(measured));
     }
   } else {
     for (int round = 0; round < rounds; ++round) {

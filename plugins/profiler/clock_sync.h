@@ -36,6 +36,16 @@ struct ClockMap {
   static constexpr size_t kPackedSize = 7;
 };
 
+// One ping-pong round's estimate from its four timestamps (t1, t4 on rank
+// 0's clock; t2, t3 on the peer's).
+ClockSample ntp_sample(int64_t t1, int64_t t2, int64_t t3, int64_t t4);
+// Of several rounds' samples (with their round trips), the one with the
+// shortest round trip: the tightest error bound.
+struct ClockRound {
+  int64_t t1, t2, t3, t4;
+};
+ClockSample best_sample(const std::vector<ClockRound>& rounds);
+
 // CLOCK_MONOTONIC in nanoseconds: the clock of the host's trace events.
 int64_t monotonic_ns();
 

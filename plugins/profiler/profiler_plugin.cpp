@@ -2,7 +2,8 @@
 // in plugins/profiler/README.md). An observer: it records the host's own
 // ranges (step, forward/backward per unit, plugin hooks, collectives with
 // bytes and peers, checkpoint phases) and, with the cpu activity, LibTorch's
-// operators captured inside the host (trace->set_detail, ABI 1.2), during
+// operators captured inside the host (trace->set_detail, ABI 1.2), with the
+// cuda activity on a CUDA rank the device's kernels (Kineto, ABI 1.3), during
 // the steps its schedule (schedule.h) records. It writes, into
 // output_trace_dir:
 //   profile_<rank>.json          Chrome Trace Event Format, one per rank,
@@ -94,10 +95,14 @@ class Profiler final : public accel::sdk::Plugin {
     uint32_t detail = 0;
     if (config_.cpu || config_.with_flops) detail |= ACCEL_TRACE_DETAIL_OPERATORS;
     if (config_.record_shapes || config_.with_flops) detail |= ACCEL_TRACE_DETAIL_SHAPES;
+    // Device kernels (Kineto/CUPTI) on a CUDA rank; a CPU rank or a 1.2 host
+    // ignores the bit.
+    if (config_.cuda) detail |= ACCEL_TRACE_DETAIL_KERNELS;
     if (detail != 0) {
       if (ACCEL_HAS_FN(trace, AccelTraceServices, set_detail)) {
         services().check(trace->set_detail(services().host(), detail), "set_detail");
-        operators_ = true;
+        detail_set_ = true;
+        operators_ = (detail & ACCEL_TRACE_DETAIL_OPERATORS) != 0;
       } else {
         services().log(ACCEL_LOG_WARN, "this host does not capture LibTorch operators (ABI < 1.2): the traces hold "
                                        "the host's own ranges only");
@@ -146,7 +151,7 @@ class Profiler final : public accel::sdk::Plugin {
   void teardown() override {
     set_capture(false);
     const AccelTraceServices* trace = services().table()->trace;
-    if (operators_) services().check(trace->set_detail(services().host(), 0), "set_detail");
+    if (detail_set_) services().check(trace->set_detail(services().host(), 0), "set_detail");
     const Timeline timeline = write_rank_trace();
     const std::vector<StepFlops> steps = flops_per_step(timeline, config_.peak_tflops);
     const std::string table =
@@ -319,6 +324,7 @@ class Profiler final : public accel::sdk::Plugin {
   int64_t index_ = 0;            // this run's steps so far (the schedule's clock)
   bool capturing_ = false;
   bool operators_ = false;       // the host captures operators for us
+  bool detail_set_ = false;      // set_detail was called: reset it at teardown
   bool save_pending_ = false;    // a cycle ended: write at the next step's start
   std::atomic<int64_t> off_after_step_{-2};  // turn capture off after this step's END
   std::vector<std::string> unit_names_;
