@@ -111,39 +111,56 @@ at::Tensor GptModel::embed(const Unit& unit, const at::Tensor& tokens) const {
     throw std::invalid_argument("sequence of " + std::to_string(T) + " tokens exceeds seq_len " +
                                 std::to_string(config_.seq_len));
   }
-  const at::Tensor& wte = unit.param("wte.weight").value;
+  const Param& wte = unit.param("wte.weight");
   const at::Tensor& wpe = unit.param("wpe.weight").value;
-  return at::embedding(wte, tokens) + wpe.narrow(0, 0, T);
+  if (tensor_group_.active()) {
+    return vocab_parallel_embedding(wte.value, tokens, wte.split.local_offset(wte.spec.shape), tensor_group_) +
+           wpe.narrow(0, 0, T);
+  }
+  return at::embedding(wte.value, tokens) + wpe.narrow(0, 0, T);
 }
 
 at::Tensor GptModel::block(const Unit& unit, const at::Tensor& x) const {
   const auto& p = unit.params();
   const BlockLayout& L = block_layout_;
   const auto unit_index = static_cast<int32_t>(&unit - units_.data());
-  auto linear = [&](const at::Tensor& in, size_t weight, size_t bias) {
-    if (!linear_) return at::linear(in, p[weight].value, p[bias].value);
-    return linear_(in, p[weight].value, p[bias].value, unit_index, static_cast<int32_t>(weight));
+  auto linear = [&](const at::Tensor& in, size_t weight, const at::Tensor& bias) {
+    if (!linear_) return at::linear(in, p[weight].value, bias);
+    return linear_(in, p[weight].value, bias, unit_index, static_cast<int32_t>(weight));
   };
-  const int64_t B = x.size(0), T = x.size(1), C = config_.n_embd, H = config_.n_head;
+  // Tensor parallel (Megatron): c_attn and c_fc are column-parallel (f before
+  // them), c_proj row-parallel (g after, then its replicated bias); this rank
+  // runs H/T heads and 4C/T MLP features. Unsplit, f and g are identities.
+  const TensorGroup& tp = tensor_group_;
+  auto column = [&](const at::Tensor& in, size_t weight, size_t bias) {
+    return linear(copy_to_tensor_region(in, tp), weight, p[bias].value);
+  };
+  auto row = [&](const at::Tensor& in, size_t weight, size_t bias) {
+    if (!tp.active()) return linear(in, weight, p[bias].value);
+    return reduce_from_tensor_region(linear(in, weight, at::Tensor()), tp) + p[bias].value;
+  };
+  const int64_t B = x.size(0), T = x.size(1), C = config_.n_embd;
+  const int64_t local_C = p[L.attn_weight].shape[0] / 3, H = config_.n_head * local_C / C;
   at::Tensor h = at::layer_norm(x, {C}, p[L.ln_1_weight].value, p[L.ln_1_bias].value, kLayerNormEps);
-  at::Tensor qkv = linear(h, L.attn_weight, L.attn_bias);
-  auto parts = qkv.split(C, 2);
-  auto heads = [&](const at::Tensor& t) { return t.view({B, T, H, C / H}).transpose(1, 2); };
+  at::Tensor qkv = column(h, L.attn_weight, L.attn_bias);
+  auto parts = qkv.split(local_C, 2);
+  auto heads = [&](const at::Tensor& t) { return t.view({B, T, H, local_C / H}).transpose(1, 2); };
   at::Tensor y = at::scaled_dot_product_attention(heads(parts[0]), heads(parts[1]), heads(parts[2]),
                                                   /*attn_mask=*/{}, /*dropout_p=*/0.0,
                                                   /*is_causal=*/true);
-  y = y.transpose(1, 2).reshape({B, T, C});
-  at::Tensor out = x + linear(y, L.attn_proj_weight, L.attn_proj_bias);
+  y = y.transpose(1, 2).reshape({B, T, local_C});
+  at::Tensor out = x + row(y, L.attn_proj_weight, L.attn_proj_bias);
   h = at::layer_norm(out, {C}, p[L.ln_2_weight].value, p[L.ln_2_bias].value, kLayerNormEps);
-  h = at::gelu(linear(h, L.fc_weight, L.fc_bias), "tanh");
-  return out + linear(h, L.mlp_proj_weight, L.mlp_proj_bias);
+  h = at::gelu(column(h, L.fc_weight, L.fc_bias), "tanh");
+  return out + row(h, L.mlp_proj_weight, L.mlp_proj_bias);
 }
 
 at::Tensor GptModel::head(const Unit& unit, const at::Tensor& x) const {
   at::Tensor h = at::layer_norm(x, {config_.n_embd}, unit.param("ln_f.weight").value,
                                 unit.param("ln_f.bias").value, kLayerNormEps);
-  // Tied head: logits against the token embedding of unit 0.
-  return at::linear(h, units_.front().param("wte.weight").value);
+  // Tied head: logits against the token embedding of unit 0 (vocab-parallel:
+  // this rank's rows of it, f before).
+  return at::linear(copy_to_tensor_region(h, tensor_group_), units_.front().param("wte.weight").value);
 }
 
 at::Tensor GptModel::forward_unit(size_t index, const at::Tensor& input) const {
@@ -163,9 +180,16 @@ at::Tensor GptModel::forward(const at::Tensor& tokens) const {
 }
 
 at::Tensor GptModel::loss(const at::Tensor& tokens, const at::Tensor& targets) const {
-  at::Tensor logits = forward(tokens);
-  return at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}).to(at::kFloat),
-                                targets.reshape({-1}));
+  return loss_from_logits(forward(tokens), targets);
+}
+
+at::Tensor GptModel::loss_from_logits(const at::Tensor& logits, const at::Tensor& targets) const {
+  if (tensor_group_.active()) {
+    const Param& wte = units_.front().param("wte.weight");
+    return vocab_parallel_cross_entropy(logits, targets, wte.split.local_offset(wte.spec.shape), config_.vocab_size,
+                                        tensor_group_);
+  }
+  return at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}).to(at::kFloat), targets.reshape({-1}));
 }
 
 }  // namespace accel::model

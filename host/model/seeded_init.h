@@ -16,6 +16,12 @@ namespace accel::model {
 void init_parameter_slice(const ParamSpec& spec, uint64_t seed, int64_t begin, int64_t count,
                           float* dst);
 
+// Writes elements [begin, begin + count) of this rank's local slice of a
+// split parameter (`split`, see parameter.h) into dst: the same values the
+// whole tensor holds at those positions, zeros in padded rows.
+void init_local_slice(const ParamSpec& spec, const ParamSplit& split, uint64_t seed, int64_t begin,
+                      int64_t count, float* dst);
+
 // The standard normal deviate for element `index` of the stream `stream_key`.
 double seeded_normal(uint64_t stream_key, uint64_t index);
 uint64_t parameter_stream_key(uint64_t seed, std::string_view name);

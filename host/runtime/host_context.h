@@ -160,6 +160,12 @@ class HostContext {
   // input of a reduce_scatter (so FSDP's gather-gather-scatter of a model of
   // P bytes counts 3 P, DDP's all_reduce P); the trainer reports it per step.
   std::atomic<int64_t> comm_bytes{0};
+
+  // --- tensor parallelism (tensor_parallel_plan.cpp) ---
+  // The tensor group's size once the plan's splits resolved (1: none), and
+  // the bytes the host's own tensor-parallel collectives moved this step.
+  int64_t tensor_parallel_size = 1;
+  std::atomic<int64_t> tensor_parallel_bytes{0};
 };
 
 // Resolves the mesh the plugins declared (tensor = pipeline = 1 and
