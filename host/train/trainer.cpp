@@ -481,7 +481,7 @@ void Trainer::use_tensor_parallel_plan() {
                              "the host's norm would count split parameters once per rank");
   }
   if (!config_.save_dir.empty() || !config_.resume.empty()) {
-    throw std::runtime_error(std::string(config_.resume.empty() ? "--save-dir" : "--resume") +
+    throw std::runtime_error(std::string(config_.resume.empty() ? "--save" : "--resume") +
                              ": checkpoints of tensor-parallel runs are not written or read by this host version "
                              "yet (their tensors need global shapes and offsets)");
   }

@@ -78,4 +78,83 @@ class MegatronParity(TempDirMixin, unittest.TestCase):
         self.parity(4, 2, "--grad-clip", 0.05)
 
     def test_recompute_and_accumulation(self):
-        self.parity(4, 2, "--megatron.recompute_activations", "true", "--grad-accum", 2)
+        # (The host checks --batch-size against world x accumulation before
+        # the plugins plan, so 16, though only the data group splits it.)
+        self.parity(4, 2, "--megatron.recompute_activations", "true", "--grad-accum", 2, batch=16)
+
+
+def local_parameters(tp, C=64, V=256, S=64, L=2):
+    """gpt-tiny's parameters one tensor rank holds: split weights 1/T (the
+    vocabulary padded to a multiple of T), LayerNorms, wpe and row biases whole."""
+    padded = -(-V // tp) * tp
+    block = 2 * C + (3 * C * C + 3 * C) // tp + C * C // tp + C + 2 * C + (4 * C * C + 4 * C) // tp + 4 * C * C // tp + C
+    return padded // tp * C + S * C + L * block + 2 * C
+
+
+@unittest.skipUnless(MPIRUN, "mpirun not found")
+class MegatronTheory(TempDirMixin, unittest.TestCase):
+    """Memory and communication per rank equal Megatron's accounting."""
+
+    def run_tp(self, n, tp, *extra, batch=12):
+        path = self.path(f"run{len(os.listdir(self.tmp))}.jsonl")  # the metrics file appends
+        mpirun(n, *COMMON, *MEGATRON, "--megatron.tp_degree", tp, "--steps", 2, "--batch-size", batch,
+               "--metrics-file", path, *extra)
+        return read_metrics(path)
+
+    def test_parameter_gradient_and_optimizer_bytes(self):
+        for n, tp, vocab in ((2, 2, 256), (4, 4, 254)):
+            with self.subTest(tp=tp):
+                row = self.run_tp(n, tp, "--vocab-size", vocab)[0]
+                local = 4 * local_parameters(tp, V=vocab)
+                peaks = row["memory_startup_peak_bytes"]
+                self.assertEqual(peaks["params"], local)
+                self.assertEqual(peaks["grads"], local)
+                self.assertEqual(peaks["optimizer"], 2 * local)  # AdamW's two fp32 moments
+
+    def test_communicated_bytes_per_step(self):
+        # Per micro-batch of b sequences of S tokens, width C, L blocks:
+        # forward all-reduces the vocab-parallel embedding and two g's per
+        # block (b S C each), and the loss's max, target logit and sum of
+        # exponentials (b S each); backward all-reduces two f's per block
+        # and the head's f (b S C each). fp32.
+        b, S, C, L = 12, 64, 64, 2
+        expected = 4 * ((4 * L + 2) * b * S * C + 3 * b * S)
+        rows = self.run_tp(2, 2)
+        self.assertEqual([r["host.tensor_parallel_bytes"] for r in rows], [expected, expected])
+        # tp 2 x dp 2: each data rank's micro-batch is half the batch; the
+        # data group's gradient all-reduce is the plugin's (comm_bytes).
+        rows = self.run_tp(4, 2)
+        half = 4 * ((4 * L + 2) * (b // 2) * S * C + 3 * (b // 2) * S)
+        self.assertEqual(rows[0]["host.tensor_parallel_bytes"], half)
+        self.assertEqual(rows[0]["comm_bytes"], 4 * local_parameters(2) + 8)  # gradients + the norm (f64)
+        # Full recompute runs every block's forward again: two more g's each.
+        rows = self.run_tp(2, 2, "--megatron.recompute_activations", "true")
+        self.assertEqual(rows[0]["host.tensor_parallel_bytes"], expected + 4 * 2 * L * b * S * C)
+
+
+@unittest.skipUnless(MPIRUN, "mpirun not found")
+class MegatronBadInput(TempDirMixin, unittest.TestCase):
+    """One clear line on every rank and a non-zero exit."""
+
+    def refused(self, n, *args, mentions):
+        proc = mpirun(n, *COMMON, *MEGATRON, "--steps", 2, "--batch-size", 12, *args, check=False, timeout=120)
+        self.assertNotEqual(proc.returncode, 0)
+        lines = error_lines(proc.stderr)
+        for rank in range(n):
+            mine = [line for line in lines if f"[rank {rank}]" in line]
+            self.assertTrue(mine, f"rank {rank} printed no error:\n{proc.stderr}")
+            self.assertEqual(len(mine), 1, proc.stderr)
+            for word in mentions:
+                self.assertIn(word, mine[0], proc.stderr)
+
+    def test_tp_not_dividing_the_world(self):
+        self.refused(3, "--megatron.tp_degree", 2, mentions=["tp_degree 2", "world size 3"])
+
+    def test_tp_not_dividing_the_heads(self):
+        self.refused(4, "--megatron.tp_degree", 4, "--n-head", 2, "--n-embd", 64, mentions=["4", "2 attention heads"])
+
+    def test_sequence_parallelism_without_tp(self):
+        self.refused(2, "--megatron.sequence_parallelism", "true", mentions=["sequence_parallelism", "tp_degree"])
+
+    def test_checkpoints_are_refused_until_they_carry_offsets(self):
+        self.refused(2, "--megatron.tp_degree", 2, "--save", self.path("ckpt"), mentions=["--save", "tensor-parallel"])
