@@ -373,6 +373,24 @@ typedef AccelStatus AccelModelInitRangeFn(AccelHost* host, int32_t unit,
                                           int64_t flat_begin,
                                           const DLTensor* out);
 
+/* ------------------------------ Since 1.3 ------------------------------- */
+
+/* Runs the regions outside the tensor-parallel linears (LayerNorms,
+ * residuals, dropout) split along the sequence over the group `over`
+ * (ACCEL_GROUP_TENSOR; Megatron's sequence parallelism): the host's
+ * all-gather before each column-parallel region and reduce-scatter after
+ * each row-parallel one replace its all-reduces, and the activation passed
+ * between units is this rank's leading slice [seq_len / T, micro_batch,
+ * hidden] of the sequence-major activation. Needs the plan to split
+ * parameters over the same group (refused when plans resolve otherwise, as
+ * is a seq_len the group size does not divide). The gradients of the
+ * parameters left whole (norms, row-parallel biases, position embeddings)
+ * are then partial sums per rank: summing them over the group is the
+ * strategy's job, before any data-parallel reduction. Phase: plan. Check
+ * ACCEL_HAS_FN(model, plan_sequence_parallel) first. */
+typedef AccelStatus AccelModelPlanSequenceParallelFn(AccelHost* host,
+                                                     AccelGroupKind over);
+
 /* The model area of the services table. */
 typedef struct AccelModelServices {
   size_t struct_size;
@@ -392,6 +410,7 @@ typedef struct AccelModelServices {
   AccelModelRunForwardFn* run_forward;
   AccelModelRunBackwardFn* run_backward;
   AccelModelInitRangeFn* init_range;    /* since 1.1 */
+  AccelModelPlanSequenceParallelFn* plan_sequence_parallel; /* since 1.3 */
 } AccelModelServices;
 
 #ifdef __cplusplus

@@ -40,12 +40,16 @@ class GptModel {
   void zero_grads();
 
   // Runs unit `index` on its input: token ids [B, T] (int64) for the
-  // embedding, hidden states [B, T, C] for blocks; the head returns logits
-  // [B, T, V]. Composable over any unit range (pipeline stages).
+  // embedding, hidden states for blocks; the head returns logits. Hidden
+  // states and logits are sequence-major, [T, B, C] and [T, B, V]
+  // (accel/model.h's activation layout; Megatron's): under sequence
+  // parallelism a unit's input and output are this rank's [T/tp, B, C]
+  // slice. Composable over any unit range (pipeline stages).
   at::Tensor forward_unit(size_t index, const at::Tensor& input) const;
   at::Tensor forward(const at::Tensor& tokens) const;  // all units: logits
 
-  // Mean cross-entropy of next-token prediction over all B*T positions.
+  // Mean cross-entropy of next-token prediction over all B*T positions
+  // (targets [B, T], as the tokens).
   at::Tensor loss(const at::Tensor& tokens, const at::Tensor& targets) const;
   // The same from the head's output (vocab-parallel under tensor parallelism).
   at::Tensor loss_from_logits(const at::Tensor& logits, const at::Tensor& targets) const;

@@ -42,7 +42,37 @@ struct ReduceFromRegion : public torch::autograd::Function<ReduceFromRegion> {
   static variable_list backward(AutogradContext*, variable_list grads) { return {grads[0], at::Tensor()}; }
 };
 
+struct GatherFromSequence : public torch::autograd::Function<GatherFromSequence> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t group) {
+    ctx->saved_data["group"] = group;
+    return reinterpret_cast<const TensorGroup*>(group)->all_gather(x.contiguous());
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {group_at(ctx).reduce_scatter(grads[0].contiguous()), at::Tensor()};
+  }
+};
+
+struct ReduceScatterToSequence : public torch::autograd::Function<ReduceScatterToSequence> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t group) {
+    ctx->saved_data["group"] = group;
+    return reinterpret_cast<const TensorGroup*>(group)->reduce_scatter(x.contiguous());
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {group_at(ctx).all_gather(grads[0].contiguous()), at::Tensor()};
+  }
+};
+
 }  // namespace
+
+at::Tensor gather_from_sequence_region(const at::Tensor& x, const TensorGroup& group) {
+  if (!group.active()) return x;
+  return GatherFromSequence::apply(x, address_of(group));
+}
+
+at::Tensor reduce_scatter_to_sequence_region(const at::Tensor& x, const TensorGroup& group) {
+  if (!group.active()) return x;
+  return ReduceScatterToSequence::apply(x, address_of(group));
+}
 
 at::Tensor copy_to_tensor_region(const at::Tensor& x, const TensorGroup& group) {
   if (!group.active()) return x;
@@ -60,6 +90,7 @@ at::Tensor vocab_parallel_embedding(const at::Tensor& weight, const at::Tensor& 
   const at::Tensor outside = (tokens < vocab_start).logical_or(tokens >= vocab_start + rows);
   const at::Tensor local = (tokens - vocab_start).masked_fill(outside, 0);
   const at::Tensor partial = at::embedding(weight, local).masked_fill(outside.unsqueeze(-1), 0.0);
+  if (group.sequence_split()) return reduce_scatter_to_sequence_region(partial, group);
   return reduce_from_tensor_region(partial, group);
 }
 

@@ -78,6 +78,7 @@ struct ModelPlan {
   std::vector<int32_t> unit_stage;           // empty: one stage
   std::map<int32_t, uint32_t> managed_storage;  // unit -> ACCEL_STORAGE_* bits
   std::map<int32_t, bool> checkpointing;        // unit -> recompute in backward
+  bool sequence_parallel = false;               // plan_sequence_parallel (since 1.3)
   std::map<int32_t, std::string> managed_by;    // unit -> plugin that took storage
   // (unit, one ACCEL_STORAGE_* bit) -> the plugin managing that buffer, so two
   // plugins taking the same buffer are refused naming both.

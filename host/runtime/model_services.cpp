@@ -23,6 +23,7 @@
 #include "host/model/seeded_init.h"
 #include "host/runtime/memory_services.h"
 #include "host/runtime/service_support.h"
+#include "host/runtime/tensor_parallel_plan.h"
 #include "host/util/strformat.h"
 
 namespace accel::runtime {
@@ -632,7 +633,8 @@ const AccelModelServices* model_services_table() {
                                         &get_param_view,
                                         nullptr,
                                         nullptr,
-                                        &init_range};
+                                        &init_range,
+                                        &plan_sequence_parallel};
   return &table;
 }
 

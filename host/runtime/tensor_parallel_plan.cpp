@@ -10,6 +10,7 @@
 #include "host/comm/process_group.h"
 #include "host/runtime/comm_checks.h"
 #include "host/runtime/model_services.h"
+#include "host/runtime/service_support.h"
 #include "host/util/strformat.h"
 
 namespace accel::runtime {
@@ -54,6 +55,36 @@ model::TensorGroup make_tensor_group(HostContext& context, comm::ProcessGroup& g
     if (!status.ok()) throw std::runtime_error(status.message);
     ctx->tensor_parallel_bytes += static_cast<int64_t>(buffer.bytes());
   };
+  // Along dim 0 of contiguous tensors; bytes counted as the comm services
+  // count theirs: the gathered output, the scattered input (the full tensor).
+  tg.all_gather = [ctx, &group](const at::Tensor& in) {
+    std::vector<int64_t> shape(in.sizes().begin(), in.sizes().end());
+    shape[0] *= group.size();
+    at::Tensor out = at::empty(shape, in.options());
+    const comm::Buffer input{in.data_ptr(), in.numel(), dtype_of(in), in.is_cuda(), in.is_cuda() ? in.get_device() : 0};
+    const comm::Buffer output{out.data_ptr(), out.numel(), dtype_of(out), out.is_cuda(),
+                              out.is_cuda() ? out.get_device() : 0};
+    const comm::Status status = group.all_gather(input, output, {0, "host sequence parallel"});
+    if (!status.ok()) throw std::runtime_error(status.message);
+    ctx->tensor_parallel_bytes += static_cast<int64_t>(output.bytes());
+    return out;
+  };
+  tg.reduce_scatter = [ctx, &group](const at::Tensor& in) {
+    std::vector<int64_t> shape(in.sizes().begin(), in.sizes().end());
+    if (shape[0] % group.size() != 0) {
+      throw std::runtime_error(strformat("sequence parallel: %lld positions do not split over %d ranks",
+                                         static_cast<long long>(shape[0]), group.size()));
+    }
+    shape[0] /= group.size();
+    at::Tensor out = at::empty(shape, in.options());
+    const comm::Buffer input{in.data_ptr(), in.numel(), dtype_of(in), in.is_cuda(), in.is_cuda() ? in.get_device() : 0};
+    const comm::Buffer output{out.data_ptr(), out.numel(), dtype_of(out), out.is_cuda(),
+                              out.is_cuda() ? out.get_device() : 0};
+    const comm::Status status = group.reduce_scatter(input, output, comm::ReduceOp::sum, {0, "host sequence parallel"});
+    if (!status.ok()) throw std::runtime_error(status.message);
+    ctx->tensor_parallel_bytes += static_cast<int64_t>(input.bytes());
+    return out;
+  };
   return tg;
 }
 
@@ -61,6 +92,9 @@ model::TensorGroup make_tensor_group(HostContext& context, comm::ProcessGroup& g
 
 void resolve_tensor_parallel_plan(HostContext& context) {
   const ModelPlan& plan = context.plan;
+  if (plan.sequence_parallel && plan.splits.empty()) {
+    throw std::runtime_error("the plugins' plan asks for sequence parallelism without tensor-parallel splits");
+  }
   if (plan.splits.empty()) return;
   model::GptModel& model = *context.model;
   const model::GptConfig& config = model.config();
@@ -131,9 +165,27 @@ void resolve_tensor_parallel_plan(HostContext& context) {
     }
     unit.split_params(splits);
   }
+  if (plan.sequence_parallel && config.seq_len % parts != 0) {
+    throw std::runtime_error(strformat("sequence parallelism: tensor parallel size %lld does not divide seq_len %lld",
+                                       static_cast<long long>(parts), static_cast<long long>(config.seq_len)));
+  }
   context.tensor_parallel_size = parts;
-  model.set_tensor_group(make_tensor_group(context, group));
+  model::TensorGroup tensor_group = make_tensor_group(context, group);
+  tensor_group.sequence_parallel = plan.sequence_parallel;
+  model.set_tensor_group(std::move(tensor_group));
   if (context.model_view) context.model_view->refresh_layout();
+}
+
+AccelStatus plan_sequence_parallel(AccelHost* host, AccelGroupKind over) {
+  return call_service("plan_sequence_parallel", [&] {
+    HostContext& context = context_of(host);
+    if (!context.planning) fail(ACCEL_ERROR_FAILED_PRECONDITION, "allowed only inside the plan_model hook");
+    if (over != ACCEL_GROUP_TENSOR) {
+      fail(ACCEL_ERROR_INVALID_ARGUMENT,
+           strformat("group kind %d: sequence parallelism runs over ACCEL_GROUP_TENSOR", static_cast<int>(over)));
+    }
+    context.plan.sequence_parallel = true;
+  });
 }
 
 int64_t tensor_parallel_size(const HostContext& context) { return context.tensor_parallel_size; }

@@ -27,6 +27,10 @@ namespace accel::runtime {
 // group size does not divide). A no-op without splits.
 void resolve_tensor_parallel_plan(HostContext& context);
 
+// The model service plan_sequence_parallel (accel/model.h, since 1.3):
+// records the request for resolve_tensor_parallel_plan. Phase: plan.
+AccelStatus plan_sequence_parallel(AccelHost* host, AccelGroupKind over);
+
 // The tensor group's size once resolved (1 without tensor parallelism).
 int64_t tensor_parallel_size(const HostContext& context);
 

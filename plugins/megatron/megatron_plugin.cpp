@@ -13,6 +13,9 @@
 //   - clip_gradients takes the global norm over tensor and data groups,
 //     counting each parameter once: split parameters by every tensor rank
 //     (each holds a distinct part), replicated ones by tensor rank 0 only.
+//   - sequence_parallelism: the host splits LayerNorm / residual regions
+//     along the sequence (model->plan_sequence_parallel); the gradients of
+//     the whole parameters there are summed over TENSOR first.
 //   - recompute_activations: full recompute of every block (the host's
 //     activation checkpointing), the f / g collectives run again.
 // Every MegatronLMPlugin field, implemented or refused with its reason:
@@ -35,7 +38,8 @@ class Megatron final : public accel::sdk::Plugin {
  public:
   static constexpr accel::sdk::PluginInfo info{
       "megatron", "0.1.0",
-      "Megatron-LM tensor parallelism: column/row-parallel blocks, vocab-parallel embedding and loss (MegatronLMPlugin)",
+      "Megatron-LM tensor and sequence parallelism: column/row-parallel blocks, vocab-parallel embedding and loss "
+      "(MegatronLMPlugin)",
       ACCEL_PLUGIN_PARALLEL,
       ACCEL_CAP_CPU | ACCEL_CAP_CUDA | ACCEL_CAP_REDUCES_GRADS | ACCEL_CAP_TENSOR_PARALLEL,
       "ddp,fsdp,deepspeed_zero"};
@@ -60,6 +64,7 @@ class Megatron final : public accel::sdk::Plugin {
   explicit Megatron(const accel::sdk::Services& s)
       : Plugin(s),
         tp_(s.option<int64_t>("tp_degree")),
+        sequence_parallel_(s.option<bool>("sequence_parallelism")),
         recompute_(s.option<bool>("recompute_activations")) {
     const int world = s.world_size();
     if (s.option<int64_t>("pp_degree") != 1) {
@@ -72,12 +77,12 @@ class Megatron final : public accel::sdk::Plugin {
                                                     " does not divide the world size " + std::to_string(world) +
                                                     " (world = tp_degree x data-parallel size)");
     }
-    if (s.option<bool>("sequence_parallelism")) {
-      if (tp_ == 1) {
-        throw Error(ACCEL_ERROR_INVALID_ARGUMENT,
-                    "sequence_parallelism needs tp_degree > 1 (it splits the tensor group's replicated regions)");
-      }
-      throw Error(ACCEL_ERROR_UNSUPPORTED, "sequence_parallelism is not available yet in this plugin version");
+    if (sequence_parallel_ && tp_ == 1) {
+      throw Error(ACCEL_ERROR_INVALID_ARGUMENT,
+                  "sequence_parallelism needs tp_degree > 1 (it splits the tensor group's replicated regions)");
+    }
+    if (sequence_parallel_ && !ACCEL_HAS_FN(s.table()->model, AccelModelServices, plan_sequence_parallel)) {
+      throw Error(ACCEL_ERROR_UNSUPPORTED, "sequence_parallelism needs a host with model->plan_sequence_parallel (ABI 1.3)");
     }
     if (s.option<bool>("use_distributed_optimizer")) {
       throw Error(ACCEL_ERROR_UNSUPPORTED,
@@ -100,6 +105,10 @@ class Megatron final : public accel::sdk::Plugin {
     mesh.struct_size = sizeof(mesh);
     mesh.tensor_size = static_cast<int32_t>(tp_);
     services().check(t.comm->set_mesh(services().host(), &mesh), "set_mesh");
+    if (sequence_parallel_) {
+      services().check(t.model->plan_sequence_parallel(services().host(), ACCEL_GROUP_TENSOR),
+                       "plan_sequence_parallel");
+    }
     const AccelModelInfo* model = nullptr;
     services().check(t.model->get_info(services().host(), &model), "get_info");
     for (int32_t u = 0; u < model->num_units; ++u) {
@@ -136,6 +145,26 @@ class Megatron final : public accel::sdk::Plugin {
   }
 
   void gradients_finalize(const AccelStepArgs&) override {
+    // Sequence parallel: each tensor rank saw its slice of the sequence in
+    // the norms, residual biases and position embeddings, so their gradients
+    // are partial sums over the group (Megatron all-reduces the
+    // sequence-parallel LayerNorm gradients the same way).
+    if (sequence_parallel_) {
+      const AccelModelServices& model = *services().table()->model;
+      for (int32_t u = 0; u < num_units_; ++u) {
+        const AccelUnitInfo* unit = nullptr;
+        services().check(model.get_unit(services().host(), u, &unit), "get_unit");
+        for (int32_t p = 0; p < unit->num_params; ++p) {
+          const AccelParamInfo* param = nullptr;
+          services().check(model.get_param(services().host(), u, p, &param), "get_param");
+          if (param->tied_unit >= 0 || param->split_dim >= 0) continue;
+          const DLTensor* grad = nullptr;
+          services().check(model.get_param_view(services().host(), u, p, ACCEL_STORAGE_GRADS, &grad),
+                           "get_param_view");
+          all_reduce(tensor_, grad, ACCEL_REDUCE_SUM, "megatron sequence-parallel grad all_reduce");
+        }
+      }
+    }
     if (data_size_ == 1) return;
     for (int32_t u = 0; u < num_units_; ++u) {
       const DLTensor* grads = storage(u);
@@ -242,6 +271,7 @@ class Megatron final : public accel::sdk::Plugin {
   }
 
   const int64_t tp_;
+  const bool sequence_parallel_;
   const bool recompute_;
   AccelGroup* data_ = nullptr;
   AccelGroup* tensor_ = nullptr;

@@ -26,7 +26,7 @@ TEST(Gpt, UnitByUnitEqualsWholeForward) {
   at::Tensor x = tokens;
   for (size_t i = 0; i < model.units().size(); ++i) x = model.forward_unit(i, x);
   EXPECT_TRUE(at::equal(x, model.forward(tokens)));
-  EXPECT_EQ(x.sizes(), (at::IntArrayRef{3, 8, 40}));
+  EXPECT_EQ(x.sizes(), (at::IntArrayRef{8, 3, 40}));  // sequence-major logits [T, B, V]
 }
 
 TEST(Gpt, AttentionIsCausal) {
@@ -36,8 +36,8 @@ TEST(Gpt, AttentionIsCausal) {
   at::Tensor b = a.clone();
   b.index_put_({0, 7}, (a.index({0, 7}).item<int64_t>() + 1) % 40);  // change only the last token
   const at::Tensor la = model.forward(a), lb = model.forward(b);
-  EXPECT_TRUE(at::allclose(la.narrow(1, 0, 7), lb.narrow(1, 0, 7)));
-  EXPECT_FALSE(at::allclose(la.narrow(1, 7, 1), lb.narrow(1, 7, 1)));
+  EXPECT_TRUE(at::allclose(la.narrow(0, 0, 7), lb.narrow(0, 0, 7)));  // logits are [T, B, V]
+  EXPECT_FALSE(at::allclose(la.narrow(0, 7, 1), lb.narrow(0, 7, 1)));
 }
 
 TEST(Gpt, InitialLossIsNearUniform) {

@@ -1,5 +1,6 @@
 """The megatron plugin under mpirun: tensor parallelism (Megatron's column /
 row-parallel blocks, vocab-parallel embedding and cross-entropy) over T ranks,
+with or without sequence parallelism,
 data parallel over the rest, gives the per-step losses and gradient norms of
 one process with the same global batch (fp32, within 1e-5 relative); each
 rank holds 1/T of every split weight; the host's tensor-parallel collectives
@@ -77,6 +78,15 @@ class MegatronParity(TempDirMixin, unittest.TestCase):
         # replicated LayerNorms and biases T times would scale differently.
         self.parity(4, 2, "--grad-clip", 0.05)
 
+    def test_sequence_parallelism(self):
+        # LayerNorm / residual regions split along the sequence: the same
+        # losses and norms, on every layout.
+        SP = ("--megatron.sequence_parallelism", "true")
+        self.parity(2, 2, *SP)
+        self.parity(4, 2, *SP)
+        self.parity(4, 4, *SP, model=("--vocab-size", 254))
+        self.parity(4, 2, *SP, "--megatron.recompute_activations", "true", "--grad-clip", 0.05)
+
     def test_recompute_and_accumulation(self):
         # (The host checks --batch-size against world x accumulation before
         # the plugins plan, so 16, though only the data group splits it.)
@@ -130,6 +140,13 @@ class MegatronTheory(TempDirMixin, unittest.TestCase):
         # Full recompute runs every block's forward again: two more g's each.
         rows = self.run_tp(2, 2, "--megatron.recompute_activations", "true")
         self.assertEqual(rows[0]["host.tensor_parallel_bytes"], expected + 4 * 2 * L * b * S * C)
+        # Sequence parallel: each all-reduce becomes a reduce-scatter and an
+        # all-gather of the same tensor (the same bus traffic as the one
+        # all-reduce), in forward and backward alike: the embedding's and
+        # each row-parallel output's reduce-scatter, each column-parallel
+        # input's and the head's all-gather, each counted at the full b S C.
+        rows = self.run_tp(2, 2, "--megatron.sequence_parallelism", "true")
+        self.assertEqual(rows[0]["host.tensor_parallel_bytes"], 4 * (2 * (4 * L + 2) * b * S * C + 3 * b * S))
 
 
 @unittest.skipUnless(MPIRUN, "mpirun not found")
@@ -155,6 +172,10 @@ class MegatronBadInput(TempDirMixin, unittest.TestCase):
 
     def test_sequence_parallelism_without_tp(self):
         self.refused(2, "--megatron.sequence_parallelism", "true", mentions=["sequence_parallelism", "tp_degree"])
+
+    def test_sequence_parallelism_with_a_sequence_the_group_does_not_split(self):
+        self.refused(4, "--megatron.tp_degree", 4, "--megatron.sequence_parallelism", "true", "--seq-len", 62,
+                     mentions=["sequence parallelism", "seq_len 62"])
 
     def test_checkpoints_are_refused_until_they_carry_offsets(self):
         self.refused(2, "--megatron.tp_degree", 2, "--save", self.path("ckpt"), mentions=["--save", "tensor-parallel"])
