@@ -505,5 +505,30 @@ class FsdpOptions(unittest.TestCase):
                  "--fsdp.auto_wrap_policy", "size_based_wrap", "--fsdp.min_num_params", 30000)
 
 
+# --- megatron (tests/python/test_megatron.py): cross-strategy resume rows ---
+MEGATRON = ["--plugin", "megatron"]
+MEGATRON_TP2 = [*MEGATRON, "--megatron.tp_degree", 2]
+
+
+@unittest.skipUnless(MPIRUN, "mpirun not found")
+class MegatronCrossStrategyResume(TempDirMixin, unittest.TestCase):
+    """tp 2 x dp 2 checkpoints resume in one process and under fsdp, and back,
+    within 1e-5 of the uninterrupted curve."""
+
+    resume = FsdpCheckpoints.resume
+
+    def test_tp2_dp2_resumes_in_one_process(self):
+        self.resume(4, MEGATRON_TP2, 1, [])
+
+    def test_tp2_dp2_sequence_parallel_resumes_under_fsdp_on_two(self):
+        self.resume(4, [*MEGATRON_TP2, "--megatron.sequence_parallelism", "true"], 2, [*FSDP, *WRAP])
+
+    def test_fsdp_on_two_resumes_as_tp2_dp2(self):
+        self.resume(2, [*FSDP, *WRAP, "--fsdp.state_dict_type", "SHARDED_STATE_DICT"], 4, MEGATRON_TP2)
+
+    def test_one_process_resumes_as_tp4(self):
+        self.resume(1, [], 4, [*MEGATRON, "--megatron.tp_degree", 4])
+
+
 if __name__ == "__main__":
     unittest.main()
