@@ -556,7 +556,8 @@ void Trainer::run() {
       m.plugin_metrics.swap(context_->step_metrics);
       m.comm_bytes = context_->comm_bytes.exchange(0);
       if (context_->tensor_parallel_size > 1) {
-        m.plugin_metrics["host.tensor_parallel_bytes"] = static_cast<double>(runtime::take_tensor_parallel_bytes(*context_));
+        m.plugin_metrics["host.tensor_parallel_bytes"] =
+            static_cast<double>(runtime::take_tensor_parallel_bytes(*context_));
       }
       if (context_->memory) m.memory_peak_bytes = device_memory_peaks(*context_->memory);
       m.memory_startup_peak_bytes.swap(startup_memory_peaks);

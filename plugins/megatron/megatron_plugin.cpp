@@ -82,7 +82,8 @@ class Megatron final : public accel::sdk::Plugin {
                   "sequence_parallelism needs tp_degree > 1 (it splits the tensor group's replicated regions)");
     }
     if (sequence_parallel_ && !ACCEL_HAS_FN(s.table()->model, AccelModelServices, plan_sequence_parallel)) {
-      throw Error(ACCEL_ERROR_UNSUPPORTED, "sequence_parallelism needs a host with model->plan_sequence_parallel (ABI 1.3)");
+      throw Error(ACCEL_ERROR_UNSUPPORTED,
+                  "sequence_parallelism needs a host with model->plan_sequence_parallel (ABI 1.3)");
     }
     if (s.option<bool>("use_distributed_optimizer")) {
       throw Error(ACCEL_ERROR_UNSUPPORTED,

@@ -98,7 +98,8 @@ def local_parameters(tp, C=64, V=256, S=64, L=2):
     """gpt-tiny's parameters one tensor rank holds: split weights 1/T (the
     vocabulary padded to a multiple of T), LayerNorms, wpe and row biases whole."""
     padded = -(-V // tp) * tp
-    block = 2 * C + (3 * C * C + 3 * C) // tp + C * C // tp + C + 2 * C + (4 * C * C + 4 * C) // tp + 4 * C * C // tp + C
+    block = (2 * C + (3 * C * C + 3 * C) // tp + C * C // tp + C  # ln_1, c_attn, attn.c_proj
+             + 2 * C + (4 * C * C + 4 * C) // tp + 4 * C * C // tp + C)  # ln_2, c_fc, mlp.c_proj
     return padded // tp * C + S * C + L * block + 2 * C
 
 
