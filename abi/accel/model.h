@@ -75,10 +75,12 @@ typedef enum AccelParamRole {
 } AccelParamRole;
 
 /* How tensor parallelism would split the parameter (Megatron's layers).
- * Linears get their communication from the linear chain (accel/plugin.h).
- * The embedding lookup and the loss are not linears: when a VOCAB parameter
- * is split, the host runs them vocab-parallel over the split group itself
- * (masked lookup + all_reduce; vocab-parallel cross entropy). */
+ * Once splits resolve, the host runs the model tensor-parallel over the split
+ * group itself: Megatron's f / g operators around the column / row-parallel
+ * block linears (a row-parallel bias added once, after the all_reduce), the
+ * vocab-parallel embedding (masked lookup + all_reduce) and the
+ * vocab-parallel cross entropy; the linear chain (accel/plugin.h) sees the
+ * local shards. */
 typedef enum AccelParallelHint {
   ACCEL_PARALLEL_REPLICATED = 0,  /* never split (norms, row-linear biases) */
   ACCEL_PARALLEL_COLUMN = 1,      /* split output features: dim 0 (and the
@@ -200,7 +202,13 @@ typedef AccelStatus AccelModelFindParamFn(AccelHost* host, const char* name,
  * `over` (ACCEL_GROUP_TENSOR for Megatron); rank i of that group holds the
  * i-th slice. The host splits a COLUMN weight's bias with it and computes
  * local shapes, offsets and flat layouts when plans resolve; an uneven split
- * fails then, naming the parameter. Phase: plan. */
+ * fails then, naming the parameter. A fused QKV weight (GPT-2's c_attn: Q, K,
+ * V stacked along dim 0) splits by heads: rank i holds the i-th slice of
+ * each of the three blocks, and local_offset is the offset inside a block.
+ * A VOCAB split pads the vocabulary to a multiple of the group size (the
+ * padded rows are zeros). This host resolves splits over
+ * ACCEL_GROUP_TENSOR only, and all COLUMN / ROW / VOCAB parameters or none
+ * (it runs one layout). Phase: plan. */
 typedef AccelStatus AccelModelPlanSplitParamFn(AccelHost* host, int32_t unit,
                                                int32_t index, int32_t dim,
                                                AccelGroupKind over);
@@ -365,6 +373,24 @@ typedef AccelStatus AccelModelInitRangeFn(AccelHost* host, int32_t unit,
                                           int64_t flat_begin,
                                           const DLTensor* out);
 
+/* ------------------------------ Since 1.4 ------------------------------- */
+
+/* Runs the regions outside the tensor-parallel linears (LayerNorms,
+ * residuals, dropout) split along the sequence over the group `over`
+ * (ACCEL_GROUP_TENSOR; Megatron's sequence parallelism): the host's
+ * all-gather before each column-parallel region and reduce-scatter after
+ * each row-parallel one replace its all-reduces, and the activation passed
+ * between units is this rank's leading slice [seq_len / T, micro_batch,
+ * hidden] of the sequence-major activation. Needs the plan to split
+ * parameters over the same group (refused when plans resolve otherwise, as
+ * is a seq_len the group size does not divide). The gradients of the
+ * parameters left whole (norms, row-parallel biases, position embeddings)
+ * are then partial sums per rank: summing them over the group is the
+ * strategy's job, before any data-parallel reduction. Phase: plan. Check
+ * ACCEL_HAS_FN(model, plan_sequence_parallel) first. */
+typedef AccelStatus AccelModelPlanSequenceParallelFn(AccelHost* host,
+                                                     AccelGroupKind over);
+
 /* The model area of the services table. */
 typedef struct AccelModelServices {
   size_t struct_size;
@@ -384,6 +410,7 @@ typedef struct AccelModelServices {
   AccelModelRunForwardFn* run_forward;
   AccelModelRunBackwardFn* run_backward;
   AccelModelInitRangeFn* init_range;    /* since 1.1 */
+  AccelModelPlanSequenceParallelFn* plan_sequence_parallel; /* since 1.4 */
 } AccelModelServices;
 
 #ifdef __cplusplus

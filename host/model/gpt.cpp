@@ -133,44 +133,77 @@ void GptModel::zero_grads() {
   for (Unit& u : units_) u.zero_grads();
 }
 
+// Activations are sequence-major, [seq, batch, hidden] (accel/model.h,
+// Megatron's layout): a sequence-parallel shard is a leading, contiguous slice.
 at::Tensor GptModel::embed(const Unit& unit, const at::Tensor& tokens) const {
   const int64_t T = tokens.size(1);
   if (T > config_.seq_len) {
     throw std::invalid_argument("sequence of " + std::to_string(T) + " tokens exceeds seq_len " +
                                 std::to_string(config_.seq_len));
   }
-  const at::Tensor& wte = unit.param("wte.weight").value;
+  const at::Tensor positions_first = tokens.t();  // [T, B]
+  const Param& wte = unit.param("wte.weight");
   const at::Tensor& wpe = unit.param("wpe.weight").value;
-  return at::embedding(wte, tokens) + wpe.narrow(0, 0, T);
+  const TensorGroup& tp = tensor_group_;
+  if (!tp.active()) return at::embedding(wte.value, positions_first) + wpe.narrow(0, 0, T).unsqueeze(1);
+  const at::Tensor x =
+      vocab_parallel_embedding(wte.value, positions_first, wte.split.local_offset(wte.spec.shape), tp);
+  if (!tp.sequence_split()) return x + wpe.narrow(0, 0, T).unsqueeze(1);
+  // This rank's positions only: wpe's gradient is partial, summed over the
+  // tensor group by the strategy (as Megatron does for sequence-parallel norms).
+  const int64_t local = x.size(0);
+  return x + wpe.narrow(0, tp.rank * local, local).unsqueeze(1);
 }
 
 at::Tensor GptModel::block(const Unit& unit, const at::Tensor& x) const {
   const auto& p = unit.params();
   const BlockLayout& L = block_layout_;
   const auto unit_index = static_cast<int32_t>(&unit - units_.data());
-  auto linear = [&](const at::Tensor& in, size_t weight, size_t bias) {
-    if (!linear_) return at::linear(in, p[weight].value, p[bias].value);
-    return linear_(in, p[weight].value, p[bias].value, unit_index, static_cast<int32_t>(weight));
+  auto linear = [&](const at::Tensor& in, size_t weight, const at::Tensor& bias) {
+    if (!linear_) return at::linear(in, p[weight].value, bias);
+    return linear_(in, p[weight].value, bias, unit_index, static_cast<int32_t>(weight));
   };
-  const int64_t B = x.size(0), T = x.size(1), C = config_.n_embd, H = config_.n_head;
+  // Tensor parallel (Megatron): c_attn and c_fc are column-parallel (f before
+  // them), c_proj row-parallel (g after, then its replicated bias); this rank
+  // runs H/T heads and 4C/T MLP features. With sequence parallelism the
+  // all-gather / reduce-scatter pair replaces f / g and everything outside
+  // the linears holds a sequence slice. Unsplit, all of them are identities.
+  const TensorGroup& tp = tensor_group_;
+  auto column = [&](const at::Tensor& in, size_t weight, size_t bias) {
+    const at::Tensor full = tp.sequence_split() ? gather_from_sequence_region(in, tp) : copy_to_tensor_region(in, tp);
+    return linear(full, weight, p[bias].value);
+  };
+  auto row = [&](const at::Tensor& in, size_t weight, size_t bias) {
+    if (!tp.active()) return linear(in, weight, p[bias].value);
+    const at::Tensor partial = linear(in, weight, at::Tensor());
+    return (tp.sequence_split() ? reduce_scatter_to_sequence_region(partial, tp)
+                                : reduce_from_tensor_region(partial, tp)) +
+           p[bias].value;
+  };
+  const int64_t C = config_.n_embd;
+  const int64_t local_C = p[L.attn_weight].shape[0] / 3, H = config_.n_head * local_C / C;
   at::Tensor h = at::layer_norm(x, {C}, p[L.ln_1_weight].value, p[L.ln_1_bias].value, kLayerNormEps);
-  at::Tensor qkv = linear(h, L.attn_weight, L.attn_bias);
-  auto parts = qkv.split(C, 2);
-  auto heads = [&](const at::Tensor& t) { return t.view({B, T, H, C / H}).transpose(1, 2); };
+  at::Tensor qkv = column(h, L.attn_weight, L.attn_bias);  // [T, B, 3 local_C], the whole sequence
+  const int64_t T = qkv.size(0), B = qkv.size(1);
+  auto parts = qkv.split(local_C, 2);
+  auto heads = [&](const at::Tensor& t) { return t.view({T, B, H, local_C / H}).permute({1, 2, 0, 3}); };
   at::Tensor y = at::scaled_dot_product_attention(heads(parts[0]), heads(parts[1]), heads(parts[2]),
                                                   /*attn_mask=*/{}, /*dropout_p=*/0.0,
                                                   /*is_causal=*/true);
-  y = y.transpose(1, 2).reshape({B, T, C});
-  at::Tensor out = x + linear(y, L.attn_proj_weight, L.attn_proj_bias);
+  y = y.permute({2, 0, 1, 3}).reshape({T, B, local_C});
+  at::Tensor out = x + row(y, L.attn_proj_weight, L.attn_proj_bias);
   h = at::layer_norm(out, {C}, p[L.ln_2_weight].value, p[L.ln_2_bias].value, kLayerNormEps);
-  h = at::gelu(linear(h, L.fc_weight, L.fc_bias), "tanh");
-  return out + linear(h, L.mlp_proj_weight, L.mlp_proj_bias);
+  h = at::gelu(column(h, L.fc_weight, L.fc_bias), "tanh");
+  return out + row(h, L.mlp_proj_weight, L.mlp_proj_bias);
 }
 
 at::Tensor GptModel::head(const Unit& unit, const at::Tensor& x) const {
   at::Tensor h = at::layer_norm(x, {config_.n_embd}, unit.param("ln_f.weight").value,
                                 unit.param("ln_f.bias").value, kLayerNormEps);
-  // Tied head: logits against the token embedding of unit 0.
+  // Tied head: logits [T, B, V] against the token embedding of unit 0
+  // (vocab-parallel: this rank's rows of it, after f or the sequence gather).
+  const TensorGroup& tp = tensor_group_;
+  h = tp.sequence_split() ? gather_from_sequence_region(h, tp) : copy_to_tensor_region(h, tp);
   return at::linear(h, units_.front().param("wte.weight").value);
 }
 
@@ -191,9 +224,18 @@ at::Tensor GptModel::forward(const at::Tensor& tokens) const {
 }
 
 at::Tensor GptModel::loss(const at::Tensor& tokens, const at::Tensor& targets) const {
-  at::Tensor logits = forward(tokens);
+  return loss_from_logits(forward(tokens), targets);
+}
+
+at::Tensor GptModel::loss_from_logits(const at::Tensor& logits, const at::Tensor& targets) const {
+  const at::Tensor positions_first = targets.t();  // logits are [T, B, V]
+  if (tensor_group_.active()) {
+    const Param& wte = units_.front().param("wte.weight");
+    return vocab_parallel_cross_entropy(logits, positions_first, wte.split.local_offset(wte.spec.shape),
+                                        config_.vocab_size, tensor_group_);
+  }
   return at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}).to(at::kFloat),
-                                targets.reshape({-1}));
+                                positions_first.reshape({-1}));
 }
 
 }  // namespace accel::model

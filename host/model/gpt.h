@@ -1,6 +1,7 @@
 // The built-in model: GPT-2's architecture (learned positions, pre-LayerNorm
 // blocks, causal multi-head attention, tanh-GELU MLP of 4x width, final
-// LayerNorm, head tied to the token embedding), as an ordered list of units:
+// LayerNorm, head tied to the token embedding), as an ordered list of units
+// (and, once its parameters are split, tensor-parallel as Megatron-LM runs it):
 //   [embedding (wte, wpe), block.0 .. block.{n-1}, head (ln_f; uses wte)].
 //
 // Parameter names follow GPT-2's (h.{i}.attn.c_attn.weight, ...) with
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "host/model/gpt_config.h"
+#include "host/model/tensor_parallel.h"
 #include "host/model/unit.h"
 
 namespace accel::model {
@@ -50,13 +52,26 @@ class GptModel {
   void zero_grads();
 
   // Runs unit `index` on its input: token ids [B, T] (int64) for the
-  // embedding, hidden states [B, T, C] for blocks; the head returns logits
-  // [B, T, V]. Composable over any unit range (pipeline stages).
+  // embedding, hidden states for blocks; the head returns logits. Hidden
+  // states and logits are sequence-major, [T, B, C] and [T, B, V]
+  // (accel/model.h's activation layout; Megatron's): under sequence
+  // parallelism a unit's input and output are this rank's [T/tp, B, C]
+  // slice. Composable over any unit range (pipeline stages).
   at::Tensor forward_unit(size_t index, const at::Tensor& input) const;
   at::Tensor forward(const at::Tensor& tokens) const;  // all units: logits
 
-  // Mean cross-entropy of next-token prediction over all B*T positions.
+  // Mean cross-entropy of next-token prediction over all B*T positions
+  // (targets [B, T], as the tokens).
   at::Tensor loss(const at::Tensor& tokens, const at::Tensor& targets) const;
+  // The same from the head's output (vocab-parallel under tensor parallelism).
+  at::Tensor loss_from_logits(const at::Tensor& logits, const at::Tensor& targets) const;
+
+  // Runs the model tensor-parallel over `group` (Megatron's layout, see
+  // tensor_parallel.h): the units' parameters must already be split to
+  // match (Unit::split_params: c_attn / c_fc by output rows, c_proj by input
+  // columns, wte by vocabulary rows). `group` must outlive the model's use.
+  void set_tensor_group(TensorGroup group) { tensor_group_ = std::move(group); }
+  const TensorGroup& tensor_group() const { return tensor_group_; }
 
   // Routes the blocks' linear layers (y = x W^T + b) through `linear`, given
   // the unit index and the weight's index within the unit: how plugins'
@@ -83,6 +98,7 @@ class GptModel {
   std::vector<Unit> units_;
   BlockLayout block_layout_{};
   LinearFn linear_;
+  TensorGroup tensor_group_;
 };
 
 }  // namespace accel::model

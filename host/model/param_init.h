@@ -40,6 +40,12 @@ class ParamInit {
   // take seeded values) or lack `spec.name`.
   void fill(const ParamSpec& spec, int64_t begin, int64_t count, float* dst) const;
 
+  // Writes elements [begin, begin + count) of this rank's local slice of a
+  // tensor-parallel split parameter (`split`, parameter.h) into dst: the
+  // values the whole tensor holds at those positions, zeros in padded rows.
+  // An inactive split is the whole parameter (fill()).
+  void fill_local(const ParamSpec& spec, const ParamSplit& split, int64_t begin, int64_t count, float* dst) const;
+
   // Drops the loaded weights (they cost a full fp32 model per rank) once
   // every unit took its values; fill() refuses from then on.
   void release_weights() { weights_.reset(); }

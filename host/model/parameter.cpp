@@ -9,6 +9,20 @@ int64_t ParamSpec::numel() const {
   return n;
 }
 
+std::vector<int64_t> ParamSplit::local_shape(const std::vector<int64_t>& global) const {
+  std::vector<int64_t> local = global;
+  if (!active()) return local;
+  const int64_t size = padded > 0 ? padded : global.at(static_cast<size_t>(dim));
+  local[static_cast<size_t>(dim)] = size / parts;
+  return local;
+}
+
+int64_t ParamSplit::local_offset(const std::vector<int64_t>& global) const {
+  if (!active()) return 0;
+  const int64_t size = padded > 0 ? padded : global.at(static_cast<size_t>(dim));
+  return index * (size / stride / parts);
+}
+
 const char* to_string(ParamRole role) {
   switch (role) {
     case ParamRole::linear_weight: return "linear_weight";

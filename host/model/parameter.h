@@ -29,6 +29,26 @@ struct ParamSpec {
   bool decays() const { return role == ParamRole::linear_weight || role == ParamRole::embedding; }
 };
 
+// How this rank holds a parameter that tensor parallelism splits: part
+// `index` of `parts` along dimension `dim` of the global shape. `stride`
+// fused blocks stacked along `dim` are each split the same way (GPT-2's
+// c_attn stacks Q, K and V: stride 3 gives every rank the same heads of
+// all three). `padded` is `dim`'s size rounded up to a multiple of parts
+// (Megatron's make-vocab-size-divisible-by); the padded rows hold zeros.
+struct ParamSplit {
+  int32_t dim = -1;  // -1: not split
+  int64_t parts = 1;
+  int64_t index = 0;
+  int64_t stride = 1;
+  int64_t padded = 0;  // 0: the global size (no padding)
+
+  bool active() const { return dim >= 0; }
+  // The local shape of a parameter of `global` shape under this split.
+  std::vector<int64_t> local_shape(const std::vector<int64_t>& global) const;
+  // Where this rank's first element lies along `dim` (within each fused block).
+  int64_t local_offset(const std::vector<int64_t>& global) const;
+};
+
 const char* to_string(ParamRole role);
 const char* to_string(ParallelHint hint);
 

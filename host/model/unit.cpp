@@ -22,12 +22,9 @@ Unit::Unit(std::string name, UnitKind kind, std::vector<ParamSpec> specs, at::De
   // Decayed parameters first, each group in declaration order, so AdamW's
   // weight decay is one contiguous range of the flat buffer.
   std::stable_partition(specs.begin(), specs.end(), [](const ParamSpec& s) { return s.decays(); });
-  int64_t offset = 0;
   for (ParamSpec& spec : specs) {
-    if (spec.decays()) decay_numel_ += spec.numel();
     Param param;
-    param.offset = offset;
-    offset += spec.numel();
+    param.shape = spec.shape;
     // The parameter's autograd leaf for the unit's lifetime; materialising
     // rebinds its data (see unit.h).
     param.value = at::empty({0}, at::TensorOptions().dtype(at::kFloat).device(device));
@@ -35,11 +32,37 @@ Unit::Unit(std::string name, UnitKind kind, std::vector<ParamSpec> specs, at::De
     param.spec = std::move(spec);
     params_.push_back(std::move(param));
   }
-  numel_ = offset;
+  split_params(std::vector<ParamSplit>(params_.size()));
   if (allocate) {
     materialize_params(at::kFloat, Fill::zeros);
     materialize_grads(at::kFloat, /*zero=*/true);
   }
+}
+
+int64_t Param::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+void Unit::split_params(const std::vector<ParamSplit>& splits) {
+  if (has_params() || has_grads()) throw std::logic_error("unit " + name_ + ": cannot split materialised parameters");
+  if (splits.size() != params_.size()) throw std::logic_error("unit " + name_ + ": one split per parameter");
+  int64_t offset = 0;
+  decay_numel_ = 0;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Param& p = params_[i];
+    p.split = splits[i];
+    p.shape = p.split.local_shape(p.spec.shape);
+    p.offset = offset;
+    offset += p.numel();
+    if (p.spec.decays()) decay_numel_ += p.numel();
+  }
+  numel_ = offset;
+}
+
+bool Unit::is_split() const {
+  return std::any_of(params_.begin(), params_.end(), [](const Param& p) { return p.split.active(); });
 }
 
 void Unit::materialize_params(at::ScalarType dtype, Fill fill, const ParamInit& init) {
@@ -67,7 +90,7 @@ void Unit::materialize_params(at::ScalarType dtype, Fill fill, const ParamInit& 
   }
   flat_params_ = params_home_;
   if (fill == Fill::zeros) flat_params_.zero_();
-  for (Param& p : params_) p.value.set_data(flat_params_.narrow(0, p.offset, p.spec.numel()).view(p.spec.shape));
+  for (Param& p : params_) p.value.set_data(flat_params_.narrow(0, p.offset, p.numel()).view(p.shape));
   if (fill == Fill::from_seed) initialise(init);
 }
 
@@ -87,7 +110,7 @@ void Unit::materialize_grads(at::ScalarType dtype, bool zero) {
   flat_grads_ = allocate_flat(dtype, grads_tag());
   if (zero) flat_grads_.zero_();
   // Pre-assigned gradients: autograd accumulates in place into these views.
-  for (Param& p : params_) p.value.mutable_grad() = flat_grads_.narrow(0, p.offset, p.spec.numel()).view(p.spec.shape);
+  for (Param& p : params_) p.value.mutable_grad() = flat_grads_.narrow(0, p.offset, p.numel()).view(p.shape);
 }
 
 void Unit::release_params() {
@@ -132,7 +155,7 @@ void Unit::initialise(const ParamInit& init) {
   at::Tensor host = direct ? flat_params_ : at::empty({numel_}, at::kFloat);
   float* base = host.data_ptr<float>();
   for (const Param& p : params_) {
-    init.fill(p.spec, 0, p.spec.numel(), base + p.offset);
+    init.fill_local(p.spec, p.split, 0, p.numel(), base + p.offset);
   }
   if (!direct) flat_params_.copy_(host);
 }

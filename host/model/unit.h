@@ -48,9 +48,13 @@ enum class UnitKind : int { embedding = 0, block = 1, head = 2 };
 const char* to_string(UnitKind kind);
 
 struct Param {
-  ParamSpec spec;
+  ParamSpec spec;            // global shape
+  ParamSplit split;          // how this rank holds it (tensor parallelism)
+  std::vector<int64_t> shape;  // local shape: the global one unless split
   int64_t offset = 0;  // element offset into the unit's flat buffers
   at::Tensor value;    // leaf view of flat_params, requires_grad
+
+  int64_t numel() const;  // local elements
 };
 
 class Unit {
@@ -77,6 +81,12 @@ class Unit {
 
   bool has_params() const { return flat_params_.defined(); }
   bool has_grads() const { return flat_grads_.defined(); }
+
+  // Applies tensor-parallel splits (one per parameter, inactive ones keep it
+  // whole) before any storage exists: local shapes, offsets and numel follow.
+  // Throws std::logic_error when storage is materialised.
+  void split_params(const std::vector<ParamSplit>& splits);
+  bool is_split() const;
 
   // How freshly materialised parameters are filled.
   enum class Fill { undefined, zeros, from_seed };

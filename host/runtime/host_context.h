@@ -79,6 +79,7 @@ struct ModelPlan {
   std::vector<int32_t> unit_stage;           // empty: one stage
   std::map<int32_t, uint32_t> managed_storage;  // unit -> ACCEL_STORAGE_* bits
   std::map<int32_t, bool> checkpointing;        // unit -> recompute in backward
+  bool sequence_parallel = false;               // plan_sequence_parallel (since 1.4)
   std::map<int32_t, std::string> managed_by;    // unit -> plugin that took storage
   // (unit, one ACCEL_STORAGE_* bit) -> the plugin managing that buffer, so two
   // plugins taking the same buffer are refused naming both.
@@ -164,6 +165,12 @@ class HostContext {
   // input of a reduce_scatter (so FSDP's gather-gather-scatter of a model of
   // P bytes counts 3 P, DDP's all_reduce P); the trainer reports it per step.
   std::atomic<int64_t> comm_bytes{0};
+
+  // --- tensor parallelism (tensor_parallel_plan.cpp) ---
+  // The tensor group's size once the plan's splits resolved (1: none), and
+  // the bytes the host's own tensor-parallel collectives moved this step.
+  int64_t tensor_parallel_size = 1;
+  std::atomic<int64_t> tensor_parallel_bytes{0};
 };
 
 // Resolves the mesh the plugins declared (tensor = pipeline = 1 and

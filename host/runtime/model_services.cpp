@@ -22,6 +22,7 @@
 
 #include "host/runtime/memory_services.h"
 #include "host/runtime/service_support.h"
+#include "host/runtime/tensor_parallel_plan.h"
 #include "host/util/strformat.h"
 
 namespace accel::runtime {
@@ -99,12 +100,12 @@ ModelView::ModelView(const HostContext& context) : model_(context.model) {
       auto pe = std::make_unique<ParamEntry>();
       pe->name = param.spec.name;
       pe->global_shape = param.spec.shape;
-      pe->local_shape = param.spec.shape;
+      pe->local_shape = param.shape;
       pe->local_offset.assign(param.spec.shape.size(), 0);
       pe->info.role = to_abi(param.spec.role);
       pe->info.hint = to_abi(param.spec.hint);
       pe->info.flat_offset = param.offset;
-      pe->info.numel = param.spec.numel();
+      pe->info.numel = param.numel();
       pe->info.tied_unit = -1;
       pe->info.tied_index = -1;
       if (pe->name == "wte.weight") wte = std::pair{static_cast<int32_t>(u), static_cast<int32_t>(p)};
@@ -213,10 +214,10 @@ const DLTensor* ModelView::param_view(model::GptModel& model, int32_t unit, int3
   model::Unit& host_unit = model.units().at(static_cast<size_t>(unit));
   const model::Param& param = host_unit.params().at(static_cast<size_t>(index));
   if (what == ACCEL_STORAGE_PARAMS) {
-    entry.value_view.reset(host_unit.flat_params().narrow(0, param.offset, entry.info.numel).view(param.spec.shape));
+    entry.value_view.reset(host_unit.flat_params().narrow(0, param.offset, entry.info.numel).view(param.shape));
     return entry.value_view.get();
   }
-  entry.grad_view.reset(host_unit.flat_grads().narrow(0, param.offset, entry.info.numel).view(param.spec.shape));
+  entry.grad_view.reset(host_unit.flat_grads().narrow(0, param.offset, entry.info.numel).view(param.shape));
   return entry.grad_view.get();
 }
 
@@ -602,9 +603,9 @@ AccelStatus init_range(AccelHost* host, int32_t unit, int64_t flat_begin, const 
     at::Tensor staging = at::zeros({target.numel()}, at::kFloat);
     float* dst = staging.data_ptr<float>();
     for (const model::Param& p : u.params()) {
-      const int64_t lo = std::max(begin, p.offset), hi = std::min(end, p.offset + p.spec.numel());
+      const int64_t lo = std::max(begin, p.offset), hi = std::min(end, p.offset + p.numel());
       if (lo >= hi) continue;
-      context.model->param_init().fill(p.spec, lo - p.offset, hi - lo, dst + (lo - begin));
+      context.model->param_init().fill_local(p.spec, p.split, lo - p.offset, hi - lo, dst + (lo - begin));
     }
     target.copy_(staging);
   });
@@ -631,7 +632,8 @@ const AccelModelServices* model_services_table() {
                                         &get_param_view,
                                         nullptr,
                                         nullptr,
-                                        &init_range};
+                                        &init_range,
+                                        &plan_sequence_parallel};
   return &table;
 }
 

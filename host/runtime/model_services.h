@@ -55,6 +55,9 @@ class ModelView {
   // ACCEL_STORAGE_PARAMS / _GRADS. A tied reference resolves to its owner.
   const DLTensor* storage_view(model::GptModel& model, int32_t unit, uint32_t what);
   const DLTensor* param_view(model::GptModel& model, int32_t unit, int32_t index, uint32_t what);
+  // Re-reads local shapes, offsets, flat layouts and split groups from the
+  // model once tensor-parallel splits resolved (tensor_parallel_plan.cpp).
+  void refresh_layout();
   // Forgets the views of `unit`'s storage `what` (and of its parameters),
   // so a released buffer is not kept alive by a view handed out earlier.
   void drop_views(int32_t unit, uint32_t what);

@@ -1,7 +1,9 @@
 // Save and resume of the trainer's checkpoints (see checkpoint_format.h).
 #include "host/train/checkpoint_format.h"
 
+#include <algorithm>
 #include <fstream>
+#include <map>
 
 #include "host/checkpoint/atomic_dir.h"
 #include "host/checkpoint/safetensors.h"
@@ -31,7 +33,73 @@ std::vector<at::Tensor> moments_of(train::FlatAdamW& optimizer, size_t unit) {
   return {optimizer.exp_avg().at(unit), optimizer.exp_avg_sq().at(unit)};
 }
 
+// A split parameter's whole tensor from the tensor group's local slices
+// (collective over the group: every rank of it calls this, in the same
+// order): all-gather, reassemble the fused blocks along the split
+// dimension, drop the vocabulary padding.
+at::Tensor gather_whole(const model::Param& p, const at::Tensor& local, const model::TensorGroup& tp) {
+  const auto d = static_cast<int64_t>(p.split.dim);
+  at::Tensor all = tp.all_gather(local.contiguous().reshape({1, -1}).to(at::kFloat));
+  std::vector<int64_t> shape = {p.split.parts};
+  shape.insert(shape.end(), p.shape.begin(), p.shape.end());
+  all = all.view(shape);
+  std::vector<at::Tensor> blocks;
+  for (int64_t k = 0; k < p.split.stride; ++k) {
+    std::vector<at::Tensor> ranks;
+    for (int64_t r = 0; r < p.split.parts; ++r) ranks.push_back(all[r].chunk(p.split.stride, d)[k]);
+    blocks.push_back(at::cat(ranks, d));
+  }
+  return at::cat(blocks, d).narrow(d, 0, p.spec.shape[static_cast<size_t>(d)]).contiguous();
+}
+
+// The rectangles of the whole tensor a rank's local slice of `p` holds: where
+// each starts in the whole tensor and the part of `local` it fills (padded
+// vocabulary rows are in none).
+struct Rectangle {
+  std::vector<int64_t> origin;
+  at::Tensor target;
+};
+std::vector<Rectangle> local_rectangles(const model::Param& p, const at::Tensor& local) {
+  const std::vector<int64_t> zeros(p.spec.shape.size(), 0);
+  if (!p.split.active()) return {{zeros, local}};
+  const auto d = static_cast<size_t>(p.split.dim);
+  const int64_t size = p.spec.shape[d];
+  const int64_t rows = p.shape[d] / p.split.stride;
+  const int64_t block = size / p.split.stride;
+  std::vector<Rectangle> out;
+  for (int64_t k = 0; k < p.split.stride; ++k) {
+    const int64_t first = k * block + p.split.index * rows;
+    const int64_t real = std::min(rows, size - first);
+    if (real <= 0) continue;
+    std::vector<int64_t> origin = zeros;
+    origin[d] = first;
+    out.push_back({origin, local.narrow(static_cast<int64_t>(d), k * rows, real)});
+  }
+  return out;
+}
+
 }  // namespace
+
+WholeTensors gather_split_tensors(const model::GptModel& model, train::FlatAdamW& optimizer, bool host_optimizer) {
+  WholeTensors whole;
+  const model::TensorGroup& tp = model.tensor_group();
+  if (!tp.active()) return whole;
+  for (size_t u = 0; u < model.units().size(); ++u) {
+    const model::Unit& unit = model.units()[u];
+    if (!host_keeps(unit) || !unit.is_split()) continue;
+    const std::vector<at::Tensor> unit_moments =
+        host_optimizer ? moments_of(optimizer, u) : std::vector<at::Tensor>();
+    for (const model::Param& p : unit.params()) {
+      if (!p.split.active()) continue;
+      const auto local = [&](const at::Tensor& flat) { return flat.narrow(0, p.offset, p.numel()).view(p.shape); };
+      whole[p.spec.name] = gather_whole(p, local(unit.flat_params()), tp).cpu();
+      for (size_t m = 0; m < unit_moments.size(); ++m) {
+        whole[std::string(kMoments[m]) + "/" + p.spec.name] = gather_whole(p, local(unit_moments[m]), tp).cpu();
+      }
+    }
+  }
+  return whole;
+}
 
 // ---------------------------------------------------------------------------
 // Saving
@@ -39,7 +107,14 @@ std::vector<at::Tensor> moments_of(train::FlatAdamW& optimizer, size_t unit) {
 
 std::vector<std::string> write_host_files(const fs::path& dir, const model::GptModel& model,
                                           train::FlatAdamW& optimizer, const TrainerState& state,
-                                          bool host_optimizer, runtime::SliceInventory* inventory) {
+                                          bool host_optimizer, runtime::SliceInventory* inventory,
+                                          const WholeTensors* whole) {
+  // A split parameter is written whole, from gather_split_tensors.
+  const auto whole_of = [&](const std::string& name) -> const float* {
+    if (whole == nullptr) return nullptr;
+    const auto it = whole->find(name);
+    return it == whole->end() ? nullptr : it->second.data_ptr<float>();
+  };
   SafetensorsWriter weights;
   SafetensorsWriter moments;
   weights.set_metadata("format", "accel");
@@ -63,8 +138,12 @@ std::vector<std::string> write_host_files(const fs::path& dir, const model::GptM
     any_unit = true;
     const float* values = host_data(unit.flat_params());
     for (const model::Param& p : unit.params()) {
+      if (p.split.active() && whole_of(p.spec.name) == nullptr) {
+        throw CheckpointError(p.spec.name + " is split over the tensor group and was not gathered");
+      }
       const size_t bytes = static_cast<size_t>(p.spec.numel()) * sizeof(float);
-      weights.add(p.spec.name, DType::F32, p.spec.shape, values + p.offset, bytes);
+      const float* data = p.split.active() ? whole_of(p.spec.name) : values + p.offset;
+      weights.add(p.spec.name, DType::F32, p.spec.shape, data, bytes);
       note(ACCEL_CHECKPOINT_MODEL, p.spec.name, p.spec.shape);
     }
     if (!host_optimizer) continue;
@@ -73,8 +152,13 @@ std::vector<std::string> write_host_files(const fs::path& dir, const model::GptM
     const float* avg_sq = host_data(unit_moments[1]);
     for (const model::Param& p : unit.params()) {
       const size_t bytes = static_cast<size_t>(p.spec.numel()) * sizeof(float);
-      moments.add(p.spec.name + ".exp_avg", DType::F32, p.spec.shape, avg + p.offset, bytes);
-      moments.add(p.spec.name + ".exp_avg_sq", DType::F32, p.spec.shape, avg_sq + p.offset, bytes);
+      const float* p_avg = p.split.active() ? whole_of(std::string("exp_avg/") + p.spec.name) : avg + p.offset;
+      const float* p_avg_sq = p.split.active() ? whole_of(std::string("exp_avg_sq/") + p.spec.name) : avg_sq + p.offset;
+      if (p_avg == nullptr || p_avg_sq == nullptr) {
+        throw CheckpointError(p.spec.name + "'s moments are split over the tensor group and were not gathered");
+      }
+      moments.add(p.spec.name + ".exp_avg", DType::F32, p.spec.shape, p_avg, bytes);
+      moments.add(p.spec.name + ".exp_avg_sq", DType::F32, p.spec.shape, p_avg_sq, bytes);
       note(ACCEL_CHECKPOINT_OPTIMIZER, std::string("exp_avg/") + p.spec.name, p.spec.shape);
       note(ACCEL_CHECKPOINT_OPTIMIZER, std::string("exp_avg_sq/") + p.spec.name, p.spec.shape);
     }
@@ -108,12 +192,16 @@ RankGroup rank_group_over(comm::Communicator* world) {
 fs::path save_checkpoint_from_all_ranks(const fs::path& root, const RankGroup& group, const model::GptModel& model,
                                         train::FlatAdamW& optimizer, const TrainerState& state, bool host_optimizer,
                                         const PluginStateSaver& save_plugins) {
+  // Collective over each tensor group, so on every rank, before any writes.
+  const WholeTensors whole = gather_split_tensors(model, optimizer, host_optimizer);
   const auto write = [&](const fs::path& dir) {
     runtime::PluginStateWriter writer;
     if (save_plugins) save_plugins(writer);
     runtime::SliceInventory inventory = writer.inventory();
     RankContribution contribution;
-    if (group.rank == 0) contribution.files = write_host_files(dir, model, optimizer, state, host_optimizer, &inventory);
+    if (group.rank == 0) {
+      contribution.files = write_host_files(dir, model, optimizer, state, host_optimizer, &inventory, &whole);
+    }
     if (!writer.empty()) {
       const std::string name = runtime::plugin_state_file_name(group.rank);
       writer.write(dir / name);
@@ -166,28 +254,31 @@ void check_same_model(const fs::path& dir, const TrainerState& state, const mode
 void restore_host_state(const fs::path& dir, const runtime::CheckpointReader& reader, const TrainerState& state,
                         model::GptModel& model, train::FlatAdamW& optimizer, bool host_optimizer) {
   // One tensor to restore: where it comes from and the view it fills.
+  // A tensor-parallel slice reads its rectangles of the whole tensor, from
+  // whatever layout wrote it.
   struct Restore {
     AccelCheckpointSpace space;
     std::string name;
     const std::vector<int64_t>* shape;
+    std::vector<int64_t> origin;
     at::Tensor destination;
   };
   std::vector<Restore> restores;
-  const auto view_of = [](const at::Tensor& flat, const model::Param& p) {
-    return flat.narrow(0, p.offset, p.spec.numel()).view(p.spec.shape);
+  const auto add = [&](AccelCheckpointSpace space, const std::string& name, const model::Param& p,
+                       const at::Tensor& flat) {
+    for (Rectangle& r : local_rectangles(p, flat.narrow(0, p.offset, p.numel()).view(p.shape))) {
+      restores.push_back({space, name, &p.spec.shape, std::move(r.origin), std::move(r.target)});
+    }
   };
   for (size_t u = 0; u < model.units().size(); ++u) {
     model::Unit& unit = model.units()[u];
     if (!host_keeps(unit)) continue;
-    for (const model::Param& p : unit.params()) {
-      restores.push_back({ACCEL_CHECKPOINT_MODEL, p.spec.name, &p.spec.shape, view_of(unit.flat_params(), p)});
-    }
+    for (const model::Param& p : unit.params()) add(ACCEL_CHECKPOINT_MODEL, p.spec.name, p, unit.flat_params());
     if (!host_optimizer) continue;
     const std::vector<at::Tensor> unit_moments = moments_of(optimizer, u);
     for (size_t m = 0; m < unit_moments.size(); ++m) {
       for (const model::Param& p : unit.params()) {
-        restores.push_back({ACCEL_CHECKPOINT_OPTIMIZER, std::string(kMoments[m]) + "/" + p.spec.name, &p.spec.shape,
-                            view_of(unit_moments[m], p)});
+        add(ACCEL_CHECKPOINT_OPTIMIZER, std::string(kMoments[m]) + "/" + p.spec.name, p, unit_moments[m]);
       }
     }
   }
@@ -201,15 +292,20 @@ void restore_host_state(const fs::path& dir, const runtime::CheckpointReader& re
   };
   // Check every tensor first, so a bad checkpoint changes nothing in memory.
   for (const Restore& r : restores) {
-    const std::vector<int64_t> origin(r.shape->size(), 0);
+    const std::vector<int64_t> extent(r.destination.sizes().begin(), r.destination.sizes().end());
     run(r.space == ACCEL_CHECKPOINT_MODEL ? "parameters" : "optimizer state", [&] {
-      reader.check_readable("", r.space, r.name, *r.shape, origin, *r.shape, r.destination.scalar_type());
+      reader.check_readable("", r.space, r.name, *r.shape, r.origin, extent, r.destination.scalar_type());
     });
   }
   at::NoGradGuard no_grad;
   for (const Restore& r : restores) {
-    const std::vector<int64_t> origin(r.shape->size(), 0);
-    run("reading", [&] { reader.read("", r.space, r.name, *r.shape, origin, r.destination); });
+    if (r.destination.is_contiguous()) {
+      run("reading", [&] { reader.read("", r.space, r.name, *r.shape, r.origin, r.destination); });
+      continue;
+    }
+    at::Tensor staging = at::empty(r.destination.sizes(), r.destination.options());
+    run("reading", [&] { reader.read("", r.space, r.name, *r.shape, r.origin, staging); });
+    r.destination.copy_(staging);
   }
   // Not state.step: skipped fp16 steps do not advance AdamW's bias
   // correction. Set whoever runs the step: a plugin's optimizer_step is

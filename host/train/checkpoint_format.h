@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <functional>
 #include <string>
 #include <vector>
@@ -47,9 +48,22 @@ namespace accel::checkpoint {
 // moments when `host_optimizer` (the host ran the optimizer step), and
 // trainer_state.json. Adds each tensor to `inventory` when given (the
 // commit-time tiling check). Returns the names of the files written.
+// Parameters split by tensor parallelism are written whole, from `whole`
+// (gather_split_tensors); missing there, the save fails naming them.
+using WholeTensors = std::map<std::string, at::Tensor>;
 std::vector<std::string> write_host_files(const std::filesystem::path& dir, const model::GptModel& model,
                                           train::FlatAdamW& optimizer, const TrainerState& state,
-                                          bool host_optimizer, runtime::SliceInventory* inventory = nullptr);
+                                          bool host_optimizer, runtime::SliceInventory* inventory = nullptr,
+                                          const WholeTensors* whole = nullptr);
+
+// The whole tensors (global shapes, on the CPU) of every tensor-parallel
+// split parameter and, with `host_optimizer`, of its AdamW moments
+// ("exp_avg/NAME", "exp_avg_sq/NAME"): all-gathered over the tensor group,
+// so collective — every rank calls it. Empty without tensor parallelism. A
+// checkpoint of a tensor-parallel run is therefore the same files as any
+// other (global shapes, offsets 0) and resumes at any layout; resuming into
+// one, each rank reads its rectangles of the whole tensors.
+WholeTensors gather_split_tensors(const model::GptModel& model, train::FlatAdamW& optimizer, bool host_optimizer);
 
 // The plugins' save_state hooks with `writer` installed as the put target.
 using PluginStateSaver = std::function<void(runtime::PluginStateWriter& writer)>;

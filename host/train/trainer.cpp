@@ -19,6 +19,7 @@
 #include "host/runtime/memory_ledger.h"
 #include "host/runtime/memory_services.h"
 #include "host/runtime/plugin_state.h"
+#include "host/runtime/tensor_parallel_plan.h"
 #include "host/runtime/tensor_views.h"
 #include "host/runtime/trace_scope.h"
 #include "host/train/linear_chain.h"
@@ -86,6 +87,8 @@ Trainer::Trainer(const RunConfig& config, int rank, int world_size, plugin::Hook
     : config_(config),
       rank_(rank),
       world_size_(world_size),
+      data_rank_(rank),
+      data_size_(world_size),
       model_(build_model(config, resolve_device(config.device, context ? context->identity.local_rank : 0))),
       dataset_(data::open_dataset(config.data, model_.config().seq_len, model_.config().vocab_size, config.seed)),
       sampler_(dataset_->num_windows(), config.data_order, config.seed),
@@ -222,7 +225,7 @@ double Trainer::forward_backward(const at::Tensor& batch, int64_t micro, double 
     {
       AutocastScope autocast(config_.mixed_precision, config_.autocast, model_.device().type());
       const at::Tensor& logits = unit_outputs.back();
-      loss = at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}).to(at::kFloat), targets.reshape({-1}));
+      loss = model_.loss_from_logits(logits, targets);
     }
 
     // Backward, newest unit first: the gradient of each unit's output is the
@@ -328,7 +331,7 @@ StepOutcome Trainer::train_step(int64_t step) {
       at::Tensor batch;
       {
         const runtime::TraceRange range(context_, "data", "host", -1, static_cast<int32_t>(micro));
-        batch = load_batch(sampler_.micro_batch(step, config_.batch_size, rank_, world_size_, micro, micro_steps));
+        batch = load_batch(sampler_.micro_batch(step, config_.batch_size, data_rank_, data_size_, micro, micro_steps));
       }
       // Each micro-batch holds an equal share, so the mean of micro-step means
       // is the global-batch mean, and so is the accumulated gradient.
@@ -445,13 +448,14 @@ void Trainer::plan_plugins() {
   hooks_->plan_model();
   if (context_->world) runtime::resolve_standard_groups(*context_);
   const runtime::ModelPlan& plan = context_->plan;
-  if (!plan.splits.empty() || !plan.unit_stage.empty()) {
-    // Resolving splits and stages is the work of the strategies that need
-    // them (Megatron, pipeline); until a host version resolves them, a plan
-    // that asks for them is refused here rather than silently ignored.
-    throw std::runtime_error("the plugins' model plan splits parameters or assigns pipeline stages, which this host "
-                             "version does not resolve yet");
+  if (!plan.unit_stage.empty()) {
+    // Resolving stages is the work of the pipeline strategy; until a host
+    // version resolves them, a plan that asks for them is refused here
+    // rather than silently ignored.
+    throw std::runtime_error("the plugins' model plan assigns pipeline stages, which this host version does not "
+                             "resolve yet");
   }
+  if (!plan.splits.empty()) use_tensor_parallel_plan();
   for (const auto& [unit, what] : plan.managed_storage) {
     if (what == ACCEL_STORAGE_PARAMS) {
       // Parameters without their gradients would have autograd write into
@@ -469,6 +473,20 @@ void Trainer::plan_plugins() {
     }
   }
   materialize_host_units();
+}
+
+void Trainer::use_tensor_parallel_plan() {
+  runtime::resolve_tensor_parallel_plan(*context_);
+  const int64_t tensor = runtime::tensor_parallel_size(*context_);
+  // The ranks of a tensor group read the same micro-batches: the data
+  // parallel rank is the group's index (accel/comm.h's rank layout).
+  data_rank_ = static_cast<int>(rank_ / tensor);
+  data_size_ = static_cast<int>(world_size_ / tensor);
+  context_->model_run.micro_batch_size = config_.batch_size / (data_size_ * config_.grad_accum);
+  if (!hooks_->owns_clip_gradients()) {
+    throw std::runtime_error("the plugins' model plan splits parameters, but no plugin takes over clip_gradients: "
+                             "the host's norm would count split parameters once per rank");
+  }
 }
 
 void Trainer::materialize_host_units() {
@@ -551,6 +569,10 @@ void Trainer::run() {
       std::lock_guard<std::mutex> lock(context_->mutex);
       m.plugin_metrics.swap(context_->step_metrics);
       m.comm_bytes = context_->comm_bytes.exchange(0);
+      if (context_->tensor_parallel_size > 1) {
+        m.plugin_metrics["host.tensor_parallel_bytes"] =
+            static_cast<double>(runtime::take_tensor_parallel_bytes(*context_));
+      }
       if (context_->memory) m.memory_peak_bytes = device_memory_peaks(*context_->memory);
       m.memory_startup_peak_bytes.swap(startup_memory_peaks);
     }

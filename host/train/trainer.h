@@ -73,6 +73,9 @@ class Trainer {
   // host's own storage (every unit no plugin took over) and optimizer state.
   void plan_plugins();
   void materialize_host_units();
+  // Resolves the plan's tensor-parallel splits into the model, and the data
+  // parallel rank and size that follow (world = tensor x data).
+  void use_tensor_parallel_plan();
   // setup of every plugin (after a resume restored the host's state), then
   // load_state when resuming.
   void setup_plugins();
@@ -100,6 +103,8 @@ class Trainer {
   RunConfig config_;
   int rank_;
   int world_size_;
+  int data_rank_;  // this rank's share of the batch: rank / tensor size
+  int data_size_;  // ranks reading distinct data: world / tensor size
   model::GptModel model_;
   std::unique_ptr<data::TokenDataset> dataset_;
   data::BatchSampler sampler_;

@@ -79,7 +79,7 @@ ACCEL_CHECK_EXT_STRUCT(AccelParamInfo, tied_index, tied_index, 104);
 ACCEL_CHECK_EXT_STRUCT(AccelMaterializeArgs, grads, grads, 64);
 ACCEL_CHECK_EXT_STRUCT(AccelRunForwardArgs, loss, loss, 64);
 ACCEL_CHECK_EXT_STRUCT(AccelRunBackwardArgs, grad_input, grad_input, 56);
-ACCEL_CHECK_EXT_STRUCT(AccelModelServices, init_range, run_backward, 128);
+ACCEL_CHECK_EXT_STRUCT(AccelModelServices, plan_sequence_parallel, run_backward, 128);
 /* trace.h */
 ACCEL_CHECK_EXT_STRUCT(AccelTraceEvent, detail, detail, 112);
 ACCEL_CHECK_EXT_STRUCT(AccelTraceServices, set_detail, set_capture, 72);

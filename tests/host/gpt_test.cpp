@@ -26,7 +26,7 @@ TEST(Gpt, UnitByUnitEqualsWholeForward) {
   at::Tensor x = tokens;
   for (size_t i = 0; i < model.units().size(); ++i) x = model.forward_unit(i, x);
   EXPECT_TRUE(at::equal(x, model.forward(tokens)));
-  EXPECT_EQ(x.sizes(), (at::IntArrayRef{3, 8, 40}));
+  EXPECT_EQ(x.sizes(), (at::IntArrayRef{8, 3, 40}));  // sequence-major logits [T, B, V]
 }
 
 TEST(Gpt, AttentionIsCausal) {
@@ -36,8 +36,8 @@ TEST(Gpt, AttentionIsCausal) {
   at::Tensor b = a.clone();
   b.index_put_({0, 7}, (a.index({0, 7}).item<int64_t>() + 1) % 40);  // change only the last token
   const at::Tensor la = model.forward(a), lb = model.forward(b);
-  EXPECT_TRUE(at::allclose(la.narrow(1, 0, 7), lb.narrow(1, 0, 7)));
-  EXPECT_FALSE(at::allclose(la.narrow(1, 7, 1), lb.narrow(1, 7, 1)));
+  EXPECT_TRUE(at::allclose(la.narrow(0, 0, 7), lb.narrow(0, 0, 7)));  // logits are [T, B, V]
+  EXPECT_FALSE(at::allclose(la.narrow(0, 7, 1), lb.narrow(0, 7, 1)));
 }
 
 TEST(Gpt, InitialLossIsNearUniform) {
@@ -59,6 +59,42 @@ TEST(Gpt, SameSeedSameWeights) {
     EXPECT_TRUE(at::equal(a.units()[i].flat_params(), b.units()[i].flat_params()));
   }
   EXPECT_FALSE(at::equal(a.units()[1].flat_params(), c.units()[1].flat_params()));
+}
+
+// Every rank's slice of a split parameter, initialised on its own, equals
+// its part of the whole tensor: QKV by heads (stride 3), a row-parallel
+// weight by input columns, the vocabulary padded (zero rows).
+TEST(Gpt, SplitSlicesAreTheWholeTensorsParts) {
+  const GptConfig config{1, 4, 8, 4, 15};
+  GptModel whole(config);
+  whole.initialise(3);
+  for (int64_t rank = 0; rank < 2; ++rank) {
+    GptModel part(config, at::kCPU, /*allocate=*/false);
+    for (Unit& unit : part.units()) {
+      std::vector<ParamSplit> splits(unit.params().size());
+      for (size_t i = 0; i < splits.size(); ++i) {
+        const ParamSpec& spec = unit.params()[i].spec;
+        const bool qkv = spec.name.find("c_attn") != std::string::npos;
+        if (spec.name == "wte.weight") splits[i] = ParamSplit{0, 2, rank, 1, 16};
+        if (qkv) splits[i] = ParamSplit{0, 2, rank, 3, 0};
+        if (spec.name == "h.0.attn.c_proj.weight") splits[i] = ParamSplit{1, 2, rank, 1, 0};
+      }
+      unit.split_params(splits);
+      unit.materialize_params(at::kFloat, Unit::Fill::from_seed, 3);
+    }
+    const auto value = [](const GptModel& m, size_t u, const char* name) { return m.units()[u].param(name).value; };
+    const at::Tensor qkv = value(whole, 1, "h.0.attn.c_attn.weight");  // [24, 8]: Q, K, V blocks of 8 rows
+    std::vector<at::Tensor> heads;
+    for (int64_t k = 0; k < 3; ++k) heads.push_back(qkv.narrow(0, k * 8 + rank * 4, 4));
+    EXPECT_TRUE(at::equal(value(part, 1, "h.0.attn.c_attn.weight"), at::cat(heads, 0)));
+    EXPECT_TRUE(at::equal(value(part, 1, "h.0.attn.c_proj.weight"),
+                          value(whole, 1, "h.0.attn.c_proj.weight").narrow(1, rank * 4, 4)));
+    const at::Tensor wte = value(part, 0, "wte.weight");  // 15 rows padded to 16
+    const int64_t real = rank == 0 ? 8 : 7;
+    EXPECT_TRUE(at::equal(wte.narrow(0, 0, real), value(whole, 0, "wte.weight").narrow(0, rank * 8, real)));
+    if (rank == 1) EXPECT_TRUE(at::equal(wte[7], at::zeros({8})));
+    EXPECT_TRUE(at::equal(value(part, 1, "h.0.ln_1.weight"), value(whole, 1, "h.0.ln_1.weight")));
+  }
 }
 
 TEST(Gpt, RejectsSequencesLongerThanTheModel) {

@@ -1,10 +1,11 @@
-"""Checkpoints across strategies and world sizes: fsdp, deepspeed_zero and
-fp8 store every tensor by name and global offset, so a checkpoint resumes at
-another world size, under another strategy (fsdp, ZeRO stages 1-3, ddp) or in
-one process, continuing the uninterrupted curve within 1e-5 (fp8: its scales
+"""Checkpoints across strategies and world sizes: fsdp, deepspeed_zero,
+megatron and fp8 store every tensor by name and global offset, so a
+checkpoint resumes at another world size, under another strategy (fsdp, ZeRO
+stages 1-3, megatron's tensor parallelism, ddp) or in one process, continuing the uninterrupted curve within 1e-5 (fp8: its scales
 travel too); a same-strategy, same-world resume is bit-exact; merge-weights
 assembles a sharded checkpoint. (One copy of these rows: the strategies'
-own suites, test_fsdp.py and test_deepspeed_zero.py, point here.)"""
+own suites, test_fsdp.py, test_deepspeed_zero.py and test_megatron.py,
+point here.)"""
 import os
 import unittest
 
@@ -18,7 +19,8 @@ WRAP = ["--fsdp.auto_wrap_policy", "transformer_based_wrap"]
 @unittest.skipUnless(MPIRUN, "mpirun not found")
 class CrossStrategyCheckpoints(TempDirMixin, unittest.TestCase):
     """Checkpoints are stored by global offset: they resume at another world
-    size, another strategy (fsdp, deepspeed_zero, ddp), or in one process."""
+    size, another strategy (fsdp, deepspeed_zero, megatron, ddp), or in one
+    process."""
 
     def resume(self, save_n, save_extra, load_n, load_extra, straight_extra=(), tolerance=1e-5):
         straight, split = self.path("straight.jsonl"), self.path("split.jsonl")
@@ -138,6 +140,25 @@ class CrossStrategyCheckpoints(TempDirMixin, unittest.TestCase):
 
     def test_ddp_on_three_resumes_under_zero3_on_four(self):
         self.resume(3, ["--plugin", "ddp"], 4, self.ZERO3)
+
+    # megatron stores its split tensors whole (gathered over the tensor
+    # group), so a tensor-parallel checkpoint resumes anywhere, and back.
+    MEGATRON_TP2 = ["--plugin", "megatron", "--megatron.tp_degree", 2]
+
+    def test_tp2_dp2_resumes_in_one_process(self):
+        self.resume(4, self.MEGATRON_TP2, 1, [])
+
+    def test_tp2_dp2_sequence_parallel_resumes_under_fsdp_on_two(self):
+        self.resume(4, [*self.MEGATRON_TP2, "--megatron.sequence_parallelism", "true"], 2, [*FSDP, *WRAP])
+
+    def test_fsdp_on_two_resumes_as_tp2_dp2(self):
+        self.resume(2, [*FSDP, *WRAP, "--fsdp.state_dict_type", "SHARDED_STATE_DICT"], 4, self.MEGATRON_TP2)
+
+    def test_one_process_resumes_as_tp4(self):
+        self.resume(1, [], 4, ["--plugin", "megatron", "--megatron.tp_degree", 4])
+
+    def test_zero3_on_four_resumes_as_tp2(self):
+        self.resume(4, self.ZERO3, 2, self.MEGATRON_TP2)
 
     def test_hybrid_with_ignored_unit_resumes_as_full_shard(self):
         self.resume(4, [*FSDP, *WRAP, "--fsdp.sharding_strategy", "HYBRID_SHARD", "--fsdp.hybrid_shard_group_size",
