@@ -52,6 +52,7 @@ class Ddp final : public accel::sdk::Plugin {
 
   explicit Ddp(const accel::sdk::Services& s)
       : Plugin(s),
+        kernels_(services()),
         bucket_cap_bytes_(static_cast<int64_t>(s.option<double>("bucket_cap_mb") * 1024.0 * 1024.0)),
         as_view_(s.option<bool>("gradient_as_bucket_view")),
         hook_(s.option<std::string>("comm_hook")) {
@@ -66,12 +67,8 @@ class Ddp final : public accel::sdk::Plugin {
   }
 
   void setup(const AccelSetupArgs&) override {
-    const AccelCommServices& comm = *services().table()->comm;
-    services().check(comm.get_group(services().host(), ACCEL_GROUP_DATA, &group_), "get_group(DATA)");
-    AccelGroupInfo group_info{};
-    group_info.struct_size = sizeof(group_info);
-    services().check(comm.group_info(services().host(), group_, &group_info), "group_info");
-    group_size_ = group_info.size;
+    group_ = kernels_.group(ACCEL_GROUP_DATA);
+    group_size_ = kernels_.shape(group_).size;
 
     const AccelModelServices& model = *services().table()->model;
     const AccelModelInfo* model_info = nullptr;
@@ -80,7 +77,7 @@ class Ddp final : public accel::sdk::Plugin {
 
     // Initial weights from rank 0 of the data group (DDP's constructor does
     // the same), then a checksum spread across ranks that proves it.
-    for (int32_t u = 0; u < num_units_; ++u) collective(comm.broadcast, params(u), ACCEL_REDUCE_SUM, 0, "ddp broadcast");
+    for (int32_t u = 0; u < num_units_; ++u) kernels_.broadcast(group_, params(u), 0, "ddp broadcast");
     spread_ = checksum_spread();
     require_equal_weights(spread_, "after the broadcast from rank 0");
 
@@ -117,15 +114,11 @@ class Ddp final : public accel::sdk::Plugin {
   }
 
   void gradients_finalize(const AccelStepArgs&) override {
-    const AccelCommServices& comm = *services().table()->comm;
     for (Bucket& bucket : buckets_) {
       if (bucket.ready != static_cast<int>(bucket.units.size())) {
         throw Error(ACCEL_ERROR_INTERNAL, "a bucket's units never all reported gradients_ready");
       }
-      for (AccelWork* work : bucket.works) {
-        services().check(comm.work_wait(services().host(), work, nullptr), "work_wait");
-        services().check(comm.work_free(services().host(), work), "work_free");
-      }
+      for (AccelWork* work : bucket.works) kernels_.wait_and_free(work);
       bucket.works.clear();
       if (bucket.buffer) unpack(bucket);
     }
@@ -153,36 +146,14 @@ class Ddp final : public accel::sdk::Plugin {
     std::vector<AccelWork*> works;
   };
 
-  const DLTensor* params(int32_t unit) const { return storage(unit, true); }
-  const DLTensor* grads(int32_t unit) const { return storage(unit, false); }
-  const DLTensor* storage(int32_t unit, bool params) const {
-    const DLTensor* p = nullptr;
-    const DLTensor* g = nullptr;
-    services().check(services().table()->model->get_storage(services().host(), unit, &p, &g), "get_storage");
-    return params ? p : g;
-  }
+  const DLTensor* params(int32_t unit) const { return kernels_.storage(unit).params; }
+  const DLTensor* grads(int32_t unit) const { return kernels_.storage(unit).grads; }
   int64_t numel(int32_t unit) const { return grads(unit)->shape[0]; }
 
-  AccelWork* collective(AccelCollectiveFn* fn, const DLTensor* tensor, AccelReduceOp op, int32_t peer,
-                        const char* label, bool async = false) {
-    AccelCollectiveArgs args{};
-    args.struct_size = sizeof(args);
-    args.group = group_;
-    args.input = tensor;
-    args.output = tensor;
-    args.op = op;
-    args.peer = peer;
-    args.label = label;
-    AccelWork* work = nullptr;
-    services().check(fn(services().host(), &args, async ? &work : nullptr), label);
-    return work;
-  }
-
   void launch(Bucket& bucket) {
-    const AccelCommServices& comm = *services().table()->comm;
     if (!bucket.buffer) {
       for (int32_t u : bucket.units) {
-        bucket.works.push_back(collective(comm.all_reduce, grads(u), ACCEL_REDUCE_AVG, 0, "ddp all_reduce", true));
+        bucket.works.push_back(kernels_.all_reduce(group_, grads(u), ACCEL_REDUCE_AVG, "ddp all_reduce", true));
       }
       return;
     }
@@ -195,9 +166,9 @@ class Ddp final : public accel::sdk::Plugin {
       cast(grads(u), slot.get(), prescale);
       offset += numel(u);
     }
-    bucket.works.push_back(collective(comm.all_reduce, &bucket.buffer.tensor(),
-                                      hook_ == "no" ? ACCEL_REDUCE_AVG : ACCEL_REDUCE_SUM, 0, "ddp bucket all_reduce",
-                                      true));
+    bucket.works.push_back(kernels_.all_reduce(group_, &bucket.buffer.tensor(),
+                                               hook_ == "no" ? ACCEL_REDUCE_AVG : ACCEL_REDUCE_SUM,
+                                               "ddp bucket all_reduce", true));
   }
 
   void unpack(Bucket& bucket) {
@@ -212,18 +183,12 @@ class Ddp final : public accel::sdk::Plugin {
   void cast(const DLTensor* from, const DLTensor* to, double scale) {
     float factor = static_cast<float>(scale);
     const ScalarView scale_view(&factor);
-    AccelCastArgs args{};
-    args.struct_size = sizeof(args);
-    args.input = from;
-    args.output = to;
-    args.scale = scale == 1.0 ? nullptr : scale_view.get();
-    services().check(services().table()->kernels->cast(services().host(), &args), "cast");
+    kernels_.cast(from, to, scale == 1.0 ? nullptr : scale_view.get(), nullptr, false);
   }
 
   // max - min over ranks of the sum of all parameters: 0 when every rank holds
   // the same weights.
   double checksum_spread() {
-    const AccelCommServices& comm = *services().table()->comm;
     float sum = 0.0f;
     for (int32_t u = 0; u < num_units_; ++u) {
       const DLTensor* p = params(u);
@@ -232,8 +197,8 @@ class Ddp final : public accel::sdk::Plugin {
     }
     float high = sum, low = sum;
     const ScalarView high_view(&high), low_view(&low);
-    collective(comm.all_reduce, high_view.get(), ACCEL_REDUCE_MAX, 0, "ddp checksum max");
-    collective(comm.all_reduce, low_view.get(), ACCEL_REDUCE_MIN, 0, "ddp checksum min");
+    kernels_.all_reduce(group_, high_view.get(), ACCEL_REDUCE_MAX, "ddp checksum max");
+    kernels_.all_reduce(group_, low_view.get(), ACCEL_REDUCE_MIN, "ddp checksum min");
     return static_cast<double>(high) - static_cast<double>(low);
   }
 
@@ -245,6 +210,7 @@ class Ddp final : public accel::sdk::Plugin {
                     std::to_string(spread) + " across the data group's ranks (0 when every rank holds the same weights)");
   }
 
+  const accel::sdk::Kernels kernels_;
   const int64_t bucket_cap_bytes_;
   const bool as_view_;
   const std::string hook_;
