@@ -63,6 +63,7 @@ class Megatron final : public accel::sdk::Plugin {
 
   explicit Megatron(const accel::sdk::Services& s)
       : Plugin(s),
+        kernels_(services()),
         tp_(s.option<int64_t>("tp_degree")),
         sequence_parallel_(s.option<bool>("sequence_parallelism")),
         recompute_(s.option<bool>("recompute_activations")) {
@@ -130,11 +131,10 @@ class Megatron final : public accel::sdk::Plugin {
   }
 
   void setup(const AccelSetupArgs&) override {
-    const AccelCommServices& comm = *services().table()->comm;
-    services().check(comm.get_group(services().host(), ACCEL_GROUP_DATA, &data_), "get_group(DATA)");
-    services().check(comm.get_group(services().host(), ACCEL_GROUP_TENSOR, &tensor_), "get_group(TENSOR)");
-    data_size_ = group_info(data_).size;
-    const AccelGroupInfo tensor = group_info(tensor_);
+    data_ = kernels_.group(ACCEL_GROUP_DATA);
+    tensor_ = kernels_.group(ACCEL_GROUP_TENSOR);
+    data_size_ = kernels_.shape(data_).size;
+    const accel::sdk::GroupShape tensor = kernels_.shape(tensor_);
     tensor_rank_ = tensor.rank;
     if (tensor.size != tp_) {
       throw Error(ACCEL_ERROR_INTERNAL, "the tensor group has " + std::to_string(tensor.size) +
@@ -162,14 +162,14 @@ class Megatron final : public accel::sdk::Plugin {
           const DLTensor* grad = nullptr;
           services().check(model.get_param_view(services().host(), u, p, ACCEL_STORAGE_GRADS, &grad),
                            "get_param_view");
-          all_reduce(tensor_, grad, ACCEL_REDUCE_SUM, "megatron sequence-parallel grad all_reduce");
+          kernels_.all_reduce(tensor_, grad, ACCEL_REDUCE_SUM, "megatron sequence-parallel grad all_reduce");
         }
       }
     }
     if (data_size_ == 1) return;
     for (int32_t u = 0; u < num_units_; ++u) {
-      const DLTensor* grads = storage(u);
-      if (grads != nullptr) all_reduce(data_, grads, ACCEL_REDUCE_AVG, "megatron data all_reduce");
+      const DLTensor* grads = kernels_.storage(u).grads;
+      if (grads != nullptr) kernels_.all_reduce(data_, grads, ACCEL_REDUCE_AVG, "megatron data all_reduce");
     }
   }
 
@@ -180,7 +180,7 @@ class Megatron final : public accel::sdk::Plugin {
     // below, each counts once; data-parallel replicas are equal and not summed).
     std::vector<const DLTensor*> counted, scaled;
     for (int32_t u = 0; u < num_units_; ++u) {
-      const DLTensor* grads = storage(u);
+      const DLTensor* grads = kernels_.storage(u).grads;
       if (grads == nullptr) continue;
       scaled.push_back(grads);
       const AccelUnitInfo* unit = nullptr;
@@ -213,7 +213,7 @@ class Megatron final : public accel::sdk::Plugin {
     total.dtype = DLDataType{kDLFloat, 64, 1};
     total.shape = &unused;
     total.strides = &unused;
-    all_reduce(tensor_, &total, ACCEL_REDUCE_SUM, "megatron grad norm all_reduce");
+    kernels_.all_reduce(tensor_, &total, ACCEL_REDUCE_SUM, "megatron grad norm all_reduce");
     float global32 = static_cast<float>(global);
     const ScalarView global_view(&global32);
     AccelClipScaleArgs clip{};
@@ -247,30 +247,7 @@ class Megatron final : public accel::sdk::Plugin {
     }
   }
 
-  AccelGroupInfo group_info(const AccelGroup* group) const {
-    AccelGroupInfo info{};
-    info.struct_size = sizeof(info);
-    services().check(services().table()->comm->group_info(services().host(), group, &info), "group_info");
-    return info;
-  }
-
-  const DLTensor* storage(int32_t unit) const {
-    const DLTensor* grads = nullptr;
-    services().check(services().table()->model->get_storage(services().host(), unit, nullptr, &grads), "get_storage");
-    return grads;
-  }
-
-  void all_reduce(AccelGroup* group, const DLTensor* tensor, AccelReduceOp op, const char* label) {
-    AccelCollectiveArgs args{};
-    args.struct_size = sizeof(args);
-    args.group = group;
-    args.input = tensor;
-    args.output = tensor;
-    args.op = op;
-    args.label = label;
-    services().check(services().table()->comm->all_reduce(services().host(), &args, nullptr), label);
-  }
-
+  const accel::sdk::Kernels kernels_;
   const int64_t tp_;
   const bool sequence_parallel_;
   const bool recompute_;
