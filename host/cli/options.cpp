@@ -161,6 +161,17 @@ po::options_description run_options(RunConfig& c, RawStrings& raw) {
       ("data-order", po::value(&raw.data_order)->default_value(raw.data_order),
        "shuffled (seeded, per epoch) | sequential (batch k is the k-th contiguous slice)");
 
+  po::options_description eval("Evaluation");
+  eval.add_options()
+      ("eval-every", po::value(&c.eval.every)->default_value(c.eval.every),
+       "evaluate every N optimizer steps and after the last (0: never)")
+      ("eval-steps", po::value(&c.eval.steps)->default_value(c.eval.steps),
+       "global batches of held-out windows per evaluation")
+      ("eval-data", po::value(&c.eval.data)->value_name("SPEC"),
+       "held-out data: text:PATH | tokens:PATH (default: the last --eval-fraction of --data's windows)")
+      ("eval-fraction", po::value(&c.eval.fraction)->default_value(c.eval.fraction),
+       "share of --data's windows held out for evaluation when --eval-data is not given");
+
   po::options_description train("Training");
   train.add_options()
       ("steps", po::value(&c.steps)->default_value(c.steps), "total optimizer steps of the run")
@@ -237,7 +248,7 @@ po::options_description run_options(RunConfig& c, RawStrings& raw) {
        "write the per-step metrics as TensorBoard scalars into DIR (rank 0)");
 
   po::options_description all("accel-host options");
-  all.add(general).add(model).add(data).add(train).add(autocast).add(scaler).add(process_group).add(io);
+  all.add(general).add(model).add(data).add(eval).add(train).add(autocast).add(scaler).add(process_group).add(io);
   return all;
 }
 
@@ -297,6 +308,16 @@ void validate(const RunConfig& c) {
           "--init-from and --resume both set the starting weights; a resumed run keeps its checkpoint's");
   require(c.data == "synthetic" || c.data.rfind("text:", 0) == 0 || c.data.rfind("tokens:", 0) == 0,
           "--data: '" + c.data + "' is not synthetic, text:PATH or tokens:PATH");
+  require(c.eval.every >= 0, "--eval-every must be >= 0 (0: no evaluation)");
+  require(c.eval.steps > 0, "--eval-steps must be > 0");
+  require(c.eval.fraction > 0.0 && c.eval.fraction < 1.0,
+          strformat("--eval-fraction must be in (0, 1), got %g", c.eval.fraction));
+  require(c.eval.data.empty() || c.eval.every > 0, "--eval-data is given but --eval-every is 0: nothing would read it");
+  require(c.eval.data.empty() || c.eval.data.rfind("text:", 0) == 0 || c.eval.data.rfind("tokens:", 0) == 0,
+          "--eval-data: '" + c.eval.data + "' is not text:PATH or tokens:PATH" +
+              (c.eval.data == "synthetic" ? " (synthetic evaluation holds out --data's last --eval-fraction: leave "
+                                            "--eval-data out)"
+                                          : ""));
 }
 
 }  // namespace

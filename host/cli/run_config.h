@@ -54,6 +54,16 @@ struct OptimizerOptions {
   double grad_clip = 1.0;  // max global grad norm; 0 disables clipping
 };
 
+// --eval-every and its companions: every `every` optimizer steps and after
+// the last, the mean loss over `steps` global batches of held-out windows
+// (data/held_out.h says where they come from).
+struct EvalOptions {
+  int64_t every = 0;  // 0: no evaluation
+  int64_t steps = 10;
+  std::string data;   // --eval-data; empty: the last `fraction` of --data
+  double fraction = 0.1;
+};
+
 struct RunConfig {
   std::vector<std::string> plugins;
   std::vector<std::string> plugin_paths;
@@ -64,6 +74,7 @@ struct RunConfig {
 
   std::string data = "synthetic";
   DataOrder data_order = DataOrder::shuffled;
+  EvalOptions eval;
 
   int64_t steps = 100;
   int64_t batch_size = 8;   // global sequences per optimizer step

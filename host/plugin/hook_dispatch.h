@@ -52,6 +52,8 @@ class HookDispatcher {
   // the host then keeps no optimizer state.
   bool owns_optimizer_step() const { return optimizer_owner_ != nullptr; }
   bool owns_clip_gradients() const { return clip_owner_ != nullptr; }
+  // The plugin that runs its own schedule of the micro-batches, or null.
+  const LoadedPlugin* train_step_owner() const { return train_step_owner_; }
 
   // ---- the linear chain: the plugins that join it, outermost first
   const std::vector<LoadedPlugin*>& linear_links() const { return linear_links_; }

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <stdexcept>
 #include <utility>
@@ -76,6 +77,10 @@ void MetricsWriter::write(const StepMetrics& m) {
                          {"tokens_per_s", m.tokens_per_s},
                          {"peak_mem_bytes", m.peak_mem_bytes}};
   line["comm_bytes"] = m.comm_bytes;
+  if (m.eval_loss) {
+    line["eval_loss"] = *m.eval_loss;
+    line["eval_ppl"] = std::exp(*m.eval_loss);
+  }
   if (!m.memory_peak_bytes.empty()) line["memory_peak_bytes"] = m.memory_peak_bytes;
   if (!m.memory_startup_peak_bytes.empty()) line["memory_startup_peak_bytes"] = m.memory_startup_peak_bytes;
   if (!m.memory_ledger.empty()) line["memory_ledger"] = m.memory_ledger;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,9 @@ struct StepMetrics {
   int64_t peak_mem_bytes = 0;
   double loss_scale = 1.0;
   bool skipped = false;  // fp16 overflow: the optimizer step was skipped
+  // --eval-every: the held-out mean loss after this step (perplexity is its
+  // exp), when an evaluation ran.
+  std::optional<double> eval_loss;
   int64_t comm_bytes = 0;  // payload bytes of the plugins' collectives in this step
   std::map<std::string, double> plugin_metrics;  // "PLUGIN.name" -> value (trace->metric)
   // Peak accounted bytes on the rank's device during the step, by memory

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <stdexcept>
@@ -97,6 +98,10 @@ std::vector<std::pair<std::string, float>> step_scalars(const StepMetrics& m) {
       {"memory/peak_rss_bytes", static_cast<float>(m.peak_mem_bytes)},
       {"comm/bytes", static_cast<float>(m.comm_bytes)},
   };
+  if (m.eval_loss) {
+    scalars.emplace_back("eval/loss", static_cast<float>(*m.eval_loss));
+    scalars.emplace_back("eval/ppl", static_cast<float>(std::exp(*m.eval_loss)));
+  }
   // As in the metrics line: the scale exists only while fp16's scaler runs.
   if (m.loss_scale != 1.0) scalars.emplace_back("train/loss_scale", static_cast<float>(m.loss_scale));
   if (const auto total = m.memory_ledger.find("total"); total != m.memory_ledger.end()) {

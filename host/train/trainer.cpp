@@ -13,6 +13,7 @@
 
 #include "host/train/checkpoint_format.h"
 #include "host/plugin/hook_dispatch.h"
+#include "host/plugin/loaded_plugin.h"
 #include "host/comm/process_group.h"
 #include "host/runtime/host_context.h"
 #include "host/model/tensor_memory.h"
@@ -90,8 +91,11 @@ Trainer::Trainer(const RunConfig& config, int rank, int world_size, plugin::Hook
       data_rank_(rank),
       data_size_(world_size),
       model_(build_model(config, resolve_device(config.device, context ? context->identity.local_rank : 0))),
-      dataset_(data::open_dataset(config.data, model_.config().seq_len, model_.config().vocab_size, config.seed)),
-      sampler_(dataset_->num_windows(), config.data_order, config.seed),
+      data_(data::open_run_datasets(config.data,
+                                    data::HeldOutSpec{config.eval.every > 0, config.eval.data, config.eval.fraction},
+                                    model_.config().seq_len, model_.config().vocab_size, config.seed)),
+      sampler_(data_.train->num_windows(), config.data_order, config.seed),
+      eval_sampler_(data_.eval ? data_.eval->num_windows() : 1, DataOrder::sequential, config.seed),
       loss_scaler_(config.grad_scaler, config.mixed_precision == MixedPrecision::fp16),
       metrics_(rank == 0 ? config.metrics_file : std::string()),
       tensorboard_(rank == 0 ? config.tensorboard_dir : std::string()),
@@ -116,12 +120,12 @@ Trainer::~Trainer() {
   if (context_ && context_->model == &model_) context_->model = nullptr;
 }
 
-at::Tensor Trainer::load_batch(const std::vector<int64_t>& windows) const {
-  const int64_t length = dataset_->window_length();
+at::Tensor Trainer::load_batch(const data::TokenDataset& dataset, const std::vector<int64_t>& windows) const {
+  const int64_t length = dataset.window_length();
   at::Tensor batch = at::empty({static_cast<int64_t>(windows.size()), length}, at::kLong);
   int64_t* out = batch.data_ptr<int64_t>();
   for (size_t i = 0; i < windows.size(); ++i) {
-    dataset_->read_window(windows[i], {out + static_cast<int64_t>(i) * length, static_cast<size_t>(length)});
+    dataset.read_window(windows[i], {out + static_cast<int64_t>(i) * length, static_cast<size_t>(length)});
   }
   return batch;
 }
@@ -159,6 +163,42 @@ bool Trainer::recomputes(size_t u) const {
   return it != context_->plan.checkpointing.end() && it->second;
 }
 
+at::Tensor Trainer::run_unit_forward(size_t u, int64_t micro, uint32_t hook_flags, const at::Tensor& input) {
+  const runtime::TraceRange range(context_, (hook_flags & ACCEL_UNIT_HOOK_RECOMPUTE) ? "recompute" : "forward", "host",
+                                  static_cast<int32_t>(u), static_cast<int32_t>(micro));
+  if (hooks_ && hooks_->has_unit_hooks()) {
+    std::optional<runtime::TensorView> view;
+    if (u > 0) view.emplace(input);
+    AccelUnitHookArgs args = unit_args(u, micro, hook_flags, view ? view->get() : nullptr);
+    hooks_->unit_forward_pre(args);
+  }
+  require_storage(u, /*backward=*/false);
+  if (linear_chain_) linear_chain_->set_recompute((hook_flags & ACCEL_UNIT_HOOK_RECOMPUTE) != 0);
+  AutocastScope autocast(config_.mixed_precision, config_.autocast, model_.device().type());
+  // Units may hold different dtypes (a plugin's bf16 units beside the
+  // host's fp32 ones): the input enters in the unit's own dtype, as
+  // PyTorch FSDP's cast_forward_inputs does; the cast is differentiable.
+  at::Tensor typed = input;
+  const at::ScalarType unit_dtype = model_.units()[u].flat_params().scalar_type();
+  if (typed.is_floating_point() && typed.scalar_type() != unit_dtype) typed = typed.to(unit_dtype);
+  const bool keeps_graph = (hook_flags & ACCEL_UNIT_HOOK_NO_GRAD) == 0 &&
+                           (!recomputes(u) || (hook_flags & ACCEL_UNIT_HOOK_RECOMPUTE) != 0);
+  at::Tensor output;
+  if (keeps_graph) {
+    output = model_.forward_unit(u, typed);
+  } else {
+    at::NoGradGuard no_grad;
+    output = model_.forward_unit(u, typed);
+  }
+  if (hooks_ && hooks_->has_unit_hooks()) {
+    runtime::TensorView view(output);
+    AccelUnitHookArgs args = unit_args(u, micro, hook_flags, view.get());
+    hooks_->unit_forward_post(args);
+  }
+  memory_watch_.after_forward(model_, context_ ? &context_->plan : nullptr, u, accounted_memory());
+  return output;
+}
+
 double Trainer::forward_backward(const at::Tensor& batch, int64_t micro, double loss_multiplier, bool last_micro) {
   const int64_t T = batch.size(1) - 1;
   at::Tensor on_device;
@@ -173,48 +213,13 @@ double Trainer::forward_backward(const at::Tensor& batch, int64_t micro, double 
   const bool unit_hooks = hooks_ && hooks_->has_unit_hooks();
   if (linear_chain_) linear_chain_->set_micro_batch(static_cast<int32_t>(micro));
 
-  // One unit's forward between its hooks. A recomputing unit (activation
-  // checkpointing) keeps no graph the first time, and runs again with
-  // ACCEL_UNIT_HOOK_RECOMPUTE just before its backward.
   std::vector<at::Tensor> unit_inputs(num_units), unit_outputs(num_units);
-  const auto run_unit = [&](size_t u, uint32_t hook_flags) {
-    const runtime::TraceRange range(context_, (hook_flags & ACCEL_UNIT_HOOK_RECOMPUTE) ? "recompute" : "forward",
-                                    "host", static_cast<int32_t>(u), static_cast<int32_t>(micro));
-    if (unit_hooks) {
-      std::optional<runtime::TensorView> view;
-      if (u > 0) view.emplace(unit_inputs[u]);
-      AccelUnitHookArgs args = unit_args(u, micro, hook_flags, view ? view->get() : nullptr);
-      hooks_->unit_forward_pre(args);
-    }
-    require_storage(u, /*backward=*/false);
-    if (linear_chain_) linear_chain_->set_recompute((hook_flags & ACCEL_UNIT_HOOK_RECOMPUTE) != 0);
-    AutocastScope autocast(config_.mixed_precision, config_.autocast, model_.device().type());
-    // Units may hold different dtypes (a plugin's bf16 units beside the
-    // host's fp32 ones): the input enters in the unit's own dtype, as
-    // PyTorch FSDP's cast_forward_inputs does; the cast is differentiable.
-    at::Tensor input = unit_inputs[u];
-    const at::ScalarType unit_dtype = model_.units()[u].flat_params().scalar_type();
-    if (input.is_floating_point() && input.scalar_type() != unit_dtype) input = input.to(unit_dtype);
-    if (recomputes(u) && (hook_flags & ACCEL_UNIT_HOOK_RECOMPUTE) == 0) {
-      at::NoGradGuard no_grad;
-      unit_outputs[u] = model_.forward_unit(u, input);
-    } else {
-      unit_outputs[u] = model_.forward_unit(u, input);
-    }
-    if (unit_hooks) {
-      runtime::TensorView view(unit_outputs[u]);
-      AccelUnitHookArgs args = unit_args(u, micro, hook_flags, view.get());
-      hooks_->unit_forward_post(args);
-    }
-    memory_watch_.after_forward(model_, context_ ? &context_->plan : nullptr, u, accounted_memory());
-  };
-
   // Forward, one unit at a time. Each unit's input is a detached leaf, so
   // backward below can run unit by unit, newest first.
   at::Tensor x = inputs;
   for (size_t u = 0; u < num_units; ++u) {
     unit_inputs[u] = u == 0 ? x : x.detach().requires_grad_(true);
-    run_unit(u, flags);
+    unit_outputs[u] = run_unit_forward(u, micro, flags, unit_inputs[u]);
     x = unit_outputs[u];
   }
   at::Tensor loss;
@@ -239,7 +244,7 @@ double Trainer::forward_backward(const at::Tensor& batch, int64_t micro, double 
   }
   for (size_t k = 0; k < num_units; ++k) {
     const size_t u = num_units - 1 - k;
-    if (recomputes(u)) run_unit(u, flags | ACCEL_UNIT_HOOK_RECOMPUTE);
+    if (recomputes(u)) unit_outputs[u] = run_unit_forward(u, micro, flags | ACCEL_UNIT_HOOK_RECOMPUTE, unit_inputs[u]);
     const runtime::TraceRange range(context_, "backward", "host", static_cast<int32_t>(u),
                                     static_cast<int32_t>(micro));
     if (unit_hooks) {
@@ -294,6 +299,19 @@ double Trainer::clip_or_measure(std::vector<at::Tensor>& grads) {
   return max_norm > 0 ? clip_grad_norm(grads, max_norm) : global_grad_norm(grads);
 }
 
+double Trainer::average_over_ranks(double value, const char* label) {
+  if (world_size_ == 1) return value;
+  const runtime::TraceRange range(context_, "all_reduce", "comm", "host", [&] {
+    std::string ranks;
+    for (int r = 0; r < world_size_; ++r) ranks += (r ? "," : "") + std::to_string(r);
+    return "label=" + std::string(label) + "; group_ranks=" + ranks;
+  }, -1, -1, static_cast<int64_t>(sizeof(value)));
+  const comm::Status status =
+      context_->world->all_reduce(comm::host_buffer(&value, 1, comm::DType::f64), comm::ReduceOp::avg, {0, label});
+  if (!status.ok()) throw std::runtime_error(status.message);
+  return value;
+}
+
 StepOutcome Trainer::train_step(int64_t step) {
   StepOutcome outcome;
   if (context_) {
@@ -331,7 +349,7 @@ StepOutcome Trainer::train_step(int64_t step) {
       at::Tensor batch;
       {
         const runtime::TraceRange range(context_, "data", "host", -1, static_cast<int32_t>(micro));
-        batch = load_batch(sampler_.micro_batch(step, config_.batch_size, data_rank_, data_size_, micro, micro_steps));
+        batch = load_batch(*data_.train, sampler_.micro_batch(step, config_.batch_size, data_rank_, data_size_, micro, micro_steps));
       }
       // Each micro-batch holds an equal share, so the mean of micro-step means
       // is the global-batch mean, and so is the accumulated gradient.
@@ -340,17 +358,8 @@ StepOutcome Trainer::train_step(int64_t step) {
     }
   }
   outcome.loss = loss_sum / static_cast<double>(micro_steps);
-  if (world_size_ > 1) {
-    // The loss of the global batch: every data-parallel rank's share, averaged.
-    const runtime::TraceRange range(context_, "all_reduce", "comm", "host", [&] {
-      std::string ranks;
-      for (int r = 0; r < world_size_; ++r) ranks += (r ? "," : "") + std::to_string(r);
-      return "label=host loss average; group_ranks=" + ranks;
-    }, -1, -1, static_cast<int64_t>(sizeof(outcome.loss)));
-    const comm::Status status = context_->world->all_reduce(
-        comm::host_buffer(&outcome.loss, 1, comm::DType::f64), comm::ReduceOp::avg, {0, "host loss average"});
-    if (!status.ok()) throw std::runtime_error(status.message);
-  }
+  // The loss of the global batch: every data-parallel rank's share, averaged.
+  outcome.loss = average_over_ranks(outcome.loss, "host loss average");
 
   at::NoGradGuard no_grad;
   if (hooks_) hooks_->gradients_finalize(step_args);
@@ -526,6 +535,11 @@ void Trainer::setup_plugins() {
 
 void Trainer::run() {
   plan_plugins();
+  if (config_.eval.every > 0 && hooks_ && hooks_->train_step_owner()) {
+    throw std::runtime_error("--eval-every: plugin " + hooks_->train_step_owner()->name() +
+                             " runs the micro-batches itself (train_step), so the host cannot run an evaluation "
+                             "forward; leave --eval-every out");
+  }
   if (!config_.resume.empty()) resume_from(config_.resume);
   setup_plugins();
   model_.release_initial_weights();
@@ -538,7 +552,7 @@ void Trainer::run() {
                       model_.config().describe().c_str(), static_cast<long long>(model_.num_parameters()),
                       model_.device().str().c_str()));
   log::info(strformat("data %s, order %s; %lld steps of %lld sequences (x%lld accumulation), %s precision",
-                      dataset_->describe().c_str(), to_string(config_.data_order),
+                      data_.train->describe().c_str(), to_string(config_.data_order),
                       static_cast<long long>(config_.steps), static_cast<long long>(config_.batch_size),
                       static_cast<long long>(config_.grad_accum), to_string(config_.mixed_precision)));
 
@@ -580,6 +594,20 @@ void Trainer::run() {
     if (model::counting_cpu_allocator_installed()) {
       m.memory_ledger = runtime::ledger_now(accounted_memory());
       m.memory_ledger_peak = memory_watch_.take_peak(accounted_memory());
+    }
+    if (evaluates_after(completed_steps_)) {
+      m.eval_loss = evaluate();
+      log::info(strformat("eval  step %5lld/%lld  loss %.4f  ppl %.3f  (%lld batches of %lld held-out sequences)",
+                          static_cast<long long>(completed_steps_), static_cast<long long>(config_.steps),
+                          *m.eval_loss, std::exp(*m.eval_loss), static_cast<long long>(config_.eval.steps),
+                          static_cast<long long>(config_.batch_size)));
+      if (context_) {
+        // Evaluation's traffic and plugin metrics belong to no training step.
+        std::lock_guard<std::mutex> lock(context_->mutex);
+        context_->step_metrics.clear();
+        context_->comm_bytes.exchange(0);
+        if (context_->tensor_parallel_size > 1) runtime::take_tensor_parallel_bytes(*context_);
+      }
     }
     metrics_.write(m);
     tensorboard_.write(m);

@@ -13,6 +13,7 @@
 
 #include "host/cli/run_config.h"
 #include "host/data/batch_sampler.h"
+#include "host/data/held_out.h"
 #include "host/data/token_dataset.h"
 #include "host/model/gpt.h"
 #include "host/train/flat_adamw.h"
@@ -81,10 +82,26 @@ class Trainer {
   void setup_plugins();
   void load_plugin_state();
   void save_checkpoint();
-  at::Tensor load_batch(const std::vector<int64_t>& windows) const;
+  at::Tensor load_batch(const data::TokenDataset& dataset, const std::vector<int64_t>& windows) const;
   // Forward and backward of one micro-batch, unit by unit (so unit hooks run
   // at unit boundaries); returns the unscaled loss.
   double forward_backward(const at::Tensor& batch, int64_t micro, double loss_multiplier, bool last_micro);
+  // Unit `u`'s forward between its hooks. `input` is what the unit reads
+  // (the token ids for unit 0, else the previous unit's output, as a leaf
+  // when gradients flow). No graph is kept for an evaluation
+  // (ACCEL_UNIT_HOOK_NO_GRAD) or a recomputing unit's first pass.
+  at::Tensor run_unit_forward(size_t u, int64_t micro, uint32_t hook_flags, const at::Tensor& input);
+  // --eval-every (trainer_eval.cpp): the mean loss over --eval-steps global
+  // batches of held-out windows, averaged over the ranks; every plugin sees
+  // each batch as an ACCEL_STEP_EVAL step. Changes no weight or state.
+  double evaluate();
+  // The mean of `value` over every rank (each holds an equal share), one
+  // collective labelled `label`; `value` itself with one rank.
+  double average_over_ranks(double value, const char* label);
+  // Whether an evaluation follows step `step` (1-based).
+  bool evaluates_after(int64_t step) const {
+    return config_.eval.every > 0 && (step % config_.eval.every == 0 || step == config_.steps);
+  }
   double clip_or_measure(std::vector<at::Tensor>& grads);
   // The clip_gradients take-over with `max_norm` (+inf: measure only);
   // returns the global norm it wrote.
@@ -106,8 +123,9 @@ class Trainer {
   int data_rank_;  // this rank's share of the batch: rank / tensor size
   int data_size_;  // ranks reading distinct data: world / tensor size
   model::GptModel model_;
-  std::unique_ptr<data::TokenDataset> dataset_;
+  data::RunDatasets data_;  // training windows, and held-out ones under --eval-every
   data::BatchSampler sampler_;
+  data::BatchSampler eval_sampler_;  // sequential: every evaluation reads the same windows
   FlatAdamW optimizer_;
   LossScaler loss_scaler_;
   MetricsWriter metrics_;

@@ -42,7 +42,7 @@ void Trainer::resume_from(const std::string& dir) {
                         static_cast<unsigned long long>(config_.seed),
                         static_cast<unsigned long long>(state.data_seed)));
     config_.seed = state.data_seed;
-    sampler_ = data::BatchSampler(dataset_->num_windows(), config_.data_order, config_.seed);
+    sampler_ = data::BatchSampler(data_.train->num_windows(), config_.data_order, config_.seed);
   }
   loss_scaler_.restore(state.loss_scale, state.loss_scale_growth_tracker);
   completed_steps_ = state.step;

@@ -111,7 +111,10 @@ class Profiler final : public accel::sdk::Plugin {
     set_capture(schedule_.captures(0));
   }
 
-  void step_begin(const AccelStepArgs&) override {
+  // Evaluation steps (ACCEL_STEP_EVAL) are not steps of the schedule: their
+  // ranges are captured when the training step around them is.
+  void step_begin(const AccelStepArgs& args) override {
+    if ((args.flags & ACCEL_STEP_EVAL) != 0) return;
     if (save_pending_) {
       save_pending_ = false;
       write_rank_trace();  // the cycle that ended with the last step
@@ -122,7 +125,8 @@ class Profiler final : public accel::sdk::Plugin {
     }
   }
 
-  void step_end(const AccelStepArgs&) override {
+  void step_end(const AccelStepArgs& args) override {
+    if ((args.flags & ACCEL_STEP_EVAL) != 0) return;
     const int64_t host_step = first_step_ + index_;
     if (config_.profile_memory && schedule_.records(index_)) record_memory_counters(host_step);
     save_pending_ = schedule_.action(index_) == StepAction::record_and_save;

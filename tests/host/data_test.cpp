@@ -12,6 +12,7 @@
 #include <set>
 
 #include "host/data/batch_sampler.h"
+#include "host/data/held_out.h"
 #include "host/data/token_dataset.h"
 
 using namespace accel::data;
@@ -228,3 +229,47 @@ TEST(Dataset, FifoIsRefusedWithoutBlocking) {
 }
 
 }  // namespace
+
+std::vector<int64_t> window(const TokenDataset& d, int64_t index) {
+  std::vector<int64_t> out(static_cast<size_t>(d.window_length()));
+  d.read_window(index, out);
+  return out;
+}
+
+TEST(HeldOut, TheTailIsHeldOutAndTrainingKeepsTheRest) {
+  std::vector<uint16_t> tokens(10 * 5);  // ten windows of seq_len 4 + 1
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint16_t>(i % 97);
+  const std::string spec = "tokens:" + temp_file("held_out.bin", uint16_tokens(tokens));
+  const auto whole = open_dataset(spec, 4, 100, 1);
+  const RunDatasets split = open_run_datasets(spec, HeldOutSpec{true, "", 0.25}, 4, 100, 1);
+  ASSERT_EQ(split.train->num_windows(), 8);  // floor(10 * 0.25) = 2 held out
+  ASSERT_EQ(split.eval->num_windows(), 2);
+  for (int64_t i = 0; i < 8; ++i) EXPECT_EQ(window(*split.train, i), window(*whole, i));
+  for (int64_t i = 0; i < 2; ++i) EXPECT_EQ(window(*split.eval, i), window(*whole, 8 + i));
+  EXPECT_THROW(window(*split.eval, 2), std::out_of_range);  // a slice never reads past its end
+  EXPECT_NE(split.eval->describe().find("held out: windows 8..9 of 10"), std::string::npos) << split.eval->describe();
+
+  // Without evaluation every window trains.
+  const RunDatasets all = open_run_datasets(spec, HeldOutSpec{false, "", 0.25}, 4, 100, 1);
+  EXPECT_EQ(all.train->num_windows(), 10);
+  EXPECT_EQ(all.eval, nullptr);
+}
+
+TEST(HeldOut, ASplitHoldingOutNothingOrABadEvalFileIsOneLine) {
+  const std::string spec = "tokens:" + temp_file("held_out_small.bin", uint16_tokens(std::vector<uint16_t>(3 * 5, 1)));
+  const auto message = [&](const HeldOutSpec& held) {
+    try {
+      open_run_datasets(spec, held, 4, 100, 1);
+    } catch (const std::runtime_error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message({true, "", 0.2}).find("--eval-fraction 0.2 of --data's 3 windows of 5 tokens holds out 0"),
+            std::string::npos);
+  // floor(3 * 0.99) = 2 held out leaves one training window: accepted.
+  EXPECT_EQ(message({true, "", 0.99}), "no error");
+  const std::string missing = ::testing::TempDir() + "no_such_eval.bin";
+  EXPECT_EQ(message({true, "tokens:" + missing, 0.1}).rfind("--eval-data: cannot open '" + missing + "'", 0), 0u)
+      << message({true, "tokens:" + missing, 0.1});
+}
