@@ -1,7 +1,8 @@
 // accel-host: the one place that turns an error into a message and an exit
 // code. Subcommands: `check-plugin PATH` (host/app/check_plugin.h),
 // `merge-weights CHECKPOINT_DIR OUTPUT_PATH` (host/app/merge_weights.h),
-// `export-hf CHECKPOINT_DIR OUTPUT_DIR` (host/app/export_hf.h);
+// `export-hf CHECKPOINT_DIR OUTPUT_DIR` (host/app/export_hf.h),
+// `generate CHECKPOINT_DIR --prompt ...` (host/app/generate.h);
 // a first word that is not an option is a usage error; anything else is a
 // run (host/app/run.h).
 //
@@ -19,6 +20,7 @@
 
 #include "host/app/check_plugin.h"
 #include "host/app/export_hf.h"
+#include "host/app/generate.h"
 #include "host/app/merge_weights.h"
 #include "host/app/run.h"
 #include "host/cli/options.h"
@@ -45,6 +47,8 @@ int main(int argc, char** argv) {
       code = accel::app::merge_weights_command({args.begin() + 1, args.end()}, mpi);
     } else if (!args.empty() && args.front() == "export-hf") {
       code = accel::app::export_hf_command({args.begin() + 1, args.end()}, mpi);
+    } else if (!args.empty() && args.front() == "generate") {
+      code = accel::app::generate_command({args.begin() + 1, args.end()}, mpi);
     } else if (!args.empty() && !args.front().empty() && args.front()[0] != '-') {
       throw accel::cli::UsageError("unknown command '" + args.front() + "' (commands: " +
                                    accel::cli::kSubcommands + "; a run takes --options only)");

@@ -21,7 +21,7 @@ struct UsageError : std::runtime_error {
 
 // The words main() dispatches before option parsing; anything else that is
 // not an option is a usage error.
-inline constexpr const char* kSubcommands = "check-plugin, merge-weights, export-hf";
+inline constexpr const char* kSubcommands = "check-plugin, merge-weights, export-hf, generate";
 
 // --init_process_group.timeout's accepted range, in seconds: the watchdog
 // counts whole milliseconds, and a week is longer than any collective.

@@ -135,17 +135,17 @@ void GptModel::zero_grads() {
 
 // Activations are sequence-major, [seq, batch, hidden] (accel/model.h,
 // Megatron's layout): a sequence-parallel shard is a leading, contiguous slice.
-at::Tensor GptModel::embed(const Unit& unit, const at::Tensor& tokens) const {
+at::Tensor GptModel::embed(const Unit& unit, const at::Tensor& tokens, int64_t offset) const {
   const int64_t T = tokens.size(1);
-  if (T > config_.seq_len) {
-    throw std::invalid_argument("sequence of " + std::to_string(T) + " tokens exceeds seq_len " +
+  if (offset + T > config_.seq_len) {
+    throw std::invalid_argument("sequence of " + std::to_string(offset + T) + " tokens exceeds seq_len " +
                                 std::to_string(config_.seq_len));
   }
   const at::Tensor positions_first = tokens.t();  // [T, B]
   const Param& wte = unit.param("wte.weight");
   const at::Tensor& wpe = unit.param("wpe.weight").value;
   const TensorGroup& tp = tensor_group_;
-  if (!tp.active()) return at::embedding(wte.value, positions_first) + wpe.narrow(0, 0, T).unsqueeze(1);
+  if (!tp.active()) return at::embedding(wte.value, positions_first) + wpe.narrow(0, offset, T).unsqueeze(1);
   const at::Tensor x =
       vocab_parallel_embedding(wte.value, positions_first, wte.split.local_offset(wte.spec.shape), tp);
   if (!tp.sequence_split()) return x + wpe.narrow(0, 0, T).unsqueeze(1);
@@ -155,7 +155,7 @@ at::Tensor GptModel::embed(const Unit& unit, const at::Tensor& tokens) const {
   return x + wpe.narrow(0, tp.rank * local, local).unsqueeze(1);
 }
 
-at::Tensor GptModel::block(const Unit& unit, const at::Tensor& x) const {
+at::Tensor GptModel::block(const Unit& unit, const at::Tensor& x, KvCache* cache, size_t layer) const {
   const auto& p = unit.params();
   const BlockLayout& L = block_layout_;
   const auto unit_index = static_cast<int32_t>(&unit - units_.data());
@@ -187,9 +187,27 @@ at::Tensor GptModel::block(const Unit& unit, const at::Tensor& x) const {
   const int64_t T = qkv.size(0), B = qkv.size(1);
   auto parts = qkv.split(local_C, 2);
   auto heads = [&](const at::Tensor& t) { return t.view({T, B, H, local_C / H}).permute({1, 2, 0, 3}); };
-  at::Tensor y = at::scaled_dot_product_attention(heads(parts[0]), heads(parts[1]), heads(parts[2]),
-                                                  /*attn_mask=*/{}, /*dropout_p=*/0.0,
-                                                  /*is_causal=*/true);
+  at::Tensor keys = heads(parts[1]), values = heads(parts[2]);
+  bool causal = true;
+  std::optional<at::Tensor> mask;  // (an undefined tensor is not "no mask" to SDPA)
+  if (cache) {
+    at::Tensor& cached_keys = cache->keys.at(layer);
+    at::Tensor& cached_values = cache->values.at(layer);
+    if (cached_keys.defined()) {
+      keys = at::cat({cached_keys, keys}, 2);
+      values = at::cat({cached_values, values}, 2);
+    }
+    cached_keys = keys;
+    cached_values = values;
+    // SDPA's is_causal aligns the mask top-left; new queries after `past`
+    // cached positions need it bottom-right: query i sees keys 0..past+i.
+    const int64_t past = keys.size(2) - T;
+    if (past > 0) {
+      causal = false;
+      if (T > 1) mask = at::ones({T, past + T}, at::TensorOptions().dtype(at::kBool).device(x.device())).tril(past);
+    }
+  }
+  at::Tensor y = at::scaled_dot_product_attention(heads(parts[0]), keys, values, mask, /*dropout_p=*/0.0, causal);
   y = y.permute({2, 0, 1, 3}).reshape({T, B, local_C});
   at::Tensor out = x + row(y, L.attn_proj_weight, L.attn_proj_bias);
   h = at::layer_norm(out, {C}, p[L.ln_2_weight].value, p[L.ln_2_bias].value, kLayerNormEps);
@@ -215,6 +233,19 @@ at::Tensor GptModel::forward_unit(size_t index, const at::Tensor& input) const {
     case UnitKind::head: return head(unit, input);
   }
   throw std::logic_error("unknown unit kind");
+}
+
+at::Tensor GptModel::forward_cached(const at::Tensor& tokens, KvCache& cache) const {
+  if (tensor_group_.active() || linear_) {
+    throw std::logic_error("forward_cached runs the whole model in one process, without plugins");
+  }
+  const auto blocks = static_cast<size_t>(config_.n_layer);
+  cache.keys.resize(blocks);
+  cache.values.resize(blocks);
+  at::Tensor x = embed(units_.front(), tokens, cache.length);
+  for (size_t layer = 0; layer < blocks; ++layer) x = block(units_.at(layer + 1), x, &cache, layer);
+  cache.length += tokens.size(1);
+  return head(units_.back(), x);
 }
 
 at::Tensor GptModel::forward(const at::Tensor& tokens) const {

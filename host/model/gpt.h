@@ -60,6 +60,19 @@ class GptModel {
   at::Tensor forward_unit(size_t index, const at::Tensor& input) const;
   at::Tensor forward(const at::Tensor& tokens) const;  // all units: logits
 
+  // Incremental decoding (generation): the keys and values every block
+  // computed for the positions so far, [B, heads, length, head_dim] each.
+  struct KvCache {
+    std::vector<at::Tensor> keys, values;  // one per block; undefined until the first call
+    int64_t length = 0;                    // positions cached
+  };
+  // Logits [T, B, V] of `tokens` [B, T] at positions cache.length ..
+  // cache.length + T - 1, attending to the cached positions as well; appends
+  // their keys and values to `cache`. The same logits as forward() on the
+  // whole sequence. One process (no tensor group, no linear chain); throws
+  // std::invalid_argument when the positions would pass seq_len.
+  at::Tensor forward_cached(const at::Tensor& tokens, KvCache& cache) const;
+
   // Mean cross-entropy of next-token prediction over all B*T positions
   // (targets [B, T], as the tokens).
   at::Tensor loss(const at::Tensor& tokens, const at::Tensor& targets) const;
@@ -81,8 +94,11 @@ class GptModel {
   void set_linear(LinearFn linear) { linear_ = std::move(linear); }
 
  private:
-  at::Tensor embed(const Unit& unit, const at::Tensor& tokens) const;
-  at::Tensor block(const Unit& unit, const at::Tensor& x) const;
+  // `offset`: the position of the first token (forward_cached).
+  at::Tensor embed(const Unit& unit, const at::Tensor& tokens, int64_t offset = 0) const;
+  // With `cache`, block `layer` attends to the cached keys and values too
+  // and appends its own.
+  at::Tensor block(const Unit& unit, const at::Tensor& x, KvCache* cache = nullptr, size_t layer = 0) const;
   at::Tensor head(const Unit& unit, const at::Tensor& x) const;
 
   // Positions of each block parameter within a block unit's params().

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "host/model/gpt.h"
+#include "host/model/sampling.h"
 
 using namespace accel::model;
 
@@ -17,6 +18,65 @@ TEST(GptConfig, PresetsAndOverrides) {
   o.n_head = 5;  // 64 is not a multiple of 5
   EXPECT_THROW(make_gpt_config("gpt-tiny", o), std::invalid_argument);
   EXPECT_THROW(make_gpt_config("gpt-huge", {}), std::invalid_argument);
+}
+
+TEST(Gpt, CachedDecodingGivesTheWholeForwardsLogits) {
+  GptModel model(GptConfig{3, 2, 16, 12, 40});
+  model.initialise(5);
+  at::NoGradGuard no_grad;
+  const at::Tensor tokens = at::randint(0, 40, {2, 12}, at::kLong);
+  const at::Tensor whole = model.forward(tokens);  // [12, 2, 40]
+  // A 5-token prefill, a 3-token chunk (an explicit bottom-right mask), then
+  // one position at a time (no mask): each chunk's logits are the rows of
+  // the whole forward at its positions.
+  GptModel::KvCache cache;
+  int64_t at = 0;
+  for (int64_t chunk : {5, 3, 1, 1, 1, 1}) {
+    const at::Tensor logits = model.forward_cached(tokens.narrow(1, at, chunk), cache);
+    EXPECT_TRUE(at::allclose(logits, whole.narrow(0, at, chunk), 1e-5, 1e-6)) << "positions " << at << "+" << chunk;
+    at += chunk;
+  }
+  EXPECT_EQ(cache.length, 12);
+  EXPECT_THROW(model.forward_cached(tokens.narrow(1, 0, 1), cache), std::invalid_argument);  // past seq_len
+}
+
+TEST(Sampling, GreedyIsTheArgmaxChainAndSeedsRepeat) {
+  GptModel model(GptConfig{2, 2, 16, 16, 30});
+  model.initialise(9);
+  const std::vector<int64_t> prompt = {3, 1, 4};
+  SamplingOptions greedy;
+  greedy.temperature = 0;
+  greedy.max_new_tokens = 8;
+  const std::vector<int64_t> got = sample_continuation(model, prompt, greedy);
+  // Without the cache: the argmax of the whole forward, one token at a time.
+  std::vector<int64_t> sequence = prompt;
+  {
+    at::NoGradGuard no_grad;
+    for (int i = 0; i < 8; ++i) {
+      const at::Tensor logits = model.forward(at::tensor(sequence, at::kLong).unsqueeze(0));
+      sequence.push_back(logits.select(0, logits.size(0) - 1).select(0, 0).argmax().item<int64_t>());
+    }
+  }
+  EXPECT_EQ(got, std::vector<int64_t>(sequence.begin() + 3, sequence.end()));
+
+  SamplingOptions sampled;
+  sampled.max_new_tokens = 10;
+  sampled.top_k = 1;  // top-1 sampling is greedy whatever the temperature
+  const std::vector<int64_t> top_1 = sample_continuation(model, prompt, sampled);
+  EXPECT_EQ(std::vector<int64_t>(top_1.begin(), top_1.begin() + 8), got);
+  sampled.top_k = 0;
+  sampled.temperature = 1.5;
+  EXPECT_EQ(sample_continuation(model, prompt, sampled), sample_continuation(model, prompt, sampled));
+  sampled.stop_token = sample_continuation(model, prompt, sampled).at(2);
+  const std::vector<int64_t> stopped = sample_continuation(model, prompt, sampled);
+  EXPECT_LE(stopped.size(), 3u);
+  EXPECT_EQ(stopped.back(), sampled.stop_token);
+
+  SamplingOptions too_long;
+  too_long.max_new_tokens = 14;  // 3 + 14 > 16 positions
+  EXPECT_THROW(sample_continuation(model, prompt, too_long), std::invalid_argument);
+  EXPECT_THROW(sample_continuation(model, {}, greedy), std::invalid_argument);
+  EXPECT_THROW(sample_continuation(model, {30}, greedy), std::invalid_argument);  // outside the vocabulary
 }
 
 TEST(Gpt, UnitByUnitEqualsWholeForward) {
