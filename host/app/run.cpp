@@ -133,7 +133,7 @@ model::GptConfig checked_model_shape(const RunConfig& config, const plugin::Plug
 void take_shape_from_init_checkpoint(RunConfig& config) {
   if (config.init_from.empty()) return;
   const std::filesystem::path dir = config.init_from.substr(3);
-  const checkpoint::HfGpt2Config hf = checkpoint::read_hf_gpt2_config(dir);
+  const checkpoint::HfModelConfig hf = checkpoint::read_hf_config(dir);
   const auto reconcile = [&](std::optional<int64_t>& flag, int64_t value, const char* option, const char* key) {
     if (flag && *flag != value) {
       throw UsageError(strformat("--%s %lld contradicts %s %lld of %s", option, static_cast<long long>(*flag), key,
@@ -142,11 +142,19 @@ void take_shape_from_init_checkpoint(RunConfig& config) {
     flag = value;
   };
   ModelOverrides& o = config.model_overrides;
-  reconcile(o.n_layer, hf.shape.n_layer, "n-layer", "n_layer");
-  reconcile(o.n_head, hf.shape.n_head, "n-head", "n_head");
-  reconcile(o.n_embd, hf.shape.n_embd, "n-embd", "n_embd");
-  reconcile(o.seq_len, hf.shape.seq_len, "seq-len", "n_positions");
+  const bool llama = hf.shape.family == model::ModelFamily::llama;  // (config.json's own key names)
+  reconcile(o.n_layer, hf.shape.n_layer, "n-layer", llama ? "num_hidden_layers" : "n_layer");
+  reconcile(o.n_head, hf.shape.n_head, "n-head", llama ? "num_attention_heads" : "n_head");
+  reconcile(o.n_embd, hf.shape.n_embd, "n-embd", llama ? "hidden_size" : "n_embd");
+  reconcile(o.seq_len, hf.shape.seq_len, "seq-len", llama ? "max_position_embeddings" : "n_positions");
   reconcile(o.vocab_size, hf.shape.vocab_size, "vocab-size", "vocab_size");
+  if (llama) {
+    config.model = "llama-tiny";  // the family; every dimension comes from config.json
+    reconcile(o.n_kv_head, hf.shape.n_kv_head, "n-kv-head", "num_key_value_heads");
+    reconcile(o.ffn_size, hf.shape.ffn_size, "ffn-size", "intermediate_size");
+    o.rope_theta = hf.shape.rope_theta;
+    o.norm_eps = hf.shape.norm_eps;
+  }
   for (const std::string& what : hf.ignored) log::warn("--init-from: ignoring " + what);
 }
 
@@ -222,7 +230,7 @@ int run_accel(const std::vector<std::string>& args, const comm::MpiSession& mpi)
     if (!config.init_from.empty()) {
       const std::filesystem::path dir = config.init_from.substr(3);
       trainer.start_from_weights(
-          std::make_shared<const model::NamedWeights>(checkpoint::read_hf_gpt2_weights(dir, shape)));
+          std::make_shared<const model::NamedWeights>(checkpoint::read_hf_weights(dir, shape)));
       accel::log::info("initial weights from " + dir.string());
     }
     trainer.run();

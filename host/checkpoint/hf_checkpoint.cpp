@@ -9,6 +9,7 @@
 #include <set>
 #include <sstream>
 
+#include "host/checkpoint/hf_files.h"
 #include "host/model/gpt.h"
 #include "host/util/strformat.h"
 
@@ -17,45 +18,13 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+using hf::optional_key;
+using hf::positive_key;
+using hf::read_json;
+using hf::read_tensor;
+using hf::weight_files;
 
 constexpr const char* kPrefix = "transformer.";
-// config.json and the shard index are small; anything far larger is not one.
-constexpr std::uintmax_t kMaxJsonBytes = 64ull << 20;
-
-json read_json(const fs::path& path) {
-  std::error_code error;
-  const std::uintmax_t size = fs::file_size(path, error);
-  if (error) throw CheckpointError(path.string() + ": cannot read: " + error.message());
-  if (size > kMaxJsonBytes) throw CheckpointError(path.string() + ": larger than any config (" + std::to_string(size) + " bytes)");
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  if (!in) throw CheckpointError(path.string() + ": cannot read");
-  try {
-    return json::parse(text.str());
-  } catch (const json::exception& e) {
-    throw CheckpointError(path.string() + ": not valid JSON (" + e.what() + ")");
-  }
-}
-
-// A key's value when present and not null; its type checked.
-template <typename T>
-std::optional<T> optional_key(const json& config, const fs::path& path, const char* key) {
-  const auto found = config.find(key);
-  if (found == config.end() || found->is_null()) return std::nullopt;
-  try {
-    return found->get<T>();
-  } catch (const json::exception&) {
-    throw CheckpointError(path.string() + ": \"" + key + "\" has the wrong type (" + found->dump() + ")");
-  }
-}
-
-int64_t positive_key(const json& config, const fs::path& path, const char* key) {
-  const std::optional<int64_t> value = optional_key<int64_t>(config, path, key);
-  if (!value) throw CheckpointError(path.string() + ": \"" + std::string(key) + "\" is missing");
-  if (*value <= 0) throw CheckpointError(path.string() + ": \"" + std::string(key) + "\" must be positive, got " + std::to_string(*value));
-  return *value;
-}
 
 // Refuses `key` unless it is absent or equals `expected` (what the host's
 // GPT-2 computes), naming both.
@@ -88,63 +57,35 @@ bool is_mask_buffer(const std::string& host_name) {
   return false;
 }
 
-at::ScalarType torch_type(DType dtype, const std::string& where) {
-  switch (dtype) {
-    case DType::F32: return at::kFloat;
-    case DType::F16: return at::kHalf;
-    case DType::BF16: return at::kBFloat16;
-    case DType::F64: return at::kDouble;
-    default:
-      throw CheckpointError(where + ": dtype " + std::string(dtype_name(dtype)) + " is not a floating weight type");
-  }
-}
-
-at::Tensor read_tensor(const SafetensorsFile& file, const TensorInfo& info) {
-  const std::string where = file.path().string() + ": " + info.name;
-  at::Tensor raw = at::empty(info.shape, at::TensorOptions().dtype(torch_type(info.dtype, where)));
-  file.read(info, raw.data_ptr(), info.nbytes());
-  return raw.to(at::kFloat).contiguous();
-}
-
-// The files holding the weights: the one model.safetensors, or every shard
-// the index names (each once).
-std::vector<fs::path> weight_files(const fs::path& dir) {
-  const fs::path single = dir / "model.safetensors", index = dir / "model.safetensors.index.json";
-  if (fs::exists(single)) return {single};
-  if (!fs::exists(index)) {
-    throw CheckpointError(dir.string() + ": holds neither model.safetensors nor model.safetensors.index.json "
-                          "(save the model with safe_serialization=True)");
-  }
-  const json map = read_json(index);
-  const auto weights = map.find("weight_map");
-  if (weights == map.end() || !weights->is_object()) throw CheckpointError(index.string() + ": \"weight_map\" is missing");
-  std::set<std::string> names;
-  for (const auto& [tensor, file] : weights->items()) {
-    if (!file.is_string()) throw CheckpointError(index.string() + ": the file of " + tensor + " is not a string");
-    const std::string name = file.get<std::string>();
-    if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..") {
-      throw CheckpointError(index.string() + ": shard name '" + name + "' is not a file name in " + dir.string());
-    }
-    names.insert(name);
-  }
-  std::vector<fs::path> files;
-  for (const std::string& name : names) files.push_back(dir / name);
-  return files;
-}
-
 }  // namespace
 
-HfGpt2Config read_hf_gpt2_config(const fs::path& dir) {
+HfModelConfig read_hf_config(const fs::path& dir) {
   const fs::path path = dir / "config.json";
   if (!fs::is_directory(dir)) throw CheckpointError("--init-from hf:" + dir.string() + ": not a directory");
   if (!fs::exists(path)) throw CheckpointError(dir.string() + ": no config.json (a transformers save_pretrained directory has one)");
   const json config = read_json(path);
   if (!config.is_object()) throw CheckpointError(path.string() + ": not a JSON object");
   const std::optional<std::string> type = optional_key<std::string>(config, path, "model_type");
-  if (type != "gpt2") {
-    throw CheckpointError(path.string() + ": model_type " + (type ? "'" + *type + "'" : std::string("missing")) +
-                          " is not supported (supported: gpt2)");
-  }
+  if (type == "gpt2") return read_hf_gpt2_config(path, config);
+  if (type == "llama") return read_hf_llama_config(path, config);
+  throw CheckpointError(path.string() + ": model_type " + (type ? "'" + *type + "'" : std::string("missing")) +
+                        " is not supported (supported: gpt2, llama)");
+}
+
+model::NamedWeights read_hf_weights(const fs::path& dir, const model::GptConfig& shape) {
+  return shape.family == model::ModelFamily::llama ? read_hf_llama_weights(dir, shape) : read_hf_gpt2_weights(dir, shape);
+}
+
+std::vector<std::pair<std::string, at::Tensor>> to_hf_tensors(
+    const std::vector<std::pair<std::string, at::Tensor>>& host_tensors, const model::GptConfig& shape) {
+  return shape.family == model::ModelFamily::llama ? to_hf_llama_tensors(host_tensors) : to_hf_gpt2_tensors(host_tensors);
+}
+
+std::string hf_config_json(const model::GptConfig& shape) {
+  return shape.family == model::ModelFamily::llama ? hf_llama_config_json(shape) : hf_gpt2_config_json(shape);
+}
+
+HfModelConfig read_hf_gpt2_config(const fs::path& path, const json& config) {
   if (const auto archs = optional_key<std::vector<std::string>>(config, path, "architectures")) {
     for (const std::string& a : *archs) {
       if (a != "GPT2LMHeadModel" && a != "GPT2Model") {
@@ -152,7 +93,7 @@ HfGpt2Config read_hf_gpt2_config(const fs::path& dir) {
       }
     }
   }
-  HfGpt2Config out;
+  HfModelConfig out;
   out.shape.vocab_size = positive_key(config, path, "vocab_size");
   out.shape.seq_len = positive_key(config, path, "n_positions");
   out.shape.n_embd = positive_key(config, path, "n_embd");

@@ -131,7 +131,12 @@ std::string trainer_state_json(const TrainerState& state) {
         {"n_head", state.model.n_head},
         {"n_embd", state.model.n_embd},
         {"seq_len", state.model.seq_len},
-        {"vocab_size", state.model.vocab_size}}},
+        {"vocab_size", state.model.vocab_size},
+        {"family", state.model.family == model::ModelFamily::llama ? "llama" : "gpt2"},
+        {"n_kv_head", state.model.n_kv_head},
+        {"ffn_size", state.model.ffn_size},
+        {"rope_theta", state.model.rope_theta},
+        {"norm_eps", state.model.norm_eps}}},
       {"plugins", state.plugins},
       {"world_size", state.world_size}};
   return j.dump(2) + "\n";
@@ -171,12 +176,28 @@ TrainerState parse_trainer_state(std::string_view text, const std::string& where
   s.loss_scale_growth_tracker = scaler.integer("growth_tracker", 0, kInt64Max);
 
   const Fields model = top.object("model");
-  model.only({"n_layer", "n_head", "n_embd", "seq_len", "vocab_size"});
+  model.only({"n_layer", "n_head", "n_embd", "seq_len", "vocab_size", "family", "n_kv_head", "ffn_size", "rope_theta",
+              "norm_eps"});
   s.model.n_layer = model.integer("n_layer", 1, kMaxDimension);
   s.model.n_head = model.integer("n_head", 1, kMaxDimension);
   s.model.n_embd = model.integer("n_embd", 1, kMaxDimension);
   s.model.seq_len = model.integer("seq_len", 1, kMaxDimension);
   s.model.vocab_size = model.integer("vocab_size", 1, kMaxDimension);
+  // Optional: GPT-2 checkpoints written before the llama family existed.
+  if (model.has("family")) {
+    const std::string family = model.string("family");
+    if (family != "gpt2" && family != "llama") model.fail("family", "must be \"gpt2\" or \"llama\", got \"" + family + "\"");
+    s.model.family = family == "llama" ? model::ModelFamily::llama : model::ModelFamily::gpt2;
+  }
+  if (s.model.family == model::ModelFamily::llama) {
+    s.model.n_kv_head = model.integer("n_kv_head", 1, s.model.n_head);
+    if (s.model.n_head % s.model.n_kv_head != 0) model.fail("n_kv_head", "must divide n_head");
+    s.model.ffn_size = model.integer("ffn_size", 1, kMaxDimension);
+    s.model.rope_theta = model.positive_finite("rope_theta");
+  } else if (model.has("n_kv_head") && model.integer("n_kv_head", 0, 0) != 0) {
+    model.fail("n_kv_head", "must be 0 for gpt2");
+  }
+  if (model.has("norm_eps")) s.model.norm_eps = model.positive_finite("norm_eps");
 
   // Optional: files written before these fields existed.
   if (top.has("plugins")) {

@@ -121,7 +121,7 @@ struct RawStrings {
   std::string schedule = "cosine";
   std::string mixed_precision = "no";
   std::string config_file;
-  int64_t n_layer = 0, n_head = 0, n_embd = 0, seq_len = 0, vocab_size = 0;
+  int64_t n_layer = 0, n_head = 0, n_embd = 0, seq_len = 0, vocab_size = 0, n_kv_head = 0, ffn_size = 0;
 };
 
 po::options_description run_options(RunConfig& c, RawStrings& raw) {
@@ -145,14 +145,16 @@ po::options_description run_options(RunConfig& c, RawStrings& raw) {
 
   po::options_description model("Model");
   model.add_options()
-      ("model", po::value(&c.model)->default_value(c.model), "gpt-tiny|gpt-small")
+      ("model", po::value(&c.model)->default_value(c.model), "gpt-tiny|gpt-small|llama-tiny|llama-small")
       ("device", po::value(&c.device)->default_value(c.device),
        "auto|cpu|cuda: auto trains on cuda:<local rank> when CUDA is available, else on the CPU")
       ("n-layer", po::value(&raw.n_layer), "override: transformer blocks")
       ("n-head", po::value(&raw.n_head), "override: attention heads")
       ("n-embd", po::value(&raw.n_embd), "override: embedding width")
       ("seq-len", po::value(&raw.seq_len), "override: sequence length")
-      ("vocab-size", po::value(&raw.vocab_size), "override: vocabulary size");
+      ("vocab-size", po::value(&raw.vocab_size), "override: vocabulary size")
+      ("n-kv-head", po::value(&raw.n_kv_head), "override (llama): key/value heads, n-head a multiple")
+      ("ffn-size", po::value(&raw.ffn_size), "override (llama): SwiGLU hidden width");
 
   po::options_description data("Data");
   data.add_options()
@@ -298,8 +300,8 @@ void validate(const RunConfig& c) {
   static constexpr const char* kLevels[] = {"trace", "debug", "info", "warn", "error", "off"};
   require(std::find(std::begin(kLevels), std::end(kLevels), c.log_level) != std::end(kLevels),
           "--log-level: '" + c.log_level + "' is not one of: trace, debug, info, warn, error, off");
-  require(c.model == "gpt-tiny" || c.model == "gpt-small",
-          "--model: '" + c.model + "' is not one of: gpt-tiny, gpt-small");
+  require(c.model == "gpt-tiny" || c.model == "gpt-small" || c.model == "llama-tiny" || c.model == "llama-small",
+          "--model: '" + c.model + "' is not one of: gpt-tiny, gpt-small, llama-tiny, llama-small");
   require(c.device == "auto" || c.device == "cpu" || c.device == "cuda",
           "--device: '" + c.device + "' is not one of: auto, cpu, cuda");
   require(c.init_from.empty() || (c.init_from.rfind("hf:", 0) == 0 && c.init_from.size() > 3),
@@ -406,6 +408,8 @@ ParsedCommandLine parse_command_line(const std::vector<std::string>& args,
   if (vm.count("n-embd")) c.model_overrides.n_embd = raw.n_embd;
   if (vm.count("seq-len")) c.model_overrides.seq_len = raw.seq_len;
   if (vm.count("vocab-size")) c.model_overrides.vocab_size = raw.vocab_size;
+  if (vm.count("n-kv-head")) c.model_overrides.n_kv_head = raw.n_kv_head;
+  if (vm.count("ffn-size")) c.model_overrides.ffn_size = raw.ffn_size;
   // The checkpoint's config.json gives the architecture: a preset beside it
   // would be silently ignored. Shape overrides are checked against it later.
   require(c.init_from.empty() || vm["model"].defaulted(),

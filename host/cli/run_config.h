@@ -12,6 +12,8 @@ namespace accel {
 
 struct ModelOverrides {
   std::optional<int64_t> n_layer, n_head, n_embd, seq_len, vocab_size;
+  std::optional<int64_t> n_kv_head, ffn_size;  // llama family only
+  std::optional<double> rope_theta, norm_eps;  // llama family only (from --init-from's config.json)
 };
 
 enum class DataOrder { shuffled, sequential };

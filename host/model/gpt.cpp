@@ -9,8 +9,6 @@
 namespace accel::model {
 namespace {
 
-constexpr double kLayerNormEps = 1e-5;
-
 ParamSpec weight(std::string name, std::vector<int64_t> shape, ParallelHint hint, double std_dev) {
   return ParamSpec{std::move(name), ParamRole::linear_weight, hint, std::move(shape),
                    InitKind::normal, std_dev};
@@ -44,6 +42,10 @@ std::vector<ParamSpec> block_specs(const GptConfig& c, int64_t layer) {
 }  // namespace
 
 GptModel::GptModel(const GptConfig& config, at::Device device, bool allocate) : config_(config) {
+  if (config.family == ModelFamily::llama) {
+    add_llama_units(device, allocate);
+    return;
+  }
   const int64_t C = config.n_embd;
   units_.emplace_back(
       "embedding", UnitKind::embedding,
@@ -141,6 +143,10 @@ at::Tensor GptModel::embed(const Unit& unit, const at::Tensor& tokens, int64_t o
     throw std::invalid_argument("sequence of " + std::to_string(offset + T) + " tokens exceeds seq_len " +
                                 std::to_string(config_.seq_len));
   }
+  if (config_.family == ModelFamily::llama) {  // no learned positions: the blocks rotate q and k
+    if (tensor_group_.active()) throw std::logic_error("llama-family models run without tensor parallelism");
+    return at::embedding(unit.param("embed_tokens.weight").value, tokens.t());
+  }
   const at::Tensor positions_first = tokens.t();  // [T, B]
   const Param& wte = unit.param("wte.weight");
   const at::Tensor& wpe = unit.param("wpe.weight").value;
@@ -156,6 +162,9 @@ at::Tensor GptModel::embed(const Unit& unit, const at::Tensor& tokens, int64_t o
 }
 
 at::Tensor GptModel::block(const Unit& unit, const at::Tensor& x, KvCache* cache, size_t layer) const {
+  if (config_.family == ModelFamily::llama) {
+    return llama_block(unit, x, cache, layer, cache ? cache->length : 0);
+  }
   const auto& p = unit.params();
   const BlockLayout& L = block_layout_;
   const auto unit_index = static_cast<int32_t>(&unit - units_.data());
@@ -182,7 +191,7 @@ at::Tensor GptModel::block(const Unit& unit, const at::Tensor& x, KvCache* cache
   };
   const int64_t C = config_.n_embd;
   const int64_t local_C = p[L.attn_weight].shape[0] / 3, H = config_.n_head * local_C / C;
-  at::Tensor h = at::layer_norm(x, {C}, p[L.ln_1_weight].value, p[L.ln_1_bias].value, kLayerNormEps);
+  at::Tensor h = at::layer_norm(x, {C}, p[L.ln_1_weight].value, p[L.ln_1_bias].value, config_.norm_eps);
   at::Tensor qkv = column(h, L.attn_weight, L.attn_bias);  // [T, B, 3 local_C], the whole sequence
   const int64_t T = qkv.size(0), B = qkv.size(1);
   auto parts = qkv.split(local_C, 2);
@@ -210,14 +219,15 @@ at::Tensor GptModel::block(const Unit& unit, const at::Tensor& x, KvCache* cache
   at::Tensor y = at::scaled_dot_product_attention(heads(parts[0]), keys, values, mask, /*dropout_p=*/0.0, causal);
   y = y.permute({2, 0, 1, 3}).reshape({T, B, local_C});
   at::Tensor out = x + row(y, L.attn_proj_weight, L.attn_proj_bias);
-  h = at::layer_norm(out, {C}, p[L.ln_2_weight].value, p[L.ln_2_bias].value, kLayerNormEps);
+  h = at::layer_norm(out, {C}, p[L.ln_2_weight].value, p[L.ln_2_bias].value, config_.norm_eps);
   h = at::gelu(column(h, L.fc_weight, L.fc_bias), "tanh");
   return out + row(h, L.mlp_proj_weight, L.mlp_proj_bias);
 }
 
 at::Tensor GptModel::head(const Unit& unit, const at::Tensor& x) const {
+  if (config_.family == ModelFamily::llama) return llama_head(unit, x);
   at::Tensor h = at::layer_norm(x, {config_.n_embd}, unit.param("ln_f.weight").value,
-                                unit.param("ln_f.bias").value, kLayerNormEps);
+                                unit.param("ln_f.bias").value, config_.norm_eps);
   // Tied head: logits [T, B, V] against the token embedding of unit 0
   // (vocab-parallel: this rank's rows of it, after f or the sequence gather).
   const TensorGroup& tp = tensor_group_;

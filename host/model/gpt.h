@@ -29,6 +29,9 @@ class GptModel {
   explicit GptModel(const GptConfig& config, at::Device device = at::kCPU, bool allocate = true);
 
   const GptConfig& config() const { return config_; }
+  // GPT-2's head projects with the token embedding (unit 0's wte.weight);
+  // Llama's head holds its own lm_head.weight.
+  bool head_tied_to_embedding() const { return config_.family == ModelFamily::gpt2; }
   at::Device device() const { return units_.front().device(); }
   std::vector<Unit>& units() { return units_; }
   const std::vector<Unit>& units() const { return units_; }
@@ -100,6 +103,18 @@ class GptModel {
   // and appends its own.
   at::Tensor block(const Unit& unit, const at::Tensor& x, KvCache* cache = nullptr, size_t layer = 0) const;
   at::Tensor head(const Unit& unit, const at::Tensor& x) const;
+
+  // The llama family (model/llama.cpp): its units, and its blocks' and
+  // head's forward. `offset` is the position of the block input's first
+  // token (the rotary angle), non-zero only in forward_cached.
+  void add_llama_units(at::Device device, bool allocate);
+  at::Tensor llama_block(const Unit& unit, const at::Tensor& x, KvCache* cache, size_t layer, int64_t offset) const;
+  at::Tensor llama_head(const Unit& unit, const at::Tensor& x) const;
+  struct LlamaLayout {
+    size_t attn_norm, q, k, v, o, mlp_norm, gate, up, down;
+    static LlamaLayout resolve(const Unit& block);
+  };
+  LlamaLayout llama_layout_{};
 
   // Positions of each block parameter within a block unit's params().
   struct BlockLayout {

@@ -7,11 +7,18 @@
 
 namespace accel::model {
 
+const char* to_string(ModelFamily family) { return family == ModelFamily::llama ? "llama" : "gpt2"; }
+
 std::string GptConfig::describe() const {
-  return strformat("n_layer=%lld n_head=%lld n_embd=%lld seq_len=%lld vocab_size=%lld",
-                   static_cast<long long>(n_layer), static_cast<long long>(n_head),
-                   static_cast<long long>(n_embd), static_cast<long long>(seq_len),
-                   static_cast<long long>(vocab_size));
+  std::string text = strformat("n_layer=%lld n_head=%lld n_embd=%lld seq_len=%lld vocab_size=%lld",
+                               static_cast<long long>(n_layer), static_cast<long long>(n_head),
+                               static_cast<long long>(n_embd), static_cast<long long>(seq_len),
+                               static_cast<long long>(vocab_size));
+  if (family == ModelFamily::llama) {
+    text = strformat("llama %s n_kv_head=%lld ffn_size=%lld rope_theta=%g norm_eps=%g", text.c_str(),
+                     static_cast<long long>(n_kv_head), static_cast<long long>(ffn_size), rope_theta, norm_eps);
+  }
+  return text;
 }
 
 GptConfig make_gpt_config(const std::string& preset, const ModelOverrides& overrides) {
@@ -20,10 +27,25 @@ GptConfig make_gpt_config(const std::string& preset, const ModelOverrides& overr
     config = GptConfig{2, 4, 64, 64, 256};
   } else if (preset == "gpt-small") {
     config = GptConfig{12, 12, 768, 1024, 50257};
+  } else if (preset == "llama-tiny") {
+    config = GptConfig{2, 4, 64, 64, 256, ModelFamily::llama, 2, 176, 10000.0, 1e-5};
+  } else if (preset == "llama-small") {
+    config = GptConfig{8, 12, 768, 1024, 32000, ModelFamily::llama, 4, 2048, 10000.0, 1e-5};
   } else {
     throw std::invalid_argument("--model: unknown model '" + preset +
-                                "' (expected gpt-tiny or gpt-small)");
+                                "' (expected gpt-tiny, gpt-small, llama-tiny or llama-small)");
   }
+  const bool llama = config.family == ModelFamily::llama;
+  if (!llama && (overrides.n_kv_head || overrides.ffn_size)) {
+    throw std::invalid_argument(std::string(overrides.n_kv_head ? "--n-kv-head" : "--ffn-size") +
+                                " shapes llama-family models; " + preset + " is GPT-2");
+  }
+  if (overrides.n_kv_head) config.n_kv_head = *overrides.n_kv_head;
+  if (overrides.ffn_size) config.ffn_size = *overrides.ffn_size;
+  if (llama && overrides.rope_theta) config.rope_theta = *overrides.rope_theta;
+  if (llama && overrides.norm_eps) config.norm_eps = *overrides.norm_eps;
+  // A new head count without a key/value count keeps plain multi-head attention.
+  if (llama && overrides.n_head && !overrides.n_kv_head) config.n_kv_head = *overrides.n_head;
   if (overrides.n_layer) config.n_layer = *overrides.n_layer;
   if (overrides.n_head) config.n_head = *overrides.n_head;
   if (overrides.n_embd) config.n_embd = *overrides.n_embd;
@@ -37,6 +59,20 @@ GptConfig make_gpt_config(const std::string& preset, const ModelOverrides& overr
                                           static_cast<long long>(config.n_embd),
                                           static_cast<long long>(config.n_head)));
   }
+  if (llama) {
+    if (config.n_kv_head < 1 || config.n_head % config.n_kv_head != 0) {
+      throw std::invalid_argument(strformat("--n-head %lld must be a multiple of --n-kv-head %lld",
+                                            static_cast<long long>(config.n_head),
+                                            static_cast<long long>(config.n_kv_head)));
+    }
+    if ((config.n_embd / config.n_head) % 2 != 0) {
+      throw std::invalid_argument(strformat("rotary positions need an even head width; --n-embd %lld / --n-head "
+                                            "%lld is odd",
+                                            static_cast<long long>(config.n_embd),
+                                            static_cast<long long>(config.n_head)));
+    }
+    if (config.ffn_size < 1) throw std::invalid_argument("--ffn-size must be >= 1");
+  }
   if (config.seq_len < 1) throw std::invalid_argument("--seq-len must be >= 1");
   if (config.vocab_size < 2) throw std::invalid_argument("--vocab-size must be >= 2");
   return config;
@@ -44,6 +80,11 @@ GptConfig make_gpt_config(const std::string& preset, const ModelOverrides& overr
 
 int64_t count_parameters(const GptConfig& c) {
   const int64_t C = c.n_embd;
+  if (c.family == ModelFamily::llama) {
+    const int64_t kv = C / c.n_head * c.n_kv_head;
+    const int64_t block = 2 * C /*norms*/ + 2 * C * C /*q, o*/ + 2 * kv * C /*k, v*/ + 3 * C * c.ffn_size;
+    return 2 * c.vocab_size * C /*embedding, untied head*/ + c.n_layer * block + C /*final norm*/;
+  }
   const int64_t block = 2 * C /*ln_1*/ + 3 * C * C + 3 * C /*c_attn*/ + C * C + C /*attn.c_proj*/ +
                         2 * C /*ln_2*/ + 4 * C * C + 4 * C /*c_fc*/ + 4 * C * C + C /*mlp.c_proj*/;
   return c.vocab_size * C + c.seq_len * C + c.n_layer * block + 2 * C /*ln_f*/;
@@ -51,9 +92,16 @@ int64_t count_parameters(const GptConfig& c) {
 
 double minimum_training_bytes(const GptConfig& c, int64_t micro_batch, double bytes_per_parameter) {
   const double C = static_cast<double>(c.n_embd);
-  const double block = 12.0 * C * C + 13.0 * C;  // as count_parameters
-  const double parameters = static_cast<double>(c.vocab_size) * C + static_cast<double>(c.seq_len) * C +
-                            static_cast<double>(c.n_layer) * block + 2.0 * C;
+  double parameters = 0.0;  // as count_parameters, in double
+  if (c.family == ModelFamily::llama) {
+    const double kv = C / static_cast<double>(c.n_head) * static_cast<double>(c.n_kv_head);
+    const double block = 2.0 * C + 2.0 * C * C + 2.0 * kv * C + 3.0 * C * static_cast<double>(c.ffn_size);
+    parameters = 2.0 * static_cast<double>(c.vocab_size) * C + static_cast<double>(c.n_layer) * block + C;
+  } else {
+    const double block = 12.0 * C * C + 13.0 * C;
+    parameters = static_cast<double>(c.vocab_size) * C + static_cast<double>(c.seq_len) * C +
+                 static_cast<double>(c.n_layer) * block + 2.0 * C;
+  }
   const double logits = static_cast<double>(micro_batch) * static_cast<double>(c.seq_len) *
                         static_cast<double>(c.vocab_size);
   return bytes_per_parameter * parameters + 4.0 * logits;

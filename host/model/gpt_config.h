@@ -1,4 +1,7 @@
-// Shapes of the built-in GPT-2-architecture model, and its named presets.
+// Shapes of the built-in decoder-only models, and their named presets. Two
+// families share one GptModel (gpt.h): GPT-2 (LayerNorm, learned positions,
+// GELU MLP, tied head) and Llama (RMSNorm, rotary positions, SwiGLU MLP,
+// grouped-query attention, untied head; model/llama.cpp).
 #pragma once
 
 #include <cstdint>
@@ -8,18 +11,31 @@
 
 namespace accel::model {
 
+enum class ModelFamily { gpt2, llama };
+
 struct GptConfig {
   int64_t n_layer = 2;
   int64_t n_head = 4;
   int64_t n_embd = 64;
   int64_t seq_len = 64;
   int64_t vocab_size = 256;
+  ModelFamily family = ModelFamily::gpt2;
+  // Llama only (0 for GPT-2): key/value heads (grouped-query attention;
+  // n_head is a multiple) and the SwiGLU MLP's hidden width.
+  int64_t n_kv_head = 0;
+  int64_t ffn_size = 0;
+  double rope_theta = 10000.0;  // Llama: rotary base
+  double norm_eps = 1e-5;       // LayerNorm (GPT-2) or RMSNorm (Llama) epsilon
 
   bool operator==(const GptConfig&) const = default;
   std::string describe() const;  // "n_layer=2 n_head=4 ..."
 };
 
-// gpt-tiny: fast tests; gpt-small: GPT-2 small (124M parameters).
+const char* to_string(ModelFamily family);  // "gpt2" | "llama"
+
+// gpt-tiny: fast tests; gpt-small: GPT-2 small (124M parameters);
+// llama-tiny: fast tests; llama-small: a ~100M Llama (8 layers, 768 wide,
+// 12 heads over 4 key/value heads, 32000 tokens).
 // Throws std::invalid_argument for an unknown preset or inconsistent shapes.
 GptConfig make_gpt_config(const std::string& preset, const ModelOverrides& overrides);
 

@@ -14,7 +14,9 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 // Autograd glue: the chain pointer and the Saved record travel as integers
-// in saved_data (the only non-tensor storage AutogradContext offers).
+// in saved_data (the only non-tensor storage AutogradContext offers). A
+// linear without bias passes an empty tensor: autograd::Function refuses
+// undefined inputs.
 struct ChainedLinear : public torch::autograd::Function<ChainedLinear> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
                             const at::Tensor& bias, int64_t chain_address, int64_t unit, int64_t param,
@@ -23,7 +25,8 @@ struct ChainedLinear : public torch::autograd::Function<ChainedLinear> {
     auto saved = std::make_unique<LinearChain::Saved>();
     const int64_t in = x.size(-1);
     const at::Tensor x2 = x.reshape({-1, in}).contiguous();
-    at::Tensor y = chain->forward(x2, weight, bias, static_cast<int32_t>(unit), static_cast<int32_t>(param),
+    const at::Tensor real_bias = bias.numel() > 0 ? bias : at::Tensor();
+    at::Tensor y = chain->forward(x2, weight, real_bias, static_cast<int32_t>(unit), static_cast<int32_t>(param),
                                   static_cast<uint32_t>(flags), *saved);
     ctx->save_for_backward({x2, weight, bias});
     ctx->saved_data["chain"] = chain_address;
@@ -44,7 +47,7 @@ struct ChainedLinear : public torch::autograd::Function<ChainedLinear> {
     const at::Tensor& bias = tensors[2];
     const at::Tensor grad_output = grads[0].reshape({-1, weight.size(0)}).contiguous();
     at::Tensor grad_weight = at::zeros_like(weight);
-    at::Tensor grad_bias = bias.defined() ? at::zeros_like(bias) : at::Tensor();
+    at::Tensor grad_bias = bias.numel() > 0 ? at::zeros_like(bias) : at::Tensor();
     at::Tensor grad_input = chain->backward(grad_output, x2, weight, grad_weight, grad_bias,
                                             static_cast<int32_t>(ctx->saved_data["unit"].toInt()),
                                             static_cast<int32_t>(ctx->saved_data["param"].toInt()), *saved);
@@ -72,7 +75,8 @@ LinearChain::~LinearChain() = default;
 at::Tensor LinearChain::apply(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, int32_t unit,
                               int32_t param) {
   const bool needs_grad = at::GradMode::is_enabled() && (x.requires_grad() || weight.requires_grad());
-  return ChainedLinear::apply(x, weight, bias, reinterpret_cast<int64_t>(this), static_cast<int64_t>(unit),
+  const at::Tensor no_bias = bias.defined() ? at::Tensor() : at::empty({0}, weight.options());
+  return ChainedLinear::apply(x, weight, bias.defined() ? bias : no_bias, reinterpret_cast<int64_t>(this), static_cast<int64_t>(unit),
                               static_cast<int64_t>(param), static_cast<int64_t>((needs_grad ? 0u : ACCEL_LINEAR_NO_GRAD) |
                                                           (recompute_ ? ACCEL_LINEAR_RECOMPUTE : 0u)));
 }

@@ -61,10 +61,10 @@ std::vector<at::Tensor> flat_grads_of(model::GptModel& model) {
   return grads;
 }
 
-// Units unit `u`'s computation touches: itself, and for the head the token
-// embedding it is tied to (gpt.h).
+// Units unit `u`'s computation touches: itself, and for a tied head the
+// token embedding (gpt.h).
 std::vector<size_t> units_read_by(const model::GptModel& model, size_t u) {
-  if (model.units()[u].kind() == model::UnitKind::head) return {u, 0};
+  if (model.units()[u].kind() == model::UnitKind::head && model.head_tied_to_embedding()) return {u, 0};
   return {u};
 }
 
@@ -485,6 +485,11 @@ void Trainer::plan_plugins() {
 }
 
 void Trainer::use_tensor_parallel_plan() {
+  if (model_.config().family == model::ModelFamily::llama) {
+    throw std::runtime_error("the plugins' model plan splits parameters (tensor parallelism), which llama-family "
+                             "models do not support yet: train " + config_.model + " with tp_degree 1 (data "
+                             "parallel, fsdp, deepspeed_zero)");
+  }
   runtime::resolve_tensor_parallel_plan(*context_);
   const int64_t tensor = runtime::tensor_parallel_size(*context_);
   // The ranks of a tensor group read the same micro-batches: the data

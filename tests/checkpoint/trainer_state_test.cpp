@@ -68,6 +68,26 @@ TEST(TrainerState, WrittenTextParsesBackExactly) {
   EXPECT_EQ(s.world_size, e.world_size);
 }
 
+TEST(TrainerState, ALlamaShapeParsesBackAndItsFieldsAreChecked) {
+  TrainerState llama = sample_state();
+  llama.model = model::GptConfig{2, 4, 64, 32, 256, model::ModelFamily::llama, 2, 176, 500000.0, 1e-6};
+  EXPECT_EQ(parse_trainer_state(trainer_state_json(llama), "x").model, llama.model);
+  json j = json::parse(trainer_state_json(llama));
+  j["model"]["n_kv_head"] = 3;  // 4 heads over 3 key/value heads
+  EXPECT_NE(error_of(j).find("\"model.n_kv_head\" must divide n_head"), std::string::npos) << error_of(j);
+  j["model"]["n_kv_head"] = 2;
+  j["model"]["rope_theta"] = 0;
+  EXPECT_NE(error_of(j).find("\"model.rope_theta\" must be a finite number > 0"), std::string::npos) << error_of(j);
+  j["model"].erase("rope_theta");
+  EXPECT_NE(error_of(j).find("rope_theta"), std::string::npos) << error_of(j);
+}
+
+TEST(TrainerState, AFileFromBeforeTheLlamaFamilyIsGpt2) {
+  json j = sample_json();
+  for (const char* key : {"family", "n_kv_head", "ffn_size", "rope_theta", "norm_eps"}) j["model"].erase(key);
+  EXPECT_EQ(parse_trainer_state(j.dump(), "x").model, sample_state().model);
+}
+
 TEST(TrainerState, OptionalFieldsDefault) {
   json j = sample_json();
   j.erase("plugins");
@@ -124,7 +144,10 @@ TEST(TrainerState, EveryFieldIsTypeAndRangeChecked) {
       {"/world_size", 2.5, "\"world_size\" must be an integer, got 2.5"},
       {"/surprise", true, "\"surprise\" is not a known field"},
       {"/rng/surprise", true, "\"rng.surprise\" is not a known field"},
-      {"/model/n_kv_head", 2, "\"model.n_kv_head\" is not a known field"},
+      {"/model/surprise", 2, "\"model.surprise\" is not a known field"},
+      {"/model/family", "mamba", "\"model.family\" must be \"gpt2\" or \"llama\", got \"mamba\""},
+      {"/model/n_kv_head", 2, "\"model.n_kv_head\" must be at most 0, got 2"},  // GPT-2 has none
+      {"/model/norm_eps", -1.0, "\"model.norm_eps\" must be a finite number > 0"},
   };
   for (const BadField& c : cases) {
     json j = sample_json();

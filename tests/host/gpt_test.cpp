@@ -40,6 +40,46 @@ TEST(Gpt, CachedDecodingGivesTheWholeForwardsLogits) {
   EXPECT_THROW(model.forward_cached(tokens.narrow(1, 0, 1), cache), std::invalid_argument);  // past seq_len
 }
 
+GptConfig tiny_llama() { return make_gpt_config("llama-tiny", {}); }
+
+TEST(Llama, PresetsCountTheirParametersAndRefuseGpt2Only) {
+  EXPECT_EQ(count_parameters(make_gpt_config("llama-small", {})), 99'496'704);  // the "~100M" preset
+  GptModel model(tiny_llama());
+  EXPECT_EQ(model.num_parameters(), count_parameters(tiny_llama()));
+  EXPECT_FALSE(model.head_tied_to_embedding());
+  accel::ModelOverrides o;
+  o.n_kv_head = 3;  // 4 heads are not a multiple of 3
+  EXPECT_THROW(make_gpt_config("llama-tiny", o), std::invalid_argument);
+  EXPECT_THROW(make_gpt_config("gpt-tiny", o), std::invalid_argument);  // GPT-2 has no key/value heads
+  o = {};
+  o.n_head = 8;  // a new head count alone keeps multi-head attention
+  EXPECT_EQ(make_gpt_config("llama-tiny", o).n_kv_head, 8);
+}
+
+TEST(Llama, AttentionIsCausalAndCachedDecodingMatchesTheWholeForward) {
+  accel::ModelOverrides o;
+  o.seq_len = 10;
+  GptModel model(make_gpt_config("llama-tiny", o));
+  model.initialise(3);
+  at::NoGradGuard no_grad;
+  at::Tensor tokens = at::randint(0, 256, {2, 10}, at::kLong);
+  const at::Tensor whole = model.forward(tokens);
+  EXPECT_EQ(whole.sizes(), (at::IntArrayRef{10, 2, 256}));
+  at::Tensor changed = tokens.clone();
+  changed.index_put_({at::indexing::Slice(), 7}, (tokens.index({at::indexing::Slice(), 7}) + 1) % 256);
+  const at::Tensor after = model.forward(changed);
+  EXPECT_TRUE(at::equal(after.narrow(0, 0, 7), whole.narrow(0, 0, 7)));  // earlier positions never see it
+  EXPECT_FALSE(at::allclose(after.narrow(0, 7, 3), whole.narrow(0, 7, 3)));
+  GptModel::KvCache cache;
+  int64_t at = 0;
+  for (int64_t chunk : {4, 3, 1, 1, 1}) {  // rotary angles follow the cache's offset
+    EXPECT_TRUE(at::allclose(model.forward_cached(tokens.narrow(1, at, chunk), cache), whole.narrow(0, at, chunk),
+                             1e-5, 1e-6))
+        << "positions " << at << "+" << chunk;
+    at += chunk;
+  }
+}
+
 TEST(Sampling, GreedyIsTheArgmaxChainAndSeedsRepeat) {
   GptModel model(GptConfig{2, 2, 16, 16, 30});
   model.initialise(9);

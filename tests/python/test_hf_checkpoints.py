@@ -187,8 +187,8 @@ class HuggingFaceBadInput(TempDirMixin, unittest.TestCase):
         save_numpy(tensors, path, metadata={"format": "pt"})
 
     def test_another_architecture(self):
-        self.edit_config(model_type="llama", architectures=["LlamaForCausalLM"])
-        self.refused(mentions=["config.json", "model_type 'llama'", "gpt2"])
+        self.edit_config(model_type="mistral", architectures=["MistralForCausalLM"])
+        self.refused(mentions=["config.json", "model_type 'mistral'", "gpt2, llama"])
 
     def test_another_activation(self):
         self.edit_config(activation_function="relu")

@@ -1,0 +1,159 @@
+// The llama family's units and forward (see gpt.h, gpt_config.h): what
+// transformers' LlamaForCausalLM computes, in the host's sequence-major
+// layout. Parameter names are the transformers ones without the "model."
+// prefix, so checkpoints map one to one (checkpoint/hf_checkpoint.h).
+//
+//   block:  h = x + o(attention(rope(q(n1(x))), rope(k(n1(x))), v(n1(x))))
+//           y = h + down(silu(gate(n2(h))) * up(n2(h)))
+//   RMSNorm n(x) = w * (x / sqrt(mean(x^2) + eps)), computed in fp32;
+//   rotary: q, k rotated by position * theta^(-2i/d) (the rotate_half form);
+//   grouped-query attention: each of the n_kv_head key/value heads serves
+//   n_head / n_kv_head consecutive query heads.
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "host/model/gpt.h"
+
+namespace accel::model {
+namespace {
+
+ParamSpec linear_weight(std::string name, int64_t out, int64_t in, ParallelHint hint) {
+  return ParamSpec{std::move(name), ParamRole::linear_weight, hint, {out, in}, InitKind::normal, 0.02};
+}
+ParamSpec rms_norm_weight(std::string name, int64_t n) {
+  return ParamSpec{std::move(name), ParamRole::norm, ParallelHint::replicated, {n}, InitKind::ones, 0.0};
+}
+
+std::vector<ParamSpec> llama_block_specs(const GptConfig& c, int64_t layer) {
+  const int64_t C = c.n_embd, kv = C / c.n_head * c.n_kv_head, F = c.ffn_size;
+  const std::string p = "layers." + std::to_string(layer) + ".";
+  return {rms_norm_weight(p + "input_layernorm.weight", C),
+          linear_weight(p + "self_attn.q_proj.weight", C, C, ParallelHint::column),
+          linear_weight(p + "self_attn.k_proj.weight", kv, C, ParallelHint::column),
+          linear_weight(p + "self_attn.v_proj.weight", kv, C, ParallelHint::column),
+          linear_weight(p + "self_attn.o_proj.weight", C, C, ParallelHint::row),
+          rms_norm_weight(p + "post_attention_layernorm.weight", C),
+          linear_weight(p + "mlp.gate_proj.weight", F, C, ParallelHint::column),
+          linear_weight(p + "mlp.up_proj.weight", F, C, ParallelHint::column),
+          linear_weight(p + "mlp.down_proj.weight", C, F, ParallelHint::row)};
+}
+
+// transformers' LlamaRMSNorm: the statistics in fp32, the product in the
+// input's dtype.
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  const at::Tensor x32 = x.to(at::kFloat);
+  const at::Tensor normed = x32 * at::rsqrt(x32.pow(2).mean(-1, /*keepdim=*/true) + eps);
+  return weight * normed.to(x.scalar_type());
+}
+
+at::Tensor rotate_half(const at::Tensor& x) {
+  const int64_t half = x.size(-1) / 2;
+  return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+}
+
+// cos and sin [T, head_dim] of positions offset .. offset + T - 1, in fp32
+// as transformers computes them.
+std::pair<at::Tensor, at::Tensor> rotary_angles(int64_t T, int64_t offset, int64_t head_dim, double theta,
+                                                at::Device device) {
+  const auto f32 = at::TensorOptions().dtype(at::kFloat).device(device);
+  const at::Tensor exponents = at::arange(0, head_dim, 2, at::TensorOptions().dtype(at::kLong).device(device))
+                                   .to(at::kFloat) / static_cast<double>(head_dim);
+  const at::Tensor inv_freq = 1.0 / at::pow(theta, exponents);
+  const at::Tensor positions = at::arange(offset, offset + T, f32);
+  const at::Tensor freqs = at::outer(positions, inv_freq);  // [T, head_dim / 2]
+  const at::Tensor angles = at::cat({freqs, freqs}, -1);
+  return {angles.cos(), angles.sin()};
+}
+
+}  // namespace
+
+void GptModel::add_llama_units(at::Device device, bool allocate) {
+  const GptConfig& c = config_;
+  units_.emplace_back("embedding", UnitKind::embedding,
+                      std::vector<ParamSpec>{{"embed_tokens.weight", ParamRole::embedding, ParallelHint::vocab,
+                                              {c.vocab_size, c.n_embd}, InitKind::normal, 0.02}},
+                      device, allocate);
+  for (int64_t layer = 0; layer < c.n_layer; ++layer) {
+    units_.emplace_back("block." + std::to_string(layer), UnitKind::block, llama_block_specs(c, layer), device,
+                        allocate);
+  }
+  units_.emplace_back("head", UnitKind::head,
+                      std::vector<ParamSpec>{rms_norm_weight("norm.weight", c.n_embd),
+                                             linear_weight("lm_head.weight", c.vocab_size, c.n_embd,
+                                                           ParallelHint::vocab)},
+                      device, allocate);
+  llama_layout_ = LlamaLayout::resolve(units_[1]);
+}
+
+GptModel::LlamaLayout GptModel::LlamaLayout::resolve(const Unit& block) {
+  auto index_of = [&](const char* suffix) {
+    const auto& params = block.params();
+    for (size_t i = 0; i < params.size(); ++i) {
+      const std::string& name = params[i].spec.name;
+      if (name.size() > std::strlen(suffix) &&
+          name.compare(name.size() - std::strlen(suffix), std::string::npos, suffix) == 0) {
+        return i;
+      }
+    }
+    throw std::logic_error(std::string("llama block has no parameter ") + suffix);
+  };
+  return LlamaLayout{index_of(".input_layernorm.weight"), index_of(".q_proj.weight"),   index_of(".k_proj.weight"),
+                     index_of(".v_proj.weight"),          index_of(".o_proj.weight"),   index_of(".post_attention_layernorm.weight"),
+                     index_of(".gate_proj.weight"),       index_of(".up_proj.weight"),  index_of(".down_proj.weight")};
+}
+
+at::Tensor GptModel::llama_block(const Unit& unit, const at::Tensor& x, KvCache* cache, size_t layer,
+                                 int64_t offset) const {
+  if (tensor_group_.active()) throw std::logic_error("llama-family models run without tensor parallelism");
+  const auto& p = unit.params();
+  const LlamaLayout& L = llama_layout_;
+  const auto unit_index = static_cast<int32_t>(&unit - units_.data());
+  auto linear = [&](const at::Tensor& in, size_t weight) {
+    if (!linear_) return at::linear(in, p[weight].value);
+    return linear_(in, p[weight].value, at::Tensor(), unit_index, static_cast<int32_t>(weight));
+  };
+  const int64_t T = x.size(0), B = x.size(1), H = config_.n_head, KV = config_.n_kv_head;
+  const int64_t D = config_.n_embd / H;
+  const at::Tensor h = rms_norm(x, p[L.attn_norm].value, config_.norm_eps);
+  // [T, B, heads * D] -> [B, heads, T, D]
+  auto heads = [&](const at::Tensor& t, int64_t n) { return t.view({T, B, n, D}).permute({1, 2, 0, 3}); };
+  at::Tensor q = heads(linear(h, L.q), H), k = heads(linear(h, L.k), KV), v = heads(linear(h, L.v), KV);
+  const auto [cos32, sin32] = rotary_angles(T, offset, D, config_.rope_theta, x.device());
+  const at::Tensor cos = cos32.to(q.scalar_type()), sin = sin32.to(q.scalar_type());
+  q = q * cos + rotate_half(q) * sin;
+  k = k * cos + rotate_half(k) * sin;
+  bool causal = true;
+  std::optional<at::Tensor> mask;
+  if (cache) {  // as GptModel::block: the cache holds the rotated keys
+    at::Tensor& cached_keys = cache->keys.at(layer);
+    at::Tensor& cached_values = cache->values.at(layer);
+    if (cached_keys.defined()) {
+      k = at::cat({cached_keys, k}, 2);
+      v = at::cat({cached_values, v}, 2);
+    }
+    cached_keys = k;
+    cached_values = v;
+    const int64_t past = k.size(2) - T;
+    if (past > 0) {
+      causal = false;
+      if (T > 1) mask = at::ones({T, past + T}, at::TensorOptions().dtype(at::kBool).device(x.device())).tril(past);
+    }
+  }
+  if (KV != H) {
+    k = k.repeat_interleave(H / KV, 1);
+    v = v.repeat_interleave(H / KV, 1);
+  }
+  at::Tensor y = at::scaled_dot_product_attention(q, k, v, mask, /*dropout_p=*/0.0, causal);
+  y = y.permute({2, 0, 1, 3}).reshape({T, B, H * D});
+  const at::Tensor out = x + linear(y, L.o);
+  const at::Tensor m = rms_norm(out, p[L.mlp_norm].value, config_.norm_eps);
+  return out + linear(at::silu(linear(m, L.gate)) * linear(m, L.up), L.down);
+}
+
+at::Tensor GptModel::llama_head(const Unit& unit, const at::Tensor& x) const {
+  const at::Tensor h = rms_norm(x, unit.param("norm.weight").value, config_.norm_eps);
+  return at::linear(h, unit.param("lm_head.weight").value);
+}
+
+}  // namespace accel::model
