@@ -144,8 +144,9 @@ at::Tensor GptModel::embed(const Unit& unit, const at::Tensor& tokens, int64_t o
                                 std::to_string(config_.seq_len));
   }
   if (config_.family == ModelFamily::llama) {  // no learned positions: the blocks rotate q and k
-    if (tensor_group_.active()) throw std::logic_error("llama-family models run without tensor parallelism");
-    return at::embedding(unit.param("embed_tokens.weight").value, tokens.t());
+    const Param& table = unit.param("embed_tokens.weight");
+    if (!tensor_group_.active()) return at::embedding(table.value, tokens.t());
+    return vocab_parallel_embedding(table.value, tokens.t(), table.split.local_offset(table.spec.shape), tensor_group_);
   }
   const at::Tensor positions_first = tokens.t();  // [T, B]
   const Param& wte = unit.param("wte.weight");
@@ -271,7 +272,9 @@ at::Tensor GptModel::loss(const at::Tensor& tokens, const at::Tensor& targets) c
 at::Tensor GptModel::loss_from_logits(const at::Tensor& logits, const at::Tensor& targets) const {
   const at::Tensor positions_first = targets.t();  // logits are [T, B, V]
   if (tensor_group_.active()) {
-    const Param& wte = units_.front().param("wte.weight");
+    // The vocabulary rows this rank's logits cover: the tied wte's, or lm_head's.
+    const Param& wte = head_tied_to_embedding() ? units_.front().param("wte.weight")
+                                                : units_.back().param("lm_head.weight");
     return vocab_parallel_cross_entropy(logits, positions_first, wte.split.local_offset(wte.spec.shape),
                                         config_.vocab_size, tensor_group_);
   }

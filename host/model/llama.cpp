@@ -9,11 +9,15 @@
 //   rotary: q, k rotated by position * theta^(-2i/d) (the rotate_half form);
 //   grouped-query attention: each of the n_kv_head key/value heads serves
 //   n_head / n_kv_head consecutive query heads.
+// Tensor parallel as GPT-2's blocks (gpt.cpp): q, k, v, gate and up are
+// column-parallel (this rank's query and key/value heads, its MLP slice),
+// o and down row-parallel; embed_tokens and lm_head vocab-parallel.
 #include <cstring>
 #include <stdexcept>
 #include <string>
 
 #include "host/model/gpt.h"
+#include "host/model/tensor_parallel.h"
 
 namespace accel::model {
 namespace {
@@ -105,7 +109,6 @@ GptModel::LlamaLayout GptModel::LlamaLayout::resolve(const Unit& block) {
 
 at::Tensor GptModel::llama_block(const Unit& unit, const at::Tensor& x, KvCache* cache, size_t layer,
                                  int64_t offset) const {
-  if (tensor_group_.active()) throw std::logic_error("llama-family models run without tensor parallelism");
   const auto& p = unit.params();
   const LlamaLayout& L = llama_layout_;
   const auto unit_index = static_cast<int32_t>(&unit - units_.data());
@@ -113,9 +116,24 @@ at::Tensor GptModel::llama_block(const Unit& unit, const at::Tensor& x, KvCache*
     if (!linear_) return at::linear(in, p[weight].value);
     return linear_(in, p[weight].value, at::Tensor(), unit_index, static_cast<int32_t>(weight));
   };
-  const int64_t T = x.size(0), B = x.size(1), H = config_.n_head, KV = config_.n_kv_head;
-  const int64_t D = config_.n_embd / H;
-  const at::Tensor h = rms_norm(x, p[L.attn_norm].value, config_.norm_eps);
+  const TensorGroup& tp = tensor_group_;
+  // Identities unsplit (Megatron's f and g). Under tensor parallelism the
+  // column linears' input enters the tensor region once per sub-layer (one
+  // all-reduce of its gradient for q, k and v together, one for gate and up);
+  // with sequence parallelism it is gathered along the sequence instead, and
+  // a row linear's output reduce-scattered back to this rank's slice.
+  auto enter = [&](const at::Tensor& in) {
+    return tp.sequence_split() ? gather_from_sequence_region(in, tp) : copy_to_tensor_region(in, tp);
+  };
+  auto row = [&](const at::Tensor& in, size_t weight) {
+    const at::Tensor partial = linear(in, weight);
+    if (!tp.active()) return partial;
+    return tp.sequence_split() ? reduce_scatter_to_sequence_region(partial, tp) : reduce_from_tensor_region(partial, tp);
+  };
+  const int64_t D = config_.n_embd / config_.n_head;
+  const int64_t H = p[L.q].shape[0] / D, KV = p[L.k].shape[0] / D;  // this rank's heads
+  const at::Tensor h = enter(rms_norm(x, p[L.attn_norm].value, config_.norm_eps));  // the whole sequence
+  const int64_t T = h.size(0), B = h.size(1);
   // [T, B, heads * D] -> [B, heads, T, D]
   auto heads = [&](const at::Tensor& t, int64_t n) { return t.view({T, B, n, D}).permute({1, 2, 0, 3}); };
   at::Tensor q = heads(linear(h, L.q), H), k = heads(linear(h, L.k), KV), v = heads(linear(h, L.v), KV);
@@ -146,14 +164,17 @@ at::Tensor GptModel::llama_block(const Unit& unit, const at::Tensor& x, KvCache*
   }
   at::Tensor y = at::scaled_dot_product_attention(q, k, v, mask, /*dropout_p=*/0.0, causal);
   y = y.permute({2, 0, 1, 3}).reshape({T, B, H * D});
-  const at::Tensor out = x + linear(y, L.o);
-  const at::Tensor m = rms_norm(out, p[L.mlp_norm].value, config_.norm_eps);
-  return out + linear(at::silu(linear(m, L.gate)) * linear(m, L.up), L.down);
+  const at::Tensor out = x + row(y, L.o);
+  const at::Tensor m = enter(rms_norm(out, p[L.mlp_norm].value, config_.norm_eps));
+  return out + row(at::silu(linear(m, L.gate)) * linear(m, L.up), L.down);
 }
 
 at::Tensor GptModel::llama_head(const Unit& unit, const at::Tensor& x) const {
   const at::Tensor h = rms_norm(x, unit.param("norm.weight").value, config_.norm_eps);
-  return at::linear(h, unit.param("lm_head.weight").value);
+  // This rank's vocabulary rows of lm_head (vocab-parallel logits).
+  const TensorGroup& tp = tensor_group_;
+  const at::Tensor all = tp.sequence_split() ? gather_from_sequence_region(h, tp) : copy_to_tensor_region(h, tp);
+  return at::linear(all, unit.param("lm_head.weight").value);
 }
 
 }  // namespace accel::model

@@ -120,6 +120,10 @@ void resolve_tensor_parallel_plan(HostContext& context) {
     }
     asked[u][static_cast<size_t>(split.param)] = split.dim;
   }
+  if (config.family == model::ModelFamily::llama && config.n_kv_head % parts != 0) {
+    throw std::runtime_error(strformat("tensor parallel size %lld does not divide the %lld key/value heads",
+                                       static_cast<long long>(parts), static_cast<long long>(config.n_kv_head)));
+  }
   if (config.n_head % parts != 0) {
     throw std::runtime_error(strformat("tensor parallel size %lld does not divide the %lld attention heads",
                                        static_cast<long long>(parts), static_cast<long long>(config.n_head)));

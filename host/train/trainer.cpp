@@ -485,11 +485,6 @@ void Trainer::plan_plugins() {
 }
 
 void Trainer::use_tensor_parallel_plan() {
-  if (model_.config().family == model::ModelFamily::llama) {
-    throw std::runtime_error("the plugins' model plan splits parameters (tensor parallelism), which llama-family "
-                             "models do not support yet: train " + config_.model + " with tp_degree 1 (data "
-                             "parallel, fsdp, deepspeed_zero)");
-  }
   runtime::resolve_tensor_parallel_plan(*context_);
   const int64_t tensor = runtime::tensor_parallel_size(*context_);
   // The ranks of a tensor group read the same micro-batches: the data

@@ -171,10 +171,22 @@ class LlamaStrategies(TempDirMixin, unittest.TestCase):
         self.assertEqual(first + rest, whole)
 
     @unittest.skipUnless(MPIRUN, "mpirun not found")
-    def test_tensor_parallelism_is_refused_in_one_line(self):
-        proc = mpirun(2, *self.COMMON, "--steps", 1, "--plugin", "megatron", "--megatron.tp_degree", 2, check=False)
+    def test_megatron_tensor_and_sequence_parallel_train_as_one_process(self):
+        one = self.losses()
+        tp = ["--plugin", "megatron", "--megatron.tp_degree", 2]
+        for name, extra, ranks in (("tp 2", tp, 2), ("tp 2 sequence parallel", [*tp, "--megatron.sequence_parallelism", "true"], 2),
+                                   ("tp 2 x dp 2", tp, 4)):
+            with self.subTest(name):
+                got = self.losses(*extra, ranks=ranks)
+                for step, (a, b) in enumerate(zip(one, got)):
+                    self.assertLess(abs(a - b) / a, 1e-5, f"{name} step {step + 1}: {a} vs {b}")
+
+    @unittest.skipUnless(MPIRUN, "mpirun not found")
+    def test_a_tensor_group_larger_than_the_key_value_heads_is_refused(self):
+        proc = mpirun(2, *self.COMMON, "--steps", 1, "--n-kv-head", 1, "--plugin", "megatron",
+                      "--megatron.tp_degree", 2, check=False)
         self.assertNotEqual(proc.returncode, 0)
-        self.assertIn("llama-family models do not support yet", proc.stderr)
+        self.assertIn("tensor parallel size 2 does not divide the 1 key/value heads", proc.stderr)
 
 
 @unittest.skipUnless(transformers, "transformers is not installed (requirements-tools.txt)")
