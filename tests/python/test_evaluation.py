@@ -97,6 +97,29 @@ class Evaluation(TempDirMixin, unittest.TestCase):
         self.assertEqual([l["loss"] for l in held_out], [l["loss"] for l in separate])
         self.assertEqual(eval_lines(held_out), eval_lines(separate))
 
+    @unittest.skipUnless(transformers, "transformers is not installed (requirements-tools.txt)")
+    def test_fp8_evaluates_in_full_precision_unless_autocast_during_eval(self):
+        # FP8RecipeKwargs.use_autocast_during_eval false (the default): the
+        # evaluation forward of the FP8-trained weights is the fp32 one, so it
+        # equals transformers' loss of the exported weights; true: FP8 GEMMs,
+        # close to it but not equal.
+        windows = torch.from_numpy(self.tokens.reshape(WINDOWS, SEQ + 1)[WINDOWS - HELD:][: EVAL_STEPS * BATCH])
+        for autocast in ("false", "true"):
+            with self.subTest(use_autocast_during_eval=autocast):
+                save, out = self.path(f"fp8_{autocast}"), self.path(f"fp8_{autocast}_hf")
+                lines = self.train(*EVAL, "--plugin", "fp8", "--fp8.use_autocast_during_eval", autocast, "--save", save)
+                run_host("export-hf", save, out)
+                model = transformers.GPT2LMHeadModel.from_pretrained(out, attn_implementation="eager").eval()
+                with torch.no_grad():
+                    logits = model(input_ids=windows[:, :-1]).logits
+                    full = F.cross_entropy(logits.reshape(-1, VOCAB), windows[:, 1:].reshape(-1)).item()
+                got = eval_lines(lines)[STEPS]
+                if autocast == "false":
+                    self.assertAlmostEqual(got, full, delta=1e-5 * full)
+                else:
+                    self.assertNotAlmostEqual(got, full, delta=1e-6 * full)
+                    self.assertAlmostEqual(got, full, delta=0.02 * full)
+
     def test_a_resumed_run_evaluates_bit_for_bit_as_the_uninterrupted_one(self):
         save = self.path("ckpt")
         whole = self.train(*EVAL, *HORIZON)
