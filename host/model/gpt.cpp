@@ -6,6 +6,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "host/model/block_parts.h"
+
 namespace accel::model {
 namespace {
 
@@ -63,17 +65,7 @@ GptModel::GptModel(const GptConfig& config, at::Device device, bool allocate) : 
 // Every block has the same parameter order, so the indices found in block 0
 // serve all of them and forward never compares names.
 GptModel::BlockLayout GptModel::BlockLayout::resolve(const Unit& block) {
-  auto index_of = [&](const char* suffix) {
-    const auto& params = block.params();
-    for (size_t i = 0; i < params.size(); ++i) {
-      const std::string& name = params[i].spec.name;
-      if (name.size() > std::strlen(suffix) &&
-          name.compare(name.size() - std::strlen(suffix), std::string::npos, suffix) == 0) {
-        return i;
-      }
-    }
-    throw std::logic_error(std::string("block has no parameter ") + suffix);
-  };
+  auto index_of = [&](const char* suffix) { return param_index_by_suffix(block, suffix); };
   BlockLayout L;
   L.ln_1_weight = index_of(".ln_1.weight");
   L.ln_1_bias = index_of(".ln_1.bias");
@@ -200,23 +192,7 @@ at::Tensor GptModel::block(const Unit& unit, const at::Tensor& x, KvCache* cache
   at::Tensor keys = heads(parts[1]), values = heads(parts[2]);
   bool causal = true;
   std::optional<at::Tensor> mask;  // (an undefined tensor is not "no mask" to SDPA)
-  if (cache) {
-    at::Tensor& cached_keys = cache->keys.at(layer);
-    at::Tensor& cached_values = cache->values.at(layer);
-    if (cached_keys.defined()) {
-      keys = at::cat({cached_keys, keys}, 2);
-      values = at::cat({cached_values, values}, 2);
-    }
-    cached_keys = keys;
-    cached_values = values;
-    // SDPA's is_causal aligns the mask top-left; new queries after `past`
-    // cached positions need it bottom-right: query i sees keys 0..past+i.
-    const int64_t past = keys.size(2) - T;
-    if (past > 0) {
-      causal = false;
-      if (T > 1) mask = at::ones({T, past + T}, at::TensorOptions().dtype(at::kBool).device(x.device())).tril(past);
-    }
-  }
+  if (cache) mask = append_to_cache(cache->keys.at(layer), cache->values.at(layer), keys, values, causal);
   at::Tensor y = at::scaled_dot_product_attention(heads(parts[0]), keys, values, mask, /*dropout_p=*/0.0, causal);
   y = y.permute({2, 0, 1, 3}).reshape({T, B, local_C});
   at::Tensor out = x + row(y, L.attn_proj_weight, L.attn_proj_bias);

@@ -16,6 +16,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "host/model/block_parts.h"
 #include "host/model/gpt.h"
 #include "host/model/tensor_parallel.h"
 
@@ -91,17 +92,7 @@ void GptModel::add_llama_units(at::Device device, bool allocate) {
 }
 
 GptModel::LlamaLayout GptModel::LlamaLayout::resolve(const Unit& block) {
-  auto index_of = [&](const char* suffix) {
-    const auto& params = block.params();
-    for (size_t i = 0; i < params.size(); ++i) {
-      const std::string& name = params[i].spec.name;
-      if (name.size() > std::strlen(suffix) &&
-          name.compare(name.size() - std::strlen(suffix), std::string::npos, suffix) == 0) {
-        return i;
-      }
-    }
-    throw std::logic_error(std::string("llama block has no parameter ") + suffix);
-  };
+  auto index_of = [&](const char* suffix) { return param_index_by_suffix(block, suffix); };
   return LlamaLayout{index_of(".input_layernorm.weight"), index_of(".q_proj.weight"),   index_of(".k_proj.weight"),
                      index_of(".v_proj.weight"),          index_of(".o_proj.weight"),   index_of(".post_attention_layernorm.weight"),
                      index_of(".gate_proj.weight"),       index_of(".up_proj.weight"),  index_of(".down_proj.weight")};
@@ -143,21 +134,7 @@ at::Tensor GptModel::llama_block(const Unit& unit, const at::Tensor& x, KvCache*
   k = k * cos + rotate_half(k) * sin;
   bool causal = true;
   std::optional<at::Tensor> mask;
-  if (cache) {  // as GptModel::block: the cache holds the rotated keys
-    at::Tensor& cached_keys = cache->keys.at(layer);
-    at::Tensor& cached_values = cache->values.at(layer);
-    if (cached_keys.defined()) {
-      k = at::cat({cached_keys, k}, 2);
-      v = at::cat({cached_values, v}, 2);
-    }
-    cached_keys = k;
-    cached_values = v;
-    const int64_t past = k.size(2) - T;
-    if (past > 0) {
-      causal = false;
-      if (T > 1) mask = at::ones({T, past + T}, at::TensorOptions().dtype(at::kBool).device(x.device())).tril(past);
-    }
-  }
+  if (cache) mask = append_to_cache(cache->keys.at(layer), cache->values.at(layer), k, v, causal);
   if (KV != H) {
     k = k.repeat_interleave(H / KV, 1);
     v = v.repeat_interleave(H / KV, 1);
