@@ -9,11 +9,16 @@ import tempfile
 import numpy as np
 
 ACCEL_HOST = os.environ.get("ACCEL_HOST", os.path.join(os.path.dirname(__file__), "../../build/bin/accel-host"))
+# Sanitizer builds run several times slower: ctest passes the factor that
+# stretches its own limits (tests/CMakeLists.txt), and the subprocess bounds
+# below stretch with it. 1 everywhere else.
+TIMEOUT_SCALE = int(os.environ.get("ACCEL_TEST_TIMEOUT_SCALE", "1"))
 
 
 def run_host(*args, check=True, timeout=300):
     """Runs accel-host with args; returns the CompletedProcess (text mode)."""
-    proc = subprocess.run([ACCEL_HOST, *map(str, args)], capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run([ACCEL_HOST, *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout * TIMEOUT_SCALE)
     if check and proc.returncode != 0:
         raise AssertionError(f"accel-host {' '.join(map(str, args))} failed ({proc.returncode}):\n{proc.stderr}")
     return proc
@@ -30,7 +35,7 @@ MPI_ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CO
 def mpirun(n, *args, check=True, timeout=300):
     """Runs `mpirun -n N accel-host args`; returns the CompletedProcess."""
     proc = subprocess.run([MPIRUN, "-n", str(n), ACCEL_HOST, *map(str, args)], capture_output=True, text=True,
-                          env=MPI_ENV, timeout=timeout)
+                          env=MPI_ENV, timeout=timeout * TIMEOUT_SCALE)
     if check and proc.returncode != 0:
         raise AssertionError(f"mpirun -n {n} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc
