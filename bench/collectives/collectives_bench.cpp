@@ -16,6 +16,7 @@
 //   mpirun -n 4 accel_collectives_bench [--min-bytes 8] [--max-bytes 64M]
 //          [--ops all_reduce,all_gather,reduce_scatter] [--rounds 5]
 //          [--target-ms 30] [--device cpu|cuda]
+//          [--ring-all-gather-min-bytes B|never] [--ring-reduce-scatter-min-bytes B|never]
 //
 // --device cuda runs our NCCL backend on device memory (one GPU per rank);
 // raw MPI columns are then not applicable.
@@ -27,6 +28,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -48,6 +50,10 @@ struct Config {
   int rounds = 5;
   double target_ms = 30;
   bool cuda = false;
+  // The MPI backend's ring thresholds (CommOptions), to compare the rings
+  // with Open MPI's own algorithms; unset: the defaults.
+  std::optional<size_t> ring_all_gather_min_bytes;
+  std::optional<size_t> ring_reduce_scatter_min_bytes;
 };
 
 size_t parse_bytes(const std::string& text) {
@@ -87,6 +93,10 @@ Config parse(int argc, char** argv) {
       c.target_ms = std::atof(value.c_str());
     else if (flag == "--device")
       c.cuda = value == "cuda";
+    else if (flag == "--ring-all-gather-min-bytes")
+      c.ring_all_gather_min_bytes = value == "never" ? SIZE_MAX : parse_bytes(value);
+    else if (flag == "--ring-reduce-scatter-min-bytes")
+      c.ring_reduce_scatter_min_bytes = value == "never" ? SIZE_MAX : parse_bytes(value);
     else if (flag == "--ops") {
       c.ops.clear();
       size_t start = 0;
@@ -265,6 +275,10 @@ int main(int argc, char** argv) {
   CommOptions options;
   options.timeout_ms = 600 * 1000;
   options.flight_recorder_entries = 2000;  // as in production: its cost is part of ours
+  if (config.ring_all_gather_min_bytes) options.ring_all_gather_min_bytes = *config.ring_all_gather_min_bytes;
+  if (config.ring_reduce_scatter_min_bytes) {
+    options.ring_reduce_scatter_min_bytes = *config.ring_reduce_scatter_min_bytes;
+  }
   std::unique_ptr<ProcessGroup> world = ProcessGroup::create_world(session, options);
   const int device = config.cuda ? session.local_rank() % std::max(1, cuda_device_count()) : 0;
   if (session.rank() == 0) {

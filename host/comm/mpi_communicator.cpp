@@ -252,6 +252,26 @@ std::shared_ptr<Work> MpiCommunicator::launched(const std::shared_ptr<MpiWork>& 
   return work;
 }
 
+RingPlan MpiCommunicator::ring_plan(DType dtype) {
+  RingPlan plan;
+  plan.comm = ring_comm_;
+  plan.type = types_.datatype(dtype);
+  plan.tag = static_cast<int>(rings_started_++ % (static_cast<uint64_t>(tag_upper_bound_) + 1));
+  plan.rank = rank();
+  plan.size = size();
+  plan.segment_bytes = state_->options().ring_segment_bytes;
+  return plan;
+}
+
+std::shared_ptr<Work> MpiCommunicator::ring_launched(std::shared_ptr<Work> ring) {
+  if (ring->finished()) {
+    state_->set_failed(ring->status());  // the others went ahead
+  } else {
+    watchdog_->track(ring);
+  }
+  return ring;
+}
+
 // ---------------------------------------------------------- collectives --
 
 std::shared_ptr<Work> MpiCommunicator::all_reduce_async(const Buffer& input, const Buffer& output,
@@ -259,21 +279,8 @@ std::shared_ptr<Work> MpiCommunicator::all_reduce_async(const Buffer& input, con
   OpInfo i = info(OpType::all_reduce, &input, -1, options);
   if (auto failed = precheck(i, validate::all_reduce(input, output, op), {&input, &output})) return failed;
   if (size() > 1 && output.count >= size() && output.bytes() >= state_->options().ring_all_reduce_min_bytes) {
-    RingPlan plan;
-    plan.comm = ring_comm_;
-    plan.type = types_.datatype(output.dtype);
-    plan.tag = static_cast<int>(rings_started_++ % (static_cast<uint64_t>(tag_upper_bound_) + 1));
-    plan.rank = rank();
-    plan.size = size();
-    plan.segment_bytes = state_->options().ring_segment_bytes;
-    std::shared_ptr<Work> ring =
-        start_ring_all_reduce(state_, std::move(i), options.timeout_ms, plan, input, output, op, scratch_);
-    if (ring->finished()) {
-      state_->set_failed(ring->status());  // the others went ahead
-    } else {
-      watchdog_->track(ring);
-    }
-    return ring;
+    return ring_launched(start_ring_all_reduce(state_, std::move(i), options.timeout_ms, ring_plan(output.dtype),
+                                               input, output, op, scratch_));
   }
   auto work = make_work(std::move(i), options);
   const void* send = input.data == output.data ? MPI_IN_PLACE : input.data;
@@ -289,6 +296,10 @@ std::shared_ptr<Work> MpiCommunicator::all_gather_async(const Buffer& input, con
   OpInfo i = info(OpType::all_gather, &input, -1, options);
   if (auto failed = precheck(i, validate::all_gather(input, output, size()), {&input, &output}))
     return failed;
+  if (size() > 1 && input.count > 0 && output.bytes() >= state_->options().ring_all_gather_min_bytes) {
+    return ring_launched(
+        start_ring_all_gather(state_, std::move(i), options.timeout_ms, ring_plan(output.dtype), input, output));
+  }
   auto work = make_work(std::move(i), options);
   const char* own_slot = static_cast<const char*>(output.data) + static_cast<size_t>(rank()) * input.bytes();
   const void* send = input.count > 0 && input.data == own_slot ? MPI_IN_PLACE : input.data;
@@ -303,6 +314,13 @@ std::shared_ptr<Work> MpiCommunicator::reduce_scatter_async(const Buffer& input,
   OpInfo i = info(OpType::reduce_scatter, &input, -1, options);
   if (auto failed = precheck(i, validate::reduce_scatter(input, output, op, size()), {&input, &output})) {
     return failed;
+  }
+  // In place (MPI_IN_PLACE: the input fills the output buffer) stays with
+  // MPI: the ring reads every chunk of the input while writing chunk 0.
+  if (size() > 1 && output.count > 0 && input.data != output.data &&
+      input.bytes() >= state_->options().ring_reduce_scatter_min_bytes) {
+    return ring_launched(start_ring_reduce_scatter(state_, std::move(i), options.timeout_ms,
+                                                   ring_plan(output.dtype), input, output, op, scratch_));
   }
   auto work = make_work(std::move(i), options);
   const void* send = input.data == output.data ? MPI_IN_PLACE : input.data;

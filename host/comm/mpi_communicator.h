@@ -3,8 +3,9 @@
 // (MPI_Iallreduce, MPI_Ireduce_scatter_block, MPI_Isend, ...) whose request
 // a Work polls with MPI_Test until it completes or its deadline passes, so no
 // call here blocks without a deadline (MPI_Wait could block forever on a
-// dead or absent peer). A large all_reduce runs as a ring of non-blocking
-// point-to-point steps instead (ring_all_reduce.h). f16, bf16 and FP8 reduce
+// dead or absent peer). A large all_reduce, all_gather or reduce_scatter
+// runs as a ring of non-blocking point-to-point steps instead
+// (ring_collectives.h). f16, bf16 and FP8 reduce
 // through the operators of mpi_datatypes.h; avg is sum followed by a
 // division.
 //
@@ -26,7 +27,7 @@
 
 #include "host/comm/communicator.h"
 #include "host/comm/mpi_datatypes.h"
-#include "host/comm/ring_all_reduce.h"
+#include "host/comm/ring_collectives.h"
 #include "host/comm/watchdog.h"
 
 namespace accel::comm {
@@ -79,9 +80,13 @@ class MpiCommunicator final : public Communicator {
   // Hands a started Work to the watchdog; fails it if `rc` reports an error.
   std::shared_ptr<Work> launched(const std::shared_ptr<MpiWork>& work, int rc);
   OpInfo info(OpType op, const Buffer* buffer, int peer, const OpOptions& options) const;
+  // The next ring's plan (takes a tag: call once per ring, in issue order).
+  RingPlan ring_plan(DType dtype);
+  // Hands a started ring to the watchdog, or marks the communicator failed.
+  std::shared_ptr<Work> ring_launched(std::shared_ptr<Work> ring);
 
   MPI_Comm comm_ = MPI_COMM_NULL;
-  MPI_Comm ring_comm_ = MPI_COMM_NULL;  // the ring all_reduce's own traffic
+  MPI_Comm ring_comm_ = MPI_COMM_NULL;  // the rings' own traffic
   uint64_t rings_started_ = 0;          // the same on every rank: ring tags
   std::shared_ptr<ScratchPool> scratch_ = std::make_shared<ScratchPool>();
   int tag_upper_bound_ = 32767;  // MPI_TAG_UB, at least 32767 by the standard

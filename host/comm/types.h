@@ -141,9 +141,18 @@ struct CommOptions {
   // inside MPI calls, so sleeping early would slow every large transfer.
   int64_t busy_poll_ms = 1000;
   // MPI backend: an all_reduce of at least this many bytes runs as a ring of
-  // point-to-point steps (ring_all_reduce.h) instead of MPI_Iallreduce.
+  // point-to-point steps (ring_collectives.h) instead of MPI_Iallreduce.
   // SIZE_MAX: never; 0: whenever the count is at least the group size.
   size_t ring_all_reduce_min_bytes = 64 * 1024;
+  // The same for an out-of-place reduce_scatter whose input (n chunks) is
+  // at least this many bytes, instead of MPI_Ireduce_scatter_block: the ring
+  // measured 40-75% faster from 1 MiB at 2 and 4 ranks.
+  size_t ring_reduce_scatter_min_bytes = 1024 * 1024;
+  // And for an all_gather whose output is at least this many bytes. Never by
+  // default: MPI_Iallgather measured as fast as the ring at 2 ranks and
+  // faster at 4 (docs/communication.md, "Benchmarks"); the ring stays for
+  // transports where that turns around, and is tested.
+  size_t ring_all_gather_min_bytes = SIZE_MAX;
   // The ring moves each chunk in segments of this many bytes, so reducing
   // one overlaps the transfer of the next.
   size_t ring_segment_bytes = 1024 * 1024;

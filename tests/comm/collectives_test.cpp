@@ -75,6 +75,8 @@ class Collectives : public ::testing::TestWithParam<std::tuple<DType, Mode>> {
     comm_ = std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, "world", test_options());
     CommOptions ring_always = test_options();
     ring_always.ring_all_reduce_min_bytes = 0;
+    ring_always.ring_reduce_scatter_min_bytes = 0;
+    ring_always.ring_all_gather_min_bytes = 0;
     ring_always.ring_segment_bytes = 24;  // many segments, the last one short
     ring_ = std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, "world_ring", ring_always);
     rank_ = comm_->rank();
@@ -96,7 +98,8 @@ class Collectives : public ::testing::TestWithParam<std::tuple<DType, Mode>> {
   }
 
   std::unique_ptr<MpiCommunicator> comm_;
-  // The same, with every all_reduce of at least `size` elements on the ring.
+  // The same, with every all_reduce of at least `size` elements, every
+  // all_gather and every out-of-place reduce_scatter on the ring.
   std::unique_ptr<MpiCommunicator> ring_;
   int rank_ = 0;
   int size_ = 1;
@@ -131,46 +134,54 @@ TEST_P(Collectives, AllReduce) {
   }
 }
 
+// Both implementations (MPI_Iallgather and the ring), each in place and not.
 TEST_P(Collectives, AllGather) {
-  for (int64_t count : {0, 1, 7, 333}) {
-    for (bool in_place : {false, true}) {
-      SCOPED_TRACE("count " + std::to_string(count) + (in_place ? " in place" : ""));
-      TypedBuffer out(dtype(), count * size_);
-      TypedBuffer in = input(count, rank_);
-      Buffer send = in.view();
-      if (in_place && count > 0) {
-        std::memcpy(out.bytes.data() + rank_ * in.bytes.size(), in.bytes.data(), in.bytes.size());
-        send = out.view(rank_ * count, count);
+  for (MpiCommunicator* comm : {comm_.get(), ring_.get()}) {
+    for (int64_t count : {0, 1, 7, 333}) {
+      for (bool in_place : {false, true}) {
+        SCOPED_TRACE(std::string(comm == ring_.get() ? "ring " : "") + "count " + std::to_string(count) +
+                     (in_place ? " in place" : ""));
+        TypedBuffer out(dtype(), count * size_);
+        TypedBuffer in = input(count, rank_);
+        Buffer send = in.view();
+        if (in_place && count > 0) {
+          std::memcpy(out.bytes.data() + rank_ * in.bytes.size(), in.bytes.data(), in.bytes.size());
+          send = out.view(rank_ * count, count);
+        }
+        const Status s = finish(comm->all_gather_async(send, out.view()));
+        ASSERT_TRUE(s.ok()) << s.message;
+        TypedBuffer want(dtype(), count * size_);
+        for (int r = 0; r < size_; ++r) {
+          for (int64_t i = 0; i < count; ++i) want.set(r * count + i, test_value(dtype(), r, i));
+        }
+        EXPECT_SAME_BYTES(out, want);
       }
-      const Status s = finish(comm_->all_gather_async(send, out.view()));
-      ASSERT_TRUE(s.ok()) << s.message;
-      TypedBuffer want(dtype(), count * size_);
-      for (int r = 0; r < size_; ++r) {
-        for (int64_t i = 0; i < count; ++i) want.set(r * count + i, test_value(dtype(), r, i));
-      }
-      EXPECT_SAME_BYTES(out, want);
     }
   }
 }
 
+// Both implementations (MPI_Ireduce_scatter_block and, out of place, the
+// ring: one step at 2 ranks, accumulators alternating from 3).
 TEST_P(Collectives, ReduceScatter) {
-  for (ReduceOp op : kAllOps) {
-    if (op == ReduceOp::avg && dtype_is_integer(dtype())) continue;  // AllReduce covers the error
-    for (int64_t chunk : {1, 7, 333}) {
-      for (bool in_place : {false, true}) {
-        SCOPED_TRACE(std::string(reduce_op_name(op)) + " chunk " + std::to_string(chunk) +
-                     (in_place ? " in place" : ""));
-        TypedBuffer in = input(chunk * size_, rank_);
-        TypedBuffer out(dtype(), chunk);
-        Buffer result = in_place ? in.view(0, chunk) : out.view();
-        const Status s = finish(comm_->reduce_scatter_async(in.view(), result, op));
-        ASSERT_TRUE(s.ok()) << s.message;
-        TypedBuffer got(dtype(), chunk);
-        std::memcpy(got.bytes.data(), result.data, got.bytes.size());
-        TypedBuffer want(dtype(), chunk);
-        for (int64_t i = 0; i < chunk; ++i)
-          want.set(i, reduce_reference(dtype(), op, size_, rank_ * chunk + i));
-        EXPECT_SAME_BYTES(got, want);
+  for (MpiCommunicator* comm : {comm_.get(), ring_.get()}) {
+    for (ReduceOp op : kAllOps) {
+      if (op == ReduceOp::avg && dtype_is_integer(dtype())) continue;  // AllReduce covers the error
+      for (int64_t chunk : {1, 7, 333}) {
+        for (bool in_place : {false, true}) {
+          SCOPED_TRACE(std::string(comm == ring_.get() ? "ring " : "") + reduce_op_name(op) + " chunk " +
+                       std::to_string(chunk) + (in_place ? " in place" : ""));
+          TypedBuffer in = input(chunk * size_, rank_);
+          TypedBuffer out(dtype(), chunk);
+          Buffer result = in_place ? in.view(0, chunk) : out.view();
+          const Status s = finish(comm->reduce_scatter_async(in.view(), result, op));
+          ASSERT_TRUE(s.ok()) << s.message;
+          TypedBuffer got(dtype(), chunk);
+          std::memcpy(got.bytes.data(), result.data, got.bytes.size());
+          TypedBuffer want(dtype(), chunk);
+          for (int64_t i = 0; i < chunk; ++i)
+            want.set(i, reduce_reference(dtype(), op, size_, rank_ * chunk + i));
+          EXPECT_SAME_BYTES(got, want);
+        }
       }
     }
   }

@@ -1,0 +1,300 @@
+// The rings (see ring_collectives.h). With n ranks, rank r, chunk
+// k = [begin(k), begin(k) + length(k)) and a rotation o (0 for all_reduce,
+// -1 for the lone phases, so that rank r ends owning chunk r):
+//   reduce-scatter, step s = 0 .. n-2: send chunk (r - s + o) to r+1,
+//     receive chunk (r - s - 1 + o) from r-1 into scratch and combine it
+//     with our own contribution; afterwards rank r holds the full reduction
+//     of chunk (r + 1 + o).
+//   all-gather, step t = 0 .. n-2 (numbered n-1 .. 2n-3 below): send chunk
+//     (r - t + 1 + o), receive chunk (r - t + o) straight into the output.
+// Each step's chunk travels in segments (all receives posted before the
+// sends); a reduce-scatter segment is combined as soon as it lands, while
+// the next ones are in flight. The next step is posted as soon as the
+// current one completed, inside the same poll. Out of place, step 0 sends
+// straight from the input and each received segment is combined with the
+// input's, so the input is never copied whole.
+//
+// Where a partial reduction lives between steps: an all_reduce keeps it in
+// its (whole-buffer) output; a lone reduce_scatter's output holds one chunk,
+// so partials alternate between two chunk-sized accumulators (one is being
+// sent while the next step combines into the other) and the last step
+// combines straight into the output.
+#include "host/comm/ring_collectives.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "host/comm/mpi_communicator.h"
+#include "host/comm/mpi_datatypes.h"
+#include "host/util/strformat.h"
+
+namespace accel::comm {
+
+std::vector<uint8_t> ScratchPool::acquire(size_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t i = 0; i < free_.size(); ++i) {
+    if (free_[i].size() >= bytes) {
+      std::vector<uint8_t> found = std::move(free_[i]);
+      free_.erase(free_.begin() + static_cast<long>(i));
+      return found;
+    }
+  }
+  return std::vector<uint8_t>(bytes);
+}
+
+void ScratchPool::release(std::vector<uint8_t> buffer) {
+  std::lock_guard<std::mutex> lock(mu_);
+  // A handful of buffers covers the rings a caller keeps in flight.
+  if (free_.size() < 4) free_.push_back(std::move(buffer));
+}
+
+namespace {
+
+enum class RingKind { all_reduce, reduce_scatter, all_gather };
+
+class RingWork final : public Work {
+ public:
+  // `count` is the whole buffer's element count (n chunks).
+  RingWork(std::shared_ptr<CommState> state, OpInfo info, int64_t timeout_ms, const RingPlan& plan,
+           RingKind kind, const Buffer& input, const Buffer& output, int64_t count, ReduceOp op,
+           std::shared_ptr<ScratchPool> pool)
+      : Work(std::move(state), std::move(info), timeout_ms),
+        plan_(plan),
+        kind_(kind),
+        rotation_(kind == RingKind::all_reduce ? 0 : -1),
+        input_(static_cast<const uint8_t*>(input.data)),
+        output_(static_cast<uint8_t*>(output.data)),
+        in_place_(input.data == output.data),
+        count_(count),
+        dtype_(output.dtype),
+        element_(dtype_size(output.dtype)),
+        segment_(std::max<int64_t>(1, static_cast<int64_t>(plan.segment_bytes / element_))),
+        op_(op),
+        pool_(std::move(pool)),
+        step_(kind == RingKind::all_gather ? plan.size - 1 : 0),
+        last_step_(kind == RingKind::reduce_scatter ? plan.size - 1 : 2 * (plan.size - 1)) {
+    const size_t chunk_bytes = static_cast<size_t>(length(0)) * element_;
+    if (kind_ == RingKind::all_reduce) {
+      scratch_ = pool_->acquire(chunk_bytes);
+    } else if (kind_ == RingKind::reduce_scatter) {
+      // Receive scratch, plus two accumulators when a partial must travel on.
+      scratch_ = pool_->acquire(chunk_bytes * (plan_.size > 2 ? 3 : 1));
+    }
+  }
+
+  ~RingWork() override {
+    release_requests();
+    if (pool_) pool_->release(std::move(scratch_));
+  }
+
+  // Posts the first step; "" or why MPI refused.
+  std::string start() {
+    if (kind_ == RingKind::all_gather) {
+      // In place, the input already is this rank's chunk of the output.
+      uint8_t* own = output_ + begin(plan_.rank) * element_;
+      if (own != input_) std::memcpy(own, input_, static_cast<size_t>(length(plan_.rank)) * element_);
+    }
+    return post(step_);
+  }
+
+  void start_failed(const std::string& detail) { fail_to_start(ErrorCode::internal, detail); }
+
+ protected:
+  Progress poll_locked(std::string* error) override {
+    while (step_ < last_step_) {
+      // Reduce each received segment as soon as it lands, while later
+      // segments are still in flight.
+      int landed = 0;
+      int rc = MPI_Testsome(static_cast<int>(recvs_.size()), recvs_.data(), &landed, indices_.data(),
+                            MPI_STATUSES_IGNORE);
+      if (rc == MPI_SUCCESS && landed != MPI_UNDEFINED) {
+        for (int i = 0; i < landed; ++i) segment_landed(indices_[static_cast<size_t>(i)]);
+        pending_recvs_ -= landed;
+      }
+      int sent = 0;
+      if (rc == MPI_SUCCESS) {
+        rc = MPI_Testall(static_cast<int>(sends_.size()), sends_.data(), &sent, MPI_STATUSES_IGNORE);
+      }
+      if (rc != MPI_SUCCESS) {
+        *error = strformat("MPI (ring step %d of %d): %s", step_ + 1, last_step_, mpi_error_string(rc).c_str());
+        return Progress::failed;
+      }
+      if (pending_recvs_ > 0 || !sent) return Progress::pending;
+      ++step_;
+      if (step_ == plan_.size - 1 && op_ == ReduceOp::avg) {
+        // This rank's chunk is complete: divide it once, before it is gathered.
+        const int own = mod(plan_.rank + 1 + rotation_);
+        divide_in_place(reduced(plan_.size - 2, own), length(own), dtype_, plan_.size);
+      }
+      if (step_ < last_step_) {
+        std::string problem = post(step_);
+        if (!problem.empty()) {
+          *error = std::move(problem);
+          return Progress::failed;
+        }
+      }
+    }
+    return Progress::done;
+  }
+
+  void abandon_locked() override { release_requests(); }
+
+ private:
+  int mod(int k) const { return ((k % plan_.size) + plan_.size) % plan_.size; }
+  // Chunk sizes differ by at most one element; the first count % n are longer.
+  int64_t begin(int k) const {
+    const int64_t base = count_ / plan_.size;
+    const int64_t extra = count_ % plan_.size;
+    return k * base + std::min<int64_t>(k, extra);
+  }
+  int64_t length(int k) const { return count_ / plan_.size + (k < count_ % plan_.size ? 1 : 0); }
+  bool reducing(int step) const { return step < plan_.size - 1; }
+
+  int send_chunk(int step) const {
+    return reducing(step) ? mod(plan_.rank - step + rotation_)
+                          : mod(plan_.rank - (step - (plan_.size - 1)) + 1 + rotation_);
+  }
+  int recv_chunk(int step) const {
+    return reducing(step) ? mod(plan_.rank - step - 1 + rotation_)
+                          : mod(plan_.rank - (step - (plan_.size - 1)) + rotation_);
+  }
+
+  // Where reduce-scatter step `step` leaves its partial of chunk k.
+  uint8_t* reduced(int step, int k) {
+    if (kind_ == RingKind::all_reduce) return output_ + begin(k) * element_;
+    if (step == plan_.size - 2) return output_;  // the last step: the finished chunk
+    return scratch_.data() + static_cast<size_t>((1 + step % 2) * length(0)) * element_;
+  }
+  // This rank's own contribution to chunk k.
+  const uint8_t* contribution(int k) const {
+    return (kind_ == RingKind::all_reduce && in_place_ ? output_ : input_) + begin(k) * element_;
+  }
+  // What step `step` sends of chunk k: our contribution at step 0, the
+  // previous step's partial after it, the finished chunk while gathering.
+  const uint8_t* send_source(int step, int k) {
+    if (step == 0) return contribution(k);
+    if (reducing(step)) return reduced(step - 1, k);
+    return output_ + begin(k) * element_;
+  }
+
+  // Segment j of a reduce-scatter receive: partial = received op own.
+  void segment_landed(int j) {
+    if (!reducing(step_)) return;  // all-gather: it landed in the output
+    const int k = recv_chunk(step_);
+    const int64_t offset = j * segment_;
+    const int64_t n = std::min<int64_t>(segment_, length(k) - offset);
+    reduce_local(scratch_.data() + offset * element_, contribution(k) + offset * element_,
+                 reduced(step_, k) + offset * element_, n, dtype_, op_);
+  }
+
+  // Posts every segment's receive, then every segment's send, of `step`.
+  std::string post(int step) {
+    const int next = mod(plan_.rank + 1);
+    const int prev = mod(plan_.rank - 1);
+    const int r = recv_chunk(step);
+    const int s = send_chunk(step);
+    // Reduce-scatter receives into scratch (combined on landing);
+    // all-gather receives the finished chunk in place.
+    uint8_t* into = reducing(step) ? scratch_.data() : output_ + begin(r) * element_;
+    const uint8_t* from = send_source(step, s);
+    // Segments only pay where a received one is reduced while the next
+    // travels; a gathering step moves its chunk as one message (several
+    // concurrent large messages to one peer ran slower here). Chunks differ
+    // in length by up to one element, so this rank's receive and send may
+    // have different segment counts; each matches the peer's.
+    const int64_t segment = reducing(step) ? segment_ : std::max<int64_t>(1, length(0));
+    const int64_t recv_segments = (length(r) + segment - 1) / segment;
+    const int64_t send_segments = (length(s) + segment - 1) / segment;
+    recvs_.assign(static_cast<size_t>(recv_segments), MPI_REQUEST_NULL);
+    sends_.assign(static_cast<size_t>(send_segments), MPI_REQUEST_NULL);
+    indices_.resize(static_cast<size_t>(recv_segments));
+    pending_recvs_ = static_cast<int>(recv_segments);
+    for (int64_t j = 0; j < recv_segments; ++j) {
+      const int n = static_cast<int>(std::min<int64_t>(segment, length(r) - j * segment));
+      const int rc = MPI_Irecv(into + j * segment * element_, n, plan_.type, prev, plan_.tag, plan_.comm,
+                               &recvs_[static_cast<size_t>(j)]);
+      if (rc != MPI_SUCCESS)
+        return strformat("MPI (ring step %d): %s", step + 1, mpi_error_string(rc).c_str());
+    }
+    for (int64_t j = 0; j < send_segments; ++j) {
+      const int n = static_cast<int>(std::min<int64_t>(segment, length(s) - j * segment));
+      const int rc = MPI_Isend(from + j * segment * element_, n, plan_.type, next, plan_.tag, plan_.comm,
+                               &sends_[static_cast<size_t>(j)]);
+      if (rc != MPI_SUCCESS)
+        return strformat("MPI (ring step %d): %s", step + 1, mpi_error_string(rc).c_str());
+    }
+    return {};
+  }
+
+  // Receives are cancelled, sends freed: point-to-point requests may be.
+  void release_requests() {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (finalized) return;
+    for (MPI_Request& r : recvs_) {
+      if (r == MPI_REQUEST_NULL) continue;
+      MPI_Cancel(&r);
+      MPI_Request_free(&r);
+    }
+    for (MPI_Request& r : sends_) {
+      if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
+    }
+  }
+
+  const RingPlan plan_;
+  const RingKind kind_;
+  const int rotation_;
+  const uint8_t* const input_;
+  uint8_t* const output_;
+  const bool in_place_;
+  const int64_t count_;
+  const DType dtype_;
+  const size_t element_;
+  // Elements per segment (the last of a chunk shorter): small enough that
+  // reducing one overlaps the next one's transfer, large enough that
+  // per-message costs stay negligible.
+  const int64_t segment_;
+  const ReduceOp op_;
+  const std::shared_ptr<ScratchPool> pool_;  // none for all_gather
+  std::vector<uint8_t> scratch_;  // receive scratch, then a reduce_scatter's two accumulators
+  std::vector<MPI_Request> recvs_;  // of step_, one per segment
+  std::vector<MPI_Request> sends_;
+  std::vector<int> indices_;
+  int pending_recvs_ = 0;
+  int step_;
+  const int last_step_;
+};
+
+std::shared_ptr<Work> start_ring(std::shared_ptr<RingWork> work) {
+  const std::string problem = work->start();
+  if (!problem.empty()) work->start_failed(problem);
+  return work;
+}
+
+}  // namespace
+
+std::shared_ptr<Work> start_ring_all_reduce(std::shared_ptr<CommState> state, OpInfo info, int64_t timeout_ms,
+                                            const RingPlan& plan, const Buffer& input, const Buffer& output,
+                                            ReduceOp op, std::shared_ptr<ScratchPool> pool) {
+  return start_ring(std::make_shared<RingWork>(std::move(state), std::move(info), timeout_ms, plan,
+                                               RingKind::all_reduce, input, output, output.count, op,
+                                               std::move(pool)));
+}
+
+std::shared_ptr<Work> start_ring_reduce_scatter(std::shared_ptr<CommState> state, OpInfo info,
+                                                int64_t timeout_ms, const RingPlan& plan, const Buffer& input,
+                                                const Buffer& output, ReduceOp op,
+                                                std::shared_ptr<ScratchPool> pool) {
+  return start_ring(std::make_shared<RingWork>(std::move(state), std::move(info), timeout_ms, plan,
+                                               RingKind::reduce_scatter, input, output, input.count, op,
+                                               std::move(pool)));
+}
+
+std::shared_ptr<Work> start_ring_all_gather(std::shared_ptr<CommState> state, OpInfo info, int64_t timeout_ms,
+                                            const RingPlan& plan, const Buffer& input, const Buffer& output) {
+  return start_ring(std::make_shared<RingWork>(std::move(state), std::move(info), timeout_ms, plan,
+                                               RingKind::all_gather, input, output, output.count, ReduceOp::sum,
+                                               nullptr));
+}
+
+}  // namespace accel::comm

@@ -1,0 +1,82 @@
+// The MPI backend's large collectives: rings of non-blocking point-to-point
+// steps driven by Work's polling, as NCCL and Open MPI's blocking `tuned`
+// component run them. An all_reduce is a reduce-scatter phase then an
+// all-gather phase; a reduce_scatter is the first phase alone, an all_gather
+// the second. They exist because Open MPI's non-blocking collectives
+// (libnbc) pick worse algorithms: MPI_Iallreduce reduces to a root and
+// broadcasts back for groups under 4 ranks and for every in-place call (a
+// 4 MiB all_reduce of 2 ranks took 1.2-2x the blocking call), and
+// MPI_Ireduce_scatter_block / MPI_Iallgather ran up to 1.5-1.7x the blocking
+// calls at some sizes (docs/communication.md, "Benchmarks").
+//
+// Each of a phase's n-1 steps sends one 1/n chunk to the next rank and
+// receives one from the previous, so every rank moves (n-1)/n of the buffer
+// per phase — the bus-bandwidth optimum. Chunk k is reduced along the ring
+// in a fixed order by one rank and then copied to all, so every rank ends
+// with the same bits; each local combine is reduce_local, i.e. exactly the
+// MPI operators (fp32 per combine for the narrow floats), and avg divides
+// each chunk once, when its reduction is complete.
+//
+// Invariants: the ring's messages travel on a communicator of their own (a
+// private duplicate), so they never match a caller's send/recv, and carry a
+// tag unique among the rings in flight (collectives are issued in the same
+// order everywhere, so every rank computes the same tag). Being
+// point-to-point, a timed-out ring is withdrawn cleanly: receives are
+// cancelled, sends freed. Thread-safety: as Work.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "host/comm/work.h"
+
+namespace accel::comm {
+
+// Scratch buffers for the rings in flight, reused: faulting in a fresh
+// 32 MiB buffer on every call would cost more than the ring saves.
+class ScratchPool {
+ public:
+  // A buffer of at least `bytes` bytes (contents unspecified).
+  std::vector<uint8_t> acquire(size_t bytes);
+  void release(std::vector<uint8_t> buffer);
+
+ private:
+  std::mutex mu_;
+  std::vector<std::vector<uint8_t>> free_;
+};
+
+struct RingPlan {
+  MPI_Comm comm = MPI_COMM_NULL;  // the ring's private communicator
+  MPI_Datatype type = MPI_DATATYPE_NULL;
+  int tag = 0;
+  int rank = 0;
+  int size = 1;
+  size_t segment_bytes = 1024 * 1024;  // CommOptions::ring_segment_bytes
+};
+
+// Each starts its ring and returns the Work; a Work whose first step MPI
+// refused is returned already failed. All require plan.size >= 2 and
+// buffers that validate::<op> accepted.
+
+// output.count may be anything; input may be output (in place).
+std::shared_ptr<Work> start_ring_all_reduce(std::shared_ptr<CommState> state, OpInfo info, int64_t timeout_ms,
+                                            const RingPlan& plan, const Buffer& input, const Buffer& output,
+                                            ReduceOp op, std::shared_ptr<ScratchPool> pool);
+
+// Rank r receives the reduction of chunk r of every rank's input (n chunks
+// of output.count). Out of place only: input must not overlap output.
+std::shared_ptr<Work> start_ring_reduce_scatter(std::shared_ptr<CommState> state, OpInfo info,
+                                                int64_t timeout_ms, const RingPlan& plan, const Buffer& input,
+                                                const Buffer& output, ReduceOp op,
+                                                std::shared_ptr<ScratchPool> pool);
+
+// Chunk r of the output receives rank r's input. input may already be that
+// chunk (in place); otherwise it is copied there before the first step.
+std::shared_ptr<Work> start_ring_all_gather(std::shared_ptr<CommState> state, OpInfo info, int64_t timeout_ms,
+                                            const RingPlan& plan, const Buffer& input, const Buffer& output);
+
+}  // namespace accel::comm
