@@ -80,7 +80,7 @@ def run_accel(a, strategy, out):
     for r in range(a.ranks):
         with open(f"{out}/rss.{r}") as f:
             rss.append(int(f.read().split()[-1]) * 1024)
-    return step_s, rss, wall - sum(step_s)
+    return step_s, rss, wall - sum(step_s), [r["loss"] for r in rows]
 
 
 def run_torch(a, strategy, out):
@@ -98,7 +98,7 @@ def run_torch(a, strategy, out):
         with open(os.path.join(out, f"rank{r}.json")) as f:
             ranks.append(json.load(f))
     step_s = ranks[0]["step_s"]
-    return step_s, [r["peak_rss_bytes"] for r in ranks], wall - sum(step_s)
+    return step_s, [r["peak_rss_bytes"] for r in ranks], wall - sum(step_s), ranks[0]["loss"]
 
 
 def run(a, contender, out):
@@ -115,12 +115,14 @@ def main(argv):
     for rep in range(a.repeats):
         order = a.contenders[rep % len(a.contenders):] + a.contenders[:rep % len(a.contenders)]
         for c in order:
-            step_s, rss, startup = run(a, c, os.path.join(out_dir, f"{c}.{rep}"))
+            step_s, rss, startup, loss = run(a, c, os.path.join(out_dir, f"{c}.{rep}"))
             timed = step_s[a.warmup:]
             tps = a.batch_size * a.seq_len / statistics.median(timed)
-            results[c].append({"tokens_per_s": tps, "peak_rss": max(rss), "rss_by_rank": rss, "startup_s": startup})
+            results[c].append({"tokens_per_s": tps, "peak_rss": max(rss), "rss_by_rank": rss, "startup_s": startup,
+                               "loss": loss})
             print(f"# repeat {rep} {c}: {tps:.0f} tok/s, peak RSS {max(rss) / 2**20:.0f} MiB "
-                  f"(ranks {[r // 2**20 for r in rss]}), start-up {startup:.1f} s", file=sys.stderr, flush=True)
+                  f"(ranks {[r // 2**20 for r in rss]}), start-up {startup:.1f} s, loss {loss[0]:.3f} -> {loss[-1]:.3f}",
+                  file=sys.stderr, flush=True)
     with open(os.path.join(out_dir, "results.json"), "w") as f:
         json.dump(results, f, indent=1)
 

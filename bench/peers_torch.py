@@ -3,7 +3,7 @@
 DDP, or FSDP2 (`fully_shard` on every block, then on the root), on CPU with
 the gloo backend, the same GPT-2 as accel-host (tests/python/gpt_reference.py:
 tanh GELU, tied embeddings, scaled_dot_product_attention) and the same step:
-zero the gradients, forward + mean cross-entropy, backward, clip the global
+GPT-2's initialisation; zero the gradients, forward + mean cross-entropy, backward, clip the global
 norm to --grad-clip, AdamW (betas 0.9/0.95, eps 1e-8, weight decay on the
 >= 2-D parameters only), read the loss.
 
@@ -14,6 +14,7 @@ from which the driver computes start-up time the way it does for accel-host.
 """
 import argparse
 import json
+import math
 import os
 import resource
 import sys
@@ -38,6 +39,25 @@ def parse_args(argv):
     return p.parse_args(argv)
 
 
+def gpt2_init(model, n_layer):
+    """GPT-2's initialisation, as accel-host's (host/model/gpt.cpp): weights
+    N(0, 0.02), the residual projections N(0, 0.02 / sqrt(2 n_layer)), biases
+    zero, LayerNorm ones and zeros. torch.nn's defaults (N(0, 1) embeddings
+    under a tied head) start at a loss in the hundreds, and the saturated
+    softmax's denormal gradients made the head's backward GEMM 10x slower
+    from step 5 on (measured): a different, slower job than accel-host's."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("c_proj.weight"):
+                p.normal_(0.0, 0.02 / math.sqrt(2 * n_layer))
+            elif "ln_" in name:
+                p.fill_(1.0 if name.endswith("weight") else 0.0)
+            elif name.endswith("bias"):
+                p.zero_()
+            else:
+                p.normal_(0.0, 0.02)
+
+
 def wrap(model, strategy):
     if strategy == "ddp":
         return torch.nn.parallel.DistributedDataParallel(model)
@@ -57,6 +77,7 @@ def main(argv):
         sys.exit(f"--batch-size {a.batch_size} is not a multiple of the world size {world}")
     torch.manual_seed(a.seed)
     model = ref.GPT(a.n_layer, a.n_head, a.n_embd, a.seq_len, a.vocab_size)
+    gpt2_init(model, a.n_layer)
     model = wrap(model, a.strategy)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
@@ -67,7 +88,7 @@ def main(argv):
     generator = torch.Generator().manual_seed(a.seed + rank)
     batches = [torch.randint(0, a.vocab_size, (local, a.seq_len + 1), generator=generator) for _ in range(a.steps)]
 
-    times, first_step_unix = [], None
+    times, losses, first_step_unix = [], [], None
     for tokens in batches:
         if first_step_unix is None:
             first_step_unix = time.time()
@@ -77,13 +98,13 @@ def main(argv):
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), a.grad_clip)
         optimizer.step()
-        loss.item()
+        losses.append(loss.item())  # rank 0 reports its own; the driver shows first and last
         times.append(time.perf_counter() - start)
 
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     os.makedirs(a.out_dir, exist_ok=True)
     with open(os.path.join(a.out_dir, f"rank{rank}.json"), "w") as f:
-        json.dump({"rank": rank, "world": world, "step_s": times, "peak_rss_bytes": peak,
+        json.dump({"rank": rank, "world": world, "step_s": times, "loss": losses, "peak_rss_bytes": peak,
                    "first_step_unix": first_step_unix}, f)
     dist.destroy_process_group()
 
