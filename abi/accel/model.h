@@ -171,6 +171,17 @@ typedef struct AccelParamInfo {
    * holding one: Megatron's embedding group) is the pipeline plugin's job. */
   int32_t tied_unit;
   int32_t tied_index;
+  /* 1.5: how many equal blocks dimension split_dim stacks, each split alike
+   * (a fused QKV weight: 3, and local_offset is the offset inside a block);
+   * 1 for any other split and for whole parameters. Local index i of that
+   * dimension is global index (i / b) * (global / blocks) + local_offset + i % b
+   * with b = local / blocks; indices past the global extent are the
+   * padding of a VOCAB split (plan_split_param). Read it (and split_parts)
+   * through ACCEL_STRUCT_HAS_FIELD: a 1.4 host does not fill them. */
+  int32_t split_blocks;
+  /* 1.5: how many slices the split cuts (the size of split_group); this rank
+   * holds the slice at local_offset of each block; 1 for whole parameters. */
+  int32_t split_parts;
 } AccelParamInfo;
 
 /* Sets *info (out) to the model's description. Phase: inspect. */

@@ -159,7 +159,8 @@ po::options_description run_options(RunConfig& c, RawStrings& raw) {
   po::options_description data("Data");
   data.add_options()
       ("data", po::value(&c.data)->default_value(c.data),
-       "synthetic | text:PATH (bytes as tokens) | tokens:PATH (llm.c .bin, uint16 or uint32, or flat uint16)")
+       "synthetic | text:PATH (bytes as tokens) | tokens:PATH (llm.c .bin, uint16 or uint32, or flat uint16) | "
+       "megatron:PREFIX (Megatron-LM's PREFIX.bin + PREFIX.idx)")
       ("data-order", po::value(&raw.data_order)->default_value(raw.data_order),
        "shuffled (seeded, per epoch) | sequential (batch k is the k-th contiguous slice)");
 
@@ -170,7 +171,8 @@ po::options_description run_options(RunConfig& c, RawStrings& raw) {
       ("eval-steps", po::value(&c.eval.steps)->default_value(c.eval.steps),
        "global batches of held-out windows per evaluation")
       ("eval-data", po::value(&c.eval.data)->value_name("SPEC"),
-       "held-out data: text:PATH | tokens:PATH (default: the last --eval-fraction of --data's windows)")
+       "held-out data: text:PATH | tokens:PATH | megatron:PREFIX (default: the last --eval-fraction of --data's "
+       "windows)")
       ("eval-fraction", po::value(&c.eval.fraction)->default_value(c.eval.fraction),
        "share of --data's windows held out for evaluation when --eval-data is not given");
 
@@ -308,15 +310,18 @@ void validate(const RunConfig& c) {
           "--init-from: '" + c.init_from + "' is not hf:DIR");
   require(c.init_from.empty() || c.resume.empty(),
           "--init-from and --resume both set the starting weights; a resumed run keeps its checkpoint's");
-  require(c.data == "synthetic" || c.data.rfind("text:", 0) == 0 || c.data.rfind("tokens:", 0) == 0,
-          "--data: '" + c.data + "' is not synthetic, text:PATH or tokens:PATH");
+  const auto is_file_data = [](const std::string& d) {
+    return d.rfind("text:", 0) == 0 || d.rfind("tokens:", 0) == 0 || d.rfind("megatron:", 0) == 0;
+  };
+  require(c.data == "synthetic" || is_file_data(c.data),
+          "--data: '" + c.data + "' is not synthetic, text:PATH, tokens:PATH or megatron:PREFIX");
   require(c.eval.every >= 0, "--eval-every must be >= 0 (0: no evaluation)");
   require(c.eval.steps > 0, "--eval-steps must be > 0");
   require(c.eval.fraction > 0.0 && c.eval.fraction < 1.0,
           strformat("--eval-fraction must be in (0, 1), got %g", c.eval.fraction));
   require(c.eval.data.empty() || c.eval.every > 0, "--eval-data is given but --eval-every is 0: nothing would read it");
-  require(c.eval.data.empty() || c.eval.data.rfind("text:", 0) == 0 || c.eval.data.rfind("tokens:", 0) == 0,
-          "--eval-data: '" + c.eval.data + "' is not text:PATH or tokens:PATH" +
+  require(c.eval.data.empty() || is_file_data(c.eval.data),
+          "--eval-data: '" + c.eval.data + "' is not text:PATH, tokens:PATH or megatron:PREFIX" +
               (c.eval.data == "synthetic" ? " (synthetic evaluation holds out --data's last --eval-fraction: leave "
                                             "--eval-data out)"
                                           : ""));

@@ -1,17 +1,14 @@
 // Synthetic and file-backed datasets (see token_dataset.h).
 #include "host/data/token_dataset.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
 #include <vector>
 
+#include "host/data/mapped_file.h"
+#include "host/data/megatron_index.h"
 #include "host/util/random.h"
 #include "host/util/strformat.h"
 
@@ -57,56 +54,6 @@ class SyntheticDataset final : public TokenDataset {
 // ---------------------------------------------------------------------------
 // memory-mapped token files
 
-std::runtime_error not_regular(const std::string& path, mode_t mode) {
-  const char* kind = S_ISFIFO(mode) ? "a FIFO" : S_ISDIR(mode) ? "a directory" : S_ISSOCK(mode) ? "a socket"
-                     : (S_ISCHR(mode) || S_ISBLK(mode)) ? "a device" : "not a regular file";
-  return std::runtime_error("--data: '" + path + "' is " + std::string(kind) + "; token files must be regular files");
-}
-
-class MappedFile {
- public:
-  explicit MappedFile(const std::string& path) : path_(path) {
-    // The type is checked before opening: open() of a FIFO blocks until a
-    // writer appears. O_NONBLOCK covers one swapped in between; the
-    // descriptor is checked again below.
-    struct stat st {};
-    if (::stat(path.c_str(), &st) != 0) {
-      throw std::runtime_error("--data: cannot open '" + path + "': " + std::strerror(errno));
-    }
-    if (!S_ISREG(st.st_mode)) throw not_regular(path, st.st_mode);
-    const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0) throw std::runtime_error("--data: cannot open '" + path + "': " + std::strerror(errno));
-    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-      ::close(fd);
-      throw not_regular(path, st.st_mode);
-    }
-    size_ = static_cast<size_t>(st.st_size);
-    if (size_ > 0) {
-      void* mapped = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-      if (mapped == MAP_FAILED) {
-        ::close(fd);
-        throw std::runtime_error("--data: cannot map '" + path + "': " + std::strerror(errno));
-      }
-      data_ = static_cast<const uint8_t*>(mapped);
-    }
-    ::close(fd);
-  }
-  ~MappedFile() {
-    if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
-  }
-  MappedFile(const MappedFile&) = delete;
-  MappedFile& operator=(const MappedFile&) = delete;
-
-  const uint8_t* data() const { return data_; }
-  size_t size() const { return size_; }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-  const uint8_t* data_ = nullptr;
-  size_t size_ = 0;
-};
-
 // llm.c's token files (dev/data/data_common.py write_datafile): a header of
 // 256 little-endian int32 (magic, version, token count, zeros), then the
 // tokens. Two layouts exist, each a fixed (magic, version) pair.
@@ -124,12 +71,6 @@ int32_t int32_at(const uint8_t* p) {
                               (static_cast<uint32_t>(p[2]) << 16) | (static_cast<uint32_t>(p[3]) << 24));
 }
 
-// Where a file's tokens start and how wide they are.
-struct TokenLayout {
-  int64_t offset = 0;
-  int bytes_per_token = 2;
-  std::string name = "headerless uint16";
-};
 
 // tokens:PATH: an llm.c file when it opens with a known magic (its header
 // must then be exactly right: a bad version or count is an error, never
@@ -158,7 +99,7 @@ TokenLayout detect_token_layout(const MappedFile& file) {
                                          "follow the header (truncated or damaged file)",
                                          path.c_str(), count, layout.bytes_per_token, static_cast<long long>(payload)));
     }
-    return {kLlmcHeaderBytes, layout.bytes_per_token,
+    return {kLlmcHeaderBytes, layout.bytes_per_token, false,
             strformat("llm.c v%d uint%d", version, layout.bytes_per_token * 8)};
   }
   bool reserved_zero = true;
@@ -175,18 +116,19 @@ TokenLayout detect_token_layout(const MappedFile& file) {
 class FileDataset final : public TokenDataset {
  public:
   // Text files: one byte per token from offset 0. Token files: see
-  // detect_token_layout.
-  FileDataset(const std::string& path, bool text, int64_t seq_len, int64_t vocab_size)
+  // detect_token_layout. A Megatron .bin: the layout its .idx gave.
+  enum class Kind { text, tokens, given };
+  FileDataset(const std::string& path, Kind kind, int64_t seq_len, int64_t vocab_size, TokenLayout given = {})
       : file_(path), window_length_(seq_len + 1) {
-    if (text) {
-      layout_ = {0, 1, "bytes"};
-    } else {
-      layout_ = detect_token_layout(file_);
+    switch (kind) {
+      case Kind::text: layout_ = {0, 1, false, "bytes"}; break;
+      case Kind::tokens: layout_ = detect_token_layout(file_); break;
+      case Kind::given: layout_ = given; break;
     }
     const size_t payload = file_.size() - static_cast<size_t>(layout_.offset);
     if (payload % static_cast<size_t>(layout_.bytes_per_token) != 0) {
-      throw std::runtime_error(strformat("--data: '%s' has %zu bytes, not a whole number of uint16 tokens",
-                                         path.c_str(), file_.size()));
+      throw std::runtime_error(strformat("--data: '%s' has %zu bytes, not a whole number of %s tokens",
+                                         path.c_str(), file_.size(), layout_.name.c_str()));
     }
     num_tokens_ = static_cast<int64_t>(payload) / layout_.bytes_per_token;
     if (num_tokens_ < window_length_) {
@@ -195,8 +137,16 @@ class FileDataset final : public TokenDataset {
                                          static_cast<long long>(window_length_)));
     }
     // One pass to reject ids the model cannot embed, before any step runs.
-    int64_t max_token = 0;
-    for (int64_t i = 0; i < num_tokens_; ++i) max_token = std::max(max_token, token_at(i));
+    int64_t max_token = 0, min_token = 0;
+    for (int64_t i = 0; i < num_tokens_; ++i) {
+      const int64_t t = token_at(i);
+      max_token = std::max(max_token, t);
+      min_token = std::min(min_token, t);
+    }
+    if (min_token < 0) {
+      throw std::runtime_error(strformat("--data: '%s' (%s) contains the negative token id %lld", path.c_str(),
+                                         layout_.name.c_str(), static_cast<long long>(min_token)));
+    }
     if (max_token >= vocab_size) {
       throw std::runtime_error(strformat("--data: '%s' (%s) contains token id %lld but the model's vocab_size is %lld",
                                          path.c_str(), layout_.name.c_str(), static_cast<long long>(max_token),
@@ -215,13 +165,16 @@ class FileDataset final : public TokenDataset {
   }
 
  private:
+  // Little-endian, of the layout's width and signedness.
   int64_t token_at(int64_t i) const {
     const uint8_t* p = file_.data() + layout_.offset + i * layout_.bytes_per_token;
-    switch (layout_.bytes_per_token) {
-      case 1: return p[0];
-      case 2: return static_cast<int64_t>(p[0] | (p[1] << 8));
-      default: return static_cast<int64_t>(static_cast<uint32_t>(int32_at(p)));
+    uint64_t bits = 0;
+    for (int b = layout_.bytes_per_token; b-- > 0;) bits = (bits << 8) | p[b];
+    if (layout_.is_signed && layout_.bytes_per_token < 8) {
+      const uint64_t sign = uint64_t{1} << (8 * layout_.bytes_per_token - 1);
+      return static_cast<int64_t>((bits ^ sign) - sign);
     }
+    return static_cast<int64_t>(bits);
   }
   MappedFile file_;
   TokenLayout layout_;
@@ -239,10 +192,17 @@ std::unique_ptr<TokenDataset> open_dataset(const std::string& spec, int64_t seq_
       throw std::runtime_error(strformat("--data text: needs --vocab-size >= 256 (bytes), the model has %lld",
                                          static_cast<long long>(vocab_size)));
     }
-    return std::make_unique<FileDataset>(spec.substr(5), /*text=*/true, seq_len, vocab_size);
+    return std::make_unique<FileDataset>(spec.substr(5), FileDataset::Kind::text, seq_len, vocab_size);
   }
-  if (spec.rfind("tokens:", 0) == 0) return std::make_unique<FileDataset>(spec.substr(7), /*text=*/false, seq_len, vocab_size);
-  throw std::runtime_error("--data: '" + spec + "' is not synthetic, text:PATH or tokens:PATH");
+  if (spec.rfind("tokens:", 0) == 0) {
+    return std::make_unique<FileDataset>(spec.substr(7), FileDataset::Kind::tokens, seq_len, vocab_size);
+  }
+  if (spec.rfind("megatron:", 0) == 0) {
+    const std::string prefix = spec.substr(9);
+    const TokenLayout layout = read_megatron_index(prefix);
+    return std::make_unique<FileDataset>(prefix + ".bin", FileDataset::Kind::given, seq_len, vocab_size, layout);
+  }
+  throw std::runtime_error("--data: '" + spec + "' is not synthetic, text:PATH, tokens:PATH or megatron:PREFIX");
 }
 
 }  // namespace accel::data

@@ -103,6 +103,8 @@ void fill_option_store(const PluginRegistry& registry, const std::map<std::strin
   const int64_t horizon = o.decay_steps > 0 ? o.decay_steps : config.steps;
   store.put("train", "decay_steps",
             host_value(ACCEL_OPTION_INT, std::to_string(horizon), static_cast<double>(horizon), horizon));
+  store.put("train", "steps", host_value(ACCEL_OPTION_INT, std::to_string(config.steps),
+                                         static_cast<double>(config.steps), config.steps));
   store.put("train", "min_lr", host_value(ACCEL_OPTION_DOUBLE, strformat("%g", o.min_lr), o.min_lr));
   store.put("train", "seed", host_value(ACCEL_OPTION_INT, std::to_string(config.seed), static_cast<double>(config.seed),
                                         static_cast<int64_t>(config.seed)));

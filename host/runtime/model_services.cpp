@@ -154,6 +154,8 @@ ModelView::ModelView(const HostContext& context) : model_(context.model) {
       info.local_offset = pe.local_offset.data();
       info.split_dim = -1;
       info.split_group = ACCEL_GROUP_WORLD;
+      info.split_blocks = 1;
+      info.split_parts = 1;
       by_name_[pe.name] = {info.unit, info.index};
     }
   }

@@ -225,6 +225,8 @@ void ModelView::refresh_layout() {
       if (!tied) pe.info.flat_offset = param.offset;
       pe.info.split_dim = param.split.active() ? param.split.dim : -1;
       pe.info.split_group = param.split.active() ? ACCEL_GROUP_TENSOR : ACCEL_GROUP_WORLD;
+      pe.info.split_blocks = param.split.active() ? static_cast<int32_t>(param.split.stride) : 1;
+      pe.info.split_parts = param.split.active() ? static_cast<int32_t>(param.split.parts) : 1;
     }
   }
 }

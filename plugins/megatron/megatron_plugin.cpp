@@ -6,18 +6,26 @@
 //     resolves the splits and runs the model with Megatron's f / g operators,
 //     the vocab-parallel embedding and the vocab-parallel cross-entropy
 //     (host/model/tensor_parallel.h). No rank holds the full logits.
-//   - gradients_finalize averages every gradient over the data group. Within
-//     a tensor group the replicated parameters' gradients (norms, row biases,
-//     wpe) are already equal: their inputs' gradients passed a g operator's
-//     all-reduce (f in backward), so nothing is reduced over TENSOR.
-//   - clip_gradients takes the global norm over tensor and data groups,
-//     counting each parameter once: split parameters by every tensor rank
-//     (each holds a distinct part), replicated ones by tensor rank 0 only.
 //   - sequence_parallelism: the host splits LayerNorm / residual regions
 //     along the sequence (model->plan_sequence_parallel); the gradients of
-//     the whole parameters there are summed over TENSOR first.
-//   - recompute_activations: full recompute of every block (the host's
-//     activation checkpointing), the f / g collectives run again.
+//     the whole parameters there are partial, summed over TENSOR first.
+//   - recompute_activations: selective (the attention core: what the host's
+//     fused attention kernel does anyway) or, at recompute_granularity full,
+//     every block (the host's activation checkpointing, the f / g
+//     collectives run again).
+// The optimizer is the shared sharding machinery's (plugins/sharding), over
+// this rank's tensor-parallel slices:
+//   - gradients are averaged over the data group as each unit's backward
+//     ends: all-reduced, or with use_distributed_optimizer reduce-scattered
+//     into this rank's partition (Megatron's distributed optimizer: ZeRO-1
+//     over the data group), stepped there and all-gathered back.
+//   - the clipping norm sums over data and tensor groups, counting each
+//     parameter once: split parameters by every tensor rank (each holds a
+//     distinct part), whole ones by tensor rank 0 only. Within a tensor
+//     group whole parameters' gradients are already equal (their inputs'
+//     gradients passed a g operator's all-reduce, f in backward).
+//   - AdamW moments are saved as slices at their global offsets, so any
+//     layout, any strategy, resumes them.
 // Every MegatronLMPlugin field, implemented or refused with its reason:
 // plugins/megatron/README.md.
 //
@@ -25,26 +33,33 @@
 // loop thread only.
 #include <accel/sdk/sdk.hpp>
 
-#include <cmath>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "megatron_schedules.h"
+#include "sharding/machinery.h"
+#include "sharding/model_layout.h"
+
+namespace accel::megatron {
 namespace {
 
-using accel::sdk::Error;
-using accel::sdk::ScalarView;
+using sdk::Error;
+using sharding::UnitLayout;
 
-class Megatron final : public accel::sdk::Plugin {
+class Megatron final : public sdk::Plugin {
  public:
-  static constexpr accel::sdk::PluginInfo info{
-      "megatron", "0.1.0",
-      "Megatron-LM tensor and sequence parallelism: column/row-parallel blocks, vocab-parallel embedding and loss "
-      "(MegatronLMPlugin)",
+  static constexpr sdk::PluginInfo info{
+      "megatron", "0.2.0",
+      "Megatron-LM tensor and sequence parallelism: column/row-parallel blocks, vocab-parallel embedding and loss, "
+      "the distributed optimizer (MegatronLMPlugin)",
       ACCEL_PLUGIN_PARALLEL,
-      ACCEL_CAP_CPU | ACCEL_CAP_CUDA | ACCEL_CAP_REDUCES_GRADS | ACCEL_CAP_TENSOR_PARALLEL,
+      ACCEL_CAP_CPU | ACCEL_CAP_CUDA | ACCEL_CAP_REDUCES_GRADS | ACCEL_CAP_TENSOR_PARALLEL |
+          ACCEL_CAP_SHARDS_OPTIMIZER | ACCEL_CAP_RESHARD_ON_LOAD,
       "ddp,fsdp,deepspeed_zero"};
 
-  static constexpr accel::sdk::Option options[] = {
+  static constexpr sdk::Option options[] = {
       {"tp_degree", ACCEL_OPTION_INT, "1", "tensor-parallel degree T: ranks splitting each layer (world = T x data)",
        nullptr, "1"},
       {"pp_degree", ACCEL_OPTION_INT, "1", "pipeline-parallel degree; only 1 (pipeline parallelism is part 2)",
@@ -52,21 +67,48 @@ class Megatron final : public accel::sdk::Plugin {
       {"sequence_parallelism", ACCEL_OPTION_BOOL, "false",
        "split LayerNorm and dropout regions along the sequence (needs tp_degree > 1)"},
       {"recompute_activations", ACCEL_OPTION_BOOL, "false",
-       "recompute every block's activations in backward (full recompute)"},
+       "recompute activations in backward, at recompute_granularity (Megatron's --recompute-activations: selective)"},
+      {"recompute_granularity", ACCEL_OPTION_ENUM, "selective",
+       "selective: the attention core (the host's fused attention never stores its scores); full: every block",
+       "selective|full"},
       {"use_distributed_optimizer", ACCEL_OPTION_BOOL, "false",
-       "partition AdamW state over the data group; not available yet"},
+       "partition the fp32 master weights, gradients and AdamW state over the data group (ZeRO-1 over data)"},
       {"gradient_clipping", ACCEL_OPTION_DOUBLE, "0",
        "refused when given: the host's --grad-clip is the one global-norm clip setting", nullptr, "0"},
       {"num_micro_batches", ACCEL_OPTION_INT, "1",
        "refused when given: the host's --grad-accum is the one accumulation setting", nullptr, "1"},
+      {"weight_decay_incr_style", ACCEL_OPTION_ENUM, "constant",
+       "weight decay from start_weight_decay to end_weight_decay over the run's --steps", "constant|linear|cosine"},
+      {"start_weight_decay", ACCEL_OPTION_DOUBLE, "0", "weight decay at step 1 (when not given: the host's --weight-decay)",
+       nullptr, "0"},
+      {"end_weight_decay", ACCEL_OPTION_DOUBLE, "0",
+       "weight decay from the last step on (when not given: the host's --weight-decay)", nullptr, "0"},
+      {"lr_decay_style", ACCEL_OPTION_ENUM, "linear",
+       "Megatron's schedule (when any lr_ field is given): decay after warmup, to min_lr",
+       "constant|linear|cosine|inverse-square-root"},
+      {"lr_decay_iters", ACCEL_OPTION_INT, "0", "decay horizon in iterations (default: --steps)", nullptr, "0"},
+      {"lr_decay_samples", ACCEL_OPTION_INT, "0", "decay horizon in samples (global batches x --batch-size)", nullptr,
+       "0"},
+      {"lr_warmup_iters", ACCEL_OPTION_INT, "0", "linear warmup from 0, in iterations", nullptr, "0"},
+      {"lr_warmup_samples", ACCEL_OPTION_INT, "0", "linear warmup from 0, in samples", nullptr, "0"},
+      {"lr_warmup_fraction", ACCEL_OPTION_DOUBLE, "0", "linear warmup over this fraction of the decay horizon", nullptr,
+       "0", "1"},
+      {"min_lr", ACCEL_OPTION_DOUBLE, "0", "the learning rate after decay (when not given: the host's --min-lr)",
+       nullptr, "0"},
+      {"eval_iters", ACCEL_OPTION_INT, "0", "refused when given: the host's --eval-steps is the one setting", nullptr,
+       "0"},
+      {"eval_interval", ACCEL_OPTION_INT, "0", "refused when given: the host's --eval-every is the one setting",
+       nullptr, "0"},
   };
 
-  explicit Megatron(const accel::sdk::Services& s)
+  explicit Megatron(const sdk::Services& s)
       : Plugin(s),
-        kernels_(services()),
+        ops_(s),
         tp_(s.option<int64_t>("tp_degree")),
         sequence_parallel_(s.option<bool>("sequence_parallelism")),
-        recompute_(s.option<bool>("recompute_activations")) {
+        recompute_(s.option<bool>("recompute_activations")),
+        full_recompute_(recompute_ && s.option<std::string>("recompute_granularity") == "full"),
+        distributed_optimizer_(s.option<bool>("use_distributed_optimizer")) {
     const int world = s.world_size();
     if (s.option<int64_t>("pp_degree") != 1) {
       throw Error(ACCEL_ERROR_UNSUPPORTED,
@@ -86,11 +128,6 @@ class Megatron final : public accel::sdk::Plugin {
       throw Error(ACCEL_ERROR_UNSUPPORTED,
                   "sequence_parallelism needs a host with model->plan_sequence_parallel (ABI 1.4)");
     }
-    if (s.option<bool>("use_distributed_optimizer")) {
-      throw Error(ACCEL_ERROR_UNSUPPORTED,
-                  "use_distributed_optimizer is not available yet: it will reuse the shared sharding library "
-                  "(plugins/sharding) once that lands");
-    }
     if (s.option_is_set("gradient_clipping")) {
       throw Error(ACCEL_ERROR_INVALID_ARGUMENT,
                   "gradient_clipping: give the host's --grad-clip (the one clipping setting every strategy reads)");
@@ -99,6 +136,37 @@ class Megatron final : public accel::sdk::Plugin {
       throw Error(ACCEL_ERROR_INVALID_ARGUMENT,
                   "num_micro_batches: give the host's --grad-accum (the one accumulation setting)");
     }
+    for (const char* name : {"eval_iters", "eval_interval"}) {
+      if (s.option_is_set(name)) {
+        throw Error(ACCEL_ERROR_INVALID_ARGUMENT,
+                    std::string(name) + ": give the host's " +
+                        (std::string(name) == "eval_iters" ? "--eval-steps" : "--eval-every") +
+                        " (the one evaluation setting every strategy reads)");
+      }
+    }
+    if (s.option<std::string>("train.optimizer") != "adamw") {
+      throw Error(ACCEL_ERROR_UNSUPPORTED, "train.optimizer " + s.option<std::string>("train.optimizer") +
+                                               ": megatron's optimizer is AdamW only");
+    }
+    wd_.style = s.option<std::string>("weight_decay_incr_style");
+    const double host_wd = s.option<double>("train.weight_decay");
+    wd_.start = s.option_is_set("start_weight_decay") ? s.option<double>("start_weight_decay") : host_wd;
+    wd_.end = s.option_is_set("end_weight_decay") ? s.option<double>("end_weight_decay") : host_wd;
+    const int64_t global_batch = s.option<int64_t>("train.micro_batch_size") * s.option<int64_t>("train.grad_accum_steps");
+    const int64_t train_samples = s.option<int64_t>("train.steps") * global_batch;
+    wd_.incr_samples = train_samples;
+    read_lr_schedule(s, global_batch, train_samples);
+    if (wd_.style == "constant" && wd_.start != wd_.end) {
+      throw Error(ACCEL_ERROR_INVALID_ARGUMENT,
+                  "weight_decay_incr_style constant needs start_weight_decay equal to end_weight_decay (Megatron's "
+                  "rule); give linear or cosine to change it over the run");
+    }
+    const int32_t data = static_cast<int32_t>(world / tp_);
+    // The distributed optimizer partitions over the whole data group; without
+    // it every data rank is a replica.
+    config_.mesh.sharding_size = distributed_optimizer_ ? data : 1;
+    config_.mesh.replica_size = distributed_optimizer_ ? 1 : data;
+    config_.state_dict_type = sharding::StateDictType::sharded;  // each partition saved where it lives
   }
 
   void plan_model(const AccelPlanArgs&) override {
@@ -106,6 +174,8 @@ class Megatron final : public accel::sdk::Plugin {
     AccelMeshSpec mesh{};
     mesh.struct_size = sizeof(mesh);
     mesh.tensor_size = static_cast<int32_t>(tp_);
+    mesh.sharding_size = config_.mesh.sharding_size;
+    mesh.replica_size = config_.mesh.replica_size;
     services().check(t.comm->set_mesh(services().host(), &mesh), "set_mesh");
     if (sequence_parallel_) {
       services().check(t.model->plan_sequence_parallel(services().host(), ACCEL_GROUP_TENSOR),
@@ -124,113 +194,112 @@ class Megatron final : public accel::sdk::Plugin {
         services().check(t.model->plan_split_param(services().host(), u, p, dim, ACCEL_GROUP_TENSOR),
                          std::string("plan_split_param ") + param->name);
       }
-      if (recompute_ && unit->kind == ACCEL_UNIT_BLOCK) {
+      // Selective recompute needs no plan: the host's attention is the fused
+      // (flash) kernel, which keeps q, k, v, the output and each row's
+      // log-sum-exp and recomputes the scores in backward — Megatron's
+      // "attention core" recompute (Korthikanti et al. 2022), done by the
+      // kernel. Full recompute re-runs every block.
+      if (full_recompute_ && unit->kind == ACCEL_UNIT_BLOCK) {
         services().check(t.model->set_checkpointing(services().host(), u, true), "set_checkpointing");
       }
     }
   }
 
+  // The splits have resolved: the layout read here holds this rank's slices.
   void setup(const AccelSetupArgs&) override {
-    data_ = kernels_.group(ACCEL_GROUP_DATA);
-    tensor_ = kernels_.group(ACCEL_GROUP_TENSOR);
-    data_size_ = kernels_.shape(data_).size;
-    const accel::sdk::GroupShape tensor = kernels_.shape(tensor_);
-    tensor_rank_ = tensor.rank;
+    const sdk::Services& s = services();
+    units_ = sharding::read_model_layout(s, sharding::SplitParams::accept);
+    plan_.group_of.assign(units_.size(), distributed_optimizer_ ? 0 : -1);
+    if (distributed_optimizer_) {
+      // One partition group of every unit: ZeRO-1 gathers nothing per unit.
+      sharding::GatherGroup all;
+      for (const UnitLayout& u : units_) all.units.push_back(u.index);
+      plan_.groups.push_back(std::move(all));
+    }
+    AccelGroup* sharding = ops_.group(ACCEL_GROUP_SHARDING);
+    AccelGroup* replica = ops_.group(ACCEL_GROUP_REPLICA);
+    AccelGroup* data = ops_.group(ACCEL_GROUP_DATA);
+    tensor_.group = ops_.group(ACCEL_GROUP_TENSOR);
+    const sdk::GroupShape tensor = ops_.shape(tensor_.group);
+    tensor_.rank = tensor.rank;
+    tensor_.size = tensor.size;
+    data_size_ = ops_.shape(data).size;
     if (tensor.size != tp_) {
       throw Error(ACCEL_ERROR_INTERNAL, "the tensor group has " + std::to_string(tensor.size) +
                                             " ranks, tp_degree is " + std::to_string(tp_));
     }
-    const AccelModelInfo* model = nullptr;
-    services().check(services().table()->model->get_info(services().host(), &model), "get_info");
-    num_units_ = model->num_units;
+    const sdk::GroupShape sharding_shape = ops_.shape(sharding);
+    // The host keeps the parameters and gradients (the model runs on them);
+    // the partitions are the optimizer's.
+    m_.store = std::make_unique<sharding::ShardStore>(ops_, config_, units_, plan_, sharding_shape,
+                                                      ops_.group(ACCEL_GROUP_WORLD), s.rank(), /*managed=*/0);
+    m_.comm_buffers = std::make_unique<sdk::BufferPool>(s, /*keep_per_shape=*/2);
+    m_.reducer =
+        std::make_unique<sharding::GradReducer>(ops_, config_, *m_.store, sharding, replica, data, *m_.comm_buffers);
+    if (distributed_optimizer_) {
+      m_.publish = std::make_unique<sharding::HostParamSync>(ops_, *m_.store, sharding, *m_.comm_buffers);
+    }
+    m_.optimizer =
+        std::make_unique<sharding::ShardedOptimizer>(ops_, *m_.store, sharding, sharding_shape.rank, tensor_);
+    m_.checkpoint = std::make_unique<sharding::CheckpointIo>(ops_, config_, *m_.store, sharding, ops_.shape(replica),
+                                                             s.rank(), config_json(), tensor_.rank);
   }
 
-  void gradients_finalize(const AccelStepArgs&) override {
-    // Sequence parallel: each tensor rank saw its slice of the sequence in
-    // the norms, residual biases and position embeddings, so their gradients
-    // are partial sums over the group (Megatron all-reduces the
-    // sequence-parallel LayerNorm gradients the same way).
-    if (sequence_parallel_) {
-      const AccelModelServices& model = *services().table()->model;
-      for (int32_t u = 0; u < num_units_; ++u) {
-        const AccelUnitInfo* unit = nullptr;
-        services().check(model.get_unit(services().host(), u, &unit), "get_unit");
-        for (int32_t p = 0; p < unit->num_params; ++p) {
-          const AccelParamInfo* param = nullptr;
-          services().check(model.get_param(services().host(), u, p, &param), "get_param");
-          if (param->tied_unit >= 0 || param->split_dim >= 0) continue;
-          const DLTensor* grad = nullptr;
-          services().check(model.get_param_view(services().host(), u, p, ACCEL_STORAGE_GRADS, &grad),
-                           "get_param_view");
-          kernels_.all_reduce(tensor_, grad, ACCEL_REDUCE_SUM, "megatron sequence-parallel grad all_reduce");
-        }
-      }
-    }
-    if (data_size_ == 1) return;
-    for (int32_t u = 0; u < num_units_; ++u) {
-      const DLTensor* grads = kernels_.storage(u).grads;
-      if (grads != nullptr) kernels_.all_reduce(data_, grads, ACCEL_REDUCE_AVG, "megatron data all_reduce");
+  void step_begin(const AccelStepArgs& args) override {
+    if ((args.flags & ACCEL_STEP_EVAL) == 0) m_.store->zero_grads(ops_);
+  }
+
+  // A unit's gradients are complete (last micro-batch): with sequence
+  // parallelism its whole parameters' partial gradients are summed over
+  // TENSOR (each tensor rank saw a slice of the sequence: Megatron
+  // all-reduces the sequence-parallel LayerNorm gradients the same way),
+  // then the unit is averaged over the data group.
+  void gradients_ready(const AccelGradientsReadyArgs& args) override {
+    if (sequence_parallel_) sum_partial_gradients(args.unit);
+    if (distributed_optimizer_) {
+      m_.reducer->reduce_scatter(args.unit, /*last_micro_batch=*/true);
+    } else {
+      m_.reducer->all_reduce_replicated(args.unit, args.grads);
     }
   }
 
-  void clip_gradients(const AccelClipArgs& args) override {
-    const AccelHostServices& t = *services().table();
-    // This rank's share of the squared norm: split parameters on every
-    // tensor rank, replicated ones on tensor rank 0 (summed over TENSOR
-    // below, each counts once; data-parallel replicas are equal and not summed).
-    std::vector<const DLTensor*> counted, scaled;
-    for (int32_t u = 0; u < num_units_; ++u) {
-      const DLTensor* grads = kernels_.storage(u).grads;
-      if (grads == nullptr) continue;
-      scaled.push_back(grads);
-      const AccelUnitInfo* unit = nullptr;
-      services().check(t.model->get_unit(services().host(), u, &unit), "get_unit");
-      for (int32_t p = 0; p < unit->num_params; ++p) {
-        const AccelParamInfo* param = nullptr;
-        services().check(t.model->get_param(services().host(), u, p, &param), "get_param");
-        if (param->tied_unit >= 0) continue;  // lm_head.weight is wte.weight
-        if (param->split_dim < 0 && tensor_rank_ != 0) continue;
-        const DLTensor* view = nullptr;
-        services().check(t.model->get_param_view(services().host(), u, p, ACCEL_STORAGE_GRADS, &view),
-                         "get_param_view");
-        counted.push_back(view);
-      }
-    }
-    float local = 0.0f;
-    const ScalarView local_view(&local);
-    AccelSquaredNormArgs norm{};
-    norm.struct_size = sizeof(norm);
-    norm.inputs = counted.data();
-    norm.num_inputs = static_cast<int32_t>(counted.size());
-    norm.output = local_view.get();
-    norm.stream = args.stream;
-    services().check(t.kernels->squared_norm(services().host(), &norm), "squared_norm");
-    double global = local;
-    DLTensor total{};
-    int64_t unused = 0;
-    total.data = &global;
-    total.device = {kDLCPU, 0};
-    total.dtype = DLDataType{kDLFloat, 64, 1};
-    total.shape = &unused;
-    total.strides = &unused;
-    kernels_.all_reduce(tensor_, &total, ACCEL_REDUCE_SUM, "megatron grad norm all_reduce");
-    float global32 = static_cast<float>(global);
-    const ScalarView global_view(&global32);
-    AccelClipScaleArgs clip{};
-    clip.struct_size = sizeof(clip);
-    clip.tensors = scaled.data();
-    clip.num_tensors = static_cast<int32_t>(scaled.size());
-    clip.total_squared_norm = global_view.get();
-    clip.total_norm = args.total_norm;
-    clip.max_norm = args.max_norm;
-    clip.stream = args.stream;
-    services().check(t.kernels->clip_scale(services().host(), &clip), "clip_scale");
+  void gradients_finalize(const AccelStepArgs&) override { m_.reducer->finish(); }
+
+  void clip_gradients(const AccelClipArgs& args) override { m_.optimizer->clip_gradients(args); }
+
+  // Megatron's weight-decay increment replaces the host's constant decay,
+  // and its learning-rate schedule the host's when an lr_ field asked for it.
+  void optimizer_step(const AccelOptimizerStepArgs& args) override {
+    AccelOptimizerStepArgs step = args;
+    const int64_t num = (args.step - 1) * global_batch_;  // Megatron counts samples
+    step.weight_decay = weight_decay_at(wd_, num);
+    if (lr_) step.lr = learning_rate_at(*lr_, num);
+    last_weight_decay_ = step.weight_decay;
+    last_lr_ = step.lr;
+    m_.optimizer->step(step);
+    if (m_.publish) m_.publish->publish();
   }
 
   void step_end(const AccelStepArgs&) override {
-    services().metric("tp_degree", static_cast<double>(tp_));
-    services().metric("data_parallel_size", static_cast<double>(data_size_));
+    const sdk::Services& s = services();
+    m_.end_step(s);
+    s.metric("tp_degree", static_cast<double>(tp_));
+    s.metric("data_parallel_size", static_cast<double>(data_size_));
+    s.metric("weight_decay", last_weight_decay_);
+    s.metric("lr", last_lr_);
+    if (m_.publish) s.metric("param_allgather_elements", static_cast<double>(m_.publish->take_gathered_elements()));
   }
+
+  void save_state(const AccelStateArgs& args) override { m_.checkpoint->save(args); }
+  void load_state(const AccelStateArgs& args) override {
+    m_.checkpoint->load(args);
+    // The host loaded its parameters itself; the partitions were read from
+    // the same tensors. Published anyway so every rank starts from exactly
+    // the masters.
+    if (m_.publish) m_.publish->publish();
+  }
+
+  void teardown() override { m_.teardown(); }
 
  private:
   // Megatron's split of a parameter: column-parallel weights by output rows
@@ -247,17 +316,84 @@ class Megatron final : public accel::sdk::Plugin {
     }
   }
 
-  const accel::sdk::Kernels kernels_;
+  // Megatron's OptimizerParamScheduler when any of its lr_ fields is given
+  // (else the host's schedule stands): horizons in samples, iterations x G.
+  void read_lr_schedule(const sdk::Services& s, int64_t global_batch, int64_t train_samples) {
+    global_batch_ = global_batch;
+    const char* fields[] = {"lr_decay_style",    "lr_decay_iters",     "lr_decay_samples", "lr_warmup_iters",
+                            "lr_warmup_samples", "lr_warmup_fraction", "min_lr"};
+    bool any = false;
+    for (const char* f : fields) any = any || s.option_is_set(f);
+    if (!any) return;
+    const auto both = [&](const char* a, const char* b) {
+      if (s.option_is_set(a) && s.option_is_set(b)) {
+        throw Error(ACCEL_ERROR_INVALID_ARGUMENT, std::string(a) + " and " + b + " both set the same horizon; give one");
+      }
+    };
+    both("lr_decay_iters", "lr_decay_samples");
+    both("lr_warmup_iters", "lr_warmup_samples");
+    both("lr_warmup_fraction", "lr_warmup_iters");
+    both("lr_warmup_fraction", "lr_warmup_samples");
+    LrSchedule lr;
+    lr.style = s.option<std::string>("lr_decay_style");
+    lr.max_lr = s.option<double>("train.lr");
+    lr.min_lr = s.option_is_set("min_lr") ? s.option<double>("min_lr") : s.option<double>("train.min_lr");
+    lr.decay_samples = s.option_is_set("lr_decay_samples") ? s.option<int64_t>("lr_decay_samples")
+                       : s.option_is_set("lr_decay_iters") ? s.option<int64_t>("lr_decay_iters") * global_batch
+                                                           : train_samples;
+    lr.warmup_samples =
+        s.option_is_set("lr_warmup_samples") ? s.option<int64_t>("lr_warmup_samples")
+        : s.option_is_set("lr_warmup_iters") ? s.option<int64_t>("lr_warmup_iters") * global_batch
+        : static_cast<int64_t>(s.option<double>("lr_warmup_fraction") * static_cast<double>(lr.decay_samples));
+    if (lr.decay_samples <= lr.warmup_samples && lr.style != "constant") {
+      throw Error(ACCEL_ERROR_INVALID_ARGUMENT,
+                  sdk::format("the lr warmup (%lld samples) does not end before the decay horizon (%lld samples)",
+                              static_cast<long long>(lr.warmup_samples), static_cast<long long>(lr.decay_samples)));
+    }
+    lr_ = lr;
+    if (s.rank() == 0) {
+      s.info() << "megatron: Megatron's lr schedule replaces the host's: " << lr.style << " from " << lr.max_lr
+               << " to " << lr.min_lr << ", warmup " << lr.warmup_samples << " samples, decay over "
+               << lr.decay_samples << " samples";
+    }
+  }
+
+  void sum_partial_gradients(int32_t unit) {
+    for (const sharding::ParamLayout& p : units_.at(static_cast<size_t>(unit)).params) {
+      if (p.is_split()) continue;
+      const sdk::FlatView grad(*ops_.storage(unit).grads, p.flat_offset, p.numel);
+      ops_.all_reduce(tensor_.group, grad.get(), ACCEL_REDUCE_SUM, "megatron sequence-parallel grad all_reduce");
+    }
+  }
+
+  std::string config_json() const {
+    return sdk::format(
+        "{\"tp_degree\": %lld, \"sequence_parallelism\": %s, \"recompute_activations\": %s, "
+        "\"use_distributed_optimizer\": %s}",
+        static_cast<long long>(tp_), sequence_parallel_ ? "true" : "false",
+        full_recompute_ ? "\"full\"" : recompute_ ? "\"selective\"" : "false",
+        distributed_optimizer_ ? "true" : "false");
+  }
+
+  WeightDecaySchedule wd_;
+  std::optional<LrSchedule> lr_;
+  int64_t global_batch_ = 1;
+  double last_weight_decay_ = 0.0, last_lr_ = 0.0;
+  const sdk::Kernels ops_;
   const int64_t tp_;
   const bool sequence_parallel_;
   const bool recompute_;
-  AccelGroup* data_ = nullptr;
-  AccelGroup* tensor_ = nullptr;
+  const bool full_recompute_;
+  const bool distributed_optimizer_;
+  sharding::ShardingOptions config_;
+  sharding::GatherPlan plan_;
+  std::vector<UnitLayout> units_;
+  sharding::TensorGroup tensor_;
+  sharding::Machinery m_;
   int32_t data_size_ = 1;
-  int32_t tensor_rank_ = 0;
-  int32_t num_units_ = 0;
 };
 
 }  // namespace
+}  // namespace accel::megatron
 
-ACCEL_PLUGIN(Megatron)
+ACCEL_PLUGIN(accel::megatron::Megatron)

@@ -50,15 +50,20 @@ void transfer(const sdk::Services& s, KeptViews* kept, const Stored& kind, const
 }
 
 // Every parameter's part of `range` of a unit's flat buffer, where `buffer`
-// element 0 is unit element `buffer_begin`: rectangles by global offset.
+// element 0 is unit element `buffer_begin`: rectangles of the local slice,
+// put or got by global offset. Saving with `whole_too` false skips the
+// parameters that are not split (another tensor rank puts those).
 void transfer_range(const sdk::Services& s, KeptViews* kept, const Stored& kind, const UnitLayout& unit,
-                    sdk::FlatRange range, const DLTensor& buffer, int64_t buffer_begin) {
+                    sdk::FlatRange range, const DLTensor& buffer, int64_t buffer_begin, bool whole_too = true) {
   for (const ParamLayout& p : unit.params) {
+    if (!whole_too && !p.is_split()) continue;
     const sdk::FlatRange part = sdk::intersect(range, sdk::FlatRange{p.flat_offset, p.flat_offset + p.numel});
     if (part.empty()) continue;
-    for (const sdk::Rectangle& rect :
-         sdk::flat_range_to_rectangles(p.global_shape, part.begin - p.flat_offset, part.size())) {
-      transfer(s, kept, kind, p, rect, buffer, p.flat_offset + rect.flat_begin - buffer_begin);
+    for (const sdk::Rectangle& local :
+         sdk::flat_range_to_rectangles(p.local_shape, part.begin - p.flat_offset, part.size())) {
+      for (const sdk::Rectangle& rect : sdk::local_to_global(p.split, local)) {
+        transfer(s, kept, kind, p, rect, buffer, p.flat_offset + rect.flat_begin - buffer_begin);
+      }
     }
   }
 }
@@ -66,14 +71,17 @@ void transfer_range(const sdk::Services& s, KeptViews* kept, const Stored& kind,
 }  // namespace
 
 CheckpointIo::CheckpointIo(const sdk::Kernels& ops, const ShardingOptions& config, ShardStore& store,
-                           AccelGroup* sharding, sdk::GroupShape replica, int32_t world_rank, std::string config_json)
+                           AccelGroup* sharding, sdk::GroupShape replica, int32_t world_rank, std::string config_json,
+                           int32_t tensor_rank)
     : ops_(ops),
       config_(config),
       config_json_(std::move(config_json)),
       store_(store),
       sharding_(sharding),
+      sharding_rank_(ops.shape(sharding).rank),
       replica_(replica),
-      world_rank_(world_rank) {}
+      world_rank_(world_rank),
+      tensor_rank_(tensor_rank) {}
 
 void CheckpointIo::save(const AccelStateArgs&) {
   const sdk::Services& s = ops_.services();
@@ -83,6 +91,9 @@ void CheckpointIo::save(const AccelStateArgs&) {
   // tensor at a time, never the whole model.
   std::vector<sdk::Buffer> gathered;
   KeptViews kept;
+  // Each element is put once: whole parameters by tensor rank 0, the slices
+  // of split ones by every tensor rank.
+  const bool whole_too = tensor_rank_ == 0;
   for (int32_t u = 0; u < store_.num_units(); ++u) {
     if (ShardedUnit* unit = store_.sharded(u)) {
       if (replica_.rank != 0) continue;  // replicas hold equal shards: replica 0 saves
@@ -93,13 +104,13 @@ void CheckpointIo::save(const AccelStateArgs&) {
         // writes them whole, equal to the masters after every step.
         if (unit->host_params && shard == &unit->master) continue;
         if (config_.state_dict_type != StateDictType::full) {
-          transfer_range(s, &kept, kind, unit->layout, unit->real, shard->tensor(), unit->shard_begin());
+          transfer_range(s, &kept, kind, unit->layout, unit->real, shard->tensor(), unit->shard_begin(), whole_too);
           continue;
         }
         sdk::Buffer full = ops_.allocate(ACCEL_MEMORY_WORKSPACE, shard->tensor().dtype, unit->shards.padded_numel(),
                                          config_.shard_place(), false, "sharding full state dict");
         ops_.all_gather(sharding_, &shard->tensor(), &full.tensor(), "sharding state dict all_gather");
-        if (world_rank_ != 0) continue;  // `full` is freed here
+        if (sharding_rank_ != 0) continue;  // `full` is freed here
         if (!sdk::is_host(full.tensor())) {
           sdk::Buffer on_host =
               ops_.allocate(ACCEL_MEMORY_WORKSPACE, shard->tensor().dtype, unit->shards.padded_numel(),
@@ -108,14 +119,15 @@ void CheckpointIo::save(const AccelStateArgs&) {
           ops_.synchronize();
           full = std::move(on_host);  // frees the device copy
         }
-        transfer_range(s, &kept, kind, unit->layout, sdk::FlatRange{0, unit->layout.numel}, full.tensor(), 0);
+        transfer_range(s, &kept, kind, unit->layout, sdk::FlatRange{0, unit->layout.numel}, full.tensor(), 0,
+                       whole_too);
         gathered.push_back(std::move(full));
       }
     } else if (ReplicatedUnit* replicated = store_.replicated(u)) {
-      if (world_rank_ != 0) continue;
+      if (replica_.rank != 0 || sharding_rank_ != 0) continue;  // the data group's first rank puts them
       const sdk::FlatRange all{0, replicated->layout.numel};
-      transfer_range(s, &kept, kExpAvg, replicated->layout, all, replicated->exp_avg.tensor(), 0);
-      transfer_range(s, &kept, kExpAvgSq, replicated->layout, all, replicated->exp_avg_sq.tensor(), 0);
+      transfer_range(s, &kept, kExpAvg, replicated->layout, all, replicated->exp_avg.tensor(), 0, whole_too);
+      transfer_range(s, &kept, kExpAvgSq, replicated->layout, all, replicated->exp_avg_sq.tensor(), 0, whole_too);
     }
   }
   if (world_rank_ == 0) {

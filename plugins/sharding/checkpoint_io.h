@@ -9,8 +9,11 @@
 // LOCAL_STATE_DICT, written the same way: an opaque flat shard cannot be
 // resharded) — every rank of replica 0 puts its shard's part of every
 // parameter as rectangles (sdk/flat_slices.hpp); FULL_STATE_DICT — replica 0
-// all-gathers each unit's shards and world rank 0 puts whole tensors. Moments
-// of host-owned units are put whole by world rank 0. Loading gets, on every
+// all-gathers each unit's shards and its first rank puts whole tensors. Moments
+// of host-owned units are put whole by the data group's first rank. Units
+// holding tensor-parallel slices (megatron) put and get each slice at its
+// global offset (sdk::local_to_global); a parameter every tensor rank holds
+// whole is put by tensor rank 0. Loading gets, on every
 // rank, the rectangles of its own shard, whatever wrote them; a missing
 // tensor is an error naming it. save_state runs on every rank (each rank's
 // puts go to its own file). Thread-safety: loop thread only.
@@ -28,8 +31,10 @@ namespace accel::sharding {
 
 class CheckpointIo {
  public:
+  // `tensor_rank`: this rank's index in the tensor-parallel group when the
+  // units hold tensor-parallel slices (megatron), else 0.
   CheckpointIo(const sdk::Kernels& ops, const ShardingOptions& config, ShardStore& store, AccelGroup* sharding,
-               sdk::GroupShape replica, int32_t world_rank, std::string config_json);
+               sdk::GroupShape replica, int32_t world_rank, std::string config_json, int32_t tensor_rank = 0);
 
   void save(const AccelStateArgs& args);
   void load(const AccelStateArgs& args);
@@ -40,8 +45,10 @@ class CheckpointIo {
   std::string config_json_;  // the strategy's resolved configuration, put for information
   ShardStore& store_;
   AccelGroup* sharding_;
+  int32_t sharding_rank_;
   sdk::GroupShape replica_;
   int32_t world_rank_;
+  int32_t tensor_rank_;
 };
 
 }  // namespace accel::sharding

@@ -11,7 +11,7 @@ namespace accel::sharding {
 using sdk::Error;
 using sdk::format;
 
-std::vector<UnitLayout> read_model_layout(const sdk::Services& s) {
+std::vector<UnitLayout> read_model_layout(const sdk::Services& s, SplitParams splits) {
   const AccelModelServices& model = *s.table()->model;
   const AccelModelInfo* info = nullptr;
   s.check(model.get_info(s.host(), &info), "model get_info");
@@ -39,13 +39,23 @@ std::vector<UnitLayout> read_model_layout(const sdk::Services& s) {
       param.flat_offset = p->flat_offset;
       param.numel = p->numel;
       param.global_shape.assign(p->global_shape, p->global_shape + p->ndim);
-      for (int32_t d = 0; d < p->ndim; ++d) {
-        if (p->local_shape[d] != p->global_shape[d]) {
+      param.local_shape.assign(p->local_shape, p->local_shape + p->ndim);
+      if (param.local_shape != param.global_shape || p->split_dim >= 0) {
+        if (splits == SplitParams::refuse) {
           throw Error(
               ACCEL_ERROR_FAILED_PRECONDITION,
               format("parameter %s is split by another plugin's plan; the sharding plugins shard whole parameters only",
                      p->name));
         }
+        if (!ACCEL_STRUCT_HAS_FIELD(p, AccelParamInfo, split_blocks)) {
+          throw Error(ACCEL_ERROR_UNSUPPORTED,
+                      format("parameter %s is split, and this host (ABI < 1.5) does not say how", p->name));
+        }
+        param.split.dim = p->split_dim;
+        param.split.blocks = p->split_blocks;
+        param.split.local_offset = p->local_offset[p->split_dim];
+        param.split.local_shape = param.local_shape;
+        param.split.global_shape = param.global_shape;
       }
       layout.params.push_back(std::move(param));
     }

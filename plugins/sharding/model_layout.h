@@ -9,6 +9,7 @@
 // only as `tied_units`. Thread-safety: plain values.
 #pragma once
 
+#include <accel/sdk/flat_slices.hpp>
 #include <accel/sdk/services.hpp>
 
 #include <cstdint>
@@ -21,8 +22,12 @@ struct ParamLayout {
   std::string name;  // the checkpoint name ("h.0.attn.c_attn.weight")
   AccelParamRole role = ACCEL_PARAM_OTHER;
   int64_t flat_offset = 0;  // in the unit's flat buffer
-  int64_t numel = 0;
-  std::vector<int64_t> global_shape;  // row-major; = local (sharding splits nothing)
+  int64_t numel = 0;        // of the local slice
+  std::vector<int64_t> global_shape;  // row-major
+  std::vector<int64_t> local_shape;   // row-major; = global unless a tensor-parallel plan split it
+  sdk::SplitSlice split;              // where the local slice lies in the global tensor (dim -1: whole)
+
+  bool is_split() const { return split.dim >= 0; }
 };
 
 struct UnitLayout {
@@ -34,9 +39,14 @@ struct UnitLayout {
   std::vector<ParamLayout> params;
 };
 
-// Reads every unit through services.table()->model. Throws Error when a
-// parameter is split (local shape != global: another plugin split it) or the
-// flat layout has a gap.
-std::vector<UnitLayout> read_model_layout(const sdk::Services& services);
+// Whether the strategy reading the layout steps tensor-parallel slices
+// (megatron's optimizer) or shards whole parameters only (fsdp, ZeRO).
+enum class SplitParams { refuse, accept };
+
+// Reads every unit through services.table()->model. Throws Error when the
+// flat layout has a gap, or a parameter is split (local shape != global:
+// another plugin split it) and `splits` is refuse. Call it after plans
+// resolved (setup) when splits are accepted: before, every shape is global.
+std::vector<UnitLayout> read_model_layout(const sdk::Services& services, SplitParams splits = SplitParams::refuse);
 
 }  // namespace accel::sharding

@@ -5,6 +5,8 @@
 #include <accel/sdk/error.hpp>
 #include <accel/sdk/tensor.hpp>
 
+#include <memory>
+
 namespace accel::sharding {
 
 using sdk::Error;
@@ -26,9 +28,25 @@ std::vector<DecayRun> decay_runs(const std::vector<ParamLayout>& params, sdk::Fl
   return runs;
 }
 
+std::vector<sdk::FlatRange> split_ranges(const std::vector<ParamLayout>& params, sdk::FlatRange range) {
+  std::vector<sdk::FlatRange> out;
+  for (const ParamLayout& p : params) {
+    if (!p.is_split()) continue;
+    const sdk::FlatRange part = sdk::intersect(range, sdk::FlatRange{p.flat_offset, p.flat_offset + p.numel});
+    if (part.empty()) continue;
+    const sdk::FlatRange relative{part.begin - range.begin, part.end - range.begin};
+    if (!out.empty() && out.back().end == relative.begin) {
+      out.back().end = relative.end;
+    } else {
+      out.push_back(relative);
+    }
+  }
+  return out;
+}
+
 ShardedOptimizer::ShardedOptimizer(const sdk::Kernels& ops, ShardStore& store, AccelGroup* sharding,
-                                   int32_t sharding_rank)
-    : ops_(ops), store_(store), sharding_(sharding), sharding_rank_(sharding_rank) {}
+                                   int32_t sharding_rank, TensorGroup tensor)
+    : ops_(ops), store_(store), sharding_(sharding), sharding_rank_(sharding_rank), tensor_(tensor) {}
 
 void ShardedOptimizer::clip_gradients(const AccelClipArgs& args) {
   const sdk::Services& s = ops_.services();
@@ -47,17 +65,30 @@ void ShardedOptimizer::clip_gradients(const AccelClipArgs& args) {
     spaces.push_back(Space{t, {}, {}});
     return spaces.back();
   };
+  // What this rank counts of a gradient buffer holding unit elements `range`:
+  // all of it, or off tensor rank 0 only its slices of split parameters.
+  std::vector<std::unique_ptr<sdk::FlatView>> split_views;
+  const auto count = [&](Space& sp, const DLTensor* grads, const UnitLayout& layout, sdk::FlatRange range) {
+    if (tensor_.rank == 0) {
+      sp.counted.push_back(grads);
+      return;
+    }
+    for (const sdk::FlatRange& r : split_ranges(layout.params, range)) {
+      split_views.push_back(std::make_unique<sdk::FlatView>(*grads, r.begin, r.size()));
+      sp.counted.push_back(split_views.back()->get());
+    }
+  };
   for (int32_t u = 0; u < store_.num_units(); ++u) {
     if (ShardedUnit* unit = store_.sharded(u)) {
       Space& sp = space_of(&unit->grad.tensor());
       sp.scaled.push_back(&unit->grad.tensor());
-      sp.counted.push_back(&unit->grad.tensor());
-    } else if (store_.replicated(u) != nullptr) {
+      count(sp, &unit->grad.tensor(), unit->layout, unit->real);
+    } else if (ReplicatedUnit* replicated = store_.replicated(u)) {
       const DLTensor* grads = ops_.storage(u).grads;
       if (grads == nullptr) continue;
       Space& sp = space_of(grads);
       sp.scaled.push_back(grads);
-      if (sharding_rank_ == 0) sp.counted.push_back(grads);
+      if (sharding_rank_ == 0) count(sp, grads, replicated->layout, sdk::FlatRange{0, replicated->layout.numel});
     }
   }
 
@@ -85,7 +116,10 @@ void ShardedOptimizer::clip_gradients(const AccelClipArgs& args) {
   total.data = &global;
   total.device = {kDLCPU, 0};
   total.dtype = DLDataType{kDLFloat, 64, 1};
-  ops_.all_reduce(sharding_, &total, ACCEL_REDUCE_SUM, "sharding grad norm all_reduce");
+  if (ops_.shape(sharding_).size > 1) {
+    ops_.all_reduce(sharding_, &total, ACCEL_REDUCE_SUM, "sharding grad norm all_reduce");
+  }
+  if (tensor_.size > 1) ops_.all_reduce(tensor_.group, &total, ACCEL_REDUCE_SUM, "sharding grad norm all_reduce (tensor)");
 
   // clip_scale per space with the global squared norm; the first also writes
   // total_norm (it does so even with nothing to scale).

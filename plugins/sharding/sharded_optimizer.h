@@ -34,9 +34,26 @@ struct DecayRun {
 // buffer, relative to range.begin, adjacent runs of equal decay merged.
 std::vector<DecayRun> decay_runs(const std::vector<ParamLayout>& params, sdk::FlatRange range, uint32_t no_decay_roles);
 
+// The elements of tensor-parallel slices (split parameters) within `range`,
+// relative to range.begin, adjacent ones merged.
+std::vector<sdk::FlatRange> split_ranges(const std::vector<ParamLayout>& params, sdk::FlatRange range);
+
+// The tensor-parallel group the units' split parameters are sliced over
+// (megatron); absent (nullptr) when nothing is split.
+struct TensorGroup {
+  AccelGroup* group = nullptr;
+  int32_t rank = 0;
+  int32_t size = 1;
+};
+
 class ShardedOptimizer {
  public:
-  ShardedOptimizer(const sdk::Kernels& ops, ShardStore& store, AccelGroup* sharding, int32_t sharding_rank);
+  // With a tensor group, the clipping norm also sums over TENSOR: each tensor
+  // rank counts its slices of split parameters, tensor rank 0 alone the
+  // parameters every tensor rank holds whole (Megatron's norm, each element
+  // counted once).
+  ShardedOptimizer(const sdk::Kernels& ops, ShardStore& store, AccelGroup* sharding, int32_t sharding_rank,
+                   TensorGroup tensor = {});
 
   void clip_gradients(const AccelClipArgs& args);
   void step(const AccelOptimizerStepArgs& args);
@@ -46,6 +63,7 @@ class ShardedOptimizer {
   ShardStore& store_;
   AccelGroup* sharding_;
   int32_t sharding_rank_;
+  TensorGroup tensor_;
 };
 
 }  // namespace accel::sharding

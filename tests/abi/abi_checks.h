@@ -75,7 +75,7 @@ ACCEL_CHECK_EXT_STRUCT(AccelKernelServices, fp8_scale_update,
 ACCEL_CHECK_EXT_STRUCT(AccelModelInfo, micro_batch_size, micro_batch_size,
                        104);
 ACCEL_CHECK_EXT_STRUCT(AccelUnitInfo, param_dtype, param_dtype, 56);
-ACCEL_CHECK_EXT_STRUCT(AccelParamInfo, tied_index, tied_index, 104);
+ACCEL_CHECK_EXT_STRUCT(AccelParamInfo, split_parts, tied_index, 104);
 ACCEL_CHECK_EXT_STRUCT(AccelMaterializeArgs, grads, grads, 64);
 ACCEL_CHECK_EXT_STRUCT(AccelRunForwardArgs, loss, loss, 64);
 ACCEL_CHECK_EXT_STRUCT(AccelRunBackwardArgs, grad_input, grad_input, 56);

@@ -273,3 +273,84 @@ TEST(HeldOut, ASplitHoldingOutNothingOrABadEvalFileIsOneLine) {
   EXPECT_EQ(message({true, "tokens:" + missing, 0.1}).rfind("--eval-data: cannot open '" + missing + "'", 0), 0u)
       << message({true, "tokens:" + missing, 0.1});
 }
+
+// ------------------------------------------------------- Megatron indexed data
+
+namespace {
+
+// An .idx as Megatron-LM's MMapIndexedDataset writer lays it out (the
+// Python test writes one with numpy too): header, lengths, byte pointers,
+// document indices. `pointer_shift` damages one pointer.
+std::string megatron_idx(uint8_t dtype, int item, const std::vector<int32_t>& lengths,
+                         const std::vector<int64_t>& docs, int64_t pointer_shift = 0, uint64_t version = 1) {
+  std::string b("MMIDIDX\0\0", 9);
+  const auto put = [&](uint64_t v, int n) {
+    for (int i = 0; i < n; ++i) b.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+  };
+  put(version, 8);
+  put(dtype, 1);
+  put(lengths.size(), 8);
+  put(docs.size(), 8);
+  for (int32_t l : lengths) put(static_cast<uint32_t>(l), 4);
+  int64_t at = 0;
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    put(static_cast<uint64_t>(at + (i == 1 ? pointer_shift : 0)), 8);
+    at += int64_t{lengths[i]} * item;
+  }
+  for (int64_t d : docs) put(static_cast<uint64_t>(d), 8);
+  return b;
+}
+
+std::string megatron_prefix(const std::string& name, const std::string& idx, const std::string& bin) {
+  const std::string prefix = ::testing::TempDir() + name;
+  std::ofstream(prefix + ".idx", std::ios::binary) << idx;
+  std::ofstream(prefix + ".bin", std::ios::binary) << bin;
+  return prefix;
+}
+
+}  // namespace
+
+TEST(MegatronDataset, SequencesInIndexOrderAreTheTokenStream) {
+  std::vector<uint16_t> tokens(40);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint16_t>(300 + i);
+  const std::string prefix =
+      megatron_prefix("mega_u16", megatron_idx(8, 2, {7, 13, 20}, {0, 1, 3}), uint16_tokens(tokens));
+  const auto ds = open_dataset("megatron:" + prefix, 9, 400, 1);
+  EXPECT_EQ(ds->num_windows(), 4);  // 40 tokens, windows of 10
+  const std::vector<int64_t> got = all_tokens(*ds);
+  ASSERT_EQ(got.size(), 40u);
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], 300 + static_cast<int64_t>(i));
+  EXPECT_NE(ds->describe().find("megatron indexed uint16, 3 sequences"), std::string::npos);
+}
+
+TEST(MegatronDataset, Int32TokensReadSigned) {
+  std::string bin;
+  for (int32_t t : {70000, 5, 6, 7, 8, 9}) {
+    for (int b = 0; b < 4; ++b) bin.push_back(static_cast<char>((static_cast<uint32_t>(t) >> (8 * b)) & 0xff));
+  }
+  const std::string prefix = megatron_prefix("mega_i32", megatron_idx(4, 4, {6}, {0, 1}), bin);
+  EXPECT_EQ(all_tokens(*open_dataset("megatron:" + prefix, 2, 80000, 1)),
+            (std::vector<int64_t>{70000, 5, 6, 7, 8, 9}));
+  std::string negative = bin;
+  negative[4] = negative[5] = negative[6] = negative[7] = static_cast<char>(0xff);  // -1
+  const std::string bad = megatron_prefix("mega_neg", megatron_idx(4, 4, {6}, {0, 1}), negative);
+  EXPECT_NE(error_of("megatron:" + bad, 2, 80000).find("negative token id -1"), std::string::npos);
+}
+
+TEST(MegatronDataset, AnIndexThatDoesNotMatchItsBinIsOneLine) {
+  const std::string bin = uint16_tokens(std::vector<uint16_t>(20, 1));
+  const auto error = [&](const std::string& name, const std::string& idx, const std::string& data) {
+    return error_of("megatron:" + megatron_prefix(name, idx, data), 4, 100);
+  };
+  EXPECT_NE(error("m_short_bin", megatron_idx(8, 2, {10, 10}, {0, 2}), bin.substr(0, 30)).find("does not match"),
+            std::string::npos);
+  EXPECT_NE(error("m_pointer", megatron_idx(8, 2, {10, 10}, {0, 2}, 2), bin).find("back to back"), std::string::npos);
+  EXPECT_NE(error("m_magic", "NOTANIDX" + std::string(40, '\0'), bin).find("MMIDIDX"), std::string::npos);
+  EXPECT_NE(error("m_version", megatron_idx(8, 2, {20}, {0, 1}, 0, 2), bin).find("version 2"), std::string::npos);
+  EXPECT_NE(error("m_float", megatron_idx(7, 4, {10}, {0, 1}), bin).find("dtype code 7"), std::string::npos);
+  EXPECT_NE(error("m_docs", megatron_idx(8, 2, {10, 10}, {0, 1}), bin).find("document indices"), std::string::npos);
+  EXPECT_NE(error("m_trunc", megatron_idx(8, 2, {10, 10}, {0, 2}).substr(0, 50), bin).find("truncated"),
+            std::string::npos);
+  EXPECT_NE(error_of("megatron:/nonexistent/corpus", 4, 100).find("cannot open '/nonexistent/corpus.idx'"),
+            std::string::npos);
+}

@@ -141,9 +141,20 @@ class CrossStrategyCheckpoints(TempDirMixin, unittest.TestCase):
     def test_ddp_on_three_resumes_under_zero3_on_four(self):
         self.resume(3, ["--plugin", "ddp"], 4, self.ZERO3)
 
-    # megatron stores its split tensors whole (gathered over the tensor
-    # group), so a tensor-parallel checkpoint resumes anywhere, and back.
+    # megatron stores its split tensors at their global offsets (the host
+    # its parameters, the plugin its AdamW moments, slice by slice), so a
+    # tensor-parallel checkpoint resumes anywhere, and back.
     MEGATRON_TP2 = ["--plugin", "megatron", "--megatron.tp_degree", 2]
+    DISTRIBUTED_OPTIMIZER = ["--megatron.use_distributed_optimizer", "true"]
+
+    def test_tp2_dp2_distributed_optimizer_resumes_under_zero3_on_three(self):
+        self.resume(4, [*self.MEGATRON_TP2, *self.DISTRIBUTED_OPTIMIZER], 3, self.ZERO3)
+
+    def test_tp2_dp2_resumes_as_tp1_dp4_distributed_optimizer(self):
+        self.resume(4, self.MEGATRON_TP2, 4, ["--plugin", "megatron", *self.DISTRIBUTED_OPTIMIZER])
+
+    def test_one_process_resumes_as_tp2_dp2_distributed_optimizer(self):
+        self.resume(1, [], 4, [*self.MEGATRON_TP2, *self.DISTRIBUTED_OPTIMIZER])
 
     def test_tp2_dp2_resumes_in_one_process(self):
         self.resume(4, self.MEGATRON_TP2, 1, [])

@@ -7,6 +7,7 @@ rank holds 1/T of every split weight; the host's tensor-parallel collectives
 move the bytes Megatron's analysis predicts; checkpoints hold whole tensors
 (same-layout resume bit-exact, merge-weights the full model); bad settings
 fail with one clear line on every rank."""
+import math
 import os
 import unittest
 
@@ -86,12 +87,106 @@ class MegatronParity(TempDirMixin, unittest.TestCase):
         self.parity(2, 2, *SP)
         self.parity(4, 2, *SP)
         self.parity(4, 4, *SP, model=("--vocab-size", 254))
-        self.parity(4, 2, *SP, "--megatron.recompute_activations", "true", "--grad-clip", 0.05)
+        self.parity(4, 2, *SP, "--megatron.recompute_activations", "true", "--megatron.recompute_granularity", "full", "--grad-clip", 0.05)
+
+    def test_distributed_optimizer(self):
+        # AdamW's state partitioned over the data group (ZeRO-1 over data,
+        # on the sharding machinery): the same curve on every layout,
+        # including a data group of one (nothing to partition) and of four.
+        DO = ("--megatron.use_distributed_optimizer", "true")
+        self.parity(4, 2, *DO)
+        self.parity(2, 2, *DO)
+        self.parity(4, 1, *DO, model=("--vocab-size", 255))
+        self.parity(4, 2, *DO, "--megatron.sequence_parallelism", "true", "--grad-clip", 0.05)
+        self.parity(4, 2, *DO, "--megatron.recompute_activations", "true", "--megatron.recompute_granularity", "full", "--grad-accum", 2, batch=16)
+
+    def test_weight_decay_increment(self):
+        # Megatron's weight_decay_incr_style: the decay each step uses (the
+        # value at k - 1 of `--steps`), and it acts: start = end is the
+        # host's constant --weight-decay to the last bit of the curve, a
+        # rising decay moves the weights away from it.
+        steps = 6
+        WD = ("--megatron.weight_decay_incr_style",)
+        rows = self.parity(2, 2, *WD, "linear", "--megatron.start_weight_decay", 0.3,
+                           "--megatron.end_weight_decay", 0.3, "--weight-decay", 0.3, steps=steps)
+        self.assertEqual([r["megatron.weight_decay"] for r in rows], [0.3] * steps)
+        for style, coeff in (("linear", lambda r: r), ("cosine", lambda r: 0.5 * (math.cos(math.pi * (1 - r)) + 1))):
+            path = self.path(f"wd_{style}.jsonl")
+            mpirun(2, *COMMON, *MEGATRON, "--megatron.tp_degree", 2, "--steps", steps, "--batch-size", 12,
+                   "--metrics-file", path, *WD, style, "--megatron.start_weight_decay", 0.0,
+                   "--megatron.end_weight_decay", 5.0)
+            got = read_metrics(path)
+            want = [5.0 * coeff((k - 1) / steps) for k in range(1, steps + 1)]
+            for k, (row, w) in enumerate(zip(got, want)):
+                self.assertAlmostEqual(row["megatron.weight_decay"], w, places=9, msg=(style, k))
+            # Decay 0 at step 1 equals the undecayed reference there; later
+            # steps have shrunk the weights.
+            plain = self.reference(12, steps, ("--weight-decay", "0"))
+            self.assertLess(abs(got[0]["loss"] - plain[0]["loss"]) / plain[0]["loss"], 1e-6)
+            self.assertGreater(abs(got[-1]["loss"] - plain[-1]["loss"]) / plain[-1]["loss"], 1e-4, style)
+
+    def test_megatron_lr_schedule(self):
+        # Any lr_ field switches to Megatron's OptimizerParamScheduler,
+        # counted in samples (iteration k at (k - 1) x batch). Constant with
+        # no warmup is the host's constant schedule to the curve; a warmup
+        # and decay in samples give Megatron's per-step values.
+        base = ["--model", "gpt-tiny", "--lr", 3e-3, "--log-level", "warn", "--threads", 1, "--batch-size", 12]
+        steps, batch = 8, 12
+        ref, got = self.path("lr_ref.jsonl"), self.path("lr_const.jsonl")
+        run_host(*base, "--steps", steps, "--lr-schedule", "constant", "--metrics-file", ref)
+        mpirun(2, *base, *MEGATRON, "--megatron.tp_degree", 2, "--steps", steps, "--metrics-file", got,
+               "--megatron.lr_decay_style", "constant")
+        for x, y in zip(read_metrics(ref), read_metrics(got)):
+            self.assertLess(abs(x["loss"] - y["loss"]) / x["loss"], 1e-5, (x["step"], x["loss"], y["loss"]))
+            self.assertEqual(y["megatron.lr"], 3e-3)
+        for style in ("linear", "cosine", "inverse-square-root"):
+            path = self.path(f"lr_{style}.jsonl")
+            mpirun(2, *base, *MEGATRON, "--megatron.tp_degree", 2, "--steps", steps, "--metrics-file", path,
+                   "--megatron.lr_decay_style", style, "--megatron.lr_warmup_samples", 2 * batch,
+                   "--megatron.lr_decay_samples", 6 * batch, "--megatron.min_lr", 1e-4)
+            for k, row in enumerate(read_metrics(path), start=1):
+                self.assertAlmostEqual(row["megatron.lr"], megatron_lr(style, (k - 1) * batch, 3e-3, 1e-4, 2 * batch,
+                                                                       6 * batch), places=12, msg=(style, k))
+
+    def test_selective_recompute_is_the_fused_attention_kernel(self):
+        # Megatron's selective recompute drops the attention scores and
+        # recomputes them in backward; the host's attention is the fused
+        # kernel that does exactly that (it keeps q, k, v, the output and
+        # each row's log-sum-exp). Pinned by the operators the profiler
+        # records: the fused forward and backward, and no softmax of scores.
+        import glob
+        import json
+        out = self.path("trace")
+        mpirun(2, *COMMON, *MEGATRON, "--megatron.tp_degree", 2, "--megatron.recompute_activations", "true",
+               "--steps", 2, "--batch-size", 4, "--plugin", "profiler", "--profiler.output_trace_dir", out)
+        names = set()
+        for path in glob.glob(os.path.join(out, "**", "*.json"), recursive=True):
+            with open(path) as f:
+                names |= {e.get("name") for e in json.load(f).get("traceEvents", [])}
+        self.assertIn("aten::_scaled_dot_product_flash_attention_for_cpu", names)
+        self.assertIn("aten::_scaled_dot_product_flash_attention_for_cpu_backward", names)
+        self.assertNotIn("aten::_softmax", names)
 
     def test_recompute_and_accumulation(self):
         # (The host checks --batch-size against world x accumulation before
         # the plugins plan, so 16, though only the data group splits it.)
-        self.parity(4, 2, "--megatron.recompute_activations", "true", "--grad-accum", 2, batch=16)
+        self.parity(4, 2, "--megatron.recompute_activations", "true", "--megatron.recompute_granularity", "full", "--grad-accum", 2, batch=16)
+        self.parity(4, 2, "--megatron.recompute_activations", "true", "--grad-accum", 2, batch=16)  # selective
+
+
+def megatron_lr(style, num, max_lr, min_lr, warmup, decay):
+    """Megatron-LM's OptimizerParamScheduler.get_lr (lr_warmup_init 0)."""
+    if warmup > 0 and num <= warmup:
+        return max_lr * num / warmup
+    if style == "constant":
+        return max_lr
+    if num > decay:
+        return min_lr
+    if style == "inverse-square-root":
+        return max(min_lr, max_lr * max(warmup, 1) ** 0.5 / max(num, 1) ** 0.5)
+    ratio = (num - warmup) / (decay - warmup)
+    coeff = 1.0 - ratio if style == "linear" else 0.5 * (math.cos(math.pi * ratio) + 1.0)
+    return min_lr + coeff * (max_lr - min_lr)
 
 
 def local_parameters(tp, C=64, V=256, S=64, L=2):
@@ -101,6 +196,14 @@ def local_parameters(tp, C=64, V=256, S=64, L=2):
     block = (2 * C + (3 * C * C + 3 * C) // tp + C * C // tp + C  # ln_1, c_attn, attn.c_proj
              + 2 * C + (4 * C * C + 4 * C) // tp + 4 * C * C // tp + C)  # ln_2, c_fc, mlp.c_proj
     return padded // tp * C + S * C + L * block + 2 * C
+
+
+def unit_parameters(tp, C=64, V=256, S=64, L=2):
+    """local_parameters by unit: the embedding (wte's slice, wpe), each
+    block, the head (ln_f; lm_head is wte)."""
+    padded = -(-V // tp) * tp
+    block = (local_parameters(tp, C, V, S, L) - padded // tp * C - S * C - 2 * C) // L
+    return [padded // tp * C + S * C] + [block] * L + [2 * C]
 
 
 @unittest.skipUnless(MPIRUN, "mpirun not found")
@@ -123,6 +226,25 @@ class MegatronTheory(TempDirMixin, unittest.TestCase):
                 self.assertEqual(peaks["grads"], local)
                 self.assertEqual(peaks["optimizer"], 2 * local)  # AdamW's two fp32 moments
 
+    def test_distributed_optimizer_bytes(self):
+        # use_distributed_optimizer over a data group of d: the host keeps
+        # this rank's parameters and gradients (4 + 4 bytes each); the
+        # partition adds its fp32 master and gradient slices (4/d + 4/d) and
+        # holds AdamW's moments (8/d) — Megatron's 8 + 8/d for fp32 plus the
+        # partition's own master and gradient copies. Each unit's partition
+        # is padded to a multiple of d.
+        for n, tp in ((4, 2), (4, 1)):
+            with self.subTest(tp=tp):
+                d = n // tp
+                row = self.run_tp(n, tp, "--megatron.use_distributed_optimizer", "true")[0]
+                local = local_parameters(tp)
+                shard = sum(-(-numel // d) for numel in unit_parameters(tp))
+                peaks = row["memory_startup_peak_bytes"]
+                self.assertEqual(peaks["params"], 4 * (local + shard))
+                self.assertEqual(peaks["grads"], 4 * (local + shard))
+                self.assertEqual(peaks["optimizer"], 8 * shard)
+                self.assertEqual(row["megatron.param_allgather_elements"], d * shard)
+
     def test_communicated_bytes_per_step(self):
         # Per micro-batch of b sequences of S tokens, width C, L blocks:
         # forward all-reduces the vocab-parallel embedding and two g's per
@@ -140,8 +262,12 @@ class MegatronTheory(TempDirMixin, unittest.TestCase):
         self.assertEqual(rows[0]["host.tensor_parallel_bytes"], half)
         self.assertEqual(rows[0]["comm_bytes"], 4 * local_parameters(2) + 8)  # gradients + the norm (f64)
         # Full recompute runs every block's forward again: two more g's each.
-        rows = self.run_tp(2, 2, "--megatron.recompute_activations", "true")
+        rows = self.run_tp(2, 2, "--megatron.recompute_activations", "true", "--megatron.recompute_granularity", "full")
         self.assertEqual(rows[0]["host.tensor_parallel_bytes"], expected + 4 * 2 * L * b * S * C)
+        # Selective recompute re-runs no block: the attention core is
+        # recomputed inside the fused attention kernel's backward.
+        rows = self.run_tp(2, 2, "--megatron.recompute_activations", "true")
+        self.assertEqual(rows[0]["host.tensor_parallel_bytes"], expected)
         # Sequence parallel: each all-reduce becomes a reduce-scatter and an
         # all-gather of the same tensor (the same bus traffic as the one
         # all-reduce), in forward and backward alike: the embedding's and
@@ -172,6 +298,20 @@ class MegatronBadInput(TempDirMixin, unittest.TestCase):
     def test_tp_not_dividing_the_heads(self):
         self.refused(4, "--megatron.tp_degree", 4, "--n-head", 2, "--n-embd", 64, mentions=["4", "2 attention heads"])
 
+    def test_constant_weight_decay_that_changes(self):
+        self.refused(2, "--megatron.start_weight_decay", 0.0, "--megatron.end_weight_decay", 0.1,
+                     mentions=["weight_decay_incr_style constant", "start_weight_decay"])
+
+    def test_two_lr_horizons_for_one_setting(self):
+        self.refused(2, "--megatron.lr_decay_iters", 4, "--megatron.lr_decay_samples", 48,
+                     mentions=["lr_decay_iters", "lr_decay_samples"])
+        self.refused(2, "--megatron.lr_warmup_iters", 8, "--megatron.lr_decay_iters", 4,
+                     mentions=["warmup", "decay horizon"])
+
+    def test_megatron_evaluation_fields_name_the_host_settings(self):
+        self.refused(2, "--megatron.eval_iters", 5, mentions=["eval_iters", "--eval-steps"])
+        self.refused(2, "--megatron.eval_interval", 5, mentions=["eval_interval", "--eval-every"])
+
     def test_sequence_parallelism_without_tp(self):
         self.refused(2, "--megatron.sequence_parallelism", "true", mentions=["sequence_parallelism", "tp_degree"])
 
@@ -189,7 +329,7 @@ class MegatronCheckpoints(TempDirMixin, unittest.TestCase):
     TP2 = [*MEGATRON, "--megatron.tp_degree", 2]
 
     def test_same_layout_resume_is_bit_exact(self):
-        for extra in ([], ["--megatron.sequence_parallelism", "true"]):
+        for extra in ([], ["--megatron.sequence_parallelism", "true"], ["--megatron.use_distributed_optimizer", "true"]):
             with self.subTest(extra=extra):
                 args = [*COMMON, *self.TP2, *extra, "--batch-size", 12, "--lr-decay-steps", 6, "--vocab-size", 255]
                 tag = len(os.listdir(self.tmp))
@@ -200,7 +340,13 @@ class MegatronCheckpoints(TempDirMixin, unittest.TestCase):
                 a, b = read_metrics(straight + ".jsonl"), read_metrics(split + ".jsonl")
                 self.assertEqual([r["step"] for r in b], list(range(1, 7)))
                 self.assertEqual([r["loss"] for r in a], [r["loss"] for r in b])
-                for name in ("model.safetensors", "optimizer.safetensors"):
+                # The model (the host's) and the AdamW moments (the plugin's
+                # state, one file per rank that holds a slice).
+                names = sorted(f for f in os.listdir(os.path.join(straight, "step_6")) if f.endswith(".safetensors"))
+                self.assertIn("plugin_state.safetensors", names)
+                self.assertEqual(names, sorted(f for f in os.listdir(os.path.join(split, "step_6"))
+                                               if f.endswith(".safetensors")))
+                for name in names:
                     with open(os.path.join(straight, "step_6", name), "rb") as x, \
                             open(os.path.join(split, "step_6", name), "rb") as y:
                         self.assertTrue(x.read() == y.read(), f"{name} differs after resume")
@@ -224,3 +370,75 @@ class MegatronCheckpoints(TempDirMixin, unittest.TestCase):
             # steps of up to ~2e-5 after 3 steps. A misplaced slice would be
             # off by the weights' own scale (~2e-2).
             np.testing.assert_allclose(tp[name], plain[name], rtol=1e-3, atol=1e-4, err_msg=name)
+
+
+def write_megatron_dataset(prefix, documents, dtype="uint16"):
+    """Megatron-LM's MMapIndexedDataset (indexed_dataset.py), written the way
+    its writer does: PREFIX.bin the sequences' tokens back to back, PREFIX.idx
+    the header, int32 lengths, int64 byte pointers and int64 document
+    indices. One sequence per document here, as preprocess_data.py writes
+    without sentence splitting."""
+    import struct
+    import numpy as np
+    code = {"uint8": 1, "int32": 4, "uint16": 8}[dtype]
+    arrays = [np.asarray(d, dtype=dtype) for d in documents]
+    with open(prefix + ".bin", "wb") as f:
+        for a in arrays:
+            f.write(a.tobytes(order="C"))
+    lengths = np.array([len(a) for a in arrays], dtype=np.int32)
+    pointers = np.concatenate([[0], np.cumsum(lengths[:-1].astype(np.int64) * np.dtype(dtype).itemsize)]).astype(
+        np.int64)
+    doc_index = np.arange(len(arrays) + 1, dtype=np.int64)
+    with open(prefix + ".idx", "wb") as f:
+        f.write(b"MMIDIDX\x00\x00")
+        f.write(struct.pack("<Q", 1))
+        f.write(struct.pack("<B", code))
+        f.write(struct.pack("<Q", len(lengths)))
+        f.write(struct.pack("<Q", len(doc_index)))
+        f.write(lengths.tobytes(order="C"))
+        f.write(pointers.tobytes(order="C"))
+        f.write(doc_index.tobytes(order="C"))
+    return np.concatenate(arrays)
+
+
+@unittest.skipUnless(MPIRUN, "mpirun not found")
+class MegatronDataset(TempDirMixin, unittest.TestCase):
+    """`--data megatron:PREFIX`: a corpus preprocessed for Megatron-LM trains
+    here as the token stream of its sequences in index order."""
+
+    def test_trains_on_the_token_stream_of_an_indexed_dataset(self):
+        import numpy as np
+        rng = np.random.default_rng(7)
+        documents = [rng.integers(0, 256, size=n) for n in (300, 1000, 57, 2200, 900)]
+        prefix = self.path("corpus_text_document")
+        stream = write_megatron_dataset(prefix, documents)
+        flat = self.path("stream.bin")
+        stream.astype(np.uint16).tofile(flat)  # the same tokens as a headerless uint16 file
+        args = [*COMMON, "--steps", 6, "--batch-size", 8]
+        runs = {}
+        for name, data, n, extra in (("megatron", f"megatron:{prefix}", 1, []),
+                                     ("tokens", f"tokens:{flat}", 1, []),
+                                     ("tp2", f"megatron:{prefix}", 2, [*MEGATRON, "--megatron.tp_degree", 2])):
+            path = self.path(name + ".jsonl")
+            if n == 1:
+                run_host(*args, "--data", data, "--metrics-file", path)
+            else:
+                mpirun(n, *args, *extra, "--data", data, "--metrics-file", path)
+            runs[name] = [r["loss"] for r in read_metrics(path)]
+        self.assertEqual(runs["megatron"], runs["tokens"])
+        for a, b in zip(runs["megatron"], runs["tp2"]):
+            self.assertLess(abs(a - b) / a, 1e-5)
+        self.assertLess(runs["megatron"][-1], runs["megatron"][0])
+
+    def test_an_index_that_does_not_match_its_bin_is_one_line_on_every_rank(self):
+        prefix = self.path("broken")
+        write_megatron_dataset(prefix, [list(range(200)), list(range(100))])
+        with open(prefix + ".bin", "r+b") as f:
+            f.truncate(500)  # the .idx describes 600 bytes
+        proc = mpirun(2, *COMMON, *MEGATRON, "--megatron.tp_degree", 2, "--steps", 2, "--batch-size", 4,
+                      "--data", f"megatron:{prefix}", check=False, timeout=120)
+        self.assertNotEqual(proc.returncode, 0)
+        for rank in range(2):
+            mine = [line for line in error_lines(proc.stderr) if f"[rank {rank}]" in line]
+            self.assertEqual(len(mine), 1, proc.stderr)
+            self.assertIn("does not match its .bin", mine[0])

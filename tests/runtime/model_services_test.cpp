@@ -74,6 +74,8 @@ TEST_F(ModelServicesTest, ParamsCarryRolesHintsShapesAndFlatOffsets) {
   EXPECT_EQ(wte->local_shape[1], 16);
   EXPECT_EQ(wte->local_offset[0], 0);
   EXPECT_EQ(wte->split_dim, -1);
+  EXPECT_EQ(wte->split_blocks, 1);
+  EXPECT_EQ(wte->split_parts, 1);
   EXPECT_EQ(wte->tied_unit, -1);
 
   const AccelParamInfo* qkv = param("h.1.attn.c_attn.weight");

@@ -9,6 +9,7 @@
 #include <accel/sdk/flat_slices.hpp>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -137,6 +138,88 @@ TEST(FlatSlices, ShapedViewPointsIntoTheBase) {
   EXPECT_EQ(t->strides[2], 1);
   EXPECT_TRUE(accel_tensor_is_contiguous(t));
   EXPECT_EQ(accel_tensor_begin(t), static_cast<void*>(storage.data() + 7));
+}
+
+// ------------------------------------------------------- tensor-parallel slices
+
+// Every element of every rank's slice, through every flat range's rectangles
+// and local_to_global, lands on the global element the split holds there
+// (computed here from the definition, independently); across the ranks each
+// global element is held exactly once and padding maps nowhere.
+void check_split(std::vector<int64_t> global, int32_t dim, int64_t blocks, int64_t parts, int64_t padded) {
+  const auto d = static_cast<size_t>(dim);
+  const int64_t extent = padded > 0 ? padded : global[d];
+  std::vector<int64_t> local = global;
+  local[d] = extent / parts;
+  int64_t global_numel = 1, local_numel = 1, inner = 1;
+  for (int64_t x : global) global_numel *= x;
+  for (int64_t x : local) local_numel *= x;
+  for (size_t k = d + 1; k < global.size(); ++k) inner *= global[k];
+  std::vector<int> held(static_cast<size_t>(global_numel), 0);
+  for (int64_t rank = 0; rank < parts; ++rank) {
+    accel::sdk::SplitSlice split;
+    split.dim = dim;
+    split.blocks = blocks;
+    split.local_offset = rank * (extent / blocks / parts);
+    split.local_shape = local;
+    split.global_shape = global;
+    // The global flat index local element e holds (-1: padding), by definition.
+    const auto holds = [&](int64_t e) -> int64_t {
+      const int64_t o = e / (local[d] * inner), i = (e / inner) % local[d], w = e % inner;
+      const int64_t b = local[d] / blocks;
+      const int64_t g = (i / b) * (global[d] / blocks) + split.local_offset + i % b;
+      if (g >= global[d]) return -1;
+      return (o * global[d] + g) * inner + w;
+    };
+    for (int64_t begin = 0; begin < local_numel; ++begin) {
+      for (int64_t count = 1; begin + count <= local_numel; ++count) {
+        std::vector<int64_t> seen;
+        for (const Rectangle& r : flat_range_to_rectangles(local, begin, count)) {
+          for (const Rectangle& piece : accel::sdk::local_to_global(split, r)) {
+            // Walk the piece in row-major order: local memory is contiguous
+            // from flat_begin, global positions follow the piece's offset.
+            std::vector<int64_t> idx(piece.shape.size(), 0);
+            for (int64_t k = 0; k < piece.numel(); ++k) {
+              int64_t g = 0;
+              for (size_t a = 0; a < idx.size(); ++a) g = g * global[a] + piece.offset[a] + idx[a];
+              ASSERT_EQ(holds(piece.flat_begin + k), g) << "rank " << rank << " range " << begin << "+" << count;
+              seen.push_back(piece.flat_begin + k);
+              for (size_t a = idx.size(); a-- > 0;) {
+                if (++idx[a] < piece.shape[a]) break;
+                idx[a] = 0;
+              }
+            }
+          }
+        }
+        // Exactly the range's non-padding elements, each once.
+        std::vector<int64_t> want;
+        for (int64_t e = begin; e < begin + count; ++e) {
+          if (holds(e) >= 0) want.push_back(e);
+        }
+        std::sort(seen.begin(), seen.end());
+        ASSERT_EQ(seen, want) << "rank " << rank << " range " << begin << "+" << count;
+      }
+    }
+    for (int64_t e = 0; e < local_numel; ++e) {
+      if (holds(e) >= 0) ++held[static_cast<size_t>(holds(e))];
+    }
+  }
+  for (int h : held) ASSERT_EQ(h, 1);
+}
+
+TEST(SplitSlices, RowsSplitInTwo) { check_split({6, 3}, 0, 1, 2, 0); }
+TEST(SplitSlices, ColumnsSplitInThree) { check_split({2, 6}, 1, 1, 3, 0); }
+TEST(SplitSlices, FusedQkvRowsSplitByBlock) { check_split({12, 2}, 0, 3, 2, 0); }
+TEST(SplitSlices, FusedQkvBiasSplitByBlock) { check_split({12}, 0, 3, 2, 0); }
+TEST(SplitSlices, PaddedVocabularyDropsThePadding) { check_split({5, 2}, 0, 1, 2, 6); }
+TEST(SplitSlices, PaddedVocabularyOverFourRanks) { check_split({5, 3}, 0, 1, 4, 8); }
+
+TEST(SplitSlices, WholeParameterIsUnchanged) {
+  const Rectangle r = flat_range_to_rectangles({4, 3}, 2, 7).front();
+  const std::vector<Rectangle> out = accel::sdk::local_to_global(accel::sdk::SplitSlice{}, r);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].offset, r.offset);
+  EXPECT_EQ(out[0].flat_begin, r.flat_begin);
 }
 
 // ------------------------------------------------------------- shard layout

@@ -207,7 +207,12 @@ std::vector<sharding::UnitLayout> gpt(int64_t block_numel) {
   }
   units[0].kind = ACCEL_UNIT_EMBEDDING;
   units[0].numel = 1000;
-  units[0].params.push_back(sharding::ParamLayout{"wte", ACCEL_PARAM_EMBEDDING, 0, 1000, {100, 10}});
+  sharding::ParamLayout wte;
+  wte.name = "wte";
+  wte.role = ACCEL_PARAM_EMBEDDING;
+  wte.numel = 1000;
+  wte.global_shape = wte.local_shape = {100, 10};
+  units[0].params.push_back(wte);
   units[3].kind = ACCEL_UNIT_HEAD;
   units[3].numel = 20;
   units[3].tied_units = {0};

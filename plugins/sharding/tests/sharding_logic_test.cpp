@@ -14,12 +14,36 @@ namespace {
 
 // --------------------------------------------------------------- decay runs
 
+ParamLayout whole(const char* name, AccelParamRole role, int64_t offset, std::vector<int64_t> shape) {
+  ParamLayout p;
+  p.name = name;
+  p.role = role;
+  p.flat_offset = offset;
+  p.numel = 1;
+  for (int64_t x : shape) p.numel *= x;
+  p.global_shape = shape;
+  p.local_shape = shape;
+  return p;
+}
+
+// The local half (dim 0) of a tensor-parallel parameter of `global` shape.
+ParamLayout half(const char* name, int64_t offset, std::vector<int64_t> global) {
+  std::vector<int64_t> local = global;
+  local[0] /= 2;
+  ParamLayout p = whole(name, ACCEL_PARAM_LINEAR_WEIGHT, offset, local);
+  p.global_shape = global;
+  p.split.dim = 0;
+  p.split.local_shape = local;
+  p.split.global_shape = global;
+  return p;
+}
+
 TEST(DecayRuns, ShardCutsParametersAndMergesEqualDecay) {
   std::vector<ParamLayout> params(4);
-  params[0] = ParamLayout{"w", ACCEL_PARAM_LINEAR_WEIGHT, 0, 10, {2, 5}};
-  params[1] = ParamLayout{"e", ACCEL_PARAM_EMBEDDING, 10, 10, {10}};
-  params[2] = ParamLayout{"b", ACCEL_PARAM_BIAS, 20, 5, {5}};
-  params[3] = ParamLayout{"n", ACCEL_PARAM_NORM, 25, 5, {5}};
+  params[0] = whole("w", ACCEL_PARAM_LINEAR_WEIGHT, 0, {2, 5});
+  params[1] = whole("e", ACCEL_PARAM_EMBEDDING, 10, {10});
+  params[2] = whole("b", ACCEL_PARAM_BIAS, 20, {5});
+  params[3] = whole("n", ACCEL_PARAM_NORM, 25, {5});
   const uint32_t no_decay = (1u << ACCEL_PARAM_BIAS) | (1u << ACCEL_PARAM_NORM);
   const std::vector<DecayRun> a = decay_runs(params, sdk::FlatRange{5, 27}, no_decay);
   ASSERT_EQ(a.size(), 2u);
@@ -35,6 +59,31 @@ TEST(DecayRuns, ShardCutsParametersAndMergesEqualDecay) {
   EXPECT_FALSE(b[0].decay);
   EXPECT_TRUE(decay_runs(params, sdk::FlatRange{30, 32}, no_decay).empty());  // padding only
   EXPECT_EQ(decay_runs(params, sdk::FlatRange{0, 30}, 0).size(), 1u);         // everything decays
+}
+
+// The elements a tensor rank other than 0 counts in the clipping norm: its
+// slices of split parameters, cut to the range, merged when adjacent.
+TEST(SplitRanges, OnlySplitParametersInsideTheRange) {
+  std::vector<ParamLayout> params;
+  params.push_back(whole("ln", ACCEL_PARAM_NORM, 0, {4}));
+  params.push_back(half("fc", 4, {4, 3}));         // local [2, 3]: elements 4..10
+  params.push_back(half("fc_b", 10, {4}));         // local [2]: 10..12, adjacent: merged
+  params.push_back(whole("proj_b", ACCEL_PARAM_BIAS, 12, {3}));  // 12..15
+  params.push_back(half("proj", 15, {2, 2}));      // local [1, 2]: 15..17
+  const std::vector<sdk::FlatRange> all = split_ranges(params, sdk::FlatRange{0, 17});
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(all[0].begin, 4);
+  EXPECT_EQ(all[0].end, 12);
+  EXPECT_EQ(all[1].begin, 15);
+  EXPECT_EQ(all[1].end, 17);
+  // A shard [6, 16): relative to its first element.
+  const std::vector<sdk::FlatRange> shard = split_ranges(params, sdk::FlatRange{6, 16});
+  ASSERT_EQ(shard.size(), 2u);
+  EXPECT_EQ(shard[0].begin, 0);
+  EXPECT_EQ(shard[0].end, 6);
+  EXPECT_EQ(shard[1].begin, 9);
+  EXPECT_EQ(shard[1].end, 10);
+  EXPECT_TRUE(split_ranges(params, sdk::FlatRange{0, 4}).empty());
 }
 
 // ------------------------------------------------------------- gather plan

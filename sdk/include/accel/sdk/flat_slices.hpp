@@ -15,6 +15,7 @@
 
 #include <accel/accel.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -115,6 +116,62 @@ inline std::vector<Rectangle> flat_range_to_rectangles(const std::vector<int64_t
   }
   std::vector<int64_t> prefix;
   detail::cut_range(shape, 0, prefix, 0, begin, begin + count, out);
+  return out;
+}
+
+// Where a tensor-parallel slice lies in its global tensor (AccelParamInfo
+// after the plan resolved): along `dim` the local tensor holds `blocks` equal
+// blocks, each the slice starting at `local_offset` of the matching global
+// block (a fused QKV weight: 3 blocks; any other split: 1). Indices past the
+// global extent are a VOCAB split's padding. dim < 0: not split.
+struct SplitSlice {
+  int32_t dim = -1;
+  int64_t blocks = 1;
+  int64_t local_offset = 0;  // along dim, inside each block
+  std::vector<int64_t> local_shape;
+  std::vector<int64_t> global_shape;
+};
+
+// The pieces of `local` (a Rectangle of the local tensor, as
+// flat_range_to_rectangles gives them) by global offset: cut where it
+// crosses a block boundary along the split dimension, padding dropped. Each
+// piece keeps its shape and, in flat_begin, the local flat index of its first
+// element, so it is contiguous in local memory and `put`/`get` take it with
+// ShapedView. Throws Error (INTERNAL) when a cut would not be contiguous
+// (a rectangle spanning several indices of an outer dimension crossing a
+// block boundary: flat_range_to_rectangles never makes one for dim 0).
+inline std::vector<Rectangle> local_to_global(const SplitSlice& split, const Rectangle& local) {
+  if (split.dim < 0) return {local};
+  const auto d = static_cast<size_t>(split.dim);
+  if (d >= local.offset.size()) throw Error(ACCEL_ERROR_INTERNAL, "local_to_global: split dimension out of range");
+  const int64_t local_block = split.local_shape.at(d) / split.blocks;
+  const int64_t global_block = split.global_shape.at(d) / split.blocks;
+  const int64_t global_extent = split.global_shape.at(d);
+  int64_t inner = 1;  // local elements per index of dim
+  for (size_t k = d + 1; k < split.local_shape.size(); ++k) inner *= split.local_shape[k];
+  std::vector<Rectangle> out;
+  const int64_t first = local.offset[d], end = first + local.shape[d];
+  for (int64_t i = first; i < end;) {
+    const int64_t block = i / local_block;
+    const int64_t stop = std::min(end, (block + 1) * local_block);
+    const int64_t global_first = block * global_block + split.local_offset + (i - block * local_block);
+    const int64_t kept = std::min(stop - i, global_extent - global_first);  // padding dropped
+    if (kept > 0) {
+      Rectangle piece = local;
+      piece.offset[d] = global_first;
+      piece.shape[d] = kept;
+      piece.flat_begin = local.flat_begin + (i - first) * inner;
+      out.push_back(std::move(piece));
+    }
+    i = stop;
+  }
+  if (out.size() > 1) {
+    for (size_t k = 0; k < d; ++k) {
+      if (local.shape[k] != 1) {
+        throw Error(ACCEL_ERROR_INTERNAL, "local_to_global: a rectangle over several outer indices crosses a block");
+      }
+    }
+  }
   return out;
 }
 
