@@ -1,6 +1,8 @@
 // The step loop (see trainer.h).
 #include "host/train/trainer.h"
 
+#include "host/cli/options.h"
+
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/cuda.h>
 
@@ -464,7 +466,11 @@ void Trainer::plan_plugins() {
     throw std::runtime_error("the plugins' model plan assigns pipeline stages, which this host version does not "
                              "resolve yet");
   }
-  if (!plan.splits.empty()) use_tensor_parallel_plan();
+  if (!plan.splits.empty()) {
+    use_tensor_parallel_plan();
+  } else {
+    cli::validate_for_world(config_, data_size_);  // a tensor-parallel plugin that split nothing (tp 1)
+  }
   for (const auto& [unit, what] : plan.managed_storage) {
     if (what == ACCEL_STORAGE_PARAMS) {
       // Parameters without their gradients would have autograd write into
@@ -491,6 +497,7 @@ void Trainer::use_tensor_parallel_plan() {
   // parallel rank is the group's index (accel/comm.h's rank layout).
   data_rank_ = static_cast<int>(rank_ / tensor);
   data_size_ = static_cast<int>(world_size_ / tensor);
+  cli::validate_for_world(config_, data_size_);  // deferred by run.cpp: the data group splits the batch
   context_->model_run.micro_batch_size = config_.batch_size / (data_size_ * config_.grad_accum);
   if (!hooks_->owns_clip_gradients()) {
     throw std::runtime_error("the plugins' model plan splits parameters, but no plugin takes over clip_gradients: "

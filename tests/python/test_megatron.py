@@ -15,7 +15,7 @@ from accel_testing import MPIRUN, TempDirMixin, mpirun, read_metrics, run_host
 
 COMMON = ["--model", "gpt-tiny", "--lr", 3e-3, "--warmup-steps", 2, "--log-level", "warn", "--threads", 1]
 MEGATRON = ["--plugin", "megatron"]
-STEPS = 12
+STEPS = 20
 
 
 def error_lines(stderr):
@@ -98,7 +98,7 @@ class MegatronParity(TempDirMixin, unittest.TestCase):
         self.parity(2, 2, *DO)
         self.parity(4, 1, *DO, model=("--vocab-size", 255))
         self.parity(4, 2, *DO, "--megatron.sequence_parallelism", "true", "--grad-clip", 0.05)
-        self.parity(4, 2, *DO, "--megatron.recompute_activations", "true", "--megatron.recompute_granularity", "full", "--grad-accum", 2, batch=16)
+        self.parity(4, 2, *DO, "--megatron.recompute_activations", "true", "--megatron.recompute_granularity", "full", "--grad-accum", 2, batch=12)
 
     def test_weight_decay_increment(self):
         # Megatron's weight_decay_incr_style: the decay each step uses (the
@@ -168,10 +168,10 @@ class MegatronParity(TempDirMixin, unittest.TestCase):
         self.assertNotIn("aten::_softmax", names)
 
     def test_recompute_and_accumulation(self):
-        # (The host checks --batch-size against world x accumulation before
-        # the plugins plan, so 16, though only the data group splits it.)
-        self.parity(4, 2, "--megatron.recompute_activations", "true", "--megatron.recompute_granularity", "full", "--grad-accum", 2, batch=16)
-        self.parity(4, 2, "--megatron.recompute_activations", "true", "--grad-accum", 2, batch=16)  # selective
+        # Only the data group splits the batch: 12 over 2 data ranks x 2
+        # micro-steps on 4 ranks (world x accumulation would not divide it).
+        self.parity(4, 2, "--megatron.recompute_activations", "true", "--megatron.recompute_granularity", "full", "--grad-accum", 2, batch=12)
+        self.parity(4, 2, "--megatron.recompute_activations", "true", "--grad-accum", 2, batch=12)  # selective
 
 
 def megatron_lr(style, num, max_lr, min_lr, warmup, decay):
@@ -301,6 +301,16 @@ class MegatronBadInput(TempDirMixin, unittest.TestCase):
     def test_constant_weight_decay_that_changes(self):
         self.refused(2, "--megatron.start_weight_decay", 0.0, "--megatron.end_weight_decay", 0.1,
                      mentions=["weight_decay_incr_style constant", "start_weight_decay"])
+
+    def test_a_batch_the_data_group_does_not_split(self):
+        # tp 2 on 4 ranks: 2 data ranks x 2 micro-steps do not split 6.
+        proc = mpirun(4, *COMMON, *MEGATRON, "--megatron.tp_degree", 2, "--steps", 2, "--batch-size", 6,
+                      "--grad-accum", 2, check=False, timeout=120)
+        self.assertNotEqual(proc.returncode, 0)
+        for rank in range(4):
+            mine = [line for line in error_lines(proc.stderr) if f"[rank {rank}]" in line]
+            self.assertEqual(len(mine), 1, proc.stderr)
+            self.assertIn("--batch-size 6 does not split evenly into 2 rank(s) x 2 micro-step(s)", mine[0])
 
     def test_two_lr_horizons_for_one_setting(self):
         self.refused(2, "--megatron.lr_decay_iters", 4, "--megatron.lr_decay_samples", 48,
