@@ -46,22 +46,24 @@ SANITIZE_ASAN := halt_on_error=1:abort_on_error=1:strict_string_checks=1:check_i
 SANITIZE_ENV := ASAN_OPTIONS=$(SANITIZE_ASAN):detect_leaks=1 \
   UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
   LSAN_OPTIONS=suppressions=$(CURDIR)/tests/sanitize/lsan.supp:print_suppressions=0
-# The Python suites' accel-host processes (MPI ranks) run ASan and UBSan
-# without LeakSanitizer: Open MPI 4.1 dlcloses the components it does not
-# select while MPI_Init runs, so what they allocated is "<unknown module>" to
-# the fast unwinder and no suppression can match it (the slow unwinder
+# Processes that initialise MPI run ASan and UBSan without LeakSanitizer:
+# Open MPI 4.1 dlcloses the components it does not select while MPI_Init
+# runs, so what they allocated is "<unknown module>" to the fast unwinder and no suppression can match it (the slow unwinder
 # attributes every such leak to Open MPI but makes the suite 3.6x slower).
 # docs/benchmarks.md, "Sanitizer suite", has the full-unwinding leak check
 # of an accel-host run.
 SANITIZE_ENV_RANKS := ASAN_OPTIONS=$(SANITIZE_ASAN):detect_leaks=0 \
   UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+# The tests whose processes initialise MPI: the Python suites, the
+# communication layer's tests under mpirun, the installed-SDK example run.
+SANITIZE_RANK_TESTS := ^(python\.|comm\.mpi_n|comm\.collective_checks|sdk\.install_and_build_example)
 test-sanitize: deps
 	@cmake -S . -B $(SANITIZE_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DACCEL_SANITIZE=address,undefined \
 	  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=$(SANITIZE_OPT)" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=$(SANITIZE_OPT)" \
 	  -DACCEL_TEST_TIMEOUT_SCALE=4 -DACCEL_BUILD_BENCH=OFF >/dev/null
 	$(SANITIZE_ENV) nice -n 10 cmake --build $(SANITIZE_DIR) -j $(JOBS)
-	cd $(SANITIZE_DIR) && $(SANITIZE_ENV) nice -n 10 ctest --output-on-failure -j $(JOBS) -E '^python\.' $(CTEST_ARGS)
-	cd $(SANITIZE_DIR) && $(SANITIZE_ENV_RANKS) nice -n 10 ctest --output-on-failure -j $(JOBS) -R '^python\.' $(CTEST_ARGS)
+	cd $(SANITIZE_DIR) && $(SANITIZE_ENV) nice -n 10 ctest --output-on-failure -j $(JOBS) -E '$(SANITIZE_RANK_TESTS)' $(CTEST_ARGS)
+	cd $(SANITIZE_DIR) && $(SANITIZE_ENV_RANKS) nice -n 10 ctest --output-on-failure -j $(JOBS) -R '$(SANITIZE_RANK_TESTS)' $(CTEST_ARGS)
 
 bench: build
 	bash bench/throughput.sh $(BUILD_DIR)
