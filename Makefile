@@ -52,7 +52,7 @@ SANITIZE_ENV := ASAN_OPTIONS=$(SANITIZE_ASAN):detect_leaks=1 \
 # attributes every such leak to Open MPI but makes the suite 3.6x slower).
 # docs/benchmarks.md, "Sanitizer suite", has the full-unwinding leak check
 # of an accel-host run.
-SANITIZE_ENV_RANKS := ASAN_OPTIONS=$(SANITIZE_ASAN):detect_leaks=0 \
+SANITIZE_ENV_RANKS := ACCEL_SANITIZED=1 ASAN_OPTIONS=$(SANITIZE_ASAN):detect_leaks=0 \
   UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 # The tests whose processes initialise MPI: the Python suites, the
 # communication layer's tests under mpirun, the installed-SDK example run.

@@ -170,7 +170,10 @@ typedef struct AccelCollectiveArgs {
   AccelGroup* group;        /* NULL = world */
   const DLTensor* input;    /* what this rank contributes */
   const DLTensor* output;   /* where the result goes; may equal input for
-                               all_reduce and broadcast (in place) */
+                               all_reduce and broadcast (in place); for
+                               all_gather (1.5) input may be this rank's
+                               chunk of output (in place: its memory
+                               exactly, nothing else overlapping) */
   AccelReduceOp op;         /* reductions only */
   int32_t peer;             /* broadcast: root; send/recv: the other rank;
                                both as an index in `group` */

@@ -97,23 +97,24 @@ void CheckpointIo::save(const AccelStateArgs&) {
   for (int32_t u = 0; u < store_.num_units(); ++u) {
     if (ShardedUnit* unit = store_.sharded(u)) {
       if (replica_.rank != 0) continue;  // replicas hold equal shards: replica 0 saves
-      const std::pair<Stored, const sdk::Buffer*> kinds[] = {
-          {kParams, &unit->master}, {kExpAvg, &unit->exp_avg}, {kExpAvgSq, &unit->exp_avg_sq}};
+      const std::pair<Stored, const DLTensor*> kinds[] = {{kParams, &unit->master_tensor()},
+                                                           {kExpAvg, &unit->exp_avg.tensor()},
+                                                           {kExpAvgSq, &unit->exp_avg_sq.tensor()}};
       for (const auto& [kind, shard] : kinds) {
         // Parameters the host keeps (ZeRO-1/2) are the host's to save: it
         // writes them whole, equal to the masters after every step.
-        if (unit->host_params && shard == &unit->master) continue;
+        if (unit->host_params && shard == &unit->master_tensor()) continue;
         if (config_.state_dict_type != StateDictType::full) {
-          transfer_range(s, &kept, kind, unit->layout, unit->real, shard->tensor(), unit->shard_begin(), whole_too);
+          transfer_range(s, &kept, kind, unit->layout, unit->real, *shard, unit->shard_begin(), whole_too);
           continue;
         }
-        sdk::Buffer full = ops_.allocate(ACCEL_MEMORY_WORKSPACE, shard->tensor().dtype, unit->shards.padded_numel(),
+        sdk::Buffer full = ops_.allocate(ACCEL_MEMORY_WORKSPACE, shard->dtype, unit->shards.padded_numel(),
                                          config_.shard_place(), false, "sharding full state dict");
-        ops_.all_gather(sharding_, &shard->tensor(), &full.tensor(), "sharding state dict all_gather");
+        ops_.all_gather(sharding_, shard, &full.tensor(), "sharding state dict all_gather");
         if (sharding_rank_ != 0) continue;  // `full` is freed here
         if (!sdk::is_host(full.tensor())) {
           sdk::Buffer on_host =
-              ops_.allocate(ACCEL_MEMORY_WORKSPACE, shard->tensor().dtype, unit->shards.padded_numel(),
+              ops_.allocate(ACCEL_MEMORY_WORKSPACE, shard->dtype, unit->shards.padded_numel(),
                             ACCEL_MEMORY_HOST, false, "sharding full state dict (host)");
           ops_.copy(&full.tensor(), &on_host.tensor());
           ops_.synchronize();
@@ -141,7 +142,7 @@ void CheckpointIo::load(const AccelStateArgs&) {
   const sdk::Services& s = ops_.services();
   for (int32_t u = 0; u < store_.num_units(); ++u) {
     if (ShardedUnit* unit = store_.sharded(u)) {
-      transfer_range(s, nullptr, kParams, unit->layout, unit->real, unit->master.tensor(), unit->shard_begin());
+      transfer_range(s, nullptr, kParams, unit->layout, unit->real, unit->master_tensor(), unit->shard_begin());
       transfer_range(s, nullptr, kExpAvg, unit->layout, unit->real, unit->exp_avg.tensor(), unit->shard_begin());
       transfer_range(s, nullptr, kExpAvgSq, unit->layout, unit->real, unit->exp_avg_sq.tensor(), unit->shard_begin());
     } else if (ReplicatedUnit* replicated = store_.replicated(u)) {

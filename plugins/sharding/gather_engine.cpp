@@ -56,7 +56,7 @@ void GatherEngine::issue(int32_t group, bool async) {
 
     // This rank's contribution: the master shard itself when it already is
     // fp32 on the device, else a device copy cast to param_dtype.
-    const DLTensor* send = &unit.master.tensor();
+    const DLTensor* send = &unit.master_tensor();
     if (!sdk::same_space(*send, *g.full)) {
       sdk::BufferPool::Lease on_device =
           comm_buffers_.take(ACCEL_MEMORY_COMM, fp32, shard_numel, ACCEL_MEMORY_DEVICE, "sharding shard copied in");

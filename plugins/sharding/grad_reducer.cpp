@@ -47,9 +47,12 @@ void GradReducer::reduce_scatter(int32_t u, bool last_micro_batch) {
     }
     input = &staged.tensor();
   }
-  // Straight into the shard while it holds zeros (grad_reducer.h): 0 + x is x.
-  const DLTensor& shard = unit.grad.tensor();
-  if (unit.grad_is_zero && accel_dtype_equal(shard.dtype, config_.reduce_dtype) && sdk::same_space(*input, shard)) {
+  // Straight into the shard while it holds zeros (grad_reducer.h): 0 + x is
+  // x. Not when the shard is a slice of the input itself (the host's
+  // gradients, ZeRO-1 views): the reduction lands in a chunk, copied over.
+  const DLTensor& shard = unit.grad_tensor();
+  if (unit.grad_is_zero && !unit.grad_view && accel_dtype_equal(shard.dtype, config_.reduce_dtype) &&
+      sdk::same_space(*input, shard)) {
     ops_.reduce_scatter(sharding_, input, &shard, ACCEL_REDUCE_AVG, "sharding reduce_scatter");
     ++reduce_scatters_;
     unit.grad_is_zero = false;
@@ -69,21 +72,27 @@ void GradReducer::reduce_scatter(int32_t u, bool last_micro_batch) {
   staged.reset();
   if (!unit.host_grads) ops_.release(u, ACCEL_STORAGE_GRADS);
 
-  // Accumulate into the fp32 shard (pinned host memory with cpu_offload: the
-  // chunk is copied out first, and the addition runs on the host).
-  const DLTensor* addend = &chunk.tensor();
-  sdk::BufferPool::Lease copied_out;
-  if (!sdk::same_space(*addend, unit.grad.tensor())) {
-    copied_out = comm_buffers_.take(ACCEL_MEMORY_COMM, config_.reduce_dtype, shard_numel, config_.shard_place(),
-                                    "sharding gradient chunk copied out");
-    ops_.copy(addend, &copied_out.tensor());
-    ops_.synchronize();  // the host-side axpy below reads what the copy writes
-    addend = &copied_out.tensor();
+  if (unit.grad_view) {
+    // ZeRO-1 views reduce once per step: the average replaces this rank's
+    // local gradients in its slice of the host's buffer.
+    ops_.copy(&chunk.tensor(), &unit.grad_tensor());
+  } else {
+    // Accumulate into the fp32 shard (pinned host memory with cpu_offload:
+    // the chunk is copied out first, and the addition runs on the host).
+    const DLTensor* addend = &chunk.tensor();
+    sdk::BufferPool::Lease copied_out;
+    if (!sdk::same_space(*addend, unit.grad_tensor())) {
+      copied_out = comm_buffers_.take(ACCEL_MEMORY_COMM, config_.reduce_dtype, shard_numel, config_.shard_place(),
+                                      "sharding gradient chunk copied out");
+      ops_.copy(addend, &copied_out.tensor());
+      ops_.synchronize();  // the host-side axpy below reads what the copy writes
+      addend = &copied_out.tensor();
+    }
+    ops_.axpy(addend, &unit.grad_tensor(), 1.0);
   }
-  ops_.axpy(addend, &unit.grad.tensor(), 1.0);
 
   if (last_micro_batch && replica_size_ > 1) {
-    pending_.push_back(ops_.all_reduce(replica_, &unit.grad.tensor(), ACCEL_REDUCE_AVG, "sharding replica all_reduce",
+    pending_.push_back(ops_.all_reduce(replica_, &unit.grad_tensor(), ACCEL_REDUCE_AVG, "sharding replica all_reduce",
                                        /*async=*/true));
   }
 }

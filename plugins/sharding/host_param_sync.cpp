@@ -30,7 +30,9 @@ void HostParamSync::publish() {
         throw sdk::Error(ACCEL_ERROR_INTERNAL, "unit " + unit->layout.name + ": the host keeps no fp32 parameters");
       }
       p.numel = unit->layout.numel;
-      const DLTensor* send = &unit->master.tensor();
+      // A master that is the host's own slice (ZeRO-1 views) is gathered in
+      // place: the input is this rank's chunk of the output (accel/comm.h).
+      const DLTensor* send = &unit->master_tensor();
       if (!sdk::same_space(*send, *p.full)) {
         p.send = comm_buffers_.take(ACCEL_MEMORY_COMM, fp32, unit->shards.shard_numel(), ACCEL_MEMORY_DEVICE,
                                     "sharding shard copied in");

@@ -6,6 +6,24 @@
 
 namespace accel::sharding {
 
+namespace {
+
+// Whether a ZeRO-1 unit's shards can be slices of the host's buffers: both
+// fp32 on the device (what the partition steps and reduces in), the unit a
+// multiple of the group (no padding a slice would run past), both present.
+bool views_host_storage(const sdk::Kernels& ops, const ShardingOptions& config, const ShardedUnit& unit) {
+  const DLDataType fp32{kDLFloat, 32, 1};
+  if (config.cpu_offload || unit.shards.padding() != 0 || !accel_dtype_equal(config.param_dtype, fp32) ||
+      !accel_dtype_equal(config.reduce_dtype, fp32)) {
+    return false;
+  }
+  const sdk::Kernels::Materialized host = ops.storage(unit.layout.index);
+  return host.params != nullptr && host.grads != nullptr && accel_dtype_equal(host.params->dtype, fp32) &&
+         accel_dtype_equal(host.grads->dtype, fp32);
+}
+
+}  // namespace
+
 ShardStore::ShardStore(const sdk::Kernels& ops, const ShardingOptions& config, const std::vector<UnitLayout>& units,
                        const GatherPlan& plan, sdk::GroupShape sharding, AccelGroup* world, int32_t world_rank,
                        uint32_t managed) {
@@ -36,10 +54,18 @@ ShardStore::ShardStore(const sdk::Kernels& ops, const ShardingOptions& config, c
     unit->host_params = (managed & ACCEL_STORAGE_PARAMS) == 0;
     unit->host_grads = (managed & ACCEL_STORAGE_GRADS) == 0;
     const int64_t n = unit->shards.shard_numel();
-    unit->master = ops.allocate(ACCEL_MEMORY_PARAMS, fp32, n, place, true, "sharding master shard");
-    unit->grad = ops.allocate(ACCEL_MEMORY_GRADS, fp32, n, place, true, "sharding gradient shard");
     unit->exp_avg = ops.allocate(ACCEL_MEMORY_OPTIMIZER, fp32, n, place, true, "sharding exp_avg shard");
     unit->exp_avg_sq = ops.allocate(ACCEL_MEMORY_OPTIMIZER, fp32, n, place, true, "sharding exp_avg_sq shard");
+    if (unit->host_params && unit->host_grads && views_host_storage(ops, config, *unit)) {
+      const sdk::Kernels::Materialized host = ops.storage(layout.index);
+      if (config.sync_module_states) ops.broadcast(world, host.params, 0, "sharding sync_module_states");
+      unit->master_view = std::make_unique<sdk::FlatView>(*host.params, unit->shard_begin(), n);
+      unit->grad_view = std::make_unique<sdk::FlatView>(*host.grads, unit->shard_begin(), n);
+      sharded_[index] = std::move(unit);
+      continue;
+    }
+    unit->master = ops.allocate(ACCEL_MEMORY_PARAMS, fp32, n, place, true, "sharding master shard");
+    unit->grad = ops.allocate(ACCEL_MEMORY_GRADS, fp32, n, place, true, "sharding gradient shard");
 
     // cpu_ram_efficient_loading: each rank computes just its shard's slice
     // of the seeded initial weights (init_range), so no rank holds even one
@@ -83,7 +109,9 @@ ShardStore::ShardStore(const sdk::Kernels& ops, const ShardingOptions& config, c
 void ShardStore::zero_grads(const sdk::Kernels& ops) {
   for (const auto& unit : sharded_) {
     if (!unit) continue;
-    ops.fill(&unit->grad.tensor(), 0.0);
+    // A slice of the host's gradients: the host zeroes those itself, and
+    // they hold this step's local gradients until the reduction replaces them.
+    if (!unit->grad_view) ops.fill(&unit->grad.tensor(), 0.0);
     unit->grad_is_zero = true;
   }
 }

@@ -80,9 +80,9 @@ void ShardedOptimizer::clip_gradients(const AccelClipArgs& args) {
   };
   for (int32_t u = 0; u < store_.num_units(); ++u) {
     if (ShardedUnit* unit = store_.sharded(u)) {
-      Space& sp = space_of(&unit->grad.tensor());
-      sp.scaled.push_back(&unit->grad.tensor());
-      count(sp, &unit->grad.tensor(), unit->layout, unit->real);
+      Space& sp = space_of(&unit->grad_tensor());
+      sp.scaled.push_back(&unit->grad_tensor());
+      count(sp, &unit->grad_tensor(), unit->layout, unit->real);
     } else if (ReplicatedUnit* replicated = store_.replicated(u)) {
       const DLTensor* grads = ops_.storage(u).grads;
       if (grads == nullptr) continue;
@@ -188,7 +188,7 @@ void ShardedOptimizer::step(const AccelOptimizerStepArgs& args) {
       if (unit->real.empty()) continue;
       // Shard buffers start at the shard's first element, where its real part
       // starts too; the padding after it is never stepped.
-      step_runs(unit->layout.params, unit->real, unit->master.tensor(), unit->grad.tensor(), unit->exp_avg.tensor(),
+      step_runs(unit->layout.params, unit->real, unit->master_tensor(), unit->grad_tensor(), unit->exp_avg.tensor(),
                 unit->exp_avg_sq.tensor());
     } else if (ReplicatedUnit* replicated = store_.replicated(u)) {
       const sdk::Kernels::Materialized storage = ops_.storage(u);

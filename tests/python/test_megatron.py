@@ -227,23 +227,24 @@ class MegatronTheory(TempDirMixin, unittest.TestCase):
                 self.assertEqual(peaks["optimizer"], 2 * local)  # AdamW's two fp32 moments
 
     def test_distributed_optimizer_bytes(self):
-        # use_distributed_optimizer over a data group of d: the host keeps
-        # this rank's parameters and gradients (4 + 4 bytes each); the
-        # partition adds its fp32 master and gradient slices (4/d + 4/d) and
-        # holds AdamW's moments (8/d) — Megatron's 8 + 8/d for fp32 plus the
-        # partition's own master and gradient copies. Each unit's partition
-        # is padded to a multiple of d.
+        # use_distributed_optimizer over a data group of d: Megatron's table
+        # for fp32, 8 + 8/d bytes per parameter. The host keeps this rank's
+        # parameters and gradients (4 + 4); the partition's master and
+        # gradient are slices of those buffers, stepped and reduced in place,
+        # and AdamW's moments (8/d) are all it allocates. (Units here are
+        # multiples of d; one that is not pads its partition and keeps its
+        # own slices.)
         for n, tp in ((4, 2), (4, 1)):
             with self.subTest(tp=tp):
                 d = n // tp
                 row = self.run_tp(n, tp, "--megatron.use_distributed_optimizer", "true")[0]
                 local = local_parameters(tp)
-                shard = sum(-(-numel // d) for numel in unit_parameters(tp))
+                self.assertTrue(all(numel % d == 0 for numel in unit_parameters(tp)))
                 peaks = row["memory_startup_peak_bytes"]
-                self.assertEqual(peaks["params"], 4 * (local + shard))
-                self.assertEqual(peaks["grads"], 4 * (local + shard))
-                self.assertEqual(peaks["optimizer"], 8 * shard)
-                self.assertEqual(row["megatron.param_allgather_elements"], d * shard)
+                self.assertEqual(peaks["params"], 4 * local)
+                self.assertEqual(peaks["grads"], 4 * local)
+                self.assertEqual(peaks["optimizer"], 8 * local // d)
+                self.assertEqual(row["megatron.param_allgather_elements"], local)
 
     def test_communicated_bytes_per_step(self):
         # Per micro-batch of b sequences of S tokens, width C, L blocks:
