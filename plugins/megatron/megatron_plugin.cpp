@@ -36,6 +36,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "megatron_schedules.h"
@@ -99,6 +100,18 @@ class Megatron final : public sdk::Plugin {
        "0"},
       {"eval_interval", ACCEL_OPTION_INT, "0", "refused when given: the host's --eval-every is the one setting",
        nullptr, "0"},
+      {"train_iters", ACCEL_OPTION_INT, "0", "refused when given: the host's --steps is the run's length", nullptr,
+       "0"},
+      {"train_samples", ACCEL_OPTION_INT, "0",
+       "refused when given: give --steps = train_samples / --batch-size", nullptr, "0"},
+      {"train_step_class", ACCEL_OPTION_STRING, "GPTTrainStep",
+       "GPTTrainStep (the host's decoder models); BertTrainStep and T5TrainStep need models the host lacks"},
+      {"encoder_seq_length", ACCEL_OPTION_INT, "0", "refused when given: needs an encoder-decoder (T5) model",
+       nullptr, "0"},
+      {"decoder_seq_length", ACCEL_OPTION_INT, "0", "refused when given: needs an encoder-decoder (T5) model",
+       nullptr, "0"},
+      {"pipeline_model_parallel_split_rank", ACCEL_OPTION_INT, "0",
+       "refused when given: the encoder/decoder split of a T5 model", nullptr, "0"},
   };
 
   explicit Megatron(const sdk::Services& s)
@@ -136,14 +149,7 @@ class Megatron final : public sdk::Plugin {
       throw Error(ACCEL_ERROR_INVALID_ARGUMENT,
                   "num_micro_batches: give the host's --grad-accum (the one accumulation setting)");
     }
-    for (const char* name : {"eval_iters", "eval_interval"}) {
-      if (s.option_is_set(name)) {
-        throw Error(ACCEL_ERROR_INVALID_ARGUMENT,
-                    std::string(name) + ": give the host's " +
-                        (std::string(name) == "eval_iters" ? "--eval-steps" : "--eval-every") +
-                        " (the one evaluation setting every strategy reads)");
-      }
-    }
+    refuse_unserved_fields(s);
     if (s.option<std::string>("train.optimizer") != "adamw") {
       throw Error(ACCEL_ERROR_UNSUPPORTED, "train.optimizer " + s.option<std::string>("train.optimizer") +
                                                ": megatron's optimizer is AdamW only");
@@ -313,6 +319,36 @@ class Megatron final : public sdk::Plugin {
       case ACCEL_PARALLEL_ROW: return param.role == ACCEL_PARAM_BIAS ? -1 : 1;
       case ACCEL_PARALLEL_VOCAB: return 0;
       default: return -1;
+    }
+  }
+
+  // MegatronLMPlugin fields another setting serves (one line naming it), or
+  // that need a model the host does not have (naming the model).
+  static void refuse_unserved_fields(const sdk::Services& s) {
+    static constexpr std::pair<const char*, const char*> host_served[] = {
+        {"eval_iters", "give the host's --eval-steps (the one evaluation setting every strategy reads)"},
+        {"eval_interval", "give the host's --eval-every (the one evaluation setting every strategy reads)"},
+        {"train_iters", "give the host's --steps (the run's length every strategy reads)"},
+        {"train_samples", "give the host's --steps = train_samples / --batch-size"},
+        {"encoder_seq_length", "an encoder-decoder (T5) model's setting; the host runs decoder-only GPT-2 and Llama"},
+        {"decoder_seq_length", "an encoder-decoder (T5) model's setting; the host runs decoder-only GPT-2 and Llama"},
+        {"pipeline_model_parallel_split_rank",
+         "the encoder/decoder split of an encoder-decoder (T5) model; the host runs decoder-only GPT-2 and Llama"},
+    };
+    for (const auto& [name, why] : host_served) {
+      if (s.option_is_set(name)) throw Error(ACCEL_ERROR_INVALID_ARGUMENT, std::string(name) + ": " + why);
+    }
+    const std::string step = s.option<std::string>("train_step_class");
+    if (step == "BertTrainStep" || step == "T5TrainStep") {
+      throw Error(ACCEL_ERROR_UNSUPPORTED,
+                  "train_step_class " + step + " needs a " + (step == "BertTrainStep" ? "BERT" : "T5 encoder-decoder") +
+                      " model; the host runs decoder-only GPT-2 and Llama (GPTTrainStep)");
+    }
+    if (step != "GPTTrainStep") {
+      throw Error(ACCEL_ERROR_INVALID_ARGUMENT,
+                  "train_step_class " + step +
+                      ": a custom train step is a Python class in Accelerate; here a plugin takes train_step over "
+                      "(accel/plugin.h)");
     }
   }
 

@@ -319,6 +319,17 @@ class MegatronBadInput(TempDirMixin, unittest.TestCase):
         self.refused(2, "--megatron.lr_warmup_iters", 8, "--megatron.lr_decay_iters", 4,
                      mentions=["warmup", "decay horizon"])
 
+    def test_fields_other_settings_serve_name_them(self):
+        self.refused(2, "--megatron.train_iters", 5, mentions=["train_iters", "--steps"])
+        self.refused(2, "--megatron.train_samples", 48, mentions=["train_samples", "--steps"])
+
+    def test_fields_of_models_the_host_lacks_name_the_model(self):
+        self.refused(2, "--megatron.train_step_class", "T5TrainStep", mentions=["T5TrainStep", "T5 encoder-decoder"])
+        self.refused(2, "--megatron.train_step_class", "BertTrainStep", mentions=["BertTrainStep", "BERT"])
+        self.refused(2, "--megatron.encoder_seq_length", 128, mentions=["encoder_seq_length", "T5"])
+        self.refused(2, "--megatron.pipeline_model_parallel_split_rank", 1,
+                     mentions=["pipeline_model_parallel_split_rank", "T5"])
+
     def test_megatron_evaluation_fields_name_the_host_settings(self):
         self.refused(2, "--megatron.eval_iters", 5, mentions=["eval_iters", "--eval-steps"])
         self.refused(2, "--megatron.eval_interval", 5, mentions=["eval_interval", "--eval-every"])
