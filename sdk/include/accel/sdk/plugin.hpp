@@ -316,8 +316,11 @@ const AccelPluginDescriptor* descriptor_for() {
                                   ACCEL_SDK_OVERRIDES_(T, optimizer_step)),
                 "a plugin that shards gradients or optimizer state must "
                 "implement clip_gradients and optimizer_step");
-  static const detail::DescriptorStorage* storage =
-      detail::build_descriptor<T>();
+  // Owned by a static of this library: freed when the library unloads
+  // (dlclose runs its static destructors), so a host that loads and unloads
+  // plugins does not leak one descriptor per load.
+  static const std::unique_ptr<const detail::DescriptorStorage> storage(
+      detail::build_descriptor<T>());
   return &storage->descriptor;
 }
 
