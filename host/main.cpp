@@ -56,7 +56,7 @@ int main(int argc, char** argv) {
       code = accel::app::run_accel(args, mpi);
     }
   } catch (const accel::AgreedError& e) {
-    if (mpi.rank() == 0) accel::log::error(e.what());
+    if (mpi.rank() == 0 && !e.logged) accel::log::error(e.what());
     code = e.exit_code;
     agreed = true;
   } catch (const accel::cli::UsageError& e) {

@@ -443,12 +443,43 @@ StepOutcome Trainer::train_step(int64_t step) {
   return outcome;
 }
 
+// Every rank creates the same plugins from the same options, so a plugin
+// that refuses them refuses on every rank. The ranks agree before anyone
+// exits: each prints its own line, then all exit with the code — no rank's
+// MPI_Abort kills another before it has said why.
+void Trainer::create_plugins_together() {
+  std::string failure;
+  int code = 0;
+  try {
+    hooks_->create_all();
+  } catch (const cli::UsageError& e) {
+    failure = e.what();
+    code = 2;
+  } catch (const std::exception& e) {
+    failure = e.what();
+    code = 1;
+  }
+  if (!context_->world || world_size_ == 1) {
+    if (code == 2) throw cli::UsageError(failure);
+    if (code != 0) throw std::runtime_error(failure);
+    return;
+  }
+  double worst = code;
+  const comm::Status status =
+      context_->world->all_reduce(comm::host_buffer(&worst, 1, comm::DType::f64), comm::ReduceOp::max,
+                                  {0, "host plugin creation agreement"});
+  if (!status.ok()) throw std::runtime_error(status.message);
+  if (worst == 0) return;
+  log::error(failure.empty() ? std::string("a plugin refused its options on another rank") : failure);
+  throw AgreedError(static_cast<int>(worst), failure, /*logged_on_every_rank=*/true);
+}
+
 void Trainer::plan_plugins() {
   if (!hooks_) {
     materialize_host_units();
     return;
   }
-  hooks_->create_all();
+  create_plugins_together();
   if (!hooks_->linear_links().empty()) {
     linear_chain_ = std::make_unique<LinearChain>(hooks_->linear_links(), *context_);
     model_.set_linear([chain = linear_chain_.get()](const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,

@@ -77,6 +77,7 @@ class Trainer {
   // Resolves the plan's tensor-parallel splits into the model, and the data
   // parallel rank and size that follow (world = tensor x data).
   void use_tensor_parallel_plan();
+  void create_plugins_together();
   // setup of every plugin (after a resume restored the host's state), then
   // load_state when resuming.
   void setup_plugins();

@@ -13,8 +13,10 @@
 namespace accel {
 
 struct AgreedError : std::runtime_error {
-  AgreedError(int code, const std::string& message) : std::runtime_error(message), exit_code(code) {}
+  AgreedError(int code, const std::string& message, bool logged_on_every_rank = false)
+      : std::runtime_error(message), exit_code(code), logged(logged_on_every_rank) {}
   int exit_code;  // 1: run failure, 2: usage error
+  bool logged;    // every rank already printed its own line: main prints nothing more
 };
 
 }  // namespace accel
