@@ -2,7 +2,9 @@
 # Installs what Accel needs on a fresh Debian 12 machine, and only what is missing.
 # Idempotent and unattended: make demo / make test run it every time.
 #
-# - Debian packages: Open MPI, Boost, spdlog, nlohmann-json, DLPack, ccache.
+# - Debian packages: Open MPI, Boost, spdlog, nlohmann-json, DLPack, ccache,
+#   and jemalloc's library (the lower-memory allocator to preload,
+#   docs/benchmarks.md "Allocators"; the build does not use it).
 # - A Python virtualenv with the pinned torch wheel (LibTorch), kept outside
 #   the clone under ~/.cache/accel (or $ACCEL_CACHE_DIR), keyed by the hash of
 #   requirements.txt, so fresh clones on the same machine reuse it. The
@@ -19,7 +21,7 @@ apt_packages=(
   build-essential cmake
   libopenmpi-dev openmpi-bin
   libboost-dev libboost-program-options-dev libboost-filesystem-dev
-  libspdlog-dev nlohmann-json3-dev libdlpack-dev zlib1g-dev
+  libspdlog-dev nlohmann-json3-dev libdlpack-dev zlib1g-dev libjemalloc2
   libgtest-dev ccache python3-venv
 )
 

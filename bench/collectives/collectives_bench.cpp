@@ -15,8 +15,12 @@
 //
 //   mpirun -n 4 accel_collectives_bench [--min-bytes 8] [--max-bytes 64M]
 //          [--ops all_reduce,all_gather,reduce_scatter] [--rounds 5]
-//          [--target-ms 30] [--device cpu|cuda]
+//          [--target-ms 30] [--device cpu|cuda] [--sizes S1,S2,...]
 //          [--ring-all-gather-min-bytes B|never] [--ring-reduce-scatter-min-bytes B|never]
+//
+// --sizes replaces the doubling sizes by exact ones (bytes of the full
+// buffer, as S above; suffixes K/M/G), e.g. a model's unit sizes, to time
+// the collectives a training step issues.
 //
 // --device cuda runs our NCCL backend on device memory (one GPU per rank);
 // raw MPI columns are then not applicable.
@@ -27,6 +31,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -54,6 +59,7 @@ struct Config {
   // with Open MPI's own algorithms; unset: the defaults.
   std::optional<size_t> ring_all_gather_min_bytes;
   std::optional<size_t> ring_reduce_scatter_min_bytes;
+  std::vector<size_t> sizes;  // exact sizes; empty: min_bytes doubling to max_bytes
 };
 
 size_t parse_bytes(const std::string& text) {
@@ -78,6 +84,26 @@ size_t parse_bytes(const std::string& text) {
   return static_cast<size_t>(v);
 }
 
+std::vector<std::string> split_commas(const std::string& value) {
+  std::vector<std::string> items;
+  size_t start = 0;
+  while (start <= value.size()) {
+    const size_t comma = value.find(',', start);
+    items.push_back(value.substr(start, comma - start));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return items;
+}
+
+// The full-buffer sizes to time: --sizes, or min_bytes doubling to max_bytes.
+std::vector<size_t> sizes_of(const Config& c) {
+  if (!c.sizes.empty()) return c.sizes;
+  std::vector<size_t> sizes;
+  for (size_t bytes = c.min_bytes; bytes <= c.max_bytes; bytes *= 2) sizes.push_back(bytes);
+  return sizes;
+}
+
 Config parse(int argc, char** argv) {
   Config c;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -97,15 +123,10 @@ Config parse(int argc, char** argv) {
       c.ring_all_gather_min_bytes = value == "never" ? SIZE_MAX : parse_bytes(value);
     else if (flag == "--ring-reduce-scatter-min-bytes")
       c.ring_reduce_scatter_min_bytes = value == "never" ? SIZE_MAX : parse_bytes(value);
+    else if (flag == "--sizes")
+      for (const std::string& item : split_commas(value)) c.sizes.push_back(parse_bytes(item));
     else if (flag == "--ops") {
-      c.ops.clear();
-      size_t start = 0;
-      while (start <= value.size()) {
-        const size_t comma = value.find(',', start);
-        c.ops.push_back(value.substr(start, comma - start));
-        if (comma == std::string::npos) break;
-        start = comma + 1;
-      }
+      c.ops = split_commas(value);
     } else {
       std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
       std::exit(64);
@@ -184,7 +205,7 @@ void bench_op(const std::string& op, const Config& config, ProcessGroup& group, 
         "MPI blocking busbw GB/s | overhead vs blocking | MPI nonblocking us | overhead vs nonblocking |\n");
     std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   }
-  for (size_t bytes = config.min_bytes; bytes <= config.max_bytes; bytes *= 2) {
+  for (const size_t bytes : sizes_of(config)) {
     // Per-rank element count: the whole buffer for all_reduce, 1/n of it otherwise.
     const int64_t total = static_cast<int64_t>(bytes / sizeof(float));
     const int64_t per_rank = op == "all_reduce" ? total : total / n;
@@ -275,18 +296,28 @@ int main(int argc, char** argv) {
   CommOptions options;
   options.timeout_ms = 600 * 1000;
   options.flight_recorder_entries = 2000;  // as in production: its cost is part of ours
-  if (config.ring_all_gather_min_bytes) options.ring_all_gather_min_bytes = *config.ring_all_gather_min_bytes;
+  if (config.ring_all_gather_min_bytes) {
+    // Given, it is the whole policy: the ring from there up, on any group.
+    options.ring_all_gather_min_bytes = *config.ring_all_gather_min_bytes;
+    options.ring_all_gather_max_bytes = SIZE_MAX;
+    options.ring_all_gather_max_ranks = std::numeric_limits<int>::max();
+  }
   if (config.ring_reduce_scatter_min_bytes) {
     options.ring_reduce_scatter_min_bytes = *config.ring_reduce_scatter_min_bytes;
+  }
+  const std::vector<size_t> sizes = sizes_of(config);
+  if (sizes.empty()) {
+    if (session.rank() == 0) std::fprintf(stderr, "no sizes: --min-bytes is above --max-bytes\n");
+    return 64;
   }
   std::unique_ptr<ProcessGroup> world = ProcessGroup::create_world(session, options);
   const int device = config.cuda ? session.local_rank() % std::max(1, cuda_device_count()) : 0;
   if (session.rank() == 0) {
     std::printf(
-        "# accel collectives benchmark: %d ranks (%d per node), %s, sizes %zu..%zu B, median of %d rounds\n",
+        "# accel collectives benchmark: %d ranks (%d per node), %s, sizes %zu..%zu B%s, median of %d rounds\n",
         session.world_size(), session.local_world_size(),
-        config.cuda ? "NCCL on CUDA memory" : "MPI on host memory", config.min_bytes, config.max_bytes,
-        config.rounds);
+        config.cuda ? "NCCL on CUDA memory" : "MPI on host memory", sizes.front(),
+        sizes.back(), config.sizes.empty() ? " doubling" : " as given", config.rounds);
   }
   for (const std::string& op : config.ops) {
     if (op != "all_reduce" && op != "all_gather" && op != "reduce_scatter") {

@@ -195,8 +195,10 @@ int run_accel(const std::vector<std::string>& args, const comm::MpiSession& mpi)
       if (mpi.rank() == 0) std::fputs(parsed.help_text.c_str(), stdout);
       return 0;
     case accel::cli::Action::version:
-      if (mpi.rank() == 0) std::printf("accel-host %s (plugin ABI %d.%d)\n", ACCEL_VERSION, ACCEL_ABI_VERSION_MAJOR,
-                                       ACCEL_ABI_VERSION_MINOR);
+      if (mpi.rank() == 0) {
+        std::printf("accel-host %s (plugin ABI %d.%d, malloc %s)\n", ACCEL_VERSION, ACCEL_ABI_VERSION_MAJOR,
+                    ACCEL_ABI_VERSION_MINOR, accel::malloc_memory().allocator);
+      }
       return 0;
     case accel::cli::Action::list_plugins:
       if (mpi.rank() == 0) accel::plugin::print_plugin_list(dirs, context, stdout);

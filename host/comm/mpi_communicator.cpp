@@ -296,7 +296,7 @@ std::shared_ptr<Work> MpiCommunicator::all_gather_async(const Buffer& input, con
   OpInfo i = info(OpType::all_gather, &input, -1, options);
   if (auto failed = precheck(i, validate::all_gather(input, output, size()), {&input, &output}))
     return failed;
-  if (size() > 1 && input.count > 0 && output.bytes() >= state_->options().ring_all_gather_min_bytes) {
+  if (input.count > 0 && all_gather_uses_ring(state_->options(), size(), output.bytes())) {
     return ring_launched(
         start_ring_all_gather(state_, std::move(i), options.timeout_ms, ring_plan(output.dtype), input, output));
   }

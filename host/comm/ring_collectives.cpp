@@ -89,12 +89,18 @@ class RingWork final : public Work {
 
   // Posts the first step; "" or why MPI refused.
   std::string start() {
-    if (kind_ == RingKind::all_gather) {
-      // In place, the input already is this rank's chunk of the output.
+    std::string problem = post(step_);
+    if (kind_ == RingKind::all_gather && problem.empty()) {
+      // This rank's own chunk is copied after its send is posted, and the
+      // send reads the input (send_source), not the copy: the peer's
+      // single-copy read then never waits on cache lines this core is still
+      // writing. Copying first ran a 1 MiB all_gather of 2 ranks at 93 us
+      // against 65 us (docs/communication.md, "Benchmarks"). In place, the
+      // input already is that chunk.
       uint8_t* own = output_ + begin(plan_.rank) * element_;
       if (own != input_) std::memcpy(own, input_, static_cast<size_t>(length(plan_.rank)) * element_);
     }
-    return post(step_);
+    return problem;
   }
 
   void start_failed(const std::string& detail) { fail_to_start(ErrorCode::internal, detail); }
@@ -174,6 +180,8 @@ class RingWork final : public Work {
   const uint8_t* send_source(int step, int k) {
     if (step == 0) return contribution(k);
     if (reducing(step)) return reduced(step - 1, k);
+    // A pure all_gather's first step sends this rank's input itself.
+    if (kind_ == RingKind::all_gather && step == plan_.size - 1) return input_;
     return output_ + begin(k) * element_;
   }
 
@@ -288,6 +296,11 @@ std::shared_ptr<Work> start_ring_reduce_scatter(std::shared_ptr<CommState> state
   return start_ring(std::make_shared<RingWork>(std::move(state), std::move(info), timeout_ms, plan,
                                                RingKind::reduce_scatter, input, output, input.count, op,
                                                std::move(pool)));
+}
+
+bool all_gather_uses_ring(const CommOptions& options, int group_size, size_t output_bytes) {
+  return group_size > 1 && group_size <= options.ring_all_gather_max_ranks &&
+         output_bytes >= options.ring_all_gather_min_bytes && output_bytes <= options.ring_all_gather_max_bytes;
 }
 
 std::shared_ptr<Work> start_ring_all_gather(std::shared_ptr<CommState> state, OpInfo info, int64_t timeout_ms,

@@ -74,6 +74,10 @@ std::shared_ptr<Work> start_ring_reduce_scatter(std::shared_ptr<CommState> state
                                                 const Buffer& output, ReduceOp op,
                                                 std::shared_ptr<ScratchPool> pool);
 
+// Whether an all_gather of `output_bytes` over `group_size` ranks runs on
+// the ring rather than MPI_Iallgather, by options' ring_all_gather_* window.
+bool all_gather_uses_ring(const CommOptions& options, int group_size, size_t output_bytes);
+
 // Chunk r of the output receives rank r's input. input may already be that
 // chunk (in place); otherwise it is copied there before the first step.
 std::shared_ptr<Work> start_ring_all_gather(std::shared_ptr<CommState> state, OpInfo info, int64_t timeout_ms,

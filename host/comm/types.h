@@ -148,11 +148,16 @@ struct CommOptions {
   // at least this many bytes, instead of MPI_Ireduce_scatter_block: the ring
   // measured 40-75% faster from 1 MiB at 2 and 4 ranks.
   size_t ring_reduce_scatter_min_bytes = 1024 * 1024;
-  // And for an all_gather whose output is at least this many bytes. Never by
-  // default: MPI_Iallgather measured as fast as the ring at 2 ranks and
-  // faster at 4 (docs/communication.md, "Benchmarks"); the ring stays for
-  // transports where that turns around, and is tested.
-  size_t ring_all_gather_min_bytes = SIZE_MAX;
+  // And for an all_gather whose output is in [ring_all_gather_min_bytes,
+  // ring_all_gather_max_bytes] on a group of at most ring_all_gather_max_ranks
+  // ranks. On 2 ranks the ring is one exchange, as the blocking
+  // MPI_Allgather's, and ran 30-46% faster than MPI_Iallgather from 64 KiB
+  // to 1 MiB, even to 4 MiB, slower above; on 4 ranks sharing 2 cores its
+  // n-1 dependent steps lost to MPI_Iallgather at most sizes
+  // (docs/communication.md, "Benchmarks").
+  size_t ring_all_gather_min_bytes = 64 * 1024;
+  size_t ring_all_gather_max_bytes = 4 * 1024 * 1024;
+  int ring_all_gather_max_ranks = 2;
   // The ring moves each chunk in segments of this many bytes, so reducing
   // one overlaps the transfer of the next.
   size_t ring_segment_bytes = 1024 * 1024;

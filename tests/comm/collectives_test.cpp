@@ -10,12 +10,15 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <ostream>
 #include <thread>
 #include <tuple>
+#include <vector>
 
 #include "host/comm/mpi_communicator.h"
+#include "host/comm/ring_collectives.h"
 #include "tests/comm/comm_test_support.h"
 
 namespace accel::comm {
@@ -77,6 +80,8 @@ class Collectives : public ::testing::TestWithParam<std::tuple<DType, Mode>> {
     ring_always.ring_all_reduce_min_bytes = 0;
     ring_always.ring_reduce_scatter_min_bytes = 0;
     ring_always.ring_all_gather_min_bytes = 0;
+    ring_always.ring_all_gather_max_bytes = SIZE_MAX;
+    ring_always.ring_all_gather_max_ranks = std::numeric_limits<int>::max();
     ring_always.ring_segment_bytes = 24;  // many segments, the last one short
     ring_ = std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, "world_ring", ring_always);
     rank_ = comm_->rank();
@@ -250,6 +255,41 @@ TEST_P(Collectives, SendRecvRing) {
 TEST_P(Collectives, Barrier) {
   EXPECT_TRUE(finish(comm_->barrier_async({0, "b"})).ok());
   EXPECT_FALSE(comm_->failure().has_value());
+}
+
+// The default policy: the ring on 2 ranks from 64 KiB to 4 MiB of output
+// (bounds included), MPI_Iallgather otherwise and on larger groups.
+TEST(AllGatherPolicy, TheRingServesTwoRanksFrom64KiBTo4MiB) {
+  const CommOptions defaults;
+  EXPECT_FALSE(all_gather_uses_ring(defaults, 2, 64 * 1024 - 1));
+  EXPECT_TRUE(all_gather_uses_ring(defaults, 2, 64 * 1024));
+  EXPECT_TRUE(all_gather_uses_ring(defaults, 2, 1024 * 1024));
+  EXPECT_TRUE(all_gather_uses_ring(defaults, 2, 4 * 1024 * 1024));
+  EXPECT_FALSE(all_gather_uses_ring(defaults, 2, 4 * 1024 * 1024 + 1));
+  EXPECT_FALSE(all_gather_uses_ring(defaults, 4, 1024 * 1024));
+  EXPECT_FALSE(all_gather_uses_ring(defaults, 1, 1024 * 1024));  // nothing to exchange
+}
+
+// A 2-rank all_gather inside the default ring window (one 128 KiB exchange,
+// sent from the input while the own chunk is copied), out of place and in
+// place, gives every rank every chunk.
+TEST(AllGatherPolicy, TheDefaultRingWindowGathersEveryChunk) {
+  MpiCommunicator comm(MPI_COMM_WORLD, "world_defaults", test_options());
+  const int64_t count = 32 * 1024;  // f32: 128 KiB per rank
+  if (!all_gather_uses_ring(test_options(), comm.size(), static_cast<size_t>(count * comm.size()) * 4)) {
+    GTEST_SKIP() << "the default window serves 2-rank groups only";
+  }
+  for (bool in_place : {false, true}) {
+    std::vector<float> out(static_cast<size_t>(count * comm.size()), -1.0f);
+    std::vector<float> in(static_cast<size_t>(count));
+    for (int64_t i = 0; i < count; ++i) in[static_cast<size_t>(i)] = static_cast<float>(comm.rank() * count + i);
+    float* own = out.data() + comm.rank() * count;
+    if (in_place) std::memcpy(own, in.data(), in.size() * sizeof(float));
+    const Buffer send{in_place ? own : in.data(), count, DType::f32, false, 0};
+    const Status s = comm.all_gather(send, Buffer{out.data(), count * comm.size(), DType::f32, false, 0});
+    ASSERT_TRUE(s.ok()) << s.message;
+    for (size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out[i], static_cast<float>(i)) << "element " << i;
+  }
 }
 
 std::string param_name(const ::testing::TestParamInfo<std::tuple<DType, Mode>>& info) {

@@ -1,9 +1,10 @@
 """Bad input: each case exits non-zero with one clear error line naming the
 problem, never a crash (signal) or a traceback, and harms nothing on disk."""
 import os
+import subprocess
 import unittest
 
-from accel_testing import TempDirMixin, read_metrics, run_host
+from accel_testing import ACCEL_HOST, TempDirMixin, read_metrics, run_host
 
 
 class BadInput(TempDirMixin, unittest.TestCase):
@@ -181,6 +182,19 @@ class BadInput(TempDirMixin, unittest.TestCase):
     def test_help_and_version_succeed(self):
         self.assertIn("--batch-size", run_host("--help").stdout)
         self.assertIn("accel-host", run_host("--version").stdout)
+
+    def test_version_names_the_allocator_a_preload_chose(self):
+        """glibc's malloc by default; jemalloc preloaded (the lower-memory choice of docs/benchmarks.md,
+        "Allocators") is named, so a user sees the preload took effect and the ledger reads its statistics."""
+        self.assertIn("malloc glibc)", run_host("--version").stdout)
+        jemalloc = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
+        if os.environ.get("ACCEL_SANITIZED"):
+            self.skipTest("ASan's runtime must come first: no allocator can be preloaded")
+        if not os.path.exists(jemalloc):
+            self.skipTest(f"{jemalloc} is not installed (scripts/install-deps.sh installs it)")
+        out = subprocess.run([ACCEL_HOST, "--version"], capture_output=True, text=True, timeout=60,
+                             env=dict(os.environ, LD_PRELOAD=jemalloc), check=True).stdout
+        self.assertIn("malloc jemalloc)", out)
 
 
 if __name__ == "__main__":
