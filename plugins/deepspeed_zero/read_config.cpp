@@ -8,6 +8,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <tuple>
 
 #include "zero_config.h"
@@ -91,7 +92,11 @@ ZeroConfig read_config(const sdk::Services& s) {
     std::error_code ec;
     std::filesystem::remove(probe, ec);
     if (!out) refuse(std::string(key) + " " + path + ": not a writable directory");
-    refuse(std::string(key) + " " + path + ": NVMe offload is not served by this version (device cpu is)");
+    if (std::string_view(key) == "offload_param.nvme_path") {
+      refuse(std::string(key) + " " + path +
+             ": stage-3 parameters in files are not served by this version (offload_param device cpu is; "
+             "offload_optimizer device nvme is)");
+    }
   }
   return c;
 }

@@ -360,8 +360,15 @@ void resolve_zero(Reader& r, const PluginFields& f, bool from_file, ZeroConfig& 
                                "--deepspeed_zero.offload_optimizer_nvme_path");
   c.param_nvme_path = path("zero_optimization.offload_param.nvme_path", f.offload_param_nvme_path,
                            "--deepspeed_zero.offload_param_nvme_path");
+  // NVMe swap buffers of the optimizer's moments (DeepSpeed's default: 4).
+  const std::optional<int64_t> buffers = r.integer("zero_optimization.offload_optimizer.buffer_count");
+  if (buffers && (*buffers < 2 || *buffers > 64)) {
+    refuse(r.where("zero_optimization.offload_optimizer.buffer_count") + " " + std::to_string(*buffers) +
+           ": must be 2 to 64 (one buffer steps while the next is read)");
+  }
+  c.moment_swap_buffers = static_cast<int32_t>(buffers.value_or(4));
   for (const char* key :
-       {"zero_optimization.offload_optimizer.pin_memory", "zero_optimization.offload_optimizer.buffer_count",
+       {"zero_optimization.offload_optimizer.pin_memory",
         "zero_optimization.offload_optimizer.fast_init", "zero_optimization.offload_optimizer.ratio",
         "zero_optimization.offload_optimizer.pipeline_read", "zero_optimization.offload_optimizer.pipeline_write",
         "zero_optimization.offload_param.pin_memory", "zero_optimization.offload_param.buffer_count",
@@ -499,7 +506,10 @@ ZeroConfig resolve_config(const PluginFields& f, const HostSettings& host, const
     c.notes.push_back("zero3_init_flag applies to stage 3 only (units are always initialised one at a time there)");
   }
   resolve_batch(r, host, f, c);  // last: its contradictions are what a user fixes after the rest
-  c.cpu_offload = c.offload_optimizer == OffloadDevice::cpu || c.offload_param == OffloadDevice::cpu;
+  // NVMe offload steps on the host, as cpu offload does, with the moments in
+  // the swap file.
+  c.cpu_offload = c.offload_optimizer != OffloadDevice::none || c.offload_param == OffloadDevice::cpu;
+  if (c.offload_optimizer == OffloadDevice::nvme) c.moment_swap_dir = c.optimizer_nvme_path;
   c.unknown_keys = r.unknown();
   return c;
 }

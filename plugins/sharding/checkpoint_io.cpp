@@ -6,9 +6,12 @@
 #include <accel/sdk/flat_slices.hpp>
 #include <accel/sdk/tensor.hpp>
 
+#include <algorithm>
+#include <cstring>
 #include <memory>
-#include <utility>
+#include <numeric>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace accel::sharding {
@@ -97,9 +100,27 @@ void CheckpointIo::save(const AccelStateArgs&) {
   for (int32_t u = 0; u < store_.num_units(); ++u) {
     if (ShardedUnit* unit = store_.sharded(u)) {
       if (replica_.rank != 0) continue;  // replicas hold equal shards: replica 0 saves
-      const std::pair<Stored, const DLTensor*> kinds[] = {{kParams, &unit->master_tensor()},
-                                                           {kExpAvg, &unit->exp_avg.tensor()},
-                                                           {kExpAvgSq, &unit->exp_avg_sq.tensor()}};
+      const int64_t n = unit->shards.shard_numel();
+      const DLTensor* exp_avg = &unit->exp_avg.tensor();
+      const DLTensor* exp_avg_sq = &unit->exp_avg_sq.tensor();
+      std::unique_ptr<sdk::FlatView> swapped_views[2];
+      if (MomentSwap* swap = store_.swap(); swap && swap->swapped(u)) {
+        // Read back from the swap file into host memory the host's writer
+        // may read until save_state returns: a save holds the moments once.
+        gathered.push_back(ops_.allocate(ACCEL_MEMORY_WORKSPACE, DLDataType{kDLFloat, 32, 1}, 2 * n,
+                                         ACCEL_MEMORY_HOST, false, "sharding swapped-in moments"));
+        auto* into = static_cast<float*>(gathered.back().tensor().data);
+        swap->pass({u}, false, [&](int32_t, float* m, float* v) {
+          std::memcpy(into, m, static_cast<size_t>(n) * sizeof(float));
+          std::memcpy(into + n, v, static_cast<size_t>(n) * sizeof(float));
+        });
+        swapped_views[0] = std::make_unique<sdk::FlatView>(gathered.back().tensor(), 0, n);
+        swapped_views[1] = std::make_unique<sdk::FlatView>(gathered.back().tensor(), n, n);
+        exp_avg = swapped_views[0]->get();
+        exp_avg_sq = swapped_views[1]->get();
+      }
+      const std::pair<Stored, const DLTensor*> kinds[] = {
+          {kParams, &unit->master_tensor()}, {kExpAvg, exp_avg}, {kExpAvgSq, exp_avg_sq}};
       for (const auto& [kind, shard] : kinds) {
         // Parameters the host keeps (ZeRO-1/2) are the host's to save: it
         // writes them whole, equal to the masters after every step.
@@ -140,9 +161,11 @@ void CheckpointIo::save(const AccelStateArgs&) {
 
 void CheckpointIo::load(const AccelStateArgs&) {
   const sdk::Services& s = ops_.services();
+  MomentSwap* swap = store_.swap();
   for (int32_t u = 0; u < store_.num_units(); ++u) {
     if (ShardedUnit* unit = store_.sharded(u)) {
       transfer_range(s, nullptr, kParams, unit->layout, unit->real, unit->master_tensor(), unit->shard_begin());
+      if (swap && swap->swapped(u)) continue;  // below, through the swap file
       transfer_range(s, nullptr, kExpAvg, unit->layout, unit->real, unit->exp_avg.tensor(), unit->shard_begin());
       transfer_range(s, nullptr, kExpAvgSq, unit->layout, unit->real, unit->exp_avg_sq.tensor(), unit->shard_begin());
     } else if (ReplicatedUnit* replicated = store_.replicated(u)) {
@@ -150,6 +173,19 @@ void CheckpointIo::load(const AccelStateArgs&) {
       transfer_range(s, nullptr, kExpAvg, replicated->layout, all, replicated->exp_avg.tensor(), 0);
       transfer_range(s, nullptr, kExpAvgSq, replicated->layout, all, replicated->exp_avg_sq.tensor(), 0);
     }
+  }
+  if (swap) {
+    std::vector<int32_t> order(static_cast<size_t>(store_.num_units()));
+    std::iota(order.begin(), order.end(), 0);
+    swap->pass(order, true, [&](int32_t u, float* m, float* v) {
+      ShardedUnit* unit = store_.sharded(u);
+      const int64_t n = unit->shards.shard_numel();
+      std::fill(m, m + 2 * n, 0.0f);  // the padding stays zero
+      const sdk::FlatView exp_avg(m, n);
+      const sdk::FlatView exp_avg_sq(v, n);
+      transfer_range(s, nullptr, kExpAvg, unit->layout, unit->real, *exp_avg.get(), unit->shard_begin());
+      transfer_range(s, nullptr, kExpAvgSq, unit->layout, unit->real, *exp_avg_sq.get(), unit->shard_begin());
+    });
   }
 }
 

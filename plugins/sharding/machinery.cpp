@@ -18,6 +18,11 @@ void Machinery::end_step(const sdk::Services& s) {
     s.metric("recompute_gathers", static_cast<double>(schedule->take_recompute_gathers()), ACCEL_METRIC_SUM);
   }
   if (reducer) s.metric("reduce_scatters", static_cast<double>(reducer->take_reduce_scatters()), ACCEL_METRIC_SUM);
+  if (store && store->swap()) {
+    const MomentSwap::Traffic io = store->swap()->take_traffic();
+    s.metric("nvme_read_bytes", static_cast<double>(io.read), ACCEL_METRIC_SUM);
+    s.metric("nvme_write_bytes", static_cast<double>(io.written), ACCEL_METRIC_SUM);
+  }
   if (comm_buffers) {
     const sdk::BufferPool::Stats pool = comm_buffers->stats();
     s.metric("comm_buffers_allocated", static_cast<double>(pool.allocated));

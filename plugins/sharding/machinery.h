@@ -38,7 +38,8 @@ struct Machinery {
   // Releases whatever a step left gathered (an aborted pattern must not leak
   // a group) and records the step's counters as metrics: gathers,
   // prefetches, max_gathered_groups, recompute_gathers, reduce_scatters,
-  // comm_buffers_allocated, comm_buffers_reused.
+  // nvme_read_bytes, nvme_write_bytes, comm_buffers_allocated,
+  // comm_buffers_reused.
   void end_step(const sdk::Services& services);
   // After a failure collectives may be pending: completes them, then frees
   // every part. Never throws.

@@ -4,6 +4,8 @@
 
 #include <accel/sdk/error.hpp>
 
+#include <algorithm>
+
 namespace accel::sharding {
 
 namespace {
@@ -31,6 +33,7 @@ ShardStore::ShardStore(const sdk::Kernels& ops, const ShardingOptions& config, c
   const AccelMemoryPlace place = config.shard_place();
   sharded_.resize(units.size());
   replicated_.resize(units.size());
+  std::vector<int64_t> swap_numel(units.size(), 0);
   for (const UnitLayout& layout : units) {
     const auto index = static_cast<size_t>(layout.index);
     if (!plan.sharded(layout.index)) {
@@ -54,8 +57,12 @@ ShardStore::ShardStore(const sdk::Kernels& ops, const ShardingOptions& config, c
     unit->host_params = (managed & ACCEL_STORAGE_PARAMS) == 0;
     unit->host_grads = (managed & ACCEL_STORAGE_GRADS) == 0;
     const int64_t n = unit->shards.shard_numel();
-    unit->exp_avg = ops.allocate(ACCEL_MEMORY_OPTIMIZER, fp32, n, place, true, "sharding exp_avg shard");
-    unit->exp_avg_sq = ops.allocate(ACCEL_MEMORY_OPTIMIZER, fp32, n, place, true, "sharding exp_avg_sq shard");
+    if (config.moment_swap_dir.empty()) {
+      unit->exp_avg = ops.allocate(ACCEL_MEMORY_OPTIMIZER, fp32, n, place, true, "sharding exp_avg shard");
+      unit->exp_avg_sq = ops.allocate(ACCEL_MEMORY_OPTIMIZER, fp32, n, place, true, "sharding exp_avg_sq shard");
+    } else {
+      swap_numel[index] = n;  // the moments live in the swap file
+    }
     if (unit->host_params && unit->host_grads && views_host_storage(ops, config, *unit)) {
       const sdk::Kernels::Materialized host = ops.storage(layout.index);
       if (config.sync_module_states) ops.broadcast(world, host.params, 0, "sharding sync_module_states");
@@ -104,6 +111,22 @@ ShardStore::ShardStore(const sdk::Kernels& ops, const ShardingOptions& config, c
     ops.release(layout.index, ACCEL_STORAGE_PARAMS);
     sharded_[index] = std::move(unit);
   }
+  if (!config.moment_swap_dir.empty()) make_swap(ops, config, std::move(swap_numel), world_rank);
+}
+
+void ShardStore::make_swap(const sdk::Kernels& ops, const ShardingOptions& config, std::vector<int64_t> numel,
+                           int32_t world_rank) {
+  const int64_t largest = numel.empty() ? 0 : *std::max_element(numel.begin(), numel.end());
+  if (largest == 0) return;  // nothing sharded to swap
+  std::vector<float*> slots;
+  for (int32_t i = 0; i < config.moment_swap_buffers; ++i) {
+    // Host memory: the step runs on the host (offload), and the I/O thread
+    // reads and writes these directly.
+    swap_buffers_.push_back(ops.allocate(ACCEL_MEMORY_OPTIMIZER, DLDataType{kDLFloat, 32, 1}, 2 * largest,
+                                         ACCEL_MEMORY_HOST, false, "sharding NVMe swap buffer"));
+    slots.push_back(static_cast<float*>(swap_buffers_.back().tensor().data));
+  }
+  swap_ = std::make_unique<MomentSwap>(config.moment_swap_dir, world_rank, std::move(numel), std::move(slots));
 }
 
 void ShardStore::zero_grads(const sdk::Kernels& ops) {

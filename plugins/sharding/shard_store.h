@@ -24,6 +24,7 @@
 #include "sharding_options.h"
 #include "model_layout.h"
 #include "gather_plan.h"
+#include "moment_swap.h"
 
 namespace accel::sharding {
 
@@ -34,8 +35,8 @@ struct ShardedUnit {
   sdk::FlatRange real;          // this shard's real elements, in unit coordinates
   sdk::Buffer master;           // fp32 parameters, shard_numel
   sdk::Buffer grad;             // fp32 gradients, shard_numel
-  sdk::Buffer exp_avg;          // fp32 AdamW first moment, shard_numel
-  sdk::Buffer exp_avg_sq;       // fp32 AdamW second moment, shard_numel
+  sdk::Buffer exp_avg;          // fp32 AdamW first moment, shard_numel (empty: in the swap file)
+  sdk::Buffer exp_avg_sq;       // fp32 AdamW second moment, shard_numel (empty: in the swap file)
   bool grad_is_zero = true;     // `grad` holds the zeros of zero_grads (nothing reduced into it yet)
   bool host_params = false;     // the full parameters are the host's (ZeRO-1/2): refreshed after each step
   bool host_grads = false;      // the full gradients are the host's (ZeRO-1): reduced, never released
@@ -82,9 +83,19 @@ class ShardStore {
   // Zeroes every gradient shard (step begin: accumulation starts afresh).
   void zero_grads(const sdk::Kernels& ops);
 
+  // With ShardingOptions::moment_swap_dir, the sharded units' AdamW moments
+  // live in its file (their exp_avg / exp_avg_sq buffers stay empty); else
+  // nullptr.
+  MomentSwap* swap() { return swap_.get(); }
+
  private:
+  void make_swap(const sdk::Kernels& ops, const ShardingOptions& config, std::vector<int64_t> numel,
+                 int32_t world_rank);
+
   std::vector<std::unique_ptr<ShardedUnit>> sharded_;
   std::vector<std::unique_ptr<ReplicatedUnit>> replicated_;
+  std::vector<sdk::Buffer> swap_buffers_;  // outlive swap_ (declared first)
+  std::unique_ptr<MomentSwap> swap_;
 };
 
 }  // namespace accel::sharding

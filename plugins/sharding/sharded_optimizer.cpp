@@ -6,6 +6,7 @@
 #include <accel/sdk/tensor.hpp>
 
 #include <memory>
+#include <numeric>
 
 namespace accel::sharding {
 
@@ -183,9 +184,23 @@ void ShardedOptimizer::step(const AccelOptimizerStepArgs& args) {
       s.check(kernels.adamw_step(s.host(), &adam), "adamw_step");
     }
   };
+  if (MomentSwap* swap = store_.swap()) {
+    // Swapped moments: one pass in unit order, the next units' reads and the
+    // previous ones' writes overlapping each unit's step.
+    std::vector<int32_t> order(static_cast<size_t>(store_.num_units()));
+    std::iota(order.begin(), order.end(), 0);
+    swap->pass(order, true, [&](int32_t u, float* exp_avg, float* exp_avg_sq) {
+      ShardedUnit* unit = store_.sharded(u);
+      if (unit->real.empty()) return;
+      const int64_t n = unit->shards.shard_numel();
+      const sdk::FlatView m(exp_avg, n);
+      const sdk::FlatView v(exp_avg_sq, n);
+      step_runs(unit->layout.params, unit->real, unit->master_tensor(), unit->grad_tensor(), *m.get(), *v.get());
+    });
+  }
   for (int32_t u = 0; u < store_.num_units(); ++u) {
     if (ShardedUnit* unit = store_.sharded(u)) {
-      if (unit->real.empty()) continue;
+      if (unit->real.empty() || store_.swap()) continue;
       // Shard buffers start at the shard's first element, where its real part
       // starts too; the padding after it is never stepped.
       step_runs(unit->layout.params, unit->real, unit->master_tensor(), unit->grad_tensor(), unit->exp_avg.tensor(),

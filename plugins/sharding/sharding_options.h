@@ -11,6 +11,7 @@
 #include <accel/accel.h>
 
 #include <cstdint>
+#include <string>
 
 namespace accel::sharding {
 
@@ -41,6 +42,11 @@ struct ShardingOptions {
   DLDataType param_dtype{kDLFloat, 32, 1};   // gathered (compute) parameters and their gradients
   DLDataType reduce_dtype{kDLFloat, 32, 1};  // the reduce-scatter / all-reduce of gradients
   bool cpu_offload = false;                  // shards in pinned host memory, stepped on the host
+  // Non-empty: the sharded units' AdamW moments live in a file in this
+  // directory, through moment_swap_buffers host buffers (moment_swap.h;
+  // DeepSpeed's offload_optimizer device nvme, with cpu_offload).
+  std::string moment_swap_dir;
+  int32_t moment_swap_buffers = 4;
   StateDictType state_dict_type = StateDictType::full;
   bool sync_module_states = false;
   bool cpu_ram_efficient_loading = false;

@@ -141,6 +141,21 @@ class CrossStrategyCheckpoints(TempDirMixin, unittest.TestCase):
     def test_ddp_on_three_resumes_under_zero3_on_four(self):
         self.resume(3, ["--plugin", "ddp"], 4, self.ZERO3)
 
+    # NVMe offload keeps the moments in a swap file; its checkpoints are the
+    # same tensors by global offset, both ways.
+    def nvme(self, stage_args):
+        swap = self.path("swap")
+        os.makedirs(swap, exist_ok=True)
+        return [*stage_args, "--deepspeed_zero.offload_optimizer_device", "nvme",
+                "--deepspeed_zero.offload_optimizer_nvme_path", swap]
+
+    def test_zero3_nvme_on_two_resumes_under_fsdp_on_three(self):
+        self.resume(2, self.nvme(self.ZERO3), 3, [*FSDP, *WRAP])
+
+    def test_fsdp_on_two_resumes_under_zero2_nvme_on_three(self):
+        self.resume(2, [*FSDP, *WRAP], 3,
+                    self.nvme(["--plugin", "deepspeed_zero", "--deepspeed_zero.zero_stage", 2]))
+
     # megatron stores its split tensors at their global offsets (the host
     # its parameters, the plugin its AdamW moments, slice by slice), so a
     # tensor-parallel checkpoint resumes anywhere, and back.

@@ -1,5 +1,5 @@
 """The deepspeed_zero plugin under mpirun: ZeRO stages 0-3 at 2, 3 and 4 ranks
-(with gradient accumulation, and with CPU offload) give the per-step losses
+(with gradient accumulation, and with CPU and NVMe offload) give the per-step losses
 of one process with the same global batch (fp32 within 1e-5 relative, bf16
 within 2e-2); a same-stage, same-world resume is bit-exact; DeepSpeed JSON
 configs are read as DeepSpeed reads them — Accelerate's published ZeRO-2 and
@@ -81,6 +81,55 @@ class ZeroParity(TempDirMixin, unittest.TestCase):
                 self.parity(2, stage, "--deepspeed_zero.offload_optimizer_device", "cpu")
         self.parity(3, 3, "--deepspeed_zero.offload_param_device", "cpu")
 
+    def nvme(self, name):
+        swap = self.path(name)
+        os.mkdir(swap)
+        return swap, ["--deepspeed_zero.offload_optimizer_device", "nvme",
+                      "--deepspeed_zero.offload_optimizer_nvme_path", swap]
+
+    def test_nvme_offload(self):
+        """The moments in a swap file step exactly as in host memory, and the file is gone after the run."""
+        for stage, n in ((1, 2), (2, 3), (3, 2)):
+            with self.subTest(stage=stage, ranks=n):
+                swap, flags = self.nvme(f"swap{stage}_{n}")
+                rows = self.parity(n, stage, *flags)
+                # Each step reads back what the previous one wrote: 8 bytes per element of this rank's shards.
+                self.assertEqual(rows[0]["deepspeed_zero.nvme_read_bytes"], 0)
+                self.assertGreater(rows[1]["deepspeed_zero.nvme_read_bytes"], 0)
+                self.assertEqual(rows[1]["deepspeed_zero.nvme_read_bytes"], rows[0]["deepspeed_zero.nvme_write_bytes"])
+                self.assertEqual(os.listdir(swap), [], "the swap file outlived the run")
+                if stage == 3:
+                    on_host = self.parity(n, stage, "--deepspeed_zero.offload_optimizer_device", "cpu")
+                    self.assertEqual([r["loss"] for r in rows], [r["loss"] for r in on_host])
+
+    def test_nvme_swap_bounds_the_host_memory_of_the_moments(self):
+        """With 2 swap buffers, the host holds 2 units' moments, not every unit's: the accounted model states
+        fall by the swapped bytes less the buffers (the ledger's model_states, at a step's end)."""
+        swap = self.path("swap")
+        os.mkdir(swap)
+        config = self.path("nvme.json")
+        with open(config, "w") as f:
+            json.dump({"zero_optimization": {"stage": 2, "offload_optimizer": {
+                "device": "nvme", "nvme_path": swap, "buffer_count": 2}}}, f)
+        shape = [*COMMON, "--n-layer", 8, "--steps", 2, "--batch-size", 8]
+
+        def model_states(*flags):
+            path = self.path("m.jsonl")
+            if os.path.exists(path):
+                os.remove(path)
+            mpirun(2, *shape, "--plugin", "deepspeed_zero", *flags, "--metrics-file", path)
+            return read_metrics(path)[-1]
+
+        host = model_states("--deepspeed_zero.zero_stage", 2, "--deepspeed_zero.offload_optimizer_device", "cpu")
+        swapped = model_states("--deepspeed_zero.hf_ds_config", config)
+        moments = swapped["deepspeed_zero.nvme_write_bytes"]
+        saved = host["memory_ledger"]["model_states"] - swapped["memory_ledger"]["model_states"]
+        # The two buffers hold two units' pairs of moments: at most 2/9 of them here (9 units), and the
+        # embedding's is the largest.
+        self.assertGreater(moments, 0)
+        self.assertGreater(saved, 0.3 * moments, (saved, moments))
+        self.assertLess(saved, moments)
+
     def test_bf16_stays_close(self):
         for stage in (1, 2, 3):
             with self.subTest(stage=stage):
@@ -156,8 +205,8 @@ class ZeroParity(TempDirMixin, unittest.TestCase):
 class ZeroResume(TempDirMixin, unittest.TestCase):
     """6 steps straight against 3 + resume 3, same stage, same world size."""
 
-    def bit_exact_resume(self, n, stage):
-        args = [*COMMON, *zero(stage), "--batch-size", 12, "--lr-decay-steps", 6]
+    def bit_exact_resume(self, n, stage, *extra):
+        args = [*COMMON, *zero(stage, *extra), "--batch-size", 12, "--lr-decay-steps", 6]
         root = self.path(f"stage{stage}")
         os.mkdir(root)
         straight, split = os.path.join(root, "straight"), os.path.join(root, "split")
@@ -178,6 +227,14 @@ class ZeroResume(TempDirMixin, unittest.TestCase):
         for stage, n in ((0, 2), (1, 3), (2, 2), (3, 4)):
             with self.subTest(stage=stage, ranks=n):
                 self.bit_exact_resume(n, stage)
+
+    def test_nvme_offload_resumes_bit_exact(self):
+        """The moments saved from the swap file and loaded back into it continue the run bit for bit."""
+        swap = self.path("swap")
+        os.mkdir(swap)
+        self.bit_exact_resume(2, 3, "--deepspeed_zero.offload_optimizer_device", "nvme",
+                              "--deepspeed_zero.offload_optimizer_nvme_path", swap)
+        self.assertEqual(os.listdir(swap), [])
 
 
 @unittest.skipUnless(MPIRUN, "mpirun not found")
@@ -268,6 +325,15 @@ class ZeroBadInput(TempDirMixin, unittest.TestCase):
         target = missing if os.access(locked, os.W_OK) else locked  # root writes anywhere: a missing directory
         self.refused({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme", "nvme_path": target}}},
                      mentions=[target, "not a writable directory"])
+
+    def test_nvme_swap_buffer_count_below_two(self):
+        self.refused({"zero_optimization": {"stage": 2, "offload_optimizer": {
+            "device": "nvme", "nvme_path": self.path(""), "buffer_count": 1}}},
+            mentions=["offload_optimizer.buffer_count 1", "2 to 64"])
+
+    def test_stage3_parameters_in_files_are_refused_with_the_reason(self):
+        self.refused({"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": self.path("")}}},
+                     mentions=["offload_param.nvme_path", "not served", "offload_optimizer device nvme is"])
 
     def test_contradiction_with_a_host_flag_names_both(self):
         self.refused({"gradient_accumulation_steps": 4}, mentions=["gradient_accumulation_steps 4", "--grad-accum 1"])

@@ -1,0 +1,82 @@
+// moment_swap.h — NVMe offload of the AdamW moments (DeepSpeed's
+// offload_optimizer device nvme): each swapped unit's exp_avg and
+// exp_avg_sq shards live in a file under the swap directory, and host memory
+// holds only `slots` swap buffers, each the size of the largest unit's pair.
+//
+// A pass walks units in a given order: while unit i steps on its slot, the
+// reads of the next slots-1 units and the write of the ones before run on
+// one I/O thread. Its queue is FIFO, so a slot is refilled only after its
+// previous unit's write, and a unit read after its write sees it; the loop
+// thread therefore never waits for a write, only for the read it needs next.
+// A unit never written reads as zeros (AdamW's initial moments).
+//
+// The file is unlinked as soon as it is created: nothing is left on disk
+// when the process ends, however it ends. An I/O error (a full disk, a
+// failing device) ends the pass that meets it with an Error naming the unit
+// and the system's reason; every write of a pass has completed, or failed,
+// when the pass returns. Thread-safety: the loop thread calls; the I/O
+// thread is private.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <future>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace accel::sharding {
+
+class MomentSwap {
+ public:
+  // `numel[u]`: elements of unit u's moment shards (0: u is not swapped).
+  // `slots`: host buffers of at least 2 * max(numel) floats each, owned by
+  // the caller and outliving this object; at least 2 (one steps while the
+  // next is read). Creates and unlinks the swap file in `dir`; throws
+  // sdk::Error (INVALID_ARGUMENT) when it cannot.
+  MomentSwap(const std::string& dir, int32_t rank, std::vector<int64_t> numel, std::vector<float*> slots);
+  ~MomentSwap();  // waits for the I/O in flight; closes the file
+  MomentSwap(const MomentSwap&) = delete;
+  MomentSwap& operator=(const MomentSwap&) = delete;
+
+  // For each unit of `order` (swapped units only), in order: its moments in
+  // a slot (exp_avg = the first numel floats, exp_avg_sq the next numel),
+  // then, when `write_back`, written back. Returns when every write has
+  // completed. Throws the first I/O error, or what `visit` throws (after
+  // draining the I/O in flight).
+  using Visit = std::function<void(int32_t unit, float* exp_avg, float* exp_avg_sq)>;
+  void pass(const std::vector<int32_t>& order, bool write_back, const Visit& visit);
+
+  bool swapped(int32_t unit) const;
+  // Bytes read from and written to the file since the last call.
+  struct Traffic {
+    int64_t read = 0;
+    int64_t written = 0;
+  };
+  Traffic take_traffic();
+
+ private:
+  std::future<void> enqueue(std::function<void()> job);
+  void io_loop();
+  void read_unit(int32_t unit, float* slot);
+  void write_unit(int32_t unit, const float* slot);
+
+  int fd_ = -1;
+  std::string path_;  // for messages: the file no longer has a name
+  std::vector<int64_t> numel_;
+  std::vector<int64_t> offset_;  // bytes, per unit
+  std::vector<bool> written_;    // loop thread's view: a write was queued
+  std::vector<float*> slots_;
+  Traffic traffic_;  // loop thread
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::packaged_task<void()>> jobs_;
+  bool stop_ = false;
+  std::thread io_;
+};
+
+}  // namespace accel::sharding
