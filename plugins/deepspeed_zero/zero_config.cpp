@@ -367,6 +367,19 @@ void resolve_zero(Reader& r, const PluginFields& f, bool from_file, ZeroConfig& 
            ": must be 2 to 64 (one buffer steps while the next is read)");
   }
   c.moment_swap_buffers = static_cast<int32_t>(buffers.value_or(4));
+  // aio.block_size: DeepSpeed's NVMe request size (default 1 MiB). Here each
+  // swap piece (a pair of fp32 moments, 8 bytes per element) is one request
+  // of that size, so it also sizes the swap buffers.
+  const int64_t block = r.integer("aio.block_size").value_or(1 << 20);
+  if (block < 8 || block % 8 != 0 || block > (int64_t{1} << 30)) {
+    refuse(r.where("aio.block_size") + " " + std::to_string(block) +
+           ": must be a multiple of 8 bytes, from 8 to 1 GiB (one element's pair of fp32 moments is 8 bytes)");
+  }
+  c.moment_swap_piece_elements = block / 8;
+  for (const char* key : {"aio.queue_depth", "aio.thread_count", "aio.single_submit", "aio.overlap_events",
+                          "aio.use_gds"}) {
+    (void)r.find(key);  // tuning of DeepSpeed's libaio engine: one I/O thread serves here
+  }
   for (const char* key :
        {"zero_optimization.offload_optimizer.pin_memory",
         "zero_optimization.offload_optimizer.fast_init", "zero_optimization.offload_optimizer.ratio",

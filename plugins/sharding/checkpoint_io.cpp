@@ -110,9 +110,9 @@ void CheckpointIo::save(const AccelStateArgs&) {
         gathered.push_back(ops_.allocate(ACCEL_MEMORY_WORKSPACE, DLDataType{kDLFloat, 32, 1}, 2 * n,
                                          ACCEL_MEMORY_HOST, false, "sharding swapped-in moments"));
         auto* into = static_cast<float*>(gathered.back().tensor().data);
-        swap->pass({u}, false, [&](int32_t, float* m, float* v) {
-          std::memcpy(into, m, static_cast<size_t>(n) * sizeof(float));
-          std::memcpy(into + n, v, static_cast<size_t>(n) * sizeof(float));
+        swap->pass({u}, false, [&](int32_t, int64_t begin, int64_t count, float* m, float* v) {
+          std::memcpy(into + begin, m, static_cast<size_t>(count) * sizeof(float));
+          std::memcpy(into + n + begin, v, static_cast<size_t>(count) * sizeof(float));
         });
         swapped_views[0] = std::make_unique<sdk::FlatView>(gathered.back().tensor(), 0, n);
         swapped_views[1] = std::make_unique<sdk::FlatView>(gathered.back().tensor(), n, n);
@@ -177,14 +177,16 @@ void CheckpointIo::load(const AccelStateArgs&) {
   if (swap) {
     std::vector<int32_t> order(static_cast<size_t>(store_.num_units()));
     std::iota(order.begin(), order.end(), 0);
-    swap->pass(order, true, [&](int32_t u, float* m, float* v) {
-      ShardedUnit* unit = store_.sharded(u);
-      const int64_t n = unit->shards.shard_numel();
-      std::fill(m, m + 2 * n, 0.0f);  // the padding stays zero
-      const sdk::FlatView exp_avg(m, n);
-      const sdk::FlatView exp_avg_sq(v, n);
-      transfer_range(s, nullptr, kExpAvg, unit->layout, unit->real, *exp_avg.get(), unit->shard_begin());
-      transfer_range(s, nullptr, kExpAvgSq, unit->layout, unit->real, *exp_avg_sq.get(), unit->shard_begin());
+    swap->pass(order, true, [&](int32_t u, int64_t begin, int64_t count, float* m, float* v) {
+      const ShardedUnit* unit = store_.sharded(u);
+      std::fill(m, m + 2 * count, 0.0f);  // the padding stays zero
+      const sdk::FlatView exp_avg(m, count);
+      const sdk::FlatView exp_avg_sq(v, count);
+      const int64_t at = unit->shard_begin() + begin;  // unit element of the piece's first
+      const sdk::FlatRange piece = sdk::intersect(unit->real, sdk::FlatRange{at, at + count});
+      if (piece.empty()) return;
+      transfer_range(s, nullptr, kExpAvg, unit->layout, piece, *exp_avg.get(), at);
+      transfer_range(s, nullptr, kExpAvgSq, unit->layout, piece, *exp_avg_sq.get(), at);
     });
   }
 }

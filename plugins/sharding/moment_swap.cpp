@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <utility>
 
@@ -35,15 +36,31 @@ void transfer(bool reading, int fd, char* data, int64_t bytes, int64_t offset, c
 
 }  // namespace
 
-MomentSwap::MomentSwap(const std::string& dir, int32_t rank, std::vector<int64_t> numel, std::vector<float*> slots)
-    : numel_(std::move(numel)), written_(numel_.size(), false), slots_(std::move(slots)) {
+int64_t MomentSwap::slot_elements(const std::vector<int64_t>& numel, int64_t piece_elements) {
+  int64_t largest = 0;
+  for (const int64_t n : numel) largest = std::max(largest, std::min(n, piece_elements));
+  return largest;
+}
+
+MomentSwap::MomentSwap(const std::string& dir, int32_t rank, std::vector<int64_t> numel, int64_t piece_elements,
+                       std::vector<float*> slots)
+    : slots_(std::move(slots)) {
   if (slots_.size() < 2) {
     throw Error(ACCEL_ERROR_INVALID_ARGUMENT, "the NVMe swap needs at least 2 buffers (one steps, one is read)");
   }
+  if (piece_elements < 1) throw Error(ACCEL_ERROR_INVALID_ARGUMENT, "the NVMe swap's pieces must hold an element");
   int64_t end = 0;
-  for (const int64_t n : numel_) {
-    offset_.push_back(end);
-    end += 2 * n * static_cast<int64_t>(sizeof(float));
+  for (size_t u = 0; u < numel.size(); ++u) {
+    first_piece_.push_back(numel[u] > 0 ? pieces_.size() : SIZE_MAX);
+    for (int64_t begin = 0; begin < numel[u]; begin += piece_elements) {
+      Piece piece;
+      piece.unit = static_cast<int32_t>(u);
+      piece.begin = begin;
+      piece.count = std::min(piece_elements, numel[u] - begin);
+      piece.offset = end;
+      end += 2 * piece.count * static_cast<int64_t>(sizeof(float));
+      pieces_.push_back(piece);
+    }
   }
   std::string name = dir + "/accel_moments.rank" + std::to_string(rank) + ".XXXXXX";
   fd_ = ::mkstemp(name.data());
@@ -64,7 +81,8 @@ MomentSwap::~MomentSwap() {
 }
 
 bool MomentSwap::swapped(int32_t unit) const {
-  return unit >= 0 && static_cast<size_t>(unit) < numel_.size() && numel_[static_cast<size_t>(unit)] > 0;
+  return unit >= 0 && static_cast<size_t>(unit) < first_piece_.size() &&
+         first_piece_[static_cast<size_t>(unit)] != SIZE_MAX;
 }
 
 MomentSwap::Traffic MomentSwap::take_traffic() { return std::exchange(traffic_, Traffic{}); }
@@ -94,41 +112,38 @@ void MomentSwap::io_loop() {
   }
 }
 
-void MomentSwap::read_unit(int32_t unit, float* slot) {
-  const auto u = static_cast<size_t>(unit);
-  transfer(true, fd_, reinterpret_cast<char*>(slot), 2 * numel_[u] * static_cast<int64_t>(sizeof(float)), offset_[u],
-           "NVMe swap " + path_ + ": reading the moments of unit " + std::to_string(unit));
-}
-
-void MomentSwap::write_unit(int32_t unit, const float* slot) {
-  const auto u = static_cast<size_t>(unit);
-  transfer(false, fd_, reinterpret_cast<char*>(const_cast<float*>(slot)),
-           2 * numel_[u] * static_cast<int64_t>(sizeof(float)), offset_[u],
-           "NVMe swap " + path_ + ": writing the moments of unit " + std::to_string(unit));
+void MomentSwap::move_piece(bool reading, const Piece& piece, float* slot) const {
+  transfer(reading, fd_, reinterpret_cast<char*>(slot), 2 * piece.count * static_cast<int64_t>(sizeof(float)),
+           piece.offset,
+           "NVMe swap " + path_ + ": " + (reading ? "reading" : "writing") + " the moments of unit " +
+               std::to_string(piece.unit));
 }
 
 void MomentSwap::pass(const std::vector<int32_t>& order, bool write_back, const Visit& visit) {
-  std::vector<int32_t> units;
+  std::vector<Piece*> todo;
   for (const int32_t u : order) {
-    if (swapped(u)) units.push_back(u);
+    if (!swapped(u)) continue;
+    for (size_t p = first_piece_[static_cast<size_t>(u)]; p < pieces_.size() && pieces_[p].unit == u; ++p) {
+      todo.push_back(&pieces_[p]);
+    }
   }
   const size_t depth = slots_.size();
-  std::vector<std::future<void>> reads(units.size());
+  std::vector<std::future<void>> reads(todo.size());
   std::vector<std::future<void>> writes;
   size_t next_read = 0;
-  // Unit i uses slot i % depth. Up to depth-1 reads run ahead of the unit
+  // Piece i uses slot i % depth. Up to depth-1 reads run ahead of the piece
   // being visited; the FIFO queue puts each read after the write of the
-  // unit that last used its slot.
+  // piece that last used its slot.
   const auto read_ahead = [&](size_t visiting) {
-    for (; next_read < units.size() && next_read < visiting + depth; ++next_read) {
-      const int32_t u = units[next_read];
+    for (; next_read < todo.size() && next_read < visiting + depth; ++next_read) {
+      const Piece* piece = todo[next_read];
       float* slot = slots_[next_read % depth];
-      const int64_t bytes = 2 * numel_[static_cast<size_t>(u)] * static_cast<int64_t>(sizeof(float));
-      if (written_[static_cast<size_t>(u)]) {
-        reads[next_read] = enqueue([this, u, slot] { read_unit(u, slot); });
-        traffic_.read += bytes;
+      if (piece->written) {
+        reads[next_read] = enqueue([this, piece, slot] { move_piece(true, *piece, slot); });
+        traffic_.read += 2 * piece->count * static_cast<int64_t>(sizeof(float));
       } else {
-        reads[next_read] = enqueue([slot, bytes] { std::memset(slot, 0, static_cast<size_t>(bytes)); });
+        const auto bytes = static_cast<size_t>(2 * piece->count) * sizeof(float);
+        reads[next_read] = enqueue([slot, bytes] { std::memset(slot, 0, bytes); });
       }
     }
   };
@@ -136,35 +151,29 @@ void MomentSwap::pass(const std::vector<int32_t>& order, bool write_back, const 
   // slots can be reused or the caller sees the error.
   const auto drain = [&] {
     std::exception_ptr first;
-    for (auto& f : reads) {
-      if (!f.valid()) continue;
+    const auto settle = [&first](std::future<void>& f) {
+      if (!f.valid()) return;
       try {
         f.get();
       } catch (...) {
         if (!first) first = std::current_exception();
       }
-    }
-    for (auto& f : writes) {
-      try {
-        f.get();
-      } catch (...) {
-        if (!first) first = std::current_exception();
-      }
-    }
+    };
+    for (auto& f : reads) settle(f);
+    for (auto& f : writes) settle(f);
     if (first) std::rethrow_exception(first);
   };
   try {
-    for (size_t i = 0; i < units.size(); ++i) {
-      read_ahead(i);  // units [i, i + depth): the slot of unit i-1 is refilled after its write
+    for (size_t i = 0; i < todo.size(); ++i) {
+      read_ahead(i);  // pieces [i, i + depth): the slot of piece i-1 is refilled after its write
       reads[i].get();
-      const int32_t u = units[i];
+      Piece* piece = todo[i];
       float* slot = slots_[i % depth];
-      const int64_t n = numel_[static_cast<size_t>(u)];
-      visit(u, slot, slot + n);
+      visit(piece->unit, piece->begin, piece->count, slot, slot + piece->count);
       if (write_back) {
-        written_[static_cast<size_t>(u)] = true;
-        writes.push_back(enqueue([this, u, slot] { write_unit(u, slot); }));
-        traffic_.written += 2 * n * static_cast<int64_t>(sizeof(float));
+        piece->written = true;
+        writes.push_back(enqueue([this, piece, slot] { move_piece(false, *piece, slot); }));
+        traffic_.written += 2 * piece->count * static_cast<int64_t>(sizeof(float));
       }
     }
   } catch (...) {

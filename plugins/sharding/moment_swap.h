@@ -1,14 +1,17 @@
 // moment_swap.h — NVMe offload of the AdamW moments (DeepSpeed's
 // offload_optimizer device nvme): each swapped unit's exp_avg and
-// exp_avg_sq shards live in a file under the swap directory, and host memory
-// holds only `slots` swap buffers, each the size of the largest unit's pair.
+// exp_avg_sq shards live in a file under the swap directory, cut into
+// pieces of at most `piece_elements` elements, and host memory holds only
+// `slots` swap buffers of one piece's pair each — a bound that does not grow
+// with the largest unit (a tied embedding is a third of gpt-small).
 //
-// A pass walks units in a given order: while unit i steps on its slot, the
-// reads of the next slots-1 units and the write of the ones before run on
-// one I/O thread. Its queue is FIFO, so a slot is refilled only after its
-// previous unit's write, and a unit read after its write sees it; the loop
-// thread therefore never waits for a write, only for the read it needs next.
-// A unit never written reads as zeros (AdamW's initial moments).
+// A pass walks units in a given order, piece by piece: while one piece
+// steps on its slot, the reads of the next slots-1 pieces and the writes of
+// the ones before run on one I/O thread. Its queue is FIFO, so a slot is
+// refilled only after its previous piece's write, and a piece read after its
+// write sees it; the loop thread never waits for a write, only for the read
+// it needs next. A piece never written reads as zeros (AdamW's initial
+// moments).
 //
 // The file is unlinked as soon as it is created: nothing is left on disk
 // when the process ends, however it ends. An I/O error (a full disk, a
@@ -33,21 +36,27 @@ namespace accel::sharding {
 class MomentSwap {
  public:
   // `numel[u]`: elements of unit u's moment shards (0: u is not swapped).
-  // `slots`: host buffers of at least 2 * max(numel) floats each, owned by
-  // the caller and outliving this object; at least 2 (one steps while the
-  // next is read). Creates and unlinks the swap file in `dir`; throws
-  // sdk::Error (INVALID_ARGUMENT) when it cannot.
-  MomentSwap(const std::string& dir, int32_t rank, std::vector<int64_t> numel, std::vector<float*> slots);
+  // `slots`: host buffers of at least 2 * slot_elements(numel,
+  // piece_elements) floats each, owned by the caller and outliving this
+  // object; at least 2 (one steps while the next is read). Creates and
+  // unlinks the swap file in `dir`; throws sdk::Error (INVALID_ARGUMENT) when
+  // it cannot.
+  MomentSwap(const std::string& dir, int32_t rank, std::vector<int64_t> numel, int64_t piece_elements,
+             std::vector<float*> slots);
   ~MomentSwap();  // waits for the I/O in flight; closes the file
   MomentSwap(const MomentSwap&) = delete;
   MomentSwap& operator=(const MomentSwap&) = delete;
 
-  // For each unit of `order` (swapped units only), in order: its moments in
-  // a slot (exp_avg = the first numel floats, exp_avg_sq the next numel),
-  // then, when `write_back`, written back. Returns when every write has
-  // completed. Throws the first I/O error, or what `visit` throws (after
-  // draining the I/O in flight).
-  using Visit = std::function<void(int32_t unit, float* exp_avg, float* exp_avg_sq)>;
+  // The elements of one moment a slot must hold: the largest piece.
+  static int64_t slot_elements(const std::vector<int64_t>& numel, int64_t piece_elements);
+
+  // For each unit of `order` (swapped units only), in order, each piece in
+  // order: elements [begin, begin + count) of the unit's moments in a slot
+  // (exp_avg = `count` floats, exp_avg_sq the next `count`), then, when
+  // `write_back`, written back. Returns when every write has completed.
+  // Throws the first I/O error, or what `visit` throws (after draining the
+  // I/O in flight).
+  using Visit = std::function<void(int32_t unit, int64_t begin, int64_t count, float* exp_avg, float* exp_avg_sq)>;
   void pass(const std::vector<int32_t>& order, bool write_back, const Visit& visit);
 
   bool swapped(int32_t unit) const;
@@ -59,16 +68,22 @@ class MomentSwap {
   Traffic take_traffic();
 
  private:
+  struct Piece {
+    int32_t unit = 0;
+    int64_t begin = 0;   // element of the unit's moments
+    int64_t count = 0;
+    int64_t offset = 0;  // bytes into the file: exp_avg, then exp_avg_sq
+    bool written = false;  // loop thread's view: a write was queued
+  };
+
   std::future<void> enqueue(std::function<void()> job);
   void io_loop();
-  void read_unit(int32_t unit, float* slot);
-  void write_unit(int32_t unit, const float* slot);
+  void move_piece(bool reading, const Piece& piece, float* slot) const;
 
   int fd_ = -1;
   std::string path_;  // for messages: the file no longer has a name
-  std::vector<int64_t> numel_;
-  std::vector<int64_t> offset_;  // bytes, per unit
-  std::vector<bool> written_;    // loop thread's view: a write was queued
+  std::vector<Piece> pieces_;
+  std::vector<size_t> first_piece_;  // per unit, into pieces_; SIZE_MAX when not swapped
   std::vector<float*> slots_;
   Traffic traffic_;  // loop thread
 

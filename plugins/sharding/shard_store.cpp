@@ -4,8 +4,6 @@
 
 #include <accel/sdk/error.hpp>
 
-#include <algorithm>
-
 namespace accel::sharding {
 
 namespace {
@@ -116,17 +114,18 @@ ShardStore::ShardStore(const sdk::Kernels& ops, const ShardingOptions& config, c
 
 void ShardStore::make_swap(const sdk::Kernels& ops, const ShardingOptions& config, std::vector<int64_t> numel,
                            int32_t world_rank) {
-  const int64_t largest = numel.empty() ? 0 : *std::max_element(numel.begin(), numel.end());
-  if (largest == 0) return;  // nothing sharded to swap
+  const int64_t slot = MomentSwap::slot_elements(numel, config.moment_swap_piece_elements);
+  if (slot == 0) return;  // nothing sharded to swap
   std::vector<float*> slots;
   for (int32_t i = 0; i < config.moment_swap_buffers; ++i) {
     // Host memory: the step runs on the host (offload), and the I/O thread
     // reads and writes these directly.
-    swap_buffers_.push_back(ops.allocate(ACCEL_MEMORY_OPTIMIZER, DLDataType{kDLFloat, 32, 1}, 2 * largest,
+    swap_buffers_.push_back(ops.allocate(ACCEL_MEMORY_OPTIMIZER, DLDataType{kDLFloat, 32, 1}, 2 * slot,
                                          ACCEL_MEMORY_HOST, false, "sharding NVMe swap buffer"));
     slots.push_back(static_cast<float*>(swap_buffers_.back().tensor().data));
   }
-  swap_ = std::make_unique<MomentSwap>(config.moment_swap_dir, world_rank, std::move(numel), std::move(slots));
+  swap_ = std::make_unique<MomentSwap>(config.moment_swap_dir, world_rank, std::move(numel),
+                                       config.moment_swap_piece_elements, std::move(slots));
 }
 
 void ShardStore::zero_grads(const sdk::Kernels& ops) {

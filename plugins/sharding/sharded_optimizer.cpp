@@ -5,6 +5,7 @@
 #include <accel/sdk/error.hpp>
 #include <accel/sdk/tensor.hpp>
 
+#include <algorithm>
 #include <memory>
 #include <numeric>
 
@@ -189,13 +190,18 @@ void ShardedOptimizer::step(const AccelOptimizerStepArgs& args) {
     // previous ones' writes overlapping each unit's step.
     std::vector<int32_t> order(static_cast<size_t>(store_.num_units()));
     std::iota(order.begin(), order.end(), 0);
-    swap->pass(order, true, [&](int32_t u, float* exp_avg, float* exp_avg_sq) {
-      ShardedUnit* unit = store_.sharded(u);
-      if (unit->real.empty()) return;
-      const int64_t n = unit->shards.shard_numel();
-      const sdk::FlatView m(exp_avg, n);
-      const sdk::FlatView v(exp_avg_sq, n);
-      step_runs(unit->layout.params, unit->real, unit->master_tensor(), unit->grad_tensor(), *m.get(), *v.get());
+    swap->pass(order, true, [&](int32_t u, int64_t begin, int64_t count, float* exp_avg, float* exp_avg_sq) {
+      // Shard elements [begin, begin + count); the padding past the real
+      // part is never stepped.
+      const ShardedUnit* unit = store_.sharded(u);
+      const int64_t real = std::min(count, unit->real.size() - begin);
+      if (real <= 0) return;
+      const sdk::FlatView p(unit->master_tensor(), begin, real);
+      const sdk::FlatView g(unit->grad_tensor(), begin, real);
+      const sdk::FlatView m(exp_avg, real);
+      const sdk::FlatView v(exp_avg_sq, real);
+      step_runs(unit->layout.params, sdk::FlatRange{unit->real.begin + begin, unit->real.begin + begin + real},
+                *p.get(), *g.get(), *m.get(), *v.get());
     });
   }
   for (int32_t u = 0; u < store_.num_units(); ++u) {

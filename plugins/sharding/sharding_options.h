@@ -47,6 +47,11 @@ struct ShardingOptions {
   // DeepSpeed's offload_optimizer device nvme, with cpu_offload).
   std::string moment_swap_dir;
   int32_t moment_swap_buffers = 4;
+  // Units' moments are swapped in pieces of at most this many elements (one
+  // I/O request of 8 bytes per element for the pair; DeepSpeed's default
+  // aio.block_size of 1 MiB): the swap buffers do not grow with the largest
+  // unit.
+  int64_t moment_swap_piece_elements = int64_t{1} << 17;
   StateDictType state_dict_type = StateDictType::full;
   bool sync_module_states = false;
   bool cpu_ram_efficient_loading = false;
