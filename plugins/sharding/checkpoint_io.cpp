@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
-#include <numeric>
 #include <string>
 #include <utility>
 #include <vector>
@@ -175,9 +174,7 @@ void CheckpointIo::load(const AccelStateArgs&) {
     }
   }
   if (swap) {
-    std::vector<int32_t> order(static_cast<size_t>(store_.num_units()));
-    std::iota(order.begin(), order.end(), 0);
-    swap->pass(order, true, [&](int32_t u, int64_t begin, int64_t count, float* m, float* v) {
+    swap->pass_all(true, [&](int32_t u, int64_t begin, int64_t count, float* m, float* v) {
       const ShardedUnit* unit = store_.sharded(u);
       std::fill(m, m + 2 * count, 0.0f);  // the padding stays zero
       const sdk::FlatView exp_avg(m, count);

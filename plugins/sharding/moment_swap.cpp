@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <numeric>
 #include <utility>
 
 namespace accel::sharding {
@@ -119,24 +120,30 @@ void MomentSwap::move_piece(bool reading, const Piece& piece, float* slot) const
                std::to_string(piece.unit));
 }
 
+void MomentSwap::pass_all(bool write_back, const Visit& visit) {
+  std::vector<int32_t> order(first_piece_.size());
+  std::iota(order.begin(), order.end(), 0);
+  pass(order, write_back, visit);
+}
+
 void MomentSwap::pass(const std::vector<int32_t>& order, bool write_back, const Visit& visit) {
-  std::vector<Piece*> todo;
+  std::vector<Piece*> visits;
   for (const int32_t u : order) {
     if (!swapped(u)) continue;
     for (size_t p = first_piece_[static_cast<size_t>(u)]; p < pieces_.size() && pieces_[p].unit == u; ++p) {
-      todo.push_back(&pieces_[p]);
+      visits.push_back(&pieces_[p]);
     }
   }
   const size_t depth = slots_.size();
-  std::vector<std::future<void>> reads(todo.size());
+  std::vector<std::future<void>> reads(visits.size());
   std::vector<std::future<void>> writes;
   size_t next_read = 0;
   // Piece i uses slot i % depth. Up to depth-1 reads run ahead of the piece
   // being visited; the FIFO queue puts each read after the write of the
   // piece that last used its slot.
   const auto read_ahead = [&](size_t visiting) {
-    for (; next_read < todo.size() && next_read < visiting + depth; ++next_read) {
-      const Piece* piece = todo[next_read];
+    for (; next_read < visits.size() && next_read < visiting + depth; ++next_read) {
+      const Piece* piece = visits[next_read];
       float* slot = slots_[next_read % depth];
       if (piece->written) {
         reads[next_read] = enqueue([this, piece, slot] { move_piece(true, *piece, slot); });
@@ -164,10 +171,10 @@ void MomentSwap::pass(const std::vector<int32_t>& order, bool write_back, const 
     if (first) std::rethrow_exception(first);
   };
   try {
-    for (size_t i = 0; i < todo.size(); ++i) {
+    for (size_t i = 0; i < visits.size(); ++i) {
       read_ahead(i);  // pieces [i, i + depth): the slot of piece i-1 is refilled after its write
       reads[i].get();
-      Piece* piece = todo[i];
+      Piece* piece = visits[i];
       float* slot = slots_[i % depth];
       visit(piece->unit, piece->begin, piece->count, slot, slot + piece->count);
       if (write_back) {

@@ -58,6 +58,8 @@ class MomentSwap {
   // I/O in flight).
   using Visit = std::function<void(int32_t unit, int64_t begin, int64_t count, float* exp_avg, float* exp_avg_sq)>;
   void pass(const std::vector<int32_t>& order, bool write_back, const Visit& visit);
+  // The same over every swapped unit, in unit order.
+  void pass_all(bool write_back, const Visit& visit);
 
   bool swapped(int32_t unit) const;
   // Bytes read from and written to the file since the last call.

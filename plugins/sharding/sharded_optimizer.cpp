@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <memory>
-#include <numeric>
 
 namespace accel::sharding {
 
@@ -188,9 +187,7 @@ void ShardedOptimizer::step(const AccelOptimizerStepArgs& args) {
   if (MomentSwap* swap = store_.swap()) {
     // Swapped moments: one pass in unit order, the next units' reads and the
     // previous ones' writes overlapping each unit's step.
-    std::vector<int32_t> order(static_cast<size_t>(store_.num_units()));
-    std::iota(order.begin(), order.end(), 0);
-    swap->pass(order, true, [&](int32_t u, int64_t begin, int64_t count, float* exp_avg, float* exp_avg_sq) {
+    swap->pass_all(true, [&](int32_t u, int64_t begin, int64_t count, float* exp_avg, float* exp_avg_sq) {
       // Shard elements [begin, begin + count); the padding past the real
       // part is never stepped.
       const ShardedUnit* unit = store_.sharded(u);
