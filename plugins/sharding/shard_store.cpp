@@ -8,18 +8,26 @@ namespace accel::sharding {
 
 namespace {
 
-// Whether a ZeRO-1 unit's shards can be slices of the host's buffers: both
-// fp32 on the device (what the partition steps and reduces in), the unit a
-// multiple of the group (no padding a slice would run past), both present.
-bool views_host_storage(const sdk::Kernels& ops, const ShardingOptions& config, const ShardedUnit& unit) {
+// Whether a ZeRO-1/2 unit's master shard can be a slice of the host's fp32
+// parameters: no offload (the step runs where the host keeps them), the unit
+// a multiple of the group (no padding a slice would run past), fp32 present.
+bool views_host_params(const sdk::Kernels& ops, const ShardingOptions& config, const ShardedUnit& unit) {
   const DLDataType fp32{kDLFloat, 32, 1};
-  if (config.cpu_offload || unit.shards.padding() != 0 || !accel_dtype_equal(config.param_dtype, fp32) ||
-      !accel_dtype_equal(config.reduce_dtype, fp32)) {
+  if (config.cpu_offload || unit.shards.padding() != 0 || !accel_dtype_equal(config.param_dtype, fp32)) {
     return false;
   }
-  const sdk::Kernels::Materialized host = ops.storage(unit.layout.index);
-  return host.params != nullptr && host.grads != nullptr && accel_dtype_equal(host.params->dtype, fp32) &&
-         accel_dtype_equal(host.grads->dtype, fp32);
+  const DLTensor* params = ops.storage(unit.layout.index).params;
+  return params != nullptr && accel_dtype_equal(params->dtype, fp32);
+}
+
+// Whether a ZeRO-1 unit's gradient shard can also be a slice of the host's
+// gradients (ZeRO-2 releases those after the reduce-scatter, so its shards
+// are its own): fp32 reduction into fp32 gradients, both present.
+bool views_host_grads(const sdk::Kernels& ops, const ShardingOptions& config, const ShardedUnit& unit) {
+  const DLDataType fp32{kDLFloat, 32, 1};
+  if (!unit.host_grads || !accel_dtype_equal(config.reduce_dtype, fp32)) return false;
+  const DLTensor* grads = ops.storage(unit.layout.index).grads;
+  return grads != nullptr && accel_dtype_equal(grads->dtype, fp32);
 }
 
 }  // namespace
@@ -61,11 +69,17 @@ ShardStore::ShardStore(const sdk::Kernels& ops, const ShardingOptions& config, c
     } else {
       swap_numel[index] = n;  // the moments live in the swap file
     }
-    if (unit->host_params && unit->host_grads && views_host_storage(ops, config, *unit)) {
+    if (unit->host_params && views_host_params(ops, config, *unit)) {
+      // The partition is stepped in place in the host's parameters and
+      // published by an in-place all_gather: 4 bytes per parameter, not 4 + 4/N.
       const sdk::Kernels::Materialized host = ops.storage(layout.index);
       if (config.sync_module_states) ops.broadcast(world, host.params, 0, "sharding sync_module_states");
       unit->master_view = std::make_unique<sdk::FlatView>(*host.params, unit->shard_begin(), n);
-      unit->grad_view = std::make_unique<sdk::FlatView>(*host.grads, unit->shard_begin(), n);
+      if (views_host_grads(ops, config, *unit)) {
+        unit->grad_view = std::make_unique<sdk::FlatView>(*host.grads, unit->shard_begin(), n);
+      } else {
+        unit->grad = ops.allocate(ACCEL_MEMORY_GRADS, fp32, n, place, true, "sharding gradient shard");
+      }
       sharded_[index] = std::move(unit);
       continue;
     }

@@ -40,18 +40,19 @@ struct ShardedUnit {
   bool grad_is_zero = true;     // `grad` holds the zeros of zero_grads (nothing reduced into it yet)
   bool host_params = false;     // the full parameters are the host's (ZeRO-1/2): refreshed after each step
   bool host_grads = false;      // the full gradients are the host's (ZeRO-1): reduced, never released
-  // ZeRO-1 over fp32 host storage on the device with no padding: `master`
-  // and `grad` are not allocated; the shards are this rank's slices of the
-  // host's own parameter and gradient buffers (as Megatron's distributed
-  // optimizer steps the fp32 parameters in place: 4 + 4 bytes per parameter
-  // plus the 8/d of AdamW state, not 4/d + 4/d more).
+  // ZeRO-1/2 over fp32 host parameters on the device with no padding:
+  // `master` is not allocated; the master shard is this rank's slice of the
+  // host's own parameters (as Megatron's distributed optimizer steps the fp32
+  // parameters in place: 4 bytes per parameter plus the 8/d of AdamW state,
+  // not 4 + 4/d). ZeRO-1's gradient shard is likewise a slice of the host's
+  // gradients (`grad` not allocated); ZeRO-2's is its own (the host's are
+  // released after each unit's reduce-scatter).
   std::unique_ptr<sdk::FlatView> master_view;
   std::unique_ptr<sdk::FlatView> grad_view;
 
   int64_t shard_begin() const { return shards.shard(shard_index).begin; }
   const DLTensor& master_tensor() const { return master_view ? *master_view->get() : master.tensor(); }
   const DLTensor& grad_tensor() const { return grad_view ? *grad_view->get() : grad.tensor(); }
-  bool views_host_storage() const { return master_view != nullptr; }
 };
 
 struct ReplicatedUnit {

@@ -169,26 +169,30 @@ class ZeroParity(TempDirMixin, unittest.TestCase):
         # (the gradients-only take-over): stage 1 holds the host's full
         # gradients and their reduced partition, stage 2 only the partition
         # and the gradients of the units in backward.
-        peaks = {}
-        for stage in (1, 2):
-            metrics = self.path(f"mem{stage}.jsonl")
-            mpirun(2, *COMMON, "--steps", 2, "--batch-size", 8, *zero(stage), "--metrics-file", metrics)
-            peaks[stage] = read_metrics(metrics)[-1]["memory_peak_bytes"]
-        # Stage 1 steps its partition in place, in slices of the host's fp32
-        # parameters and gradients (units that are multiples of the group):
-        # it holds the host's buffers and nothing more, as Megatron's
-        # distributed optimizer (8 + 8/d bytes per fp32 parameter).
-        full = 4 * 120576  # gpt-tiny's parameters, fp32
-        self.assertEqual(peaks[1]["params"], full)
-        self.assertEqual(peaks[1]["grads"], full)
-        self.assertEqual(peaks[1]["optimizer"], 2 * full // 2)  # AdamW's two moments over 2 ranks
-        # Stage 2 keeps its own fp32 gradient partition (the host's gradients
-        # are released unit by unit) and its master: the host's parameters +
-        # half of them; its gradients peak at the partition (241,152) + the tied
-        # embedding/head group and one block in backward (282,368), below the
-        # full gradients plus a partition a stage-1 copy would hold.
-        self.assertEqual(peaks[2]["params"], full + full // 2)
-        self.assertLess(peaks[2]["grads"], full + full // 2)
+        full = 4 * 120576  # gpt-tiny's parameters, fp32: 4 bytes per parameter
+        # In flight at stage 2's gradient peak: the tied embedding/head
+        # group (20,608) and one block (49,984) between their backward and
+        # their reduce-scatter.
+        in_flight = 4 * (20608 + 49984)
+        for n in (2, 4):
+            peaks = {}
+            for stage in (1, 2):
+                metrics = self.path(f"mem{n}_{stage}.jsonl")
+                mpirun(n, *COMMON, "--steps", 2, "--batch-size", 8, *zero(stage), "--metrics-file", metrics)
+                peaks[stage] = read_metrics(metrics)[-1]["memory_peak_bytes"]
+            # Both stages step their partition in place, in a slice of the
+            # host's fp32 parameters (units that are multiples of the group):
+            # no master copy, as Megatron's distributed optimizer.
+            for stage in (1, 2):
+                self.assertEqual(peaks[stage]["params"], full, (n, stage))
+                self.assertEqual(peaks[stage]["optimizer"], 2 * full // n, (n, stage))  # AdamW's moments
+            # Stage 1's gradient partition is a slice of the host's full
+            # gradients: 8 + 8/N bytes per parameter.
+            self.assertEqual(peaks[1]["grads"], full, n)
+            # Stage 2 keeps only its own partition of the gradients (the
+            # host's are released unit by unit): 4 + 12/N bytes per parameter,
+            # DeepSpeed's formula, plus the gradients in flight.
+            self.assertEqual(peaks[2]["grads"], full // n + in_flight, n)
 
     def test_stage3_persistence_threshold_keeps_small_units_whole(self):
         # DeepSpeed's default threshold (1e5) is above every gpt-tiny unit
