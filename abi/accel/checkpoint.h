@@ -51,6 +51,17 @@ typedef enum AccelCheckpointSpace {
   /* The calling plugin's own state ("amax_history"); the host prefixes the
    * plugin's name, so plugins cannot collide. */
   ACCEL_CHECKPOINT_PLUGIN = 2,
+  /* Since 1.6. The checkpoint's consolidated model file,
+   * "model_16bit.safetensors" in the checkpoint directory (DeepSpeed's
+   * stage3_gather_16bit_weights_on_model_save): whole parameters in a
+   * compact dtype for use outside a resume (inference, export), written by
+   * world rank 0 as part of the same atomic save. name = the parameter's
+   * name; each put is one whole tensor (global_offset all zero, local's
+   * shape = global_shape), from world rank 0 only, once per name; the dtype
+   * is local's. Never read back: get/info report ACCEL_ERROR_NOT_FOUND;
+   * put_string refuses the space. A 1.5 host refuses it (INVALID_ARGUMENT:
+   * unknown space). */
+  ACCEL_CHECKPOINT_EXPORT = 3,
   ACCEL_CHECKPOINT_SPACE_FORCE_32BIT = 0x7fffffff
 } AccelCheckpointSpace;
 

@@ -9,7 +9,8 @@
 // get/info/get_string need HostContext::state_reader (inside load_state);
 // otherwise ACCEL_ERROR_FAILED_PRECONDITION. Names in ACCEL_CHECKPOINT_PLUGIN
 // are the calling plugin's own (prefixed with its name); MODEL and OPTIMIZER
-// names are shared by every plugin.
+// names are shared by every plugin; EXPORT tensors (rank 0's, whole) become
+// the checkpoint's model_16bit.safetensors and are never read back.
 //
 // Thread-safety: loop thread only.
 #include <accel/accel.h>
@@ -63,8 +64,12 @@ SliceGeometry geometry_of(const AccelCheckpointSliceArgs* args) {
 
 AccelStatus put(AccelHost* host, const AccelCheckpointSliceArgs* args) {
   return call_service("checkpoint put", [&] {
-    PluginStateWriter& writer = writer_of(context_of(host));
+    HostContext& context = context_of(host);
+    PluginStateWriter& writer = writer_of(context);
     const SliceGeometry g = geometry_of(args);
+    if (args->space == ACCEL_CHECKPOINT_EXPORT && context.identity.rank != 0) {
+      fail(ACCEL_ERROR_INVALID_ARGUMENT, "'" + g.name + "': only world rank 0 puts into the consolidated model file");
+    }
     writer.put(plugin_name_of(host), args->space, g.name, g.global_shape, g.global_offset, args->local);
   });
 }

@@ -75,6 +75,7 @@ std::string plugin_state_name(AccelCheckpointSpace space, const std::string& plu
   switch (space) {
     case ACCEL_CHECKPOINT_MODEL: return "@model/" + name;
     case ACCEL_CHECKPOINT_OPTIMIZER: return "@optimizer/" + name;
+    case ACCEL_CHECKPOINT_EXPORT: return "@export/" + name;
     default: return plugin + "/" + name;
   }
 }
@@ -84,6 +85,7 @@ const char* checkpoint_space_name(AccelCheckpointSpace space) {
     case ACCEL_CHECKPOINT_MODEL: return "model";
     case ACCEL_CHECKPOINT_OPTIMIZER: return "optimizer";
     case ACCEL_CHECKPOINT_PLUGIN: return "plugin";
+    case ACCEL_CHECKPOINT_EXPORT: return "export";
     default: return nullptr;
   }
 }
@@ -274,6 +276,17 @@ void PluginStateWriter::put(const std::string& plugin, AccelCheckpointSpace spac
   if (!to_file_dtype(dtype)) {
     fail(ACCEL_ERROR_UNSUPPORTED, "'" + name + "': dtype " + describe_dtype(dtype) + " cannot be stored in a checkpoint");
   }
+  if (space == ACCEL_CHECKPOINT_EXPORT) {
+    if (extent != global_shape) {
+      fail(ACCEL_ERROR_INVALID_ARGUMENT, "'" + name + "': the consolidated model file takes whole tensors, got a " +
+                                             describe_shape(extent) + " slice of " + describe_shape(global_shape));
+    }
+    if (exports_.count(name) != 0) fail(ACCEL_ERROR_INVALID_ARGUMENT, "'" + name + "': put twice into the model file");
+    at::Tensor copy = at::empty(slice.sizes(), slice.options().device(at::kCPU));
+    copy.copy_(slice);
+    exports_.emplace(name, std::make_pair(*to_file_dtype(dtype), std::move(copy)));
+    return;
+  }
   auto found = tensors_.find(stored);
   if (found != tensors_.end()) {
     const StoredTensor& meta = found->second.meta;
@@ -311,6 +324,7 @@ void PluginStateWriter::put(const std::string& plugin, AccelCheckpointSpace spac
 void PluginStateWriter::put_string(const std::string& plugin, AccelCheckpointSpace space, const std::string& key,
                                    const std::string& value) {
   check_space(space);
+  if (space == ACCEL_CHECKPOINT_EXPORT) fail(ACCEL_ERROR_INVALID_ARGUMENT, "the consolidated model file holds no strings");
   if (key.empty()) fail(ACCEL_ERROR_INVALID_ARGUMENT, "key is empty");
   strings_[plugin_state_name(space, plugin, key)] =
       StoredString{space, space == ACCEL_CHECKPOINT_PLUGIN ? plugin : "", key, value};
@@ -368,6 +382,16 @@ void PluginStateWriter::write(const std::filesystem::path& path) const {
                                {"tensors", std::move(tensors)},
                                {"strings", std::move(strings)}};
   writer.set_metadata(kPluginStateMetadataKey, meta.dump());
+  writer.write(path);
+}
+
+void PluginStateWriter::write_exports(const std::filesystem::path& path) const {
+  checkpoint::SafetensorsWriter writer;
+  for (const auto& [name, stored] : exports_) {
+    const auto& [dtype, data] = stored;
+    const std::vector<int64_t> shape(data.sizes().begin(), data.sizes().end());
+    writer.add(name, dtype, shape, data.data_ptr(), data.nbytes());
+  }
   writer.write(path);
 }
 

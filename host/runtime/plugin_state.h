@@ -156,10 +156,16 @@ class PluginStateWriter {
   void check_complete() const;
 
   bool empty() const { return tensors_.empty() && strings_.empty(); }
+  // Whether anything was put into ACCEL_CHECKPOINT_EXPORT (its tensors are
+  // kept apart: not in the plugin-state file, not in the inventory).
+  bool has_exports() const { return !exports_.empty(); }
   // Every slice put so far, for the commit-time check across ranks.
   SliceInventory inventory() const;
   // Writes the file (fsynced; not atomic on its own: see atomic_dir.h).
   void write(const std::filesystem::path& path) const;
+  // Writes the ACCEL_CHECKPOINT_EXPORT tensors as one plain safetensors file
+  // (names = parameter names, no Accel metadata), fsynced.
+  void write_exports(const std::filesystem::path& path) const;
 
  private:
   struct Entry {
@@ -171,6 +177,8 @@ class PluginStateWriter {
     std::string plugin, key, value;
   };
   std::map<std::string, Entry> tensors_;         // by stored name
+  // ACCEL_CHECKPOINT_EXPORT: whole tensors (contiguous CPU copies) by name.
+  std::map<std::string, std::pair<checkpoint::DType, at::Tensor>> exports_;
   std::map<std::string, StoredString> strings_;  // by stored name
 };
 

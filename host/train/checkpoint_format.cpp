@@ -16,6 +16,8 @@ namespace {
 namespace fs = std::filesystem;
 constexpr const char* kModelFile = runtime::CheckpointReader::kModelFile;
 constexpr const char* kOptimizerFile = runtime::CheckpointReader::kOptimizerFile;
+// Plugins' ACCEL_CHECKPOINT_EXPORT tensors (accel/checkpoint.h); not read on resume.
+constexpr const char* kModel16BitFile = "model_16bit.safetensors";
 constexpr const char* kMoments[] = {"exp_avg", "exp_avg_sq"};
 
 void write_text_file(const fs::path& path, const std::string& text) {
@@ -206,6 +208,10 @@ fs::path save_checkpoint_from_all_ranks(const fs::path& root, const RankGroup& g
       const std::string name = runtime::plugin_state_file_name(group.rank);
       writer.write(dir / name);
       contribution.files.push_back(name);
+    }
+    if (writer.has_exports()) {  // world rank 0's alone (checkpoint_services.cpp)
+      writer.write_exports(dir / kModel16BitFile);
+      contribution.files.push_back(kModel16BitFile);
     }
     contribution.note = inventory.to_json();
     return contribution;

@@ -510,11 +510,7 @@ ZeroConfig resolve_config(const PluginFields& f, const HostSettings& host, const
     c.notes.push_back("zero3_save_16bit_model applies to stage 3 only; ignored at stage " + std::to_string(c.stage));
     c.save_16bit_model = false;
   }
-  if (c.save_16bit_model) {
-    refuse(
-        "zero3_save_16bit_model / stage3_gather_16bit_weights_on_model_save true: the consolidated 16-bit model "
-        "file is not written by this version (accel-host merge-weights consolidates any checkpoint)");
-  }
+  if (host.mixed_precision == "fp16") c.model_16bit_dtype = DLDataType{kDLFloat, 16, 1};
   if (f.zero3_init_flag && *f.zero3_init_flag && c.stage != 3) {
     c.notes.push_back("zero3_init_flag applies to stage 3 only (units are always initialised one at a time there)");
   }

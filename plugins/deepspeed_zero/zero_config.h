@@ -106,6 +106,9 @@ struct ZeroConfig : sharding::ShardingOptions {
   int64_t max_live_parameters = 1000000000;
   int64_t max_reuse_distance = 1000000000;
   bool save_16bit_model = false;
+  // The consolidated model file's dtype: fp16 under --mixed-precision fp16,
+  // else bf16 (an fp32 run's file is for inference at half the size).
+  DLDataType model_16bit_dtype{kDLBfloat, 16, 1};
   OptimizerChoice optimizer;
   Schedule schedule;
   int64_t steps_per_print = 10;

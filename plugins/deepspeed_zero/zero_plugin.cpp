@@ -72,7 +72,8 @@ class DeepSpeedZero final : public sdk::Plugin {
       {"zero3_init_flag", ACCEL_OPTION_BOOL, "true",
        "stage 3: units are always initialised one at a time, never the whole model on one rank"},
       {"zero3_save_16bit_model", ACCEL_OPTION_BOOL, "false",
-       "stage 3: a consolidated 16-bit model file in the checkpoint (not served by this version: refused)"},
+       "stage 3: each checkpoint also holds model_16bit.safetensors, every parameter whole in fp16 (--mixed-precision "
+       "fp16) or bf16, written by rank 0"},
       {"transformer_moe_cls_names", ACCEL_OPTION_STRING, nullptr,
        "mixture-of-experts unit names (refused: the models have no MoE units)"},
       {"enable_msamp", ACCEL_OPTION_BOOL, "false", "MS-AMP FP8 (refused: use --plugin fp8)"},
@@ -229,7 +230,9 @@ class DeepSpeedZero final : public sdk::Plugin {
     }
   }
 
-  void save_state(const AccelStateArgs& args) override { m_.checkpoint->save(args); }
+  void save_state(const AccelStateArgs& args) override {
+    m_.checkpoint->save(args, config_.save_16bit_model ? &config_.model_16bit_dtype : nullptr);
+  }
   void load_state(const AccelStateArgs& args) override {
     m_.checkpoint->load(args);
     // Stage 1/2: the host loaded its full parameters itself; the partitions

@@ -25,6 +25,7 @@ struct Stored {
 constexpr Stored kParams{ACCEL_CHECKPOINT_MODEL, ""};
 constexpr Stored kExpAvg{ACCEL_CHECKPOINT_OPTIMIZER, "exp_avg/"};
 constexpr Stored kExpAvgSq{ACCEL_CHECKPOINT_OPTIMIZER, "exp_avg_sq/"};
+constexpr Stored kModelFile{ACCEL_CHECKPOINT_EXPORT, ""};
 
 // Views handed to `put` stay alive until save_state returns (the host may
 // read a slice until then); NULL when loading (`get` completes in the call).
@@ -70,6 +71,37 @@ void transfer_range(const sdk::Services& s, KeptViews* kept, const Stored& kind,
   }
 }
 
+// The consolidated model file (checkpoint_io.h): every unit's full
+// parameters, converted to `dtype` and put whole by world rank 0 into
+// `converted`, kept (with their views) until the caller's save returns.
+void put_model_file(const sdk::Kernels& ops, const ShardingOptions& config, ShardStore& store, AccelGroup* sharding,
+                    int32_t world_rank, DLDataType dtype, KeptViews& kept, std::vector<sdk::Buffer>& converted) {
+  const DLDataType fp32{kDLFloat, 32, 1};
+  for (int32_t u = 0; u < store.num_units(); ++u) {
+    ShardedUnit* unit = store.sharded(u);
+    const UnitLayout& layout = unit ? unit->layout : store.replicated(u)->layout;
+    const DLTensor* full = nullptr;
+    sdk::Buffer gathered;  // the unit's fp32 masters, when only shards exist
+    AccelMemoryPlace place = ACCEL_MEMORY_DEVICE;
+    if (unit == nullptr || unit->host_params) {
+      full = ops.storage(u).params;
+      if (full == nullptr) throw sdk::Error(ACCEL_ERROR_INTERNAL, "unit " + layout.name + ": no parameters to save");
+    } else {
+      place = config.shard_place();
+      gathered = ops.allocate(ACCEL_MEMORY_WORKSPACE, fp32, unit->shards.padded_numel(), place, false,
+                              "sharding model file all_gather");
+      ops.all_gather(sharding, &unit->master_tensor(), &gathered.tensor(), "sharding model file all_gather");
+      full = &gathered.tensor();
+    }
+    if (world_rank != 0) continue;
+    converted.push_back(ops.allocate(ACCEL_MEMORY_WORKSPACE, dtype, layout.numel, place, false, "sharding model file"));
+    const sdk::FlatView real(*full, 0, layout.numel);
+    ops.convert(real.get(), &converted.back().tensor());
+    transfer_range(ops.services(), &kept, kModelFile, layout, sdk::FlatRange{0, layout.numel},
+                   converted.back().tensor(), 0);
+  }
+}
+
 }  // namespace
 
 CheckpointIo::CheckpointIo(const sdk::Kernels& ops, const ShardingOptions& config, ShardStore& store,
@@ -85,7 +117,7 @@ CheckpointIo::CheckpointIo(const sdk::Kernels& ops, const ShardingOptions& confi
       world_rank_(world_rank),
       tensor_rank_(tensor_rank) {}
 
-void CheckpointIo::save(const AccelStateArgs&) {
+void CheckpointIo::save(const AccelStateArgs&, const DLDataType* model_file) {
   const sdk::Services& s = ops_.services();
   // FULL_STATE_DICT: the gathered buffers must outlive every put (the host
   // may read them until save_state returns), so rank 0 keeps them here, in
@@ -150,6 +182,9 @@ void CheckpointIo::save(const AccelStateArgs&) {
       transfer_range(s, &kept, kExpAvg, replicated->layout, all, replicated->exp_avg.tensor(), 0, whole_too);
       transfer_range(s, &kept, kExpAvgSq, replicated->layout, all, replicated->exp_avg_sq.tensor(), 0, whole_too);
     }
+  }
+  if (model_file != nullptr && replica_.rank == 0) {  // replicas hold equal shards
+    put_model_file(ops_, config_, store_, sharding_, world_rank_, *model_file, kept, gathered);
   }
   if (world_rank_ == 0) {
     s.check(s.table()->checkpoint->put_string(s.host(), ACCEL_CHECKPOINT_PLUGIN, "config", config_json_.c_str()),

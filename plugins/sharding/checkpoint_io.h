@@ -36,7 +36,14 @@ class CheckpointIo {
   CheckpointIo(const sdk::Kernels& ops, const ShardingOptions& config, ShardStore& store, AccelGroup* sharding,
                sdk::GroupShape replica, int32_t world_rank, std::string config_json, int32_t tensor_rank = 0);
 
-  void save(const AccelStateArgs& args);
+  // With `model_file`, also the consolidated model file
+  // (ACCEL_CHECKPOINT_EXPORT, DeepSpeed's
+  // stage3_gather_16bit_weights_on_model_save) in that dtype: replica 0
+  // all-gathers each sharded unit's masters and world rank 0 puts every
+  // parameter whole, converted. World rank 0 then holds the converted model
+  // (numel x dtype bytes) until save returns, one unit's fp32 gather beside
+  // it at a time.
+  void save(const AccelStateArgs& args, const DLDataType* model_file = nullptr);
   void load(const AccelStateArgs& args);
 
  private:

@@ -190,6 +190,46 @@ TEST_F(CheckpointServicesTest, PutRefusesBadSlices) {
   });
 }
 
+TEST_F(CheckpointServicesTest, ExportSpaceMakesAPlainModelFileOfWholeTensorsFromRankZero) {
+  const at::Tensor w = at::randn({4, 3}).to(at::kBFloat16);
+  const fs::path model_file = dir_ / "model_16bit.safetensors";
+  save([&] {
+    View v(w);
+    const at::Tensor half = w.narrow(0, 0, 2).contiguous();
+    View hv(half);
+    EXPECT_EQ(put(&host, "h.0.w", {4, 3}, {0, 0}, hv, ACCEL_CHECKPOINT_EXPORT), ACCEL_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(last_error().find("takes whole tensors"), std::string::npos) << last_error();
+    ASSERT_EQ(put(&host, "h.0.w", {4, 3}, {0, 0}, v, ACCEL_CHECKPOINT_EXPORT), ACCEL_OK) << last_error();
+    EXPECT_EQ(put(&host, "h.0.w", {4, 3}, {0, 0}, v, ACCEL_CHECKPOINT_EXPORT), ACCEL_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(last_error().find("put twice"), std::string::npos) << last_error();
+    EXPECT_EQ(ckpt()->put_string(&host, ACCEL_CHECKPOINT_EXPORT, "k", "v"), ACCEL_ERROR_INVALID_ARGUMENT);
+    context.identity.rank = 1;
+    EXPECT_EQ(put(&host, "h.1.w", {4, 3}, {0, 0}, v, ACCEL_CHECKPOINT_EXPORT), ACCEL_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(last_error().find("only world rank 0"), std::string::npos) << last_error();
+    context.identity.rank = 0;
+    // Kept apart from the plugin state: no slice in the inventory.
+    EXPECT_TRUE(context.state_writer->empty());
+    ASSERT_TRUE(context.state_writer->has_exports());
+    context.state_writer->write_exports(model_file);
+  });
+  // A plain safetensors file: the name as given, the dtype as put, the bytes.
+  const checkpoint::SafetensorsFile file = checkpoint::SafetensorsFile::open(model_file);
+  ASSERT_EQ(file.tensors().size(), 1u);
+  const checkpoint::TensorInfo& entry = file.tensors().front();
+  EXPECT_EQ(entry.name, "h.0.w");
+  EXPECT_EQ(entry.dtype, checkpoint::DType::BF16);
+  EXPECT_EQ(entry.shape, (std::vector<int64_t>{4, 3}));
+  EXPECT_TRUE(file.metadata().empty());
+  at::Tensor back = at::empty({4, 3}, at::kBFloat16);
+  file.read(entry, back.data_ptr(), back.nbytes());
+  EXPECT_TRUE(at::equal(back, w));
+  // Never read back.
+  open_for_load();
+  AccelCheckpointTensorInfo info{};
+  info.struct_size = sizeof(info);
+  EXPECT_EQ(ckpt()->info(&host, ACCEL_CHECKPOINT_EXPORT, "h.0.w", &info), ACCEL_ERROR_NOT_FOUND);
+}
+
 TEST_F(CheckpointServicesTest, GetReportsMissingNamesAndShapeMismatches) {
   save([&] {
     const at::Tensor t = at::ones({4});
