@@ -79,7 +79,7 @@ ZeroConfig read_config(const sdk::Services& s) {
   }
   ZeroConfig c = resolve_config(f, h, text, source);
   // NVMe: the path must be a writable directory (checked by writing a probe
-  // file, as the I/O threads would); then the refusal of what is not served.
+  // file, as the I/O thread would).
   for (const auto& [device, path, key] :
        {std::tuple<OffloadDevice, std::string, const char*>{c.offload_optimizer, c.optimizer_nvme_path,
                                                             "offload_optimizer.nvme_path"},
@@ -92,11 +92,6 @@ ZeroConfig read_config(const sdk::Services& s) {
     std::error_code ec;
     std::filesystem::remove(probe, ec);
     if (!out) refuse(std::string(key) + " " + path + ": not a writable directory");
-    if (std::string_view(key) == "offload_param.nvme_path") {
-      refuse(std::string(key) + " " + path +
-             ": stage-3 parameters in files are not served by this version (offload_param device cpu is; "
-             "offload_optimizer device nvme is)");
-    }
   }
   return c;
 }

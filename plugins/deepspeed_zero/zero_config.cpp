@@ -517,8 +517,22 @@ ZeroConfig resolve_config(const PluginFields& f, const HostSettings& host, const
   resolve_batch(r, host, f, c);  // last: its contradictions are what a user fixes after the rest
   // NVMe offload steps on the host, as cpu offload does, with the moments in
   // the swap file.
-  c.cpu_offload = c.offload_optimizer != OffloadDevice::none || c.offload_param == OffloadDevice::cpu;
+  c.cpu_offload = c.offload_optimizer != OffloadDevice::none || c.offload_param != OffloadDevice::none;
   if (c.offload_optimizer == OffloadDevice::nvme) c.moment_swap_dir = c.optimizer_nvme_path;
+  if (c.offload_param == OffloadDevice::nvme) {
+    // ZeRO-Infinity: each fp32 master partition lives in the swap file
+    // beside its moments (one read and one write per piece serve the step).
+    c.swap_masters = true;
+    if (c.offload_optimizer != OffloadDevice::nvme) {
+      c.moment_swap_dir = c.param_nvme_path;
+      c.notes.push_back("offload_param device nvme: the AdamW moments share the parameter partitions' swap file in " +
+                        c.param_nvme_path + " (offload_optimizer device " + to_string(c.offload_optimizer) +
+                        " would keep them in memory)");
+    } else if (c.param_nvme_path != c.optimizer_nvme_path) {
+      c.notes.push_back("offload_param device nvme: the parameter partitions share the optimizer's swap file in " +
+                        c.optimizer_nvme_path + ", beside their moments (not " + c.param_nvme_path + ")");
+    }
+  }
   c.unknown_keys = r.unknown();
   return c;
 }

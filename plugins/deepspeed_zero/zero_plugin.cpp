@@ -65,7 +65,9 @@ class DeepSpeedZero final : public sdk::Plugin {
        "accepted: with one data loader the train batch size is the host's --batch-size either way"},
       {"offload_optimizer_device", ACCEL_OPTION_ENUM, "none",
        "cpu: fp32 partitions and AdamW state in pinned host memory, stepped on the host (stages 1-3)", "none|cpu|nvme"},
-      {"offload_param_device", ACCEL_OPTION_ENUM, "none", "cpu: parameter partitions in pinned host memory (stage 3)",
+      {"offload_param_device", ACCEL_OPTION_ENUM, "none",
+       "stage 3: cpu: fp32 parameter partitions in pinned host memory; nvme: in a swap file under "
+       "offload_param_nvme_path, beside their AdamW moments (ZeRO-Infinity)",
        "none|cpu|nvme"},
       {"offload_optimizer_nvme_path", ACCEL_OPTION_STRING, nullptr, "directory for nvme optimizer offload"},
       {"offload_param_nvme_path", ACCEL_OPTION_STRING, nullptr, "directory for nvme parameter offload"},

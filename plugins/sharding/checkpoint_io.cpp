@@ -90,7 +90,15 @@ void put_model_file(const sdk::Kernels& ops, const ShardingOptions& config, Shar
       place = config.shard_place();
       gathered = ops.allocate(ACCEL_MEMORY_WORKSPACE, fp32, unit->shards.padded_numel(), place, false,
                               "sharding model file all_gather");
-      ops.all_gather(sharding, &unit->master_tensor(), &gathered.tensor(), "sharding model file all_gather");
+      sdk::Buffer read_in;  // a master in the NVMe swap
+      const DLTensor* master = &unit->master_tensor();
+      if (unit->master_swapped) {
+        read_in = ops.allocate(ACCEL_MEMORY_WORKSPACE, fp32, unit->shards.shard_numel(), place, false,
+                               "sharding model file master read in");
+        store.swap()->read_masters(u, static_cast<float*>(read_in.tensor().data));
+        master = &read_in.tensor();
+      }
+      ops.all_gather(sharding, master, &gathered.tensor(), "sharding model file all_gather");
       full = &gathered.tensor();
     }
     if (world_rank != 0) continue;
@@ -132,30 +140,35 @@ void CheckpointIo::save(const AccelStateArgs&, const DLDataType* model_file) {
     if (ShardedUnit* unit = store_.sharded(u)) {
       if (replica_.rank != 0) continue;  // replicas hold equal shards: replica 0 saves
       const int64_t n = unit->shards.shard_numel();
+      const DLTensor* master = &unit->master_tensor();
       const DLTensor* exp_avg = &unit->exp_avg.tensor();
       const DLTensor* exp_avg_sq = &unit->exp_avg_sq.tensor();
-      std::unique_ptr<sdk::FlatView> swapped_views[2];
+      std::unique_ptr<sdk::FlatView> swapped_views[3];
       if (MomentSwap* swap = store_.swap(); swap && swap->swapped(u)) {
         // Read back from the swap file into host memory the host's writer
-        // may read until save_state returns: a save holds the moments once.
-        gathered.push_back(ops_.allocate(ACCEL_MEMORY_WORKSPACE, DLDataType{kDLFloat, 32, 1}, 2 * n,
+        // may read until save_state returns: a save holds the moments (and
+        // a swapped master) once.
+        const int arrays = unit->master_swapped ? 3 : 2;
+        gathered.push_back(ops_.allocate(ACCEL_MEMORY_WORKSPACE, DLDataType{kDLFloat, 32, 1}, arrays * n,
                                          ACCEL_MEMORY_HOST, false, "sharding swapped-in moments"));
         auto* into = static_cast<float*>(gathered.back().tensor().data);
-        swap->pass({u}, false, [&](int32_t, int64_t begin, int64_t count, float* m, float* v) {
-          std::memcpy(into + begin, m, static_cast<size_t>(count) * sizeof(float));
-          std::memcpy(into + n + begin, v, static_cast<size_t>(count) * sizeof(float));
+        swap->pass({u}, false, [&](int32_t, int64_t begin, int64_t count, float* m, float*) {
+          for (int a = 0; a < arrays; ++a) {  // the slot's arrays follow each other, `count` apart
+            std::memcpy(into + a * n + begin, m + a * count, static_cast<size_t>(count) * sizeof(float));
+          }
         });
-        swapped_views[0] = std::make_unique<sdk::FlatView>(gathered.back().tensor(), 0, n);
-        swapped_views[1] = std::make_unique<sdk::FlatView>(gathered.back().tensor(), n, n);
+        for (int a = 0; a < arrays; ++a) {
+          swapped_views[a] = std::make_unique<sdk::FlatView>(gathered.back().tensor(), a * n, n);
+        }
         exp_avg = swapped_views[0]->get();
         exp_avg_sq = swapped_views[1]->get();
+        if (unit->master_swapped) master = swapped_views[2]->get();
       }
-      const std::pair<Stored, const DLTensor*> kinds[] = {
-          {kParams, &unit->master_tensor()}, {kExpAvg, exp_avg}, {kExpAvgSq, exp_avg_sq}};
+      const std::pair<Stored, const DLTensor*> kinds[] = {{kParams, master}, {kExpAvg, exp_avg}, {kExpAvgSq, exp_avg_sq}};
       for (const auto& [kind, shard] : kinds) {
         // Parameters the host keeps (ZeRO-1/2) are the host's to save: it
         // writes them whole, equal to the masters after every step.
-        if (unit->host_params && shard == &unit->master_tensor()) continue;
+        if (unit->host_params && shard == master) continue;
         if (config_.state_dict_type != StateDictType::full) {
           transfer_range(s, &kept, kind, unit->layout, unit->real, *shard, unit->shard_begin(), whole_too);
           continue;
@@ -198,7 +211,9 @@ void CheckpointIo::load(const AccelStateArgs&) {
   MomentSwap* swap = store_.swap();
   for (int32_t u = 0; u < store_.num_units(); ++u) {
     if (ShardedUnit* unit = store_.sharded(u)) {
-      transfer_range(s, nullptr, kParams, unit->layout, unit->real, unit->master_tensor(), unit->shard_begin());
+      if (!unit->master_swapped) {
+        transfer_range(s, nullptr, kParams, unit->layout, unit->real, unit->master_tensor(), unit->shard_begin());
+      }
       if (swap && swap->swapped(u)) continue;  // below, through the swap file
       transfer_range(s, nullptr, kExpAvg, unit->layout, unit->real, unit->exp_avg.tensor(), unit->shard_begin());
       transfer_range(s, nullptr, kExpAvgSq, unit->layout, unit->real, unit->exp_avg_sq.tensor(), unit->shard_begin());
@@ -211,12 +226,14 @@ void CheckpointIo::load(const AccelStateArgs&) {
   if (swap) {
     swap->pass_all(true, [&](int32_t u, int64_t begin, int64_t count, float* m, float* v) {
       const ShardedUnit* unit = store_.sharded(u);
-      std::fill(m, m + 2 * count, 0.0f);  // the padding stays zero
+      std::fill(m, m + MomentSwap::arrays(unit->master_swapped) * count, 0.0f);  // the padding stays zero
       const sdk::FlatView exp_avg(m, count);
       const sdk::FlatView exp_avg_sq(v, count);
+      const sdk::FlatView master(v + count, count);  // read only when master_swapped
       const int64_t at = unit->shard_begin() + begin;  // unit element of the piece's first
       const sdk::FlatRange piece = sdk::intersect(unit->real, sdk::FlatRange{at, at + count});
       if (piece.empty()) return;
+      if (unit->master_swapped) transfer_range(s, nullptr, kParams, unit->layout, piece, *master.get(), at);
       transfer_range(s, nullptr, kExpAvg, unit->layout, piece, *exp_avg.get(), at);
       transfer_range(s, nullptr, kExpAvgSq, unit->layout, piece, *exp_avg_sq.get(), at);
     });

@@ -55,8 +55,15 @@ void GatherEngine::issue(int32_t group, bool async) {
     const int64_t shard_numel = unit.shards.shard_numel();
 
     // This rank's contribution: the master shard itself when it already is
-    // fp32 on the device, else a device copy cast to param_dtype.
+    // fp32 on the device, else a device copy cast to param_dtype; a master in
+    // the NVMe swap is read into host memory first.
     const DLTensor* send = &unit.master_tensor();
+    if (unit.master_swapped) {
+      g.read_in = comm_buffers_.take(ACCEL_MEMORY_COMM, fp32, shard_numel, ACCEL_MEMORY_HOST_PINNED,
+                                     "sharding shard read from NVMe");
+      store_.swap()->read_masters(u, static_cast<float*>(g.read_in.tensor().data));
+      send = &g.read_in.tensor();
+    }
     if (!sdk::same_space(*send, *g.full)) {
       sdk::BufferPool::Lease on_device =
           comm_buffers_.take(ACCEL_MEMORY_COMM, fp32, shard_numel, ACCEL_MEMORY_DEVICE, "sharding shard copied in");

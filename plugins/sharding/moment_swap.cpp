@@ -44,8 +44,8 @@ int64_t MomentSwap::slot_elements(const std::vector<int64_t>& numel, int64_t pie
 }
 
 MomentSwap::MomentSwap(const std::string& dir, int32_t rank, std::vector<int64_t> numel, int64_t piece_elements,
-                       std::vector<float*> slots)
-    : slots_(std::move(slots)) {
+                       std::vector<float*> slots, bool with_masters)
+    : arrays_(arrays(with_masters)), slots_(std::move(slots)) {
   if (slots_.size() < 2) {
     throw Error(ACCEL_ERROR_INVALID_ARGUMENT, "the NVMe swap needs at least 2 buffers (one steps, one is read)");
   }
@@ -59,7 +59,7 @@ MomentSwap::MomentSwap(const std::string& dir, int32_t rank, std::vector<int64_t
       piece.begin = begin;
       piece.count = std::min(piece_elements, numel[u] - begin);
       piece.offset = end;
-      end += 2 * piece.count * static_cast<int64_t>(sizeof(float));
+      end += piece_bytes(piece);
       pieces_.push_back(piece);
     }
   }
@@ -114,10 +114,38 @@ void MomentSwap::io_loop() {
 }
 
 void MomentSwap::move_piece(bool reading, const Piece& piece, float* slot) const {
-  transfer(reading, fd_, reinterpret_cast<char*>(slot), 2 * piece.count * static_cast<int64_t>(sizeof(float)),
-           piece.offset,
+  transfer(reading, fd_, reinterpret_cast<char*>(slot), piece_bytes(piece), piece.offset,
            "NVMe swap " + path_ + ": " + (reading ? "reading" : "writing") + " the moments of unit " +
                std::to_string(piece.unit));
+}
+
+void MomentSwap::read_masters(int32_t unit, float* into) {
+  if (!holds_masters() || !swapped(unit)) throw Error(ACCEL_ERROR_INTERNAL, "the NVMe swap holds no masters of this unit");
+  for (size_t p = first_piece_[static_cast<size_t>(unit)]; p < pieces_.size() && pieces_[p].unit == unit; ++p) {
+    const Piece& piece = pieces_[p];
+    const int64_t bytes = piece.count * static_cast<int64_t>(sizeof(float));
+    if (!piece.written) {
+      std::memset(into + piece.begin, 0, static_cast<size_t>(bytes));
+      continue;
+    }
+    transfer(true, fd_, reinterpret_cast<char*>(into + piece.begin), bytes, piece.offset + 2 * bytes,
+             "NVMe swap " + path_ + ": reading the masters of unit " + std::to_string(unit));
+    traffic_.read += bytes;
+  }
+}
+
+void MomentSwap::write_masters(int32_t unit, const float* from) {
+  if (!holds_masters() || !swapped(unit)) throw Error(ACCEL_ERROR_INTERNAL, "the NVMe swap holds no masters of this unit");
+  for (size_t p = first_piece_[static_cast<size_t>(unit)]; p < pieces_.size() && pieces_[p].unit == unit; ++p) {
+    Piece& piece = pieces_[p];
+    const int64_t bytes = piece.count * static_cast<int64_t>(sizeof(float));
+    // A piece first written here keeps zero moments: the file's hole before
+    // the master reads as zeros.
+    transfer(false, fd_, reinterpret_cast<char*>(const_cast<float*>(from + piece.begin)), bytes,
+             piece.offset + 2 * bytes, "NVMe swap " + path_ + ": writing the masters of unit " + std::to_string(unit));
+    piece.written = true;
+    traffic_.written += bytes;
+  }
 }
 
 void MomentSwap::pass_all(bool write_back, const Visit& visit) {
@@ -147,9 +175,9 @@ void MomentSwap::pass(const std::vector<int32_t>& order, bool write_back, const 
       float* slot = slots_[next_read % depth];
       if (piece->written) {
         reads[next_read] = enqueue([this, piece, slot] { move_piece(true, *piece, slot); });
-        traffic_.read += 2 * piece->count * static_cast<int64_t>(sizeof(float));
+        traffic_.read += piece_bytes(*piece);
       } else {
-        const auto bytes = static_cast<size_t>(2 * piece->count) * sizeof(float);
+        const auto bytes = static_cast<size_t>(piece_bytes(*piece));
         reads[next_read] = enqueue([slot, bytes] { std::memset(slot, 0, bytes); });
       }
     }
@@ -180,7 +208,7 @@ void MomentSwap::pass(const std::vector<int32_t>& order, bool write_back, const 
       if (write_back) {
         piece->written = true;
         writes.push_back(enqueue([this, piece, slot] { move_piece(false, *piece, slot); }));
-        traffic_.written += 2 * piece->count * static_cast<int64_t>(sizeof(float));
+        traffic_.written += piece_bytes(*piece);
       }
     }
   } catch (...) {

@@ -39,7 +39,28 @@ ShardStore::ShardStore(const sdk::Kernels& ops, const ShardingOptions& config, c
   const AccelMemoryPlace place = config.shard_place();
   sharded_.resize(units.size());
   replicated_.resize(units.size());
-  std::vector<int64_t> swap_numel(units.size(), 0);
+  if (!config.moment_swap_dir.empty()) {
+    // The swap first: with masters, each unit's is written as soon as it is cut.
+    std::vector<int64_t> swap_numel(units.size(), 0);
+    for (const UnitLayout& layout : units) {
+      if (plan.sharded(layout.index)) {
+        swap_numel[static_cast<size_t>(layout.index)] = sdk::FlatShardLayout(layout.numel, sharding.size).shard_numel();
+      }
+    }
+    make_swap(ops, config, std::move(swap_numel), world_rank);
+  }
+  // A unit whose master is cut: with masters swapped (and the parameters
+  // the plugin's), it moves to the file now, so the initial weights never
+  // sit in host memory whole.
+  const auto keep = [&](std::unique_ptr<ShardedUnit> unit) {
+    if (swap_ && swap_->holds_masters() && !unit->host_params && swap_->swapped(unit->layout.index)) {
+      ops.synchronize();
+      swap_->write_masters(unit->layout.index, static_cast<const float*>(unit->master.tensor().data));
+      unit->master = sdk::Buffer{};
+      unit->master_swapped = true;
+    }
+    sharded_[static_cast<size_t>(unit->layout.index)] = std::move(unit);
+  };
   for (const UnitLayout& layout : units) {
     const auto index = static_cast<size_t>(layout.index);
     if (!plan.sharded(layout.index)) {
@@ -66,9 +87,7 @@ ShardStore::ShardStore(const sdk::Kernels& ops, const ShardingOptions& config, c
     if (config.moment_swap_dir.empty()) {
       unit->exp_avg = ops.allocate(ACCEL_MEMORY_OPTIMIZER, fp32, n, place, true, "sharding exp_avg shard");
       unit->exp_avg_sq = ops.allocate(ACCEL_MEMORY_OPTIMIZER, fp32, n, place, true, "sharding exp_avg_sq shard");
-    } else {
-      swap_numel[index] = n;  // the moments live in the swap file
-    }
+    }  // else the moments live in the swap file
     if (unit->host_params && views_host_params(ops, config, *unit)) {
       // The partition is stepped in place in the host's parameters and
       // published by an in-place all_gather: 4 bytes per parameter, not 4 + 4/N.
@@ -104,7 +123,7 @@ ShardStore::ShardStore(const sdk::Kernels& ops, const ShardingOptions& config, c
     if (config.cpu_ram_efficient_loading) {
       const sdk::FlatView into(unit->master.tensor(), 0, unit->real.size());
       if (unit->real.empty() || ops.init_range(layout.index, unit->real.begin, into.get())) {
-        sharded_[index] = std::move(unit);
+        keep(std::move(unit));
         continue;
       }
       // A 1.0 host: rank 0 materialises each unit and broadcasts it (below).
@@ -121,9 +140,8 @@ ShardStore::ShardStore(const sdk::Kernels& ops, const ShardingOptions& config, c
       ops.copy(slice.get(), into.get());
     }
     ops.release(layout.index, ACCEL_STORAGE_PARAMS);
-    sharded_[index] = std::move(unit);
+    keep(std::move(unit));
   }
-  if (!config.moment_swap_dir.empty()) make_swap(ops, config, std::move(swap_numel), world_rank);
 }
 
 void ShardStore::make_swap(const sdk::Kernels& ops, const ShardingOptions& config, std::vector<int64_t> numel,
@@ -134,12 +152,13 @@ void ShardStore::make_swap(const sdk::Kernels& ops, const ShardingOptions& confi
   for (int32_t i = 0; i < config.moment_swap_buffers; ++i) {
     // Host memory: the step runs on the host (offload), and the I/O thread
     // reads and writes these directly.
-    swap_buffers_.push_back(ops.allocate(ACCEL_MEMORY_OPTIMIZER, DLDataType{kDLFloat, 32, 1}, 2 * slot,
+    swap_buffers_.push_back(ops.allocate(ACCEL_MEMORY_OPTIMIZER, DLDataType{kDLFloat, 32, 1},
+                                         MomentSwap::arrays(config.swap_masters) * slot,
                                          ACCEL_MEMORY_HOST, false, "sharding NVMe swap buffer"));
     slots.push_back(static_cast<float*>(swap_buffers_.back().tensor().data));
   }
   swap_ = std::make_unique<MomentSwap>(config.moment_swap_dir, world_rank, std::move(numel),
-                                       config.moment_swap_piece_elements, std::move(slots));
+                                       config.moment_swap_piece_elements, std::move(slots), config.swap_masters);
 }
 
 void ShardStore::zero_grads(const sdk::Kernels& ops) {

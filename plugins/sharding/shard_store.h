@@ -40,6 +40,7 @@ struct ShardedUnit {
   bool grad_is_zero = true;     // `grad` holds the zeros of zero_grads (nothing reduced into it yet)
   bool host_params = false;     // the full parameters are the host's (ZeRO-1/2): refreshed after each step
   bool host_grads = false;      // the full gradients are the host's (ZeRO-1): reduced, never released
+  bool master_swapped = false;  // the master shard lives in the NVMe swap (`master` empty; read_masters)
   // ZeRO-1/2 over fp32 host parameters on the device with no padding:
   // `master` is not allocated; the master shard is this rank's slice of the
   // host's own parameters (as Megatron's distributed optimizer steps the fp32

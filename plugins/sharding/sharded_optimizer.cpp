@@ -193,7 +193,9 @@ void ShardedOptimizer::step(const AccelOptimizerStepArgs& args) {
       const ShardedUnit* unit = store_.sharded(u);
       const int64_t real = std::min(count, unit->real.size() - begin);
       if (real <= 0) return;
-      const sdk::FlatView p(unit->master_tensor(), begin, real);
+      // A master in the swap file is in the slot, after the moments.
+      const sdk::FlatView p = unit->master_swapped ? sdk::FlatView(exp_avg_sq + count, real)
+                                                   : sdk::FlatView(unit->master_tensor(), begin, real);
       const sdk::FlatView g(unit->grad_tensor(), begin, real);
       const sdk::FlatView m(exp_avg, real);
       const sdk::FlatView v(exp_avg_sq, real);

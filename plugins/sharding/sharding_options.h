@@ -52,6 +52,11 @@ struct ShardingOptions {
   // aio.block_size of 1 MiB): the swap buffers do not grow with the largest
   // unit.
   int64_t moment_swap_piece_elements = int64_t{1} << 17;
+  // With moment_swap_dir, the master partitions of units whose parameters
+  // the plugin manages (ZeRO-3) live in the swap file too, after their
+  // moments (DeepSpeed's offload_param device nvme, ZeRO-Infinity): host
+  // memory holds a master shard only while it is gathered or checkpointed.
+  bool swap_masters = false;
   StateDictType state_dict_type = StateDictType::full;
   bool sync_module_states = false;
   bool cpu_ram_efficient_loading = false;

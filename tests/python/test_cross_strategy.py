@@ -156,6 +156,19 @@ class CrossStrategyCheckpoints(TempDirMixin, unittest.TestCase):
         self.resume(2, [*FSDP, *WRAP], 3,
                     self.nvme(["--plugin", "deepspeed_zero", "--deepspeed_zero.zero_stage", 2]))
 
+    # ZeRO-Infinity: the master partitions are in the swap file too.
+    def infinity(self):
+        swap = self.path("swap")
+        os.makedirs(swap, exist_ok=True)
+        return [*self.nvme(self.ZERO3), "--deepspeed_zero.offload_param_device", "nvme",
+                "--deepspeed_zero.offload_param_nvme_path", swap]
+
+    def test_zero3_params_in_nvme_on_two_resumes_under_ddp_on_three(self):
+        self.resume(2, self.infinity(), 3, ["--plugin", "ddp"])
+
+    def test_fsdp_on_three_resumes_under_zero3_params_in_nvme_on_two(self):
+        self.resume(3, [*FSDP, *WRAP], 2, self.infinity())
+
     # megatron stores its split tensors at their global offsets (the host
     # its parameters, the plugin its AdamW moments, slice by slice), so a
     # tensor-parallel checkpoint resumes anywhere, and back.

@@ -117,6 +117,38 @@ class ZeroParity(TempDirMixin, unittest.TestCase):
                     on_host = self.parity(n, stage, "--deepspeed_zero.offload_optimizer_device", "cpu")
                     self.assertEqual([r["loss"] for r in rows], [r["loss"] for r in on_host])
 
+    def test_nvme_offload_of_parameters(self):
+        """ZeRO-Infinity: stage 3's fp32 master partitions live in the swap file beside their moments (read
+        for each gather, stepped with the moments), the losses are those of host memory exactly, and the
+        host holds no master partition between uses."""
+        for n, block, optimizer in ((2, None, "nvme"), (3, 4096, "nvme"), (2, 4096, "cpu")):
+            with self.subTest(ranks=n, block_size=block, optimizer=optimizer):
+                swap = self.path(f"params{n}_{block}_{optimizer}")
+                os.mkdir(swap)
+                flags = ["--deepspeed_zero.offload_param_device", "nvme", "--deepspeed_zero.offload_param_nvme_path",
+                         swap, "--deepspeed_zero.offload_optimizer_device", optimizer]
+                if optimizer == "nvme":
+                    flags += ["--deepspeed_zero.offload_optimizer_nvme_path", swap]
+                config = PARTITION_ALL if block is None else self.block_config(block)
+                rows = self.parity_with(n, ["--plugin", "deepspeed_zero", "--deepspeed_zero.hf_ds_config", config,
+                                            *flags])
+                on_host = self.parity(n, 3, "--deepspeed_zero.offload_optimizer_device", "cpu")
+                self.assertEqual([r["loss"] for r in rows], [r["loss"] for r in on_host])
+                # The masters are read for every gather: more than the step's own reads of 12 bytes per element.
+                self.assertGreater(rows[1]["deepspeed_zero.nvme_read_bytes"],
+                                   rows[0]["deepspeed_zero.nvme_write_bytes"])
+                self.assertEqual(os.listdir(swap), [], "the swap file outlived the run")
+
+    def block_config(self, block_size):
+        """PARTITION_ALL with aio.block_size set: units are swapped in several pieces."""
+        config = self.path(f"block{block_size}.json")
+        with open(PARTITION_ALL) as f:
+            ds = json.load(f)
+        ds["aio"] = {"block_size": block_size}
+        with open(config, "w") as f:
+            json.dump(ds, f)
+        return config
+
     def test_nvme_swap_bounds_the_host_memory_of_the_moments(self):
         """With 2 swap buffers of one piece each, the host holds 2 pieces of moments, not every unit's: the
         accounted model states fall by exactly the swapped bytes less the buffers (the ledger's model_states, at
@@ -143,6 +175,35 @@ class ZeroParity(TempDirMixin, unittest.TestCase):
         # The host keeps two buffers of one 8 KiB piece each (aio.block_size) in place of every moment.
         self.assertGreater(moments, 100 * 1024)
         self.assertEqual(saved, moments - 2 * 8192)
+
+    def test_nvme_swap_of_parameters_bounds_the_host_memory_of_the_masters(self):
+        """ZeRO-Infinity with 2 swap buffers: the host holds 2 pieces of masters and moments in place of this
+        rank's partitions; the accounted model states fall by exactly the swapped bytes less the buffers."""
+        swap = self.path("swap")
+        os.mkdir(swap)
+        config = self.path("infinity.json")
+        with open(config, "w") as f:
+            json.dump({"zero_optimization": {
+                "stage": 3, "stage3_param_persistence_threshold": 0,
+                "offload_optimizer": {"device": "nvme", "nvme_path": swap, "buffer_count": 2},
+                "offload_param": {"device": "nvme", "nvme_path": swap}}, "aio": {"block_size": 8192}}, f)
+        shape = [*COMMON, "--n-layer", 8, "--steps", 2, "--batch-size", 8]
+
+        def model_states(*flags):
+            path = self.path("m.jsonl")
+            if os.path.exists(path):
+                os.remove(path)
+            mpirun(2, *shape, "--plugin", "deepspeed_zero", *flags, "--metrics-file", path)
+            return read_metrics(path)[-1]
+
+        host = model_states("--deepspeed_zero.hf_ds_config", PARTITION_ALL,
+                            "--deepspeed_zero.offload_optimizer_device", "cpu")
+        swapped = model_states("--deepspeed_zero.hf_ds_config", config)
+        states = swapped["deepspeed_zero.nvme_write_bytes"]  # a step writes every piece: 12 bytes per element
+        saved = host["memory_ledger"]["model_states"] - swapped["memory_ledger"]["model_states"]
+        # 8 KiB pieces of the moment pair (aio.block_size) = 1024 elements, 12 KiB with their masters.
+        self.assertGreater(states, 100 * 1024)
+        self.assertEqual(saved, states - 2 * 12 * 1024)
 
     def test_bf16_stays_close(self):
         for stage in (1, 2, 3):
@@ -257,6 +318,16 @@ class ZeroResume(TempDirMixin, unittest.TestCase):
         self.bit_exact_resume(2, 2, "--deepspeed_zero.hf_ds_config", config)
         self.assertEqual(os.listdir(swap), [])
 
+
+    def test_nvme_offload_of_parameters_resumes_bit_exact(self):
+        """Masters and moments saved from the swap file and loaded back into it."""
+        swap = self.path("swap")
+        os.mkdir(swap)
+        self.bit_exact_resume(2, 3, "--deepspeed_zero.offload_optimizer_device", "nvme",
+                              "--deepspeed_zero.offload_optimizer_nvme_path", swap,
+                              "--deepspeed_zero.offload_param_device", "nvme",
+                              "--deepspeed_zero.offload_param_nvme_path", swap)
+        self.assertEqual(os.listdir(swap), [])
 
     def test_16bit_model_file_resumes_bit_exact(self):
         """model_16bit.safetensors is written identically by the straight and the resumed run."""
@@ -413,9 +484,14 @@ class ZeroBadInput(TempDirMixin, unittest.TestCase):
         self.refused({"zero_optimization": {"stage": 2}, "aio": {"block_size": 1020}},
                      mentions=["aio.block_size 1020", "multiple of 8"])
 
-    def test_stage3_parameters_in_files_are_refused_with_the_reason(self):
-        self.refused({"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": self.path("")}}},
-                     mentions=["offload_param.nvme_path", "not served", "offload_optimizer device nvme is"])
+    def test_parameters_in_files_without_a_path(self):
+        self.refused({"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme"}}},
+                     mentions=["offload_param.nvme_path", "required with device nvme"])
+
+    def test_parameters_in_files_at_an_unwritable_path(self):
+        self.refused({"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme",
+                                                                          "nvme_path": "/proc/accel-none"}}},
+                     mentions=["offload_param.nvme_path /proc/accel-none", "not a writable directory"])
 
     def test_contradiction_with_a_host_flag_names_both(self):
         self.refused({"gradient_accumulation_steps": 4}, mentions=["gradient_accumulation_steps 4", "--grad-accum 1"])

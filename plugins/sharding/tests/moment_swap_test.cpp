@@ -33,9 +33,11 @@ class MomentSwapTest : public ::testing::Test {
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
   // `count` slots sized for the largest piece of `numel`.
-  std::vector<float*> slots(const std::vector<int64_t>& numel, int count, int64_t piece = kPiece) {
+  std::vector<float*> slots(const std::vector<int64_t>& numel, int count, int64_t piece = kPiece,
+                            bool with_masters = false) {
     const int64_t elements = MomentSwap::slot_elements(numel, piece);
-    storage_.assign(static_cast<size_t>(count), std::vector<float>(static_cast<size_t>(2 * elements), -1.0f));
+    storage_.assign(static_cast<size_t>(count),
+                    std::vector<float>(static_cast<size_t>(MomentSwap::arrays(with_masters) * elements), -1.0f));
     std::vector<float*> out;
     for (auto& s : storage_) out.push_back(s.data());
     return out;
@@ -130,6 +132,41 @@ TEST_F(MomentSwapTest, AVisitThatThrowsLeavesTheSwapUsable) {
   swap.pass(all_units(4), false, [](int32_t u, int64_t, int64_t, float* m, float*) {
     EXPECT_EQ(m[0], static_cast<float>(u + 1)) << "unit " << u;
   });
+}
+
+TEST_F(MomentSwapTest, MastersBesideTheMomentsWrittenAloneReadInPassesAndBack) {
+  // Units of 5 and 7 elements in pieces of 4, 2 slots of 3 arrays each.
+  const std::vector<int64_t> numel = {5, 0, 7};
+  MomentSwap swap(dir_, 1, numel, kPiece, slots(numel, 2, kPiece, /*with_masters=*/true), /*with_masters=*/true);
+  EXPECT_TRUE(swap.holds_masters());
+  std::vector<float> master(7);
+  // Never written: zeros.
+  swap.read_masters(2, master.data());
+  EXPECT_EQ(master, std::vector<float>(7, 0.0f));
+  // Written alone (the initial weights): the moments of those pieces stay zero.
+  std::iota(master.begin(), master.end(), 1.0f);
+  swap.write_masters(0, master.data());
+  swap.write_masters(2, master.data());
+  swap.pass(all_units(numel.size()), true, [&](int32_t u, int64_t begin, int64_t count, float* m, float* v) {
+    float* p = v + count;  // the master follows the moments in the slot
+    for (int64_t i = 0; i < count; ++i) {
+      EXPECT_EQ(m[i], 0.0f);
+      EXPECT_EQ(v[i], 0.0f);
+      EXPECT_EQ(p[i], static_cast<float>(begin + i + 1)) << "unit " << u;
+      m[i] = 10.0f * u;
+      p[i] = -p[i];  // a step
+    }
+  });
+  // What the pass wrote, read_masters reads; the moments are untouched by it.
+  swap.read_masters(2, master.data());
+  for (int64_t i = 0; i < 7; ++i) EXPECT_EQ(master[static_cast<size_t>(i)], -static_cast<float>(i + 1));
+  swap.pass({2}, false, [&](int32_t, int64_t, int64_t count, float* m, float*) {
+    for (int64_t i = 0; i < count; ++i) EXPECT_EQ(m[i], 20.0f);
+  });
+  EXPECT_THROW(swap.read_masters(1, master.data()), sdk::Error);  // not swapped
+  std::vector<float> own(2 * 2 * kPiece);  // slots of its own: storage_ backs `swap`
+  MomentSwap moments_only(dir_, 2, numel, kPiece, {own.data(), own.data() + 2 * kPiece});
+  EXPECT_THROW(moments_only.read_masters(0, master.data()), sdk::Error);
 }
 
 }  // namespace
