@@ -56,8 +56,21 @@ inline __attribute__((always_inline)) void adamw_elements(float* __restrict para
 }
 
 // One clone per instruction set, chosen once at load time by an ifunc
-// resolver (GCC function multiversioning).
-__attribute__((target_clones("avx512f", "avx2", "default"))) void adamw_chunk(
+// resolver (GCC function multiversioning). ThreadSanitizer instruments that
+// resolver, which then runs at relocation time, before the sanitizer's
+// runtime is up, and crashes the process at load: a TSan build keeps the
+// default clone alone (the pool is what it checks; a chunk shares nothing).
+#if defined(__SANITIZE_THREAD__)
+#define ACCEL_ADAMW_CLONES
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define ACCEL_ADAMW_CLONES
+#endif
+#endif
+#ifndef ACCEL_ADAMW_CLONES
+#define ACCEL_ADAMW_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+ACCEL_ADAMW_CLONES void adamw_chunk(
     float* __restrict param, const float* __restrict grad, float* __restrict exp_avg, float* __restrict exp_avg_sq,
     int64_t n, const Scalars s, bool decays) {
   if (decays) {
