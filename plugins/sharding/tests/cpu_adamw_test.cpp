@@ -141,7 +141,7 @@ FloatState run_kernel(int threads, int64_t n, int steps, double weight_decay = 0
 }
 
 bool bit_identical(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
 // ---- Against AdamW in double ------------------------------------------------
