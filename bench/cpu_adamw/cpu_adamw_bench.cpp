@@ -7,7 +7,11 @@
 // hidden; the count is what a fused pass must move at least.
 //
 //   cpu_adamw_bench [--numel N] [--threads T] [--steps S] [--warmup W]
+//                   [--min-parallel M]
 //
+// --min-parallel sets CpuAdamW's threshold below which the caller steps
+// alone (default: the library's); 0 splits every call, to find the
+// crossover.
 // The last line is key=value pairs for bench/cpu_adamw.py.
 #include <algorithm>
 #include <chrono>
@@ -32,10 +36,12 @@ struct Options {
   int threads = 1;
   int steps = 20;
   int warmup = 3;
+  int64_t min_parallel = CpuAdamW::kDefaultMinParallelElements;
 };
 
 [[noreturn]] void usage(const char* why) {
-  std::fprintf(stderr, "cpu_adamw_bench: %s\nusage: cpu_adamw_bench [--numel N] [--threads T] [--steps S] [--warmup W]\n",
+  std::fprintf(stderr, "cpu_adamw_bench: %s\nusage: cpu_adamw_bench [--numel N] [--threads T] [--steps S] [--warmup W] "
+               "[--min-parallel M]\n",
                why);
   std::exit(2);
 }
@@ -54,11 +60,13 @@ Options parse(int argc, char** argv) {
       o.steps = static_cast<int>(value);
     } else if (arg == "--warmup") {
       o.warmup = static_cast<int>(value);
+    } else if (arg == "--min-parallel") {
+      o.min_parallel = value;
     } else {
       usage(("unknown option " + arg).c_str());
     }
   }
-  if (o.numel < 1 || o.threads < 0 || o.steps < 1 || o.warmup < 0) usage("values must be positive");
+  if (o.numel < 1 || o.threads < 0 || o.steps < 1 || o.warmup < 0 || o.min_parallel < 0) usage("values must be positive");
   return o;
 }
 
@@ -94,7 +102,7 @@ int main(int argc, char** argv) {
   Floats exp_avg = floats(o.numel, 0.0f);
   Floats exp_avg_sq = floats(o.numel, 0.0f);
 
-  CpuAdamW adam(o.threads);
+  CpuAdamW adam(o.threads, o.min_parallel);
   CpuAdamWHyper h;
   h.lr = 1e-3;
   h.beta1 = 0.9;

@@ -84,10 +84,14 @@ ACCEL_ADAMW_CLONES void adamw_chunk(
 
 // ---- The pool ---------------------------------------------------------------
 
-CpuAdamW::CpuAdamW(int threads) {
+CpuAdamW::CpuAdamW(int threads, int64_t min_parallel_elements) : min_parallel_elements_(min_parallel_elements) {
   if (threads < 0) {
     throw Error(ACCEL_ERROR_INVALID_ARGUMENT, "CpuAdamW: threads must be >= 0 (0: one per hardware thread), got " +
                                                   std::to_string(threads));
+  }
+  if (min_parallel_elements < 0) {
+    throw Error(ACCEL_ERROR_INVALID_ARGUMENT,
+                "CpuAdamW: min_parallel_elements must be >= 0, got " + std::to_string(min_parallel_elements));
   }
   if (threads == 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   workers_.reserve(static_cast<size_t>(threads - 1));
@@ -171,7 +175,7 @@ void CpuAdamW::step(float* param, const float* grad, float* exp_avg, float* exp_
   c.eps = static_cast<float>(h.eps);
   c.step_size = static_cast<float>(h.lr / bias_correction1);
 
-  if (workers_.empty() || n < kMinParallelElements) {
+  if (workers_.empty() || n < min_parallel_elements_) {
     c.chunk = n;
     run_chunk(c, 0);
     return;

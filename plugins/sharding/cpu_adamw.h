@@ -39,15 +39,26 @@ struct CpuAdamWHyper {
 
 class CpuAdamW {
  public:
+  // Calls on fewer elements than this run on the caller alone. A parallel
+  // call adds a wake and a finish through the condition variables: 4-5 us
+  // when the other core is idle and awake, 20-30 us when its vCPU has halted
+  // or another job holds it (bench/cpu_adamw, n = 128 on 2 threads, on the
+  // 2-core VM): the time one thread steps 10K to 70K cached elements. There,
+  // 2 threads first beat 1 between 256K and 512K elements, by the load
+  // (median step; docs/benchmarks.md). A machine that wakes threads faster
+  // can pass a smaller threshold.
+  static constexpr int64_t kDefaultMinParallelElements = 256 * 1024;
+
   // `threads`: the caller plus threads-1 workers started here; 0 = one per
   // hardware thread (std::thread::hardware_concurrency()). Throws
-  // sdk::Error (INVALID_ARGUMENT) when negative.
-  explicit CpuAdamW(int threads = 0);
+  // sdk::Error (INVALID_ARGUMENT) when either argument is negative.
+  explicit CpuAdamW(int threads = 0, int64_t min_parallel_elements = kDefaultMinParallelElements);
   ~CpuAdamW();  // stops and joins the workers
   CpuAdamW(const CpuAdamW&) = delete;
   CpuAdamW& operator=(const CpuAdamW&) = delete;
 
   int threads() const { return static_cast<int>(workers_.size()) + 1; }
+  int64_t min_parallel_elements() const { return min_parallel_elements_; }
 
   // One AdamW step over elements [0, n) of the four buffers, in place; they
   // must not overlap. Per element, in float (scalars computed in double,
@@ -58,16 +69,12 @@ class CpuAdamW {
   //   exp_avg_sq = exp_avg_sq * beta2 + (1 - beta2) * g * g
   //   denom = sqrt(exp_avg_sq) / sqrt(1 - beta2^step) + eps
   //   param -= (lr / (1 - beta1^step)) * exp_avg / denom
-  // Below kMinParallelElements the caller steps alone; otherwise [0, n) is
+  // Below min_parallel_elements() the caller steps alone; otherwise [0, n) is
   // cut into one contiguous chunk per thread, each a multiple of 64
   // elements but the last. Throws sdk::Error (INVALID_ARGUMENT) for n < 0,
   // step < 1, betas outside [0, 1) or a null buffer with n > 0; nothing is
   // written then.
   void step(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n, const CpuAdamWHyper& h);
-
-  // Waking the workers costs a few microseconds: below this the caller
-  // alone is faster (measured by bench/cpu_adamw).
-  static constexpr int64_t kMinParallelElements = 32 * 1024;
 
  private:
   // The call in flight, read by the workers between start and finish.
@@ -93,6 +100,7 @@ class CpuAdamW {
   void worker_loop(int index);
   void stop_workers();
 
+  int64_t min_parallel_elements_;
   Call call_;
   std::mutex mu_;
   std::condition_variable start_;

@@ -24,6 +24,11 @@
 namespace accel::sharding {
 namespace {
 
+// The tests split calls from 32K elements on: the default threshold is a
+// matter of speed and larger, and this keeps the sizes here small with
+// both paths (the caller alone, the pool) run.
+constexpr int64_t kSplitFrom = 32 * 1024;
+
 // ---- State and references ---------------------------------------------------
 
 struct FloatState {
@@ -133,7 +138,7 @@ void kernel_step(CpuAdamW& adam, FloatState& s, const std::vector<float>& grad, 
 
 // `steps` steps of the kernel on `threads` threads from the same start.
 FloatState run_kernel(int threads, int64_t n, int steps, double weight_decay = 0.01, float grad_scale = 1.0f) {
-  CpuAdamW adam(threads);
+  CpuAdamW adam(threads, kSplitFrom);
   FloatState s = initial_state(n, 1);
   Gradients grads(n, 2);
   for (int t = 1; t <= steps; ++t) kernel_step(adam, s, grads.next(), hyper(t, weight_decay, grad_scale));
@@ -167,7 +172,7 @@ struct Errors {
 };
 
 Errors against_reference(int threads, int64_t n, int steps, double weight_decay, float grad_scale) {
-  CpuAdamW adam(threads);
+  CpuAdamW adam(threads, kSplitFrom);
   FloatState s = initial_state(n, 1);
   DoubleState ref = widen(s);
   Gradients grads(n, 2);
@@ -198,7 +203,7 @@ Errors against_reference(int threads, int64_t n, int steps, double weight_decay,
   return e;
 }
 
-constexpr int64_t kElements = 100'003;  // not a multiple of 64, above kMinParallelElements
+constexpr int64_t kElements = 100'003;  // not a multiple of 64; split from kSplitFrom
 constexpr int kSteps = 20;
 
 TEST(CpuAdamW, TwentyStepsAgreeWithAdamWInDoubleWithinRoundingOnTwoThreads) {
@@ -231,7 +236,7 @@ TEST(CpuAdamW, WithoutWeightDecayAndWithAGradScaleTheStepStillAgreesWithDouble) 
 TEST(CpuAdamW, AZeroGradientOnlyDecaysAndWeightDecayZeroLeavesTheParameterExactlyAlone) {
   const int64_t n = 70'000;
   const std::vector<float> zero(static_cast<size_t>(n), 0.0f);
-  CpuAdamW adam(2);
+  CpuAdamW adam(2, kSplitFrom);
   const FloatState start = initial_state(n, 3);
   FloatState no_decay = start;
   kernel_step(adam, no_decay, zero, hyper(1, 0.0));
@@ -248,7 +253,7 @@ TEST(CpuAdamW, GradScaleMultipliesTheGradientBeforeTheMoments) {
   // A gradient of 1024 scaled by 1/1024 is a gradient of exactly 1: the
   // moments after one step are those of g = 1.
   const int64_t n = 50'000;
-  CpuAdamW adam(2);
+  CpuAdamW adam(2, kSplitFrom);
   FloatState scaled = initial_state(n, 4);
   FloatState plain = scaled;
   kernel_step(adam, scaled, std::vector<float>(static_cast<size_t>(n), 1024.0f), hyper(1, 0.01, 1.0f / 1024.0f));
@@ -272,7 +277,7 @@ TEST(CpuAdamW, EveryElementMatchesItsDefinitionInScalarFloatBitForBit) {
   for (const int64_t n : {int64_t{1}, int64_t{63}, int64_t{1000}, kElements}) {
     for (const double weight_decay : {0.0, 0.01}) {
       SCOPED_TRACE(testing::Message() << "n " << n << ", weight_decay " << weight_decay);
-      CpuAdamW adam(2);
+      CpuAdamW adam(2, kSplitFrom);
       FloatState kernel = initial_state(n, 5);
       FloatState replica = kernel;
       Gradients grads(n, 6);
@@ -315,8 +320,9 @@ TEST(CpuAdamW, MoreThreadsThanChunksLeavesTheSpareOnesIdleAndStepsEveryElementOn
 TEST(CpuAdamW, ThreadsDefaultToTheHardwareAndOneObjectServesManyCalls) {
   CpuAdamW adam;
   EXPECT_EQ(adam.threads(), static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
-  // Calls alternating below and above the threshold on the same pool.
-  for (const int64_t n : {int64_t{10}, int64_t{200'000}, int64_t{100}, int64_t{33'000}, int64_t{0}}) {
+  EXPECT_EQ(adam.min_parallel_elements(), CpuAdamW::kDefaultMinParallelElements);
+  // Calls alternating below and above the default threshold on the same pool.
+  for (const int64_t n : {int64_t{10}, int64_t{300'000}, int64_t{100}, int64_t{262'144}, int64_t{200'000}, int64_t{0}}) {
     FloatState s = initial_state(n, 7);
     FloatState replica = s;
     const std::vector<float> g = Gradients(n, 8).next();
@@ -330,7 +336,7 @@ TEST(CpuAdamW, ThreadsDefaultToTheHardwareAndOneObjectServesManyCalls) {
 
 TEST(CpuAdamW, BadInputThrowsInvalidArgumentAndWritesNothing) {
   const int64_t n = 1000;
-  CpuAdamW adam(2);
+  CpuAdamW adam(2, kSplitFrom);
   FloatState s = initial_state(n, 9);
   const FloatState before = s;
   const std::vector<float> g(static_cast<size_t>(n), 1.0f);
@@ -361,6 +367,7 @@ TEST(CpuAdamW, BadInputThrowsInvalidArgumentAndWritesNothing) {
 
   EXPECT_THROW(adam.step(nullptr, g.data(), s.exp_avg.data(), s.exp_avg_sq.data(), n, hyper(1)), sdk::Error);
   EXPECT_THROW(CpuAdamW(-1), sdk::Error);
+  EXPECT_THROW(CpuAdamW(2, -1), sdk::Error);
   // Nothing to step: null buffers are fine.
   EXPECT_NO_THROW(adam.step(nullptr, nullptr, nullptr, nullptr, 0, hyper(1)));
 }
