@@ -6,14 +6,17 @@
 // multiply-add: the avx512f, avx2 and default clones then round every
 // operation alike, and a chunk's result does not depend on the clone or on
 // where the chunk boundaries fall); plugins/sharding/CMakeLists.txt sets
-// both on this file alone. objdump -d of the library shows the avx2 clone
-// (adamw_chunk.avx2.N) looping over ymm registers with vsqrtps and vdivps,
-// the avx512f clone over zmm, the default one over xmm with sqrtps.
+// both on this file alone. objdump -d of the object (GCC 12) shows the avx2
+// clone (the symbol ending .avx2) looping over ymm registers with vsqrtps
+// and vdivps and no vfmadd, the avx512f clone over zmm, the default one over
+// xmm with sqrtps.
 //
 // torch's own single-tensor path is not bit-reproducible across ISAs: on
 // AVX2/AVX-512 its lerp_ and addcmul_ use fused multiply-adds and its
 // float sqrt is not correctly rounded (torch 2.11: about 20 % of results
-// 1 ulp off), so the two agree to a few ulp, not bit for bit.
+// 1 ulp off), so the two agree to a few ulp, not bit for bit. (Its lerp_
+// also switches to end - (end - self) * (1 - weight) for weights >= 0.5,
+// i.e. beta1 <= 0.5; this kernel keeps one formula.)
 #include "cpu_adamw.h"
 
 #include <accel/sdk/error.hpp>

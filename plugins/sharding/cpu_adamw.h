@@ -44,8 +44,9 @@ class CpuAdamW {
   // when the other core is idle and awake, 20-30 us when its vCPU has halted
   // or another job holds it (bench/cpu_adamw, n = 128 on 2 threads, on the
   // 2-core VM): the time one thread steps 10K to 70K cached elements. There,
-  // 2 threads first beat 1 between 256K and 512K elements, by the load
-  // (median step; docs/benchmarks.md). A machine that wakes threads faster
+  // 2 threads first beat 1 at 256K elements with the other core mostly
+  // free, and not below 1M with another job on it (median step;
+  // docs/benchmarks.md, "CPU AdamW"). A machine that wakes threads faster
   // can pass a smaller threshold.
   static constexpr int64_t kDefaultMinParallelElements = 256 * 1024;
 
