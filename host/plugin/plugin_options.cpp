@@ -108,6 +108,10 @@ void fill_option_store(const PluginRegistry& registry, const std::map<std::strin
   store.put("train", "min_lr", host_value(ACCEL_OPTION_DOUBLE, strformat("%g", o.min_lr), o.min_lr));
   store.put("train", "seed", host_value(ACCEL_OPTION_INT, std::to_string(config.seed), static_cast<double>(config.seed),
                                         static_cast<int64_t>(config.seed)));
+  // Intra-op CPU threads (--threads; 0: LibTorch's default), for a plugin
+  // that runs host work of its own (the sharding plugins' offloaded AdamW).
+  store.put("train", "threads", host_value(ACCEL_OPTION_INT, std::to_string(config.threads),
+                                           static_cast<double>(config.threads), config.threads));
   runtime::OptionValue precision = host_value(ACCEL_OPTION_ENUM, to_string(config.mixed_precision));
   precision.enum_index = static_cast<int32_t>(config.mixed_precision);
   store.put("train", "mixed_precision", precision);

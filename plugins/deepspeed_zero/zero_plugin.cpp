@@ -260,11 +260,14 @@ class DeepSpeedZero final : public sdk::Plugin {
     for (const UnitLayout& u : units_) {
       if (!plan_.sharded(u.index)) persistent += (persistent.empty() ? "" : " ") + u.name;
     }
+    const int host_threads = m_.optimizer->host_step_threads();
     return sdk::format(
-        "stage %d over %d ranks, offload optimizer %s / param %s, micro batch %lld per rank x %lld "
+        "stage %d over %d ranks, offload optimizer %s / param %s%s, micro batch %lld per rank x %lld "
         "accumulation, %zu partitioned group(s); whole on every rank: %s",
         config_.stage, config_.mesh.sharding_size, to_string(config_.offload_optimizer),
-        to_string(config_.offload_param), static_cast<long long>(config_.micro_batch_per_gpu),
+        to_string(config_.offload_param),
+        host_threads > 0 ? sdk::format(" (fused CPU AdamW, %d thread(s))", host_threads).c_str() : "",
+        static_cast<long long>(config_.micro_batch_per_gpu),
         static_cast<long long>(config_.gradient_accumulation_steps), plan_.groups.size(),
         persistent.empty() ? "none" : persistent.c_str());
   }

@@ -34,7 +34,8 @@ bool views_host_grads(const sdk::Kernels& ops, const ShardingOptions& config, co
 
 ShardStore::ShardStore(const sdk::Kernels& ops, const ShardingOptions& config, const std::vector<UnitLayout>& units,
                        const GatherPlan& plan, sdk::GroupShape sharding, AccelGroup* world, int32_t world_rank,
-                       uint32_t managed) {
+                       uint32_t managed)
+    : host_resident_(config.cpu_offload) {
   const DLDataType fp32{kDLFloat, 32, 1};
   const AccelMemoryPlace place = config.shard_place();
   sharded_.resize(units.size());

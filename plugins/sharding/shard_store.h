@@ -89,11 +89,15 @@ class ShardStore {
   // live in its file (their exp_avg / exp_avg_sq buffers stay empty); else
   // nullptr.
   MomentSwap* swap() { return swap_.get(); }
+  // Whether the sharded units' partitions live in host memory and step
+  // there (ShardingOptions::cpu_offload).
+  bool host_resident() const { return host_resident_; }
 
  private:
   void make_swap(const sdk::Kernels& ops, const ShardingOptions& config, std::vector<int64_t> numel,
                  int32_t world_rank);
 
+  bool host_resident_ = false;
   std::vector<std::unique_ptr<ShardedUnit>> sharded_;
   std::vector<std::unique_ptr<ReplicatedUnit>> replicated_;
   std::vector<sdk::Buffer> swap_buffers_;  // outlive swap_ (declared first)

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <thread>
 
 namespace accel::sharding {
 
@@ -45,9 +46,38 @@ std::vector<sdk::FlatRange> split_ranges(const std::vector<ParamLayout>& params,
   return out;
 }
 
+namespace {
+
+// The fused host step's threads: the host's --threads (train.threads) when
+// set, else this rank's share of the node's cores (ranks on one node each
+// step their own partition at the same time).
+int fused_step_threads(const sdk::Services& s) {
+  int64_t threads = 0;
+  try {
+    threads = s.option<int64_t>("train.threads");
+  } catch (const Error&) {
+    // A host before train.threads: the share of the cores below.
+  }
+  if (threads > 0) return static_cast<int>(threads);
+  const int64_t cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
+  return static_cast<int>(std::max<int64_t>(1, cores / std::max(1, s.identity().local_world_size)));
+}
+
+float* host_floats(const DLTensor& t) {
+  return reinterpret_cast<float*>(static_cast<char*>(t.data) + t.byte_offset);
+}
+
+bool fp32_on_host(const DLTensor& t) {
+  return sdk::is_host(t) && accel_dtype_equal(t.dtype, DLDataType{kDLFloat, 32, 1});
+}
+
+}  // namespace
+
 ShardedOptimizer::ShardedOptimizer(const sdk::Kernels& ops, ShardStore& store, AccelGroup* sharding,
                                    int32_t sharding_rank, TensorGroup tensor)
-    : ops_(ops), store_(store), sharding_(sharding), sharding_rank_(sharding_rank), tensor_(tensor) {}
+    : ops_(ops), store_(store), sharding_(sharding), sharding_rank_(sharding_rank), tensor_(tensor) {
+  if (store.host_resident()) cpu_adamw_ = std::make_unique<CpuAdamW>(fused_step_threads(ops.services()));
+}
 
 void ShardedOptimizer::clip_gradients(const AccelClipArgs& args) {
   const sdk::Services& s = ops_.services();
@@ -157,11 +187,37 @@ void ShardedOptimizer::step(const AccelOptimizerStepArgs& args) {
   }
   const sdk::Services& s = ops_.services();
   const AccelKernelServices& kernels = *s.table()->kernels;
+  // The fused host step reads the loss scaler's scalars once: a found_inf
+  // skips the whole step (every output unchanged), as the service does.
+  float grad_scale = 1.0f;
+  if (cpu_adamw_) {
+    float found_inf = 0.0f;
+    const sdk::ScalarView scale_view(&grad_scale), inf_view(&found_inf);
+    if (args.grad_scale != nullptr) ops_.copy(args.grad_scale, scale_view.get());
+    if (args.found_inf != nullptr) ops_.copy(args.found_inf, inf_view.get());
+    ops_.synchronize();
+    if (found_inf != 0.0f) return;
+  }
   // One adamw_step per run of equal weight decay over (param, grad, moments),
   // all four buffers laid out alike from element 0 of `range`.
   const auto step_runs = [&](const std::vector<ParamLayout>& params, sdk::FlatRange range, const DLTensor& param,
                              const DLTensor& grad, const DLTensor& exp_avg, const DLTensor& exp_avg_sq) {
+    const bool fused = cpu_adamw_ && fp32_on_host(param) && fp32_on_host(grad) && fp32_on_host(exp_avg) &&
+                       fp32_on_host(exp_avg_sq);
     for (const DecayRun& run : decay_runs(params, range, args.no_decay_roles)) {
+      if (fused) {
+        CpuAdamWHyper h;
+        h.lr = args.lr;
+        h.beta1 = args.beta1;
+        h.beta2 = args.beta2;
+        h.eps = args.eps;
+        h.weight_decay = run.decay ? args.weight_decay : 0.0;
+        h.step = args.step;
+        h.grad_scale = grad_scale;
+        cpu_adamw_->step(host_floats(param) + run.begin, host_floats(grad) + run.begin,
+                         host_floats(exp_avg) + run.begin, host_floats(exp_avg_sq) + run.begin, run.count, h);
+        continue;
+      }
       const sdk::FlatView p(param, run.begin, run.count);
       const sdk::FlatView g(grad, run.begin, run.count);
       const sdk::FlatView m(exp_avg, run.begin, run.count);

@@ -10,15 +10,21 @@
 // counted once, as torch.nn.utils.clip_grad_norm_ over the whole model.
 // AdamW: per unit, the parameters' flat ranges cut to this shard, merged into
 // runs of equal weight decay (0 for roles in no_decay_roles), one adamw_step
-// per run; the padding is never stepped. Thread-safety: loop thread only.
+// per run; the padding is never stepped. Partitions in host memory
+// (optimizer offload) step on the fused CpuAdamW (cpu_adamw.h, DeepSpeed's
+// DeepSpeedCPUAdam) with the host's --threads workers (one per core of the
+// rank's share when 0), the rest on the host's adamw_step kernel service.
+// Thread-safety: loop thread only.
 #pragma once
 
 #include <accel/accel.h>
 #include <accel/sdk/kernels.hpp>
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
+#include "cpu_adamw.h"
 #include "shard_store.h"
 
 namespace accel::sharding {
@@ -56,6 +62,8 @@ class ShardedOptimizer {
                    TensorGroup tensor = {});
 
   void clip_gradients(const AccelClipArgs& args);
+  // The fused host step's threads; 0 when partitions step on the device.
+  int host_step_threads() const { return cpu_adamw_ ? cpu_adamw_->threads() : 0; }
   void step(const AccelOptimizerStepArgs& args);
 
  private:
@@ -64,6 +72,7 @@ class ShardedOptimizer {
   AccelGroup* sharding_;
   int32_t sharding_rank_;
   TensorGroup tensor_;
+  std::unique_ptr<CpuAdamW> cpu_adamw_;  // host-resident partitions (ShardStore::host_resident)
 };
 
 }  // namespace accel::sharding

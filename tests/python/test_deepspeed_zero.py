@@ -79,10 +79,17 @@ class ZeroParity(TempDirMixin, unittest.TestCase):
                         self.assertGreater(rows[0]["deepspeed_zero.reduce_scatters"], 0)
 
     def test_cpu_offload(self):
+        """Offloaded partitions step on the fused CPU AdamW (plugins/sharding/cpu_adamw.h) with the host's
+        --threads: within 1e-5 of one process, whose AdamW is torch's op sequence."""
         for stage in (1, 2, 3):
             with self.subTest(stage=stage):
                 self.parity(2, stage, "--deepspeed_zero.offload_optimizer_device", "cpu")
         self.parity(3, 3, "--deepspeed_zero.offload_param_device", "cpu")
+        proc = mpirun(2, *BASE, "--log-level", "info", "--steps", 1, "--batch-size", 8, *zero(2),
+                      "--deepspeed_zero.offload_optimizer_device", "cpu")
+        self.assertIn("offload optimizer cpu / param none (fused CPU AdamW, 1 thread(s))", proc.stdout + proc.stderr)
+        proc = mpirun(2, *BASE, "--log-level", "info", "--steps", 1, "--batch-size", 8, *zero(2))
+        self.assertNotIn("fused CPU AdamW", proc.stdout + proc.stderr)
 
     def nvme(self, name, stage, block_size=None):
         """Flags for NVMe offload into a fresh directory; with `block_size` (aio.block_size, bytes), through a
