@@ -59,8 +59,8 @@ void GatherEngine::issue(int32_t group, bool async) {
     // the NVMe swap is read into host memory first.
     const DLTensor* send = &unit.master_tensor();
     if (unit.master_swapped) {
-      g.read_in = comm_buffers_.take(ACCEL_MEMORY_COMM, fp32, shard_numel, ACCEL_MEMORY_HOST_PINNED,
-                                     "sharding shard read from NVMe");
+      g.read_in = ops_.allocate(ACCEL_MEMORY_COMM, fp32, shard_numel, ACCEL_MEMORY_HOST_PINNED, false,
+                                "sharding shard read from NVMe");
       store_.swap()->read_masters(u, static_cast<float*>(g.read_in.tensor().data));
       send = &g.read_in.tensor();
     }

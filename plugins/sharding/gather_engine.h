@@ -67,7 +67,8 @@ class GatherEngine {
   struct UnitGather {
     int32_t unit = 0;
     const DLTensor* full = nullptr;       // the materialised buffer (host-owned view)
-    sdk::BufferPool::Lease read_in;       // the master read from the NVMe swap (master_swapped)
+    sdk::Buffer read_in;                  // the master read from the NVMe swap (master_swapped); not pooled:
+                                          // idle pooled copies would keep the partition the swap moved out
     sdk::BufferPool::Lease staged_shard;  // the shard in param_dtype on the device, when not the master itself
     sdk::BufferPool::Lease padded;        // all_gather output when numel % S != 0
     AccelWork* work = nullptr;
