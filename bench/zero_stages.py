@@ -5,6 +5,18 @@ the ledger's total at its peak, the kernel's peak RSS of the largest rank
 (/usr/bin/time %M), the communicated bytes per step and the median step
 time after the first. One repeat per row: run it on an idle machine.
 
+Against the theory (fp32 AdamW, 16 bytes per parameter P at N = 1): the
+stage's formula (0: 16P, 1: 8P + 8P/N, 2: 4P + 12P/N, 3: 16P/N), what the
+accounted model states (params + grads + optimizer peaks) hold beyond it
+("in flight": gradients between a unit's backward and its reduce-scatter,
+gathered parameters), and the model states as the process holds them: the
+peak RSS less ZeRO-0's at the same N, plus ZeRO-0's 16P (both runs hold
+the same activations, runtime and libraries; ZeRO-0 holds exactly 16P of
+model states). ZeRO-3 runs twice: with DeepSpeed's defaults (reuse
+distance 1e9: every unit stays gathered at this size) and with
+stage3_max_reuse_distance 0 (released after each use, FULL_SHARD's
+schedule).
+
   python3 bench/zero_stages.py [BUILD]      (default: build)
 """
 import json
@@ -19,6 +31,14 @@ ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIR
            OMPI_MCA_rmaps_base_oversubscribe="1")
 BASE = "--model gpt-small --seq-len 64 --batch-size 4 --steps 4 --threads 1 --log-level warn --data synthetic"
 STRATS = {f"ZeRO-{s}": f"--plugin deepspeed_zero --deepspeed_zero.zero_stage {s}" for s in range(4)}
+REUSE0 = os.path.join(tempfile.mkdtemp(prefix="accel-zero-config-"), "zero3_reuse0.json")
+with open(REUSE0, "w") as f:
+    json.dump({"zero_optimization": {"stage": 3, "stage3_max_reuse_distance": 0}}, f)
+STRATS["ZeRO-3 reuse 0"] = f"--plugin deepspeed_zero --deepspeed_zero.hf_ds_config {REUSE0}"
+FORMULA = {"ZeRO-0": lambda p, n: 16 * p, "ZeRO-1": lambda p, n: 8 * p + 8 * p / n,
+           "ZeRO-2": lambda p, n: 4 * p + 12 * p / n, "ZeRO-3": lambda p, n: 16 * p / n,
+           "ZeRO-3 reuse 0": lambda p, n: 16 * p / n}
+P = 123702528  # gpt-small's parameters at --seq-len 64
 STRATS["ddp"] = "--plugin ddp"
 STRATS["fsdp FULL_SHARD"] = "--plugin fsdp --fsdp.auto_wrap_policy transformer_based_wrap"
 MiB = 2**20
@@ -29,9 +49,10 @@ def main():
     host = os.path.join(build, "bin", "accel-host")
     work = tempfile.mkdtemp(prefix="accel-zero-stages-")
     plan = [(n, s) for n in (1, 2, 4) for s in STRATS if not (s in ("ddp", "fsdp FULL_SHARD") and n != 2)]
-    print("| N | strategy | params | grads | optimizer | ledger total at peak | peak RSS (largest rank) | "
-          "comm / step | median step (s) |")
-    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("| N | strategy | params | grads | optimizer | formula | in flight | ledger total at peak | "
+          "peak RSS (largest rank) | model states by RSS | comm / step | median step (s) |")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    zero0_rss = {}
     for n, s in plan:
         out = os.path.join(work, f"zt_{n}_{s.replace(' ', '_')}")
         m = out + ".jsonl"
@@ -46,7 +67,16 @@ def main():
         rss = max(int(open(f"{out}.rss.{r}").read().split()[-1]) for r in range(n)) * 1024
         step = statistics.median([4 * 64 / r["tokens_per_s"] for r in rows[1:]])
         comm = last.get("comm_bytes", 0)
-        print(f"| {n} | {s} | {peak['params'] // MiB:,} | {peak['grads'] // MiB:,} | {peak['optimizer'] // MiB:,} | {led//MiB:,} | {rss//MiB:,} | {comm//MiB:,} | {step:.2f} |", flush=True)
+        states = peak["params"] + peak["grads"] + peak["optimizer"]
+        if s == "ZeRO-0":
+            zero0_rss[n] = rss
+        formula = FORMULA[s](P, n) if s in FORMULA else None
+        by_rss = rss - zero0_rss[n] + 16 * P if s in FORMULA and n in zero0_rss else None
+        cells = [f"{peak['params'] // MiB:,}", f"{peak['grads'] // MiB:,}", f"{peak['optimizer'] // MiB:,}",
+                 f"{formula / MiB:,.0f}" if formula else "", f"{(states - formula) / MiB:,.0f}" if formula else "",
+                 f"{led // MiB:,}", f"{rss // MiB:,}", f"{by_rss / MiB:,.0f}" if by_rss else "",
+                 f"{comm // MiB:,}", f"{step:.2f}"]
+        print(f"| {n} | {s} | " + " | ".join(cells) + " |", flush=True)
 
 
 if __name__ == "__main__":
