@@ -17,7 +17,11 @@ distance 1e9: every unit stays gathered at this size) and with
 stage3_max_reuse_distance 0 (released after each use, FULL_SHARD's
 schedule).
 
-  python3 bench/zero_stages.py [BUILD]      (default: build)
+  python3 bench/zero_stages.py [BUILD] [--preload LIB]   (default: build)
+
+--preload runs every rank with LD_PRELOAD=LIB (e.g. libjemalloc.so.2): an
+allocator that returns freed memory promptly makes peak RSS follow the
+live bytes more closely than glibc's kept free memory does.
 """
 import json
 import os
@@ -45,7 +49,13 @@ MiB = 2**20
 
 
 def main():
-    build = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "build")
+    args = sys.argv[1:]
+    preload = []
+    if "--preload" in args:
+        i = args.index("--preload")
+        preload = ["-x", f"LD_PRELOAD={args[i + 1]}"]
+        del args[i:i + 2]
+    build = args[0] if args else os.path.join(ROOT, "build")
     host = os.path.join(build, "bin", "accel-host")
     work = tempfile.mkdtemp(prefix="accel-zero-stages-")
     plan = [(n, s) for n in (1, 2, 4) for s in STRATS if not (s in ("ddp", "fsdp FULL_SHARD") and n != 2)]
@@ -57,7 +67,7 @@ def main():
         out = os.path.join(work, f"zt_{n}_{s.replace(' ', '_')}")
         m = out + ".jsonl"
         inner = f"exec /usr/bin/time -f %M -o {out}.rss.$OMPI_COMM_WORLD_RANK {host} {BASE} {STRATS[s]} --metrics-file {m}"
-        subprocess.run(["mpirun", "-n", str(n), "--bind-to", "none", "sh", "-c", inner], env=ENV, check=True,
+        subprocess.run(["mpirun", "-n", str(n), "--bind-to", "none", *preload, "sh", "-c", inner], env=ENV, check=True,
                        capture_output=True)
         with open(m) as f:
             rows = [json.loads(line) for line in f if line.strip()]
