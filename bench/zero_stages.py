@@ -21,7 +21,13 @@ schedule).
 
 --preload runs every rank with LD_PRELOAD=LIB (e.g. libjemalloc.so.2): an
 allocator that returns freed memory promptly makes peak RSS follow the
-live bytes more closely than glibc's kept free memory does.
+live bytes more closely than glibc's kept free memory does. --from DIR
+tabulates an earlier run's files (the directory it printed) again.
+
+A second table compares at a step's end, after the optimizer step, when no
+gradient or gathered parameter is in flight: the ledger's model states,
+and the model states implied by rank 0's RSS at that moment (its
+memory_ledger.rss, less ZeRO-0's, plus 16P), against the formula.
 """
 import json
 import os
@@ -55,20 +61,28 @@ def main():
         i = args.index("--preload")
         preload = ["-x", f"LD_PRELOAD={args[i + 1]}"]
         del args[i:i + 2]
+    rerun = "--from" not in args
+    if not rerun:
+        i = args.index("--from")
+        work = args[i + 1]
+        del args[i:i + 2]
+    else:
+        work = tempfile.mkdtemp(prefix="accel-zero-stages-")
+        print(f"(files in {work})")
     build = args[0] if args else os.path.join(ROOT, "build")
     host = os.path.join(build, "bin", "accel-host")
-    work = tempfile.mkdtemp(prefix="accel-zero-stages-")
     plan = [(n, s) for n in (1, 2, 4) for s in STRATS if not (s in ("ddp", "fsdp FULL_SHARD") and n != 2)]
     print("| N | strategy | params | grads | optimizer | formula | in flight | ledger total at peak | "
           "peak RSS (largest rank) | model states by RSS | comm / step | median step (s) |")
     print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    zero0_rss = {}
+    zero0_rss, zero0_end_rss, at_end = {}, {}, []
     for n, s in plan:
         out = os.path.join(work, f"zt_{n}_{s.replace(' ', '_')}")
         m = out + ".jsonl"
         inner = f"exec /usr/bin/time -f %M -o {out}.rss.$OMPI_COMM_WORLD_RANK {host} {BASE} {STRATS[s]} --metrics-file {m}"
-        subprocess.run(["mpirun", "-n", str(n), "--bind-to", "none", *preload, "sh", "-c", inner], env=ENV, check=True,
-                       capture_output=True)
+        if rerun:
+            subprocess.run(["mpirun", "-n", str(n), "--bind-to", "none", *preload, "sh", "-c", inner], env=ENV, check=True,
+                           capture_output=True)
         with open(m) as f:
             rows = [json.loads(line) for line in f if line.strip()]
         last = rows[-1]
@@ -87,6 +101,18 @@ def main():
                  f"{led // MiB:,}", f"{rss // MiB:,}", f"{by_rss / MiB:,.0f}" if by_rss else "",
                  f"{comm // MiB:,}", f"{step:.2f}"]
         print(f"| {n} | {s} | " + " | ".join(cells) + " |", flush=True)
+        end = last["memory_ledger"]
+        if s == "ZeRO-0":
+            zero0_end_rss[n] = end["rss"]
+        if formula:
+            at_end.append((n, s, formula, end["model_states"], end["rss"] - zero0_end_rss[n] + 16 * P))
+    print()
+    print("| N | strategy | formula | ledger model states at step end | vs formula | implied by RSS at step end | "
+          "vs formula |")
+    print("|---:|---|---:|---:|---:|---:|---:|")
+    for n, s, formula, ledger, implied in at_end:
+        print(f"| {n} | {s} | {formula / MiB:,.0f} | {ledger / MiB:,.0f} | {(ledger - formula) / formula:+.1%} | "
+              f"{implied / MiB:,.0f} | {(implied - formula) / formula:+.1%} |")
 
 
 if __name__ == "__main__":
