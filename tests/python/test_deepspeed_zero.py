@@ -91,6 +91,23 @@ class ZeroParity(TempDirMixin, unittest.TestCase):
         proc = mpirun(2, *BASE, "--log-level", "info", "--steps", 1, "--batch-size", 8, *zero(2))
         self.assertNotIn("fused CPU AdamW", proc.stdout + proc.stderr)
 
+    def test_fp16_overflow_skips_the_offloaded_step_as_the_device_step(self):
+        """Under fp16 with a loss scale that overflows at first, the fused CPU AdamW skips the steps the
+        GradScaler finds infinite (found_inf) and unscales the others (grad_scale), as the device step
+        does."""
+        runs = {}
+        for where in ("none", "cpu"):
+            path = self.path(f"fp16_{where}.jsonl")
+            mpirun(2, *COMMON, "--steps", 10, "--batch-size", 8, "--mixed-precision", "fp16",
+                   "--grad_scaler.init_scale", 1e6, *zero(2), "--deepspeed_zero.offload_optimizer_device", where,
+                   "--metrics-file", path)
+            runs[where] = read_metrics(path)
+        scales = [r["loss_scale"] for r in runs["none"]]
+        self.assertEqual(scales, [r["loss_scale"] for r in runs["cpu"]])
+        self.assertLess(scales[-1], scales[0])  # overflows were found and their steps skipped
+        for x, y in zip(runs["none"], runs["cpu"]):
+            self.assertLess(abs(x["loss"] - y["loss"]) / x["loss"], 1e-5, (x["step"], x["loss"], y["loss"]))
+
     def nvme(self, name, stage, block_size=None):
         """Flags for NVMe offload into a fresh directory; with `block_size` (aio.block_size, bytes), through a
         config file, so that units are swapped in several pieces."""
