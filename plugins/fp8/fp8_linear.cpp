@@ -55,13 +55,14 @@ struct Fp8Linear::Saved {
 };
 
 Fp8Linear::Fp8Linear(const sdk::Kernels& ops, const Fp8Config& config, ScalingState& state, DLDataType compute_dtype,
-                     AccelGroup* data_group, int32_t grad_divisor)
+                     AccelGroup* data_group, int32_t grad_divisor, AccelGroup* tensor_group)
     : ops_(ops),
       config_(config),
       state_(state),
       compute_dtype_(compute_dtype),
       data_group_(data_group),
-      grad_divisor_(grad_divisor) {
+      grad_divisor_(grad_divisor),
+      tensor_group_(tensor_group) {
   if (grad_divisor_ > 1) {
     grad_scale_ = ops_.allocate(ACCEL_MEMORY_OTHER, kFloat32, {1}, ACCEL_MEMORY_DEVICE, false, "fp8 grad scale / N");
     grad_scale_inv_ =
@@ -113,12 +114,16 @@ const DLTensor* Fp8Linear::quantize(TensorClass cls, int32_t slot, const DLTenso
     return scale_inv;
   }
   // Current scaling: read amax (a cast whose result is overwritten below),
-  // agree on it across the data-parallel group, derive the scale, cast.
+  // agree on it across the data- and tensor-parallel groups (every rank of
+  // both runs the same casts in the same order), derive the scale, cast.
   const auto c = static_cast<size_t>(cls);
   const DLTensor& amax = current_amax_[c].tensor();
   const sdk::FlatView amax_flat(amax, 0, 1);
   ops_.cast(&source, &fp8, nullptr, amax_flat.get(), /*accumulate_amax=*/false);
   if (data_group_ != nullptr) ops_.all_reduce(data_group_, amax_flat.get(), ACCEL_REDUCE_MAX, "fp8 current amax");
+  if (tensor_group_ != nullptr) {
+    ops_.all_reduce(tensor_group_, amax_flat.get(), ACCEL_REDUCE_MAX, "fp8 current amax (tensor)");
+  }
   if (amax_cell != nullptr) {  // row 0 of the history keeps the step's largest amax (metrics)
     sdk::Buffer sink =
         ops_.allocate(ACCEL_MEMORY_WORKSPACE, kFloat32, {1}, ACCEL_MEMORY_DEVICE, false, "fp8 amax record");

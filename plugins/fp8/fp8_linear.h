@@ -34,9 +34,13 @@ class Fp8Linear {
  public:
   // `data_group`: the data-parallel group when it has several ranks (current
   // scaling reduces each amax over it), else NULL. `grad_divisor`: its size
-  // (see "Gradients as the whole batch's" in the .cpp).
+  // (see "Gradients as the whole batch's" in the .cpp). `tensor_group`: the
+  // tensor-parallel group when it has several ranks, else NULL: current
+  // scaling reduces each amax over it too, since a tensor-parallel rank
+  // holds a slice of a weight (and, with sequence parallelism, of an input)
+  // whose per-tensor scale is the whole tensor's.
   Fp8Linear(const sdk::Kernels& ops, const Fp8Config& config, ScalingState& state, DLDataType compute_dtype,
-            AccelGroup* data_group, int32_t grad_divisor);
+            AccelGroup* data_group, int32_t grad_divisor, AccelGroup* tensor_group = nullptr);
 
   void forward(AccelLinearForwardArgs& args, const AccelLinearNext& next);
   void backward(AccelLinearBackwardArgs& args, const AccelLinearNext& next);
@@ -64,6 +68,7 @@ class Fp8Linear {
   DLDataType compute_dtype_;
   AccelGroup* data_group_;
   int32_t grad_divisor_;
+  AccelGroup* tensor_group_;
   bool eval_ = false;
   // Delayed scaling under data parallelism: the gradient scale / N and
   // inverse scale x N this cast uses.

@@ -77,8 +77,10 @@ class Fp8 final : public sdk::Plugin {
     world_ = ops_.group(ACCEL_GROUP_WORLD);
     data_ = ops_.group(ACCEL_GROUP_DATA);
     data_size_ = ops_.shape(data_).size;
+    AccelGroup* tensor = ops_.group(ACCEL_GROUP_TENSOR);
     linear_ = std::make_unique<Fp8Linear>(ops_, config_, *state_, model->compute_dtype,
-                                          data_size_ > 1 ? data_ : nullptr, data_size_);
+                                          data_size_ > 1 ? data_ : nullptr, data_size_,
+                                          ops_.shape(tensor).size > 1 ? tensor : nullptr);
     if (s.rank() == 0) {
       s.info() << "fp8: " << state_->num_linears() << " block linears, " << to_json(config_);
     }

@@ -310,20 +310,21 @@ class Parity(TempDirMixin, unittest.TestCase):
                 self.assertLess(abs(x["fp8.scale_grad"] - y["fp8.scale_grad"]) / x["fp8.scale_grad"], 1e-6,
                                 (what, x["step"]))
 
-    def each_step_from_the_same_state(self, args, layouts, steps=(1, 4)):
+    def each_step_from_the_same_state(self, args, layouts, steps=(1, 4), tag="one"):
         """Runs `args` on one rank saving every step, then for each (ranks,
-        strategy) layout resumes step k's checkpoint and checks step k+1."""
-        root = self.path("one")
+        strategy) layout resumes step k's checkpoint and checks step k+1.
+        `tag` names the run's files: one per call within a test."""
+        root = self.path(tag)
         run_host(*args, "--steps", max(steps) + 2, "--save", root, "--save-every", 1,
-                 "--metrics-file", self.path("one.jsonl"))
-        one = read_metrics(self.path("one.jsonl"))
-        for n, strategy in layouts:
+                 "--metrics-file", self.path(tag + ".jsonl"))
+        one = read_metrics(self.path(tag + ".jsonl"))
+        for n, strategy, *flags in layouts:  # flags: the strategy's own options
             for k in steps:
-                with self.subTest(ranks=n, strategy=strategy, step=k + 1):
+                with self.subTest(ranks=n, strategy=strategy, flags=flags, step=k + 1):
                     path = self.path("step.jsonl")
                     if os.path.exists(path):
                         os.remove(path)
-                    mpirun(n, *args, "--plugin", strategy, "--steps", k + 1, "--resume",
+                    mpirun(n, *args, "--plugin", strategy, *flags, "--steps", k + 1, "--resume",
                            os.path.join(root, f"step_{k}"), "--metrics-file", path)
                     self.check([one[k]], read_metrics(path), (n, strategy))
                     self.assertLess(abs(one[k]["grad_norm"] - read_metrics(path)[0]["grad_norm"]) /
@@ -345,6 +346,26 @@ class Parity(TempDirMixin, unittest.TestCase):
         self.each_step_from_the_same_state(
             [*COMMON, *FP8, "--batch-size", 8, "--fp8.recipe", "current", "--fp8.fp8_format", "E4M3"],
             [(2, "ddp")], steps=(1, 2))
+
+    def test_tensor_parallel_ranks_scale_as_one_process(self):
+        # megatron's tensor-parallel ranks each hold a slice of every block
+        # weight (and, with sequence parallelism, of the inputs): delayed
+        # scaling all-reduces the histories over WORLD, current scaling each
+        # cast's amax over DATA and TENSOR, so the per-tensor scales are the
+        # whole tensor's (check(): the gradient scales within 1e-6; the
+        # weights' too, below) and each step gives one process's loss.
+        tp = ["--megatron.tp_degree", 2]
+        for recipe in ("delayed", "current"):
+            with self.subTest(recipe=recipe):
+                args = [*COMMON, *FP8, "--batch-size", 8, "--fp8.recipe", recipe]
+                self.each_step_from_the_same_state(
+                    args, [(2, "megatron", *tp), (2, "megatron", *tp, "--megatron.sequence_parallelism", "true"),
+                           (4, "megatron", *tp)], steps=(1, 2), tag=recipe)
+                one, many = self.losses(1, "--fp8.recipe", recipe), self.losses(2, "--fp8.recipe", recipe,
+                                                                                "--plugin", "megatron", *tp)
+                for x, y in zip(one[:2], many[:2]):
+                    self.assertLess(abs(x["fp8.scale_weight"] - y["fp8.scale_weight"]) / x["fp8.scale_weight"], 1e-6,
+                                    (recipe, x["step"]))
 
     def test_bf16_fsdp_with_checkpointing_and_accumulation(self):
         # bf16 gathered weights, activation checkpointing reruns (amax folds
