@@ -386,6 +386,16 @@ class ZeroModelFile(TempDirMixin, unittest.TestCase):
         import torch
         self.check(*self.saved("partitioned", *zero(3)), torch.bfloat16)
 
+    def test_partitions_read_from_the_nvme_swap(self):
+        # ZeRO-Infinity: the masters are read back from the swap file to be gathered.
+        import torch
+        swap = self.path("swap")
+        os.mkdir(swap)
+        self.check(*self.saved("infinity", *zero(3), "--deepspeed_zero.offload_optimizer_device", "nvme",
+                               "--deepspeed_zero.offload_optimizer_nvme_path", swap,
+                               "--deepspeed_zero.offload_param_device", "nvme",
+                               "--deepspeed_zero.offload_param_nvme_path", swap), torch.bfloat16)
+
     def test_persistent_units_in_fp16_under_fp16_mixed_precision(self):
         # DeepSpeed's default persistence threshold keeps every gpt-tiny unit
         # whole: the host's own parameters are converted.
