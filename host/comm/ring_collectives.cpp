@@ -32,12 +32,15 @@ namespace accel::comm {
 
 std::vector<uint8_t> ScratchPool::acquire(size_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
+  size_t best = free_.size();
   for (size_t i = 0; i < free_.size(); ++i) {
-    if (free_[i].size() >= bytes) {
-      std::vector<uint8_t> found = std::move(free_[i]);
-      free_.erase(free_.begin() + static_cast<long>(i));
-      return found;
-    }
+    if (free_[i].size() >= bytes && (best == free_.size() || free_[i].size() < free_[best].size())) best = i;
+  }
+  if (best < free_.size()) {
+    std::vector<uint8_t> found = std::move(free_[best]);
+    free_.erase(free_.begin() + static_cast<long>(best));
+    idle_bytes_ -= found.size();
+    return found;
   }
   return std::vector<uint8_t>(bytes);
 }
@@ -45,7 +48,15 @@ std::vector<uint8_t> ScratchPool::acquire(size_t bytes) {
 void ScratchPool::release(std::vector<uint8_t> buffer) {
   std::lock_guard<std::mutex> lock(mu_);
   // A handful of buffers covers the rings a caller keeps in flight.
-  if (free_.size() < 4) free_.push_back(std::move(buffer));
+  if (free_.size() < kMaxIdleBuffers && idle_bytes_ + buffer.size() <= kMaxIdleBytes) {
+    idle_bytes_ += buffer.size();
+    free_.push_back(std::move(buffer));
+  }
+}
+
+size_t ScratchPool::idle_bytes() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return idle_bytes_;
 }
 
 namespace {

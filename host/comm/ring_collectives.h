@@ -37,16 +37,28 @@
 namespace accel::comm {
 
 // Scratch buffers for the rings in flight, reused: faulting in a fresh
-// 32 MiB buffer on every call would cost more than the ring saves.
+// 32 MiB buffer on every call would cost more than the ring saves. Idle
+// buffers are bounded, in number and in bytes: a reduce-scatter's scratch
+// is three chunks at more than 2 ranks (118 MiB for gpt-small's embedding
+// group on 4 ranks), and keeping the largest ones for the whole run held
+// 136 MiB per rank that no model state needed (docs/benchmarks.md, the
+// deepspeed_zero tables). A buffer that does not fit is freed on release.
+// Thread-safety: any thread.
 class ScratchPool {
  public:
-  // A buffer of at least `bytes` bytes (contents unspecified).
+  static constexpr size_t kMaxIdleBuffers = 4;
+  static constexpr size_t kMaxIdleBytes = size_t{64} << 20;
+
+  // A buffer of at least `bytes` bytes (contents unspecified): the smallest
+  // idle one that fits, else a new one.
   std::vector<uint8_t> acquire(size_t bytes);
   void release(std::vector<uint8_t> buffer);
+  size_t idle_bytes();
 
  private:
   std::mutex mu_;
   std::vector<std::vector<uint8_t>> free_;
+  size_t idle_bytes_ = 0;  // sum of free_'s sizes
 };
 
 struct RingPlan {

@@ -292,6 +292,28 @@ TEST(AllGatherPolicy, TheDefaultRingWindowGathersEveryChunk) {
   }
 }
 
+// The rings' scratch pool keeps a few buffers for reuse, never the largest
+// ones: what it holds idle stays within kMaxIdleBytes and kMaxIdleBuffers,
+// and a request is served by the smallest idle buffer that fits.
+TEST(ScratchPoolBounds, IdleBuffersStayWithinTheByteAndCountBounds) {
+  ScratchPool pool;
+  constexpr size_t MiB = size_t{1} << 20;
+  std::vector<uint8_t> big = pool.acquire(ScratchPool::kMaxIdleBytes + 1);
+  pool.release(std::move(big));
+  EXPECT_EQ(pool.idle_bytes(), 0u);  // larger than the bound: freed
+  std::vector<std::vector<uint8_t>> held;
+  for (size_t mib : {8, 16, 24, 32}) held.push_back(pool.acquire(mib * MiB));
+  for (auto& b : held) pool.release(std::move(b));
+  EXPECT_EQ(pool.idle_bytes(), (8 + 16 + 24) * MiB);  // the 32 MiB one would pass 64 MiB
+  const std::vector<uint8_t> reused = pool.acquire(10 * MiB);
+  EXPECT_EQ(reused.size(), 16 * MiB);  // the smallest that fits
+  EXPECT_EQ(pool.idle_bytes(), (8 + 24) * MiB);
+  std::vector<std::vector<uint8_t>> small;
+  for (int i = 0; i < 8; ++i) small.push_back(pool.acquire(MiB));
+  for (auto& b : small) pool.release(std::move(b));
+  EXPECT_EQ(pool.idle_bytes(), (8 + 24 + 2) * MiB);  // at most kMaxIdleBuffers (4) kept
+}
+
 std::string param_name(const ::testing::TestParamInfo<std::tuple<DType, Mode>>& info) {
   return std::string(dtype_name(std::get<0>(info.param))) +
          (std::get<1>(info.param) == Mode::sync ? "_sync" : "_async");
