@@ -173,6 +173,15 @@ class ZeroParity(TempDirMixin, unittest.TestCase):
             json.dump(ds, f)
         return config
 
+    def last_row(self, *flags):
+        """The last metrics row of 2 steps of an 8-layer gpt-tiny on 2 ranks under deepspeed_zero `flags`."""
+        path = self.path("m.jsonl")
+        if os.path.exists(path):
+            os.remove(path)
+        mpirun(2, *COMMON, "--n-layer", 8, "--steps", 2, "--batch-size", 8, "--plugin", "deepspeed_zero", *flags,
+               "--metrics-file", path)
+        return read_metrics(path)[-1]
+
     def test_nvme_swap_bounds_the_host_memory_of_the_moments(self):
         """With 2 swap buffers of one piece each, the host holds 2 pieces of moments, not every unit's: the
         accounted model states fall by exactly the swapped bytes less the buffers (the ledger's model_states, at
@@ -183,17 +192,9 @@ class ZeroParity(TempDirMixin, unittest.TestCase):
         with open(config, "w") as f:
             json.dump({"zero_optimization": {"stage": 2, "offload_optimizer": {
                 "device": "nvme", "nvme_path": swap, "buffer_count": 2}}, "aio": {"block_size": 8192}}, f)
-        shape = [*COMMON, "--n-layer", 8, "--steps", 2, "--batch-size", 8]
 
-        def model_states(*flags):
-            path = self.path("m.jsonl")
-            if os.path.exists(path):
-                os.remove(path)
-            mpirun(2, *shape, "--plugin", "deepspeed_zero", *flags, "--metrics-file", path)
-            return read_metrics(path)[-1]
-
-        host = model_states("--deepspeed_zero.zero_stage", 2, "--deepspeed_zero.offload_optimizer_device", "cpu")
-        swapped = model_states("--deepspeed_zero.hf_ds_config", config)
+        host = self.last_row("--deepspeed_zero.zero_stage", 2, "--deepspeed_zero.offload_optimizer_device", "cpu")
+        swapped = self.last_row("--deepspeed_zero.hf_ds_config", config)
         moments = swapped["deepspeed_zero.nvme_write_bytes"]
         saved = host["memory_ledger"]["model_states"] - swapped["memory_ledger"]["model_states"]
         # The host keeps two buffers of one 8 KiB piece each (aio.block_size) in place of every moment.
@@ -211,18 +212,10 @@ class ZeroParity(TempDirMixin, unittest.TestCase):
                 "stage": 3, "stage3_param_persistence_threshold": 0,
                 "offload_optimizer": {"device": "nvme", "nvme_path": swap, "buffer_count": 2},
                 "offload_param": {"device": "nvme", "nvme_path": swap}}, "aio": {"block_size": 8192}}, f)
-        shape = [*COMMON, "--n-layer", 8, "--steps", 2, "--batch-size", 8]
 
-        def model_states(*flags):
-            path = self.path("m.jsonl")
-            if os.path.exists(path):
-                os.remove(path)
-            mpirun(2, *shape, "--plugin", "deepspeed_zero", *flags, "--metrics-file", path)
-            return read_metrics(path)[-1]
-
-        host = model_states("--deepspeed_zero.hf_ds_config", PARTITION_ALL,
+        host = self.last_row("--deepspeed_zero.hf_ds_config", PARTITION_ALL,
                             "--deepspeed_zero.offload_optimizer_device", "cpu")
-        swapped = model_states("--deepspeed_zero.hf_ds_config", config)
+        swapped = self.last_row("--deepspeed_zero.hf_ds_config", config)
         states = swapped["deepspeed_zero.nvme_write_bytes"]  # a step writes every piece: 12 bytes per element
         saved = host["memory_ledger"]["model_states"] - swapped["memory_ledger"]["model_states"]
         # 8 KiB pieces of the moment pair (aio.block_size) = 1024 elements, 12 KiB with their masters.
