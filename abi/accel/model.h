@@ -126,6 +126,15 @@ typedef struct AccelModelInfo {
 #define ACCEL_UNIT_FLAG_CHECKPOINTED (UINT32_C(1) << 3)   /* recomputes acts */
 #define ACCEL_UNIT_FLAG_PARAMS_MATERIALIZED (UINT32_C(1) << 4)
 #define ACCEL_UNIT_FLAG_GRADS_MATERIALIZED (UINT32_C(1) << 5)
+/* Since 1.7: a unit of another pipeline stage that this rank holds anyway,
+ * because a local unit reads its storage (the tied head on the last stage
+ * reads the embedding's token table). Its parameters must equal the owner's
+ * (step it as the owner does), and its gradients here are only this
+ * stage's part: the strategy sums them with the owner's before any data-
+ * parallel reduction (Megatron's embedding group), and counts the unit
+ * once in a global norm (on the owning stage). Never put in a checkpoint by
+ * this rank. */
+#define ACCEL_UNIT_FLAG_TIED_COPY (UINT32_C(1) << 6)
 
 typedef struct AccelUnitInfo {
   size_t struct_size;
@@ -338,7 +347,15 @@ typedef struct AccelRunForwardArgs {
 /* Runs forward over a unit range for one micro-batch, calling every
  * plugin's unit hooks and linear chain on the way, and keeping what backward
  * needs. Used by plugins that take over the train step (pipeline
- * schedules). Phase: run, inside the train_step hook. */
+ * schedules). The host reads the micro-batch's tokens (first_unit 0) and
+ * targets (a range ending with the last unit) itself, from this rank's share
+ * of the step; `input` is copied, so the caller may reuse its buffer once
+ * the call returned. At most one forward of a (first_unit, micro_batch) is
+ * alive: a second before its run_backward is ACCEL_ERROR_FAILED_PRECONDITION,
+ * as is a range with a unit of another stage. With the last unit the host
+ * also counts the loss into the step's reported loss. Since 1.7 (NULL in
+ * older hosts: check ACCEL_HAS_FN). Phase: run, inside the train_step hook
+ * (ACCEL_ERROR_FAILED_PRECONDITION elsewhere). */
 typedef AccelStatus AccelModelRunForwardFn(AccelHost* host,
                                            AccelRunForwardArgs* args);
 
@@ -362,8 +379,12 @@ typedef struct AccelRunBackwardArgs {
 
 /* Runs backward over the range for the micro-batch, accumulating parameter
  * gradients into the units' grad buffers and calling every plugin's unit
- * hooks (and gradients_ready on the last micro-batch). Frees what the
- * forward kept. Phase: run, inside the train_step hook. */
+ * hooks (and gradients_ready on the last micro-batch, num_micro_batches - 1:
+ * a schedule runs each range's micro-batches in order). Frees what the
+ * forward kept. grad_output is read during the call only. A range
+ * run_forward did not run for the micro-batch is
+ * ACCEL_ERROR_FAILED_PRECONDITION. Since 1.7 (NULL in older hosts).
+ * Phase: run, inside the train_step hook. */
 typedef AccelStatus AccelModelRunBackwardFn(AccelHost* host,
                                             AccelRunBackwardArgs* args);
 

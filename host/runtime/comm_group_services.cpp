@@ -6,9 +6,9 @@
 // a later use of that handle is refused as stale), and each entry carries
 // its group's collective sequence check.
 //
-// This host version resolves meshes with pipeline = 1: tensor groups of
-// adjacent ranks (Megatron), and data, sharding and replica groups across
-// them; pipeline meshes arrive with the strategy that uses them.
+// The mesh resolves to tensor groups of adjacent ranks (Megatron), data,
+// sharding and replica groups across them within one pipeline stage, and
+// pipeline groups (one rank per stage, in stage order) across stages.
 //
 // Thread-safety: set_mesh, create/split/destroy on the loop thread;
 // get_group and group_info from any thread (the table is locked).
@@ -137,18 +137,16 @@ void resolve_standard_groups(HostContext& context) {
   handles.verify = parse_comm_verify(std::getenv("ACCEL_COMM_VERIFY"));
   AccelMeshSpec& mesh = context.mesh;
   const int world_size = world.size();
-  if (mesh.pipeline_size > 1) {
-    throw std::runtime_error("the plugins' mesh asks for pipeline parallelism, which this host version does not "
-                             "resolve yet");
-  }
   const int tensor_size = std::max(1, mesh.tensor_size);
-  if (world_size % tensor_size != 0) {
-    throw std::runtime_error("mesh tensor size " + std::to_string(tensor_size) + " does not divide the world size " +
+  const int pipeline_size = std::max(1, mesh.pipeline_size);
+  if (world_size % (tensor_size * pipeline_size) != 0) {
+    throw std::runtime_error("mesh tensor size " + std::to_string(tensor_size) + " x pipeline size " +
+                             std::to_string(pipeline_size) + " does not divide the world size " +
                              std::to_string(world_size));
   }
-  const int data_size = world_size / tensor_size;
+  const int data_size = world_size / (tensor_size * pipeline_size);
   mesh.tensor_size = tensor_size;
-  mesh.pipeline_size = 1;
+  mesh.pipeline_size = pipeline_size;
   if (mesh.sharding_size == 0 && mesh.replica_size == 0) mesh.sharding_size = 1;
   if (mesh.sharding_size == 0) mesh.sharding_size = data_size / std::max(1, mesh.replica_size);
   if (mesh.replica_size == 0) mesh.replica_size = data_size / std::max(1, mesh.sharding_size);
@@ -156,7 +154,7 @@ void resolve_standard_groups(HostContext& context) {
     throw std::runtime_error("mesh sharding " + std::to_string(mesh.sharding_size) + " x replica " +
                              std::to_string(mesh.replica_size) + " does not equal the data-parallel size " +
                              std::to_string(data_size) + " (world " + std::to_string(world_size) + " / tensor " +
-                             std::to_string(tensor_size) + ")");
+                             std::to_string(tensor_size) + " / pipeline " + std::to_string(pipeline_size) + ")");
   }
   const int rank = world.rank();
   auto standard = [&](comm::ProcessGroup* borrowed, std::unique_ptr<comm::ProcessGroup> owned) {
@@ -166,18 +164,26 @@ void resolve_standard_groups(HostContext& context) {
   };
   AccelGroup* world_handle = standard(&world, nullptr);
   context.standard_groups[ACCEL_GROUP_WORLD] = world_handle;
-  // r = data_index * tensor_size + tensor_index (pipeline = 1), and
+  // r = (pipeline_index * data_size + data_index) * tensor_size + tensor_index,
   // data_index = replica_index * sharding_size + sharding_index (accel/comm.h).
-  const int tensor_index = rank % tensor_size, data_index = rank / tensor_size;
+  // Each split's colour names what its members share; the key orders them.
+  const int tensor_index = rank % tensor_size;
+  const int data_index = (rank / tensor_size) % data_size;
+  const int pipeline_index = rank / (tensor_size * data_size);
   const int sharding_index = data_index % mesh.sharding_size, replica_index = data_index / mesh.sharding_size;
-  context.standard_groups[ACCEL_GROUP_DATA] =
-      tensor_size == 1 ? world_handle : standard(nullptr, world.split(tensor_index, rank, "data"));
-  context.standard_groups[ACCEL_GROUP_SHARDING] =
-      standard(nullptr, world.split(replica_index * tensor_size + tensor_index, rank, "sharding"));
-  context.standard_groups[ACCEL_GROUP_REPLICA] =
-      standard(nullptr, world.split(sharding_index * tensor_size + tensor_index, rank, "replica"));
-  context.standard_groups[ACCEL_GROUP_TENSOR] = standard(nullptr, world.split(data_index, rank, "tensor"));
-  context.standard_groups[ACCEL_GROUP_PIPELINE] = standard(nullptr, world.split(rank, 0, "pipeline"));
+  const int stage_slot = pipeline_index * tensor_size + tensor_index;  // same stage, same tensor slice
+  context.standard_groups[ACCEL_GROUP_DATA] = tensor_size == 1 && pipeline_size == 1
+                                                  ? world_handle
+                                                  : standard(nullptr, world.split(stage_slot, rank, "data"));
+  context.standard_groups[ACCEL_GROUP_SHARDING] = standard(
+      nullptr, world.split(stage_slot * mesh.replica_size + replica_index, rank, "sharding"));
+  context.standard_groups[ACCEL_GROUP_REPLICA] = standard(
+      nullptr, world.split(stage_slot * mesh.sharding_size + sharding_index, rank, "replica"));
+  context.standard_groups[ACCEL_GROUP_TENSOR] =
+      standard(nullptr, world.split(pipeline_index * data_size + data_index, rank, "tensor"));
+  // Ordered by stage: group rank = pipeline index.
+  context.standard_groups[ACCEL_GROUP_PIPELINE] =
+      standard(nullptr, world.split(data_index * tensor_size + tensor_index, rank, "pipeline"));
   context.standard_groups[ACCEL_GROUP_NODE] =
       standard(nullptr, world.split(context.identity.node_rank, rank, "node"));
 }

@@ -93,6 +93,8 @@ struct ModelRunInfo {
   int64_t micro_batch_size = 1;    // sequences per micro-batch and rank
   DLDataType compute_dtype{kDLFloat, 32, 1};  // autocast dtype (bf16, f16)
   int32_t pipeline_stage = 0;      // this rank's stage once plans resolve
+  int32_t pipeline_size = 1;       // stages once plans resolve (pipeline_plan.h)
+  std::vector<int32_t> tied_copies;  // units of other stages held for a local unit's reads
 };
 
 // How repeated trace->metric records of one name combine within a step
@@ -102,6 +104,8 @@ struct MetricRecord {
   double sum = 0.0;
   int64_t count = 0;
 };
+
+class ModelRunner;
 
 class HostContext {
  public:
@@ -166,6 +170,11 @@ class HostContext {
   // P bytes counts 3 P, DDP's all_reduce P); the trainer reports it per step.
   std::atomic<int64_t> comm_bytes{0};
 
+  // --- pipeline parallelism (pipeline_plan.cpp) ---
+  // The trainer's unit-range execution behind run_forward / run_backward,
+  // set only while a train_step hook runs.
+  ModelRunner* runner = nullptr;
+
   // --- tensor parallelism (tensor_parallel_plan.cpp) ---
   // The tensor group's size once the plan's splits resolved (1: none), and
   // the bytes the host's own tensor-parallel collectives moved this step.
@@ -174,7 +183,8 @@ class HostContext {
 };
 
 // Resolves the mesh the plugins declared (tensor = pipeline = 1 and
-// sharding = 1 by default, replica = the rest) into the standard groups.
+// sharding = 1 by default, replica = the rest of the data-parallel ranks)
+// into the standard groups.
 // Collective over the world: every rank calls it after plan_model. Throws
 // std::runtime_error when the mesh does not fit the world.
 void resolve_standard_groups(HostContext& context);

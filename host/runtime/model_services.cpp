@@ -6,9 +6,8 @@
 // Storage a plugin took over (plan_manage_storage) is allocated by
 // materialize and freed by release, for that plugin only, and accounted as
 // PARAMS / GRADS in the memory ledger; host-kept storage exists from setup on
-// and materialize returns it as it is. What this host version does not do
-// yet: run_forward / run_backward (NULL in the table: they arrive with the
-// pipeline strategy).
+// and materialize returns it as it is. run_forward / run_backward run unit
+// ranges for a pipeline schedule (pipeline_plan.h: the trainer executes).
 //
 // Phases: inspect needs HostContext::model; plan needs HostContext::planning;
 // run needs HostContext::running. A call in the wrong phase is
@@ -22,6 +21,7 @@
 #include <vector>
 
 #include "host/runtime/memory_services.h"
+#include "host/runtime/pipeline_plan.h"
 #include "host/runtime/service_support.h"
 #include "host/runtime/tensor_parallel_plan.h"
 #include "host/util/strformat.h"
@@ -103,9 +103,10 @@ const char* group_name(AccelGroupKind kind) {
 
 AccelStatus get_info(AccelHost* host, const AccelModelInfo** info) {
   return call_service("get_info", [&] {
-    ModelView& view = view_of(context_of(host));
+    HostContext& context = context_of(host);
+    ModelView& view = view_of(context);
     if (info == nullptr) fail(ACCEL_ERROR_INVALID_ARGUMENT, "info is NULL");
-    *info = view.info();
+    *info = view.info(context);
   });
 }
 
@@ -414,8 +415,8 @@ AccelStatus init_range(AccelHost* host, int32_t unit, int64_t flat_begin, const 
 
 }  // namespace
 
-// run_forward / run_backward are NULL: they arrive with the pipeline
-// strategy, which brings the trainer's per-unit-range execution.
+// run_forward / run_backward (since 1.7) reach the trainer's unit-range
+// execution through pipeline_plan.h.
 const AccelModelServices* model_services_table() {
   static const AccelModelServices table{sizeof(AccelModelServices),
                                         nullptr,
@@ -431,8 +432,8 @@ const AccelModelServices* model_services_table() {
                                         &release,
                                         &get_storage,
                                         &get_param_view,
-                                        nullptr,
-                                        nullptr,
+                                        &run_forward,
+                                        &run_backward,
                                         &init_range,
                                         &plan_sequence_parallel};
   return &table;

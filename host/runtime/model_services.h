@@ -42,7 +42,13 @@ class ModelView {
   ModelView& operator=(const ModelView&) = delete;
 
   const model::GptModel* model() const { return model_; }
-  const AccelModelInfo* info() const { return &info_; }
+  // The model's info; the micro-batch size is the current one (it is final
+  // once the plan's data-parallel share resolved).
+  const AccelModelInfo* info(const HostContext& context) {
+    activation_shape_[1] = context.model_run.micro_batch_size;
+    info_.micro_batch_size = context.model_run.micro_batch_size;
+    return &info_;
+  }
   int32_t num_units() const { return static_cast<int32_t>(units_.size()); }
   int32_t num_params(int32_t unit) const;
 

@@ -4,6 +4,7 @@
 // The services that use it are in model_services.cpp. Thread-safety: loop
 // thread only.
 #include "host/runtime/model_services.h"
+#include "host/runtime/pipeline_plan.h"
 #include <algorithm>
 #include <stdexcept>
 #include <string>
@@ -162,6 +163,7 @@ const AccelUnitInfo* ModelView::unit(int32_t unit, const HostContext& context) {
   entry.info.pipeline_stage = resolved ? plan.unit_stage[static_cast<size_t>(unit)] : 0;
   uint32_t flags = 0;
   if (entry.info.pipeline_stage == context.model_run.pipeline_stage) flags |= ACCEL_UNIT_FLAG_LOCAL;
+  if (resolved && is_tied_copy(context, unit)) flags |= ACCEL_UNIT_FLAG_TIED_COPY;
   if ((managed & ACCEL_STORAGE_PARAMS) != 0) flags |= ACCEL_UNIT_FLAG_PLUGIN_PARAMS;
   if ((managed & ACCEL_STORAGE_GRADS) != 0) flags |= ACCEL_UNIT_FLAG_PLUGIN_GRADS;
   if (ckpt_it != plan.checkpointing.end() && ckpt_it->second) flags |= ACCEL_UNIT_FLAG_CHECKPOINTED;

@@ -136,19 +136,24 @@ std::vector<std::string> write_host_files(const fs::path& dir, const model::GptM
   bool any_unit = false;
   for (size_t u = 0; u < model.units().size(); ++u) {
     const model::Unit& unit = model.units()[u];
-    if (!host_keeps(unit)) continue;
+    // Another pipeline stage's unit comes whole from that stage.
+    const bool from_stage =
+        !host_keeps(unit) && std::all_of(unit.params().begin(), unit.params().end(),
+                                         [&](const model::Param& p) { return whole_of(p.spec.name) != nullptr; });
+    if (!host_keeps(unit) && !from_stage) continue;
     any_unit = true;
-    const float* values = host_data(unit.flat_params());
+    const float* values = from_stage ? nullptr : host_data(unit.flat_params());
     for (const model::Param& p : unit.params()) {
       if (p.split.active() && whole_of(p.spec.name) == nullptr) {
         throw CheckpointError(p.spec.name + " is split over the tensor group and was not gathered");
       }
       const size_t bytes = static_cast<size_t>(p.spec.numel()) * sizeof(float);
-      const float* data = p.split.active() ? whole_of(p.spec.name) : values + p.offset;
+      const float* data = p.split.active() || from_stage ? whole_of(p.spec.name) : values + p.offset;
       weights.add(p.spec.name, DType::F32, p.spec.shape, data, bytes);
       note(ACCEL_CHECKPOINT_MODEL, p.spec.name, p.spec.shape);
     }
     if (!host_optimizer) continue;
+    if (from_stage) throw CheckpointError("unit " + unit.name() + " is another stage's: its moments are not the host's");
     const std::vector<at::Tensor> unit_moments = moments_of(optimizer, u);
     const float* avg = host_data(unit_moments[0]);
     const float* avg_sq = host_data(unit_moments[1]);
@@ -180,6 +185,39 @@ std::vector<std::string> write_host_files(const fs::path& dir, const model::GptM
   return files;
 }
 
+void gather_stage_units(const model::GptModel& model, const StageLayout& stages, WholeTensors& whole) {
+  if (stages.world == nullptr || stages.unit_stage.empty()) return;
+  const int rank = stages.world->rank();
+  const int32_t my_stage = rank / stages.ranks_per_stage;
+  const bool sender = my_stage > 0 && rank % stages.ranks_per_stage == 0;
+  if (rank != 0 && !sender) return;
+  const comm::OpOptions options{0, "host checkpoint: a stage's units to rank 0"};
+  for (size_t u = 0; u < model.units().size(); ++u) {
+    const int32_t stage = stages.unit_stage[u];
+    if (stage == 0 || (sender && stage != my_stage)) continue;
+    const model::Unit& unit = model.units()[u];
+    for (const model::Param& p : unit.params()) {
+      if (sender) {
+        const auto found = whole.find(p.spec.name);
+        const at::Tensor tensor =
+            (found != whole.end() ? found->second : unit.flat_params().narrow(0, p.offset, p.numel()))
+                .to(at::kCPU, at::kFloat)
+                .contiguous();
+        const comm::Status status =
+            stages.world->send(comm::host_buffer(tensor.data_ptr(), tensor.numel(), comm::DType::f32), 0, 0, options);
+        if (!status.ok()) throw CheckpointError(status.message);
+        continue;
+      }
+      at::Tensor tensor = at::empty(p.spec.shape, at::kFloat);
+      const comm::Status status = stages.world->recv(comm::host_buffer(tensor.data_ptr(), tensor.numel(),
+                                                                       comm::DType::f32),
+                                                     stage * stages.ranks_per_stage, 0, options);
+      if (!status.ok()) throw CheckpointError(status.message);
+      whole[p.spec.name] = std::move(tensor);
+    }
+  }
+}
+
 RankGroup rank_group_over(comm::Communicator* world) {
   RankGroup group;
   if (world == nullptr || world->size() == 1) return group;
@@ -193,9 +231,11 @@ RankGroup rank_group_over(comm::Communicator* world) {
 
 fs::path save_checkpoint_from_all_ranks(const fs::path& root, const RankGroup& group, const model::GptModel& model,
                                         train::FlatAdamW& optimizer, const TrainerState& state, bool host_optimizer,
-                                        const PluginStateSaver& save_plugins) {
-  // Collective over each tensor group, so on every rank, before any writes.
-  const WholeTensors whole = gather_split_tensors(model, optimizer, host_optimizer);
+                                        const PluginStateSaver& save_plugins, const StageLayout& stages) {
+  // Collective over each tensor group, so on every rank, before any writes;
+  // then the other stages' units reach rank 0.
+  WholeTensors whole = gather_split_tensors(model, optimizer, host_optimizer);
+  gather_stage_units(model, stages, whole);
   const auto write = [&](const fs::path& dir) {
     runtime::PluginStateWriter writer;
     if (save_plugins) save_plugins(writer);

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "host/checkpoint/rank_commit.h"
+#include "host/comm/communicator.h"
 #include "host/checkpoint/trainer_state.h"
 #include "host/model/gpt.h"
 #include "host/runtime/checkpoint_reader.h"
@@ -49,7 +50,9 @@ namespace accel::checkpoint {
 // trainer_state.json. Adds each tensor to `inventory` when given (the
 // commit-time tiling check). Returns the names of the files written.
 // Parameters split by tensor parallelism are written whole, from `whole`
-// (gather_split_tensors); missing there, the save fails naming them.
+// (gather_split_tensors); missing there, the save fails naming them. Units
+// without host storage whose every parameter is in `whole` (another
+// pipeline stage's, gather_stage_units) are written from there.
 using WholeTensors = std::map<std::string, at::Tensor>;
 std::vector<std::string> write_host_files(const std::filesystem::path& dir, const model::GptModel& model,
                                           train::FlatAdamW& optimizer, const TrainerState& state,
@@ -64,6 +67,21 @@ std::vector<std::string> write_host_files(const std::filesystem::path& dir, cons
 // other (global shapes, offsets 0) and resumes at any layout; resuming into
 // one, each rank reads its rectangles of the whole tensors.
 WholeTensors gather_split_tensors(const model::GptModel& model, train::FlatAdamW& optimizer, bool host_optimizer);
+
+// Where a pipeline run's units live, for rank 0 to write them all.
+struct StageLayout {
+  comm::Communicator* world = nullptr;  // null: one stage
+  std::vector<int32_t> unit_stage;      // each unit's stage
+  int32_t ranks_per_stage = 1;          // stage s's first rank is s x this (accel/comm.h)
+};
+
+// Adds to `whole` the parameters (global shapes, CPU, fp32) of every unit
+// rank 0 does not hold: each stage's first rank sends its units' (whole
+// tensors from `whole` where split, else its storage), rank 0 receives. Point
+// to point over `stages.world`, so every rank calls it; a no-op with one
+// stage. Needs the parameters only (a pipeline strategy saves its own
+// optimizer state).
+void gather_stage_units(const model::GptModel& model, const StageLayout& stages, WholeTensors& whole);
 
 // The plugins' save_state hooks with `writer` installed as the put target.
 using PluginStateSaver = std::function<void(runtime::PluginStateWriter& writer)>;
@@ -81,7 +99,8 @@ RankGroup rank_group_over(comm::Communicator* world);
 std::filesystem::path save_checkpoint_from_all_ranks(const std::filesystem::path& root, const RankGroup& group,
                                                      const model::GptModel& model, train::FlatAdamW& optimizer,
                                                      const TrainerState& state, bool host_optimizer,
-                                                     const PluginStateSaver& save_plugins = {});
+                                                     const PluginStateSaver& save_plugins = {},
+                                                     const StageLayout& stages = {});
 
 // One process, no plugins: writes ROOT/step_<state.step> atomically.
 std::filesystem::path save_trainer_checkpoint(const std::filesystem::path& root, const model::GptModel& model,

@@ -21,6 +21,7 @@
 #include "host/model/tensor_memory.h"
 #include "host/runtime/memory_ledger.h"
 #include "host/runtime/memory_services.h"
+#include "host/runtime/pipeline_plan.h"
 #include "host/runtime/plugin_state.h"
 #include "host/runtime/tensor_parallel_plan.h"
 #include "host/runtime/tensor_views.h"
@@ -61,13 +62,6 @@ std::vector<at::Tensor> flat_grads_of(model::GptModel& model) {
     if (unit.has_grads()) grads.push_back(unit.flat_grads());
   }
   return grads;
-}
-
-// Units unit `u`'s computation touches: itself, and for a tied head the
-// token embedding (gpt.h).
-std::vector<size_t> units_read_by(const model::GptModel& model, size_t u) {
-  if (model.units()[u].kind() == model::UnitKind::head && model.head_tied_to_embedding()) return {u, 0};
-  return {u};
 }
 
 // Peak accounted bytes on the rank's device since the last reset, by
@@ -132,155 +126,6 @@ at::Tensor Trainer::load_batch(const data::TokenDataset& dataset, const std::vec
   return batch;
 }
 
-namespace {
-
-AccelUnitHookArgs unit_args(size_t unit, int64_t micro, uint32_t flags, const DLTensor* activation) {
-  AccelUnitHookArgs args{};
-  args.struct_size = sizeof(args);
-  args.unit = static_cast<int32_t>(unit);
-  args.micro_batch = static_cast<int32_t>(micro);
-  args.flags = flags;
-  args.activation = activation;
-  return args;
-}
-
-}  // namespace
-
-void Trainer::require_storage(size_t u, bool backward) const {
-  for (size_t touched : units_read_by(model_, u)) {
-    const model::Unit& unit = model_.units()[touched];
-    const char* missing = !unit.has_params() ? "parameters" : (backward && !unit.has_grads()) ? "gradients" : nullptr;
-    if (missing == nullptr) continue;
-    throw std::runtime_error(strformat("unit %s: its %s are not materialised when %s %s runs (the plugin managing "
-                                       "its storage must materialize it in the unit's %s hook)",
-                                       unit.name().c_str(), missing, model_.units()[u].name().c_str(),
-                                       backward ? "backward" : "forward", backward ? "backward_pre" : "forward_pre"));
-  }
-}
-
-bool Trainer::recomputes(size_t u) const {
-  // The last unit's output feeds the loss directly: it is never recomputed.
-  if (context_ == nullptr || u + 1 == model_.units().size()) return false;
-  const auto it = context_->plan.checkpointing.find(static_cast<int32_t>(u));
-  return it != context_->plan.checkpointing.end() && it->second;
-}
-
-at::Tensor Trainer::run_unit_forward(size_t u, int64_t micro, uint32_t hook_flags, const at::Tensor& input) {
-  const runtime::TraceRange range(context_, (hook_flags & ACCEL_UNIT_HOOK_RECOMPUTE) ? "recompute" : "forward", "host",
-                                  static_cast<int32_t>(u), static_cast<int32_t>(micro));
-  if (hooks_ && hooks_->has_unit_hooks()) {
-    std::optional<runtime::TensorView> view;
-    if (u > 0) view.emplace(input);
-    AccelUnitHookArgs args = unit_args(u, micro, hook_flags, view ? view->get() : nullptr);
-    hooks_->unit_forward_pre(args);
-  }
-  require_storage(u, /*backward=*/false);
-  if (linear_chain_) linear_chain_->set_recompute((hook_flags & ACCEL_UNIT_HOOK_RECOMPUTE) != 0);
-  AutocastScope autocast(config_.mixed_precision, config_.autocast, model_.device().type());
-  // Units may hold different dtypes (a plugin's bf16 units beside the
-  // host's fp32 ones): the input enters in the unit's own dtype, as
-  // PyTorch FSDP's cast_forward_inputs does; the cast is differentiable.
-  at::Tensor typed = input;
-  const at::ScalarType unit_dtype = model_.units()[u].flat_params().scalar_type();
-  if (typed.is_floating_point() && typed.scalar_type() != unit_dtype) typed = typed.to(unit_dtype);
-  const bool keeps_graph = (hook_flags & ACCEL_UNIT_HOOK_NO_GRAD) == 0 &&
-                           (!recomputes(u) || (hook_flags & ACCEL_UNIT_HOOK_RECOMPUTE) != 0);
-  at::Tensor output;
-  if (keeps_graph) {
-    output = model_.forward_unit(u, typed);
-  } else {
-    at::NoGradGuard no_grad;
-    output = model_.forward_unit(u, typed);
-  }
-  if (hooks_ && hooks_->has_unit_hooks()) {
-    runtime::TensorView view(output);
-    AccelUnitHookArgs args = unit_args(u, micro, hook_flags, view.get());
-    hooks_->unit_forward_post(args);
-  }
-  memory_watch_.after_forward(model_, context_ ? &context_->plan : nullptr, u, accounted_memory());
-  return output;
-}
-
-double Trainer::forward_backward(const at::Tensor& batch, int64_t micro, double loss_multiplier, bool last_micro) {
-  const int64_t T = batch.size(1) - 1;
-  at::Tensor on_device;
-  {
-    const runtime::TraceRange range(context_, "data", "host", -1, static_cast<int32_t>(micro));
-    on_device = batch.to(model_.device());
-  }
-  const at::Tensor inputs = on_device.narrow(1, 0, T);
-  const at::Tensor targets = on_device.narrow(1, 1, T);
-  const size_t num_units = model_.units().size();
-  const uint32_t flags = last_micro ? ACCEL_UNIT_HOOK_LAST_MICRO_BATCH : 0;
-  const bool unit_hooks = hooks_ && hooks_->has_unit_hooks();
-  if (linear_chain_) linear_chain_->set_micro_batch(static_cast<int32_t>(micro));
-
-  std::vector<at::Tensor> unit_inputs(num_units), unit_outputs(num_units);
-  // Forward, one unit at a time. Each unit's input is a detached leaf, so
-  // backward below can run unit by unit, newest first.
-  at::Tensor x = inputs;
-  for (size_t u = 0; u < num_units; ++u) {
-    unit_inputs[u] = u == 0 ? x : x.detach().requires_grad_(true);
-    unit_outputs[u] = run_unit_forward(u, micro, flags, unit_inputs[u]);
-    x = unit_outputs[u];
-  }
-  at::Tensor loss;
-  at::Tensor grad_output;
-  {
-    // The loss, forward and backward, is one trace range.
-    const runtime::TraceRange range(context_, "loss", "host", -1, static_cast<int32_t>(micro));
-    {
-      AutocastScope autocast(config_.mixed_precision, config_.autocast, model_.device().type());
-      const at::Tensor& logits = unit_outputs.back();
-      loss = model_.loss_from_logits(logits, targets);
-    }
-
-    // Backward, newest unit first: the gradient of each unit's output is the
-    // gradient its successor left on its own input leaf.
-    grad_output = torch::autograd::grad({loss * loss_multiplier}, {unit_outputs.back()}, /*grad_outputs=*/{},
-                                        /*retain_graph=*/true)[0];
-    // The loss's own graph (cross-entropy's saved log-softmax: batch x seq x
-    // vocab floats, as large as the logits) is done with: drop it now, not at
-    // the end of backward, where it would sit on top of every unit's peak.
-    loss = loss.detach();
-  }
-  for (size_t k = 0; k < num_units; ++k) {
-    const size_t u = num_units - 1 - k;
-    if (recomputes(u)) unit_outputs[u] = run_unit_forward(u, micro, flags | ACCEL_UNIT_HOOK_RECOMPUTE, unit_inputs[u]);
-    const runtime::TraceRange range(context_, "backward", "host", static_cast<int32_t>(u),
-                                    static_cast<int32_t>(micro));
-    if (unit_hooks) {
-      runtime::TensorView view(grad_output);
-      AccelUnitHookArgs args = unit_args(u, micro, flags, view.get());
-      hooks_->unit_backward_pre(args);
-    }
-    require_storage(u, /*backward=*/true);
-    unit_outputs[u].backward(grad_output);
-    unit_outputs[u] = at::Tensor();  // frees the unit's graph and activations
-    const at::Tensor grad_input = u > 0 ? unit_inputs[u].grad() : at::Tensor();
-    if (unit_hooks) {
-      std::optional<runtime::TensorView> view;
-      if (grad_input.defined()) view.emplace(grad_input);
-      AccelUnitHookArgs args = unit_args(u, micro, flags, view ? view->get() : nullptr);
-      hooks_->unit_backward_post(args);
-      if (last_micro) {
-        const model::Unit& unit = model_.units()[u];
-        std::optional<runtime::TensorView> grads;
-        if (unit.has_grads()) grads.emplace(unit.flat_grads());
-        AccelGradientsReadyArgs ready{};
-        ready.struct_size = sizeof(ready);
-        ready.unit = static_cast<int32_t>(u);
-        ready.micro_batch = static_cast<int32_t>(micro);
-        ready.grads = grads ? grads->get() : nullptr;
-        hooks_->gradients_ready(ready);
-      }
-    }
-    memory_watch_.after_backward(accounted_memory());
-    grad_output = grad_input;
-  }
-  return loss.item<double>();
-}
-
 double Trainer::plugin_clip(double max_norm) {
   at::Tensor total_norm = at::zeros({}, at::kFloat);
   runtime::TensorView norm_view(total_norm);
@@ -340,13 +185,10 @@ StepOutcome Trainer::train_step(int64_t step) {
   take_over.step = step_args.step;
   take_over.num_micro_batches = step_args.num_micro_batches;
   double loss_sum = 0.0;
-  const bool taken_over = hooks_ && hooks_->train_step(take_over);
-  if (taken_over) {
-    // A pipeline schedule ran the micro-batches; the loss reaches the host
-    // through run_forward of the head unit, which this host does not offer
-    // yet (docs/abi.md §11), so it is reported as NaN.
-    loss_sum = std::numeric_limits<double>::quiet_NaN();
-  } else {
+  // A pipeline schedule runs the micro-batches through run_forward /
+  // run_backward; the losses it reached on the last stage are the step's.
+  const bool taken_over = run_taken_over_step(take_over, loss_sum);
+  if (!taken_over) {
     for (int64_t micro = 0; micro < micro_steps; ++micro) {
       at::Tensor batch;
       {
@@ -361,6 +203,10 @@ StepOutcome Trainer::train_step(int64_t step) {
   }
   outcome.loss = loss_sum / static_cast<double>(micro_steps);
   // The loss of the global batch: every data-parallel rank's share, averaged.
+  // With pipeline stages only the last holds it: it counts P times, the
+  // others nothing, so the world's mean is the mean over its data ranks.
+  const int32_t stages = context_ ? context_->model_run.pipeline_size : 1;
+  if (stages > 1) outcome.loss *= static_cast<double>(stages);
   outcome.loss = average_over_ranks(outcome.loss, "host loss average");
 
   at::NoGradGuard no_grad;
@@ -369,7 +215,7 @@ StepOutcome Trainer::train_step(int64_t step) {
   // precision (fp16's loss scaler handles overflowing gradients, not this).
   // Every rank holds the same averaged loss, so all stop or skip together;
   // the check follows gradients_finalize so no reduction is left in flight.
-  outcome.nonfinite_loss = !taken_over && !std::isfinite(outcome.loss);
+  outcome.nonfinite_loss = !std::isfinite(outcome.loss);
   if (outcome.nonfinite_loss) {
     if (nonfinite_loss_steps_ >= config_.nonfinite_loss_skips) {
       throw AgreedError(1, strformat("step %lld: the loss averaged over every rank is %g; stopping after %lld "
@@ -490,17 +336,20 @@ void Trainer::plan_plugins() {
   hooks_->plan_model();
   if (context_->world) runtime::resolve_standard_groups(*context_);
   const runtime::ModelPlan& plan = context_->plan;
-  if (!plan.unit_stage.empty()) {
-    // Resolving stages is the work of the pipeline strategy; until a host
-    // version resolves them, a plan that asks for them is refused here
-    // rather than silently ignored.
-    throw std::runtime_error("the plugins' model plan assigns pipeline stages, which this host version does not "
-                             "resolve yet");
-  }
-  if (!plan.splits.empty()) {
-    use_tensor_parallel_plan();
-  } else {
-    cli::validate_for_world(config_, data_size_);  // a tensor-parallel plugin that split nothing (tp 1)
+  runtime::resolve_pipeline_plan(*context_);
+  if (!plan.splits.empty()) use_tensor_parallel_plan();
+  use_data_parallel_share();
+  if (context_->model_run.pipeline_size > 1) {
+    // Each stage holds its units' gradients only: the host's norm and step
+    // would miss the other stages' and the tied copies' sums.
+    if (!hooks_->owns_clip_gradients() || !hooks_->owns_optimizer_step() || !hooks_->train_step_owner()) {
+      throw std::runtime_error("the plugins' model plan assigns pipeline stages, but no plugin takes over "
+                               "clip_gradients, optimizer_step and train_step (a pipeline strategy does all three)");
+    }
+    if (config_.mixed_precision == MixedPrecision::fp16) {
+      throw std::runtime_error("--mixed-precision fp16 with pipeline stages: the loss scaler's overflow check "
+                               "would see one stage's gradients only; use bf16");
+    }
   }
   for (const auto& [unit, what] : plan.managed_storage) {
     if (what == ACCEL_STORAGE_PARAMS) {
@@ -523,22 +372,29 @@ void Trainer::plan_plugins() {
 
 void Trainer::use_tensor_parallel_plan() {
   runtime::resolve_tensor_parallel_plan(*context_);
-  const int64_t tensor = runtime::tensor_parallel_size(*context_);
-  // The ranks of a tensor group read the same micro-batches: the data
-  // parallel rank is the group's index (accel/comm.h's rank layout).
-  data_rank_ = static_cast<int>(rank_ / tensor);
-  data_size_ = static_cast<int>(world_size_ / tensor);
-  cli::validate_for_world(config_, data_size_);  // deferred by run.cpp: the data group splits the batch
-  context_->model_run.micro_batch_size = config_.batch_size / (data_size_ * config_.grad_accum);
   if (!hooks_->owns_clip_gradients()) {
     throw std::runtime_error("the plugins' model plan splits parameters, but no plugin takes over clip_gradients: "
                              "the host's norm would count split parameters once per rank");
   }
 }
 
+void Trainer::use_data_parallel_share() {
+  // The ranks of a tensor group, and the stages of a pipeline, read the same
+  // micro-batches: the data-parallel rank is the rank's index between them
+  // (accel/comm.h's rank layout: r = (stage x D + data) x T + tensor).
+  const auto tensor = static_cast<int>(runtime::tensor_parallel_size(*context_));
+  const int stages = context_->model_run.pipeline_size;
+  data_size_ = world_size_ / (tensor * stages);
+  data_rank_ = (rank_ / tensor) % data_size_;
+  cli::validate_for_world(config_, data_size_);  // deferred by run.cpp: the data group splits the batch
+  context_->model_run.micro_batch_size = config_.batch_size / (data_size_ * config_.grad_accum);
+}
+
 void Trainer::materialize_host_units() {
   std::vector<model::Unit>& units = model_.units();
   for (size_t u = 0; u < units.size(); ++u) {
+    // Another pipeline stage's unit has no storage here.
+    if (context_ && !runtime::holds_unit(*context_, static_cast<int32_t>(u))) continue;
     // A plugin that took over only the gradients (ZeRO-2) leaves the
     // parameters to the host: kept, initialised, saved as any host unit's.
     uint32_t what = 0;  // the ACCEL_STORAGE_* bits a plugin manages
@@ -573,10 +429,13 @@ void Trainer::setup_plugins() {
 
 void Trainer::run() {
   plan_plugins();
-  if (config_.eval.every > 0 && hooks_ && hooks_->train_step_owner()) {
-    throw std::runtime_error("--eval-every: plugin " + hooks_->train_step_owner()->name() +
-                             " runs the micro-batches itself (train_step), so the host cannot run an evaluation "
-                             "forward; leave --eval-every out");
+  if (config_.eval.every > 0 && context_ && context_->model_run.pipeline_size > 1) {
+    // The host's evaluation runs every unit in one process; a stage holds
+    // only its own.
+    throw std::runtime_error("--eval-every: the plugins' plan cuts the model into " +
+                             std::to_string(context_->model_run.pipeline_size) +
+                             " pipeline stages, and the host evaluates with every unit on one rank; leave "
+                             "--eval-every out");
   }
   if (!config_.resume.empty()) resume_from(config_.resume);
   setup_plugins();

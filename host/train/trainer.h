@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 
@@ -19,6 +20,8 @@
 #include "host/train/flat_adamw.h"
 #include "host/train/loss_scaler.h"
 #include "host/runtime/memory_ledger.h"
+#include "host/runtime/pipeline_plan.h"
+#include "host/runtime/tensor_views.h"
 #include "host/train/metrics_writer.h"
 #include "host/train/tensorboard_writer.h"
 
@@ -42,13 +45,13 @@ struct StepOutcome {
   bool nonfinite_loss = false;  // skipped because the global loss was NaN/inf
 };
 
-class Trainer {
+class Trainer final : public runtime::ModelRunner {
  public:
   // `hooks` and `context` are the run's plugins (both null: none). The
   // trainer calls every hook at the points accel/plugin.h defines.
   Trainer(const RunConfig& config, int rank, int world_size, plugin::HookDispatcher* hooks = nullptr,
           runtime::HostContext* context = nullptr);
-  ~Trainer();
+  ~Trainer() override;
 
   // Restores from --resume (if given), then trains steps [start, --steps).
   void run();
@@ -74,9 +77,11 @@ class Trainer {
   // host's own storage (every unit no plugin took over) and optimizer state.
   void plan_plugins();
   void materialize_host_units();
-  // Resolves the plan's tensor-parallel splits into the model, and the data
-  // parallel rank and size that follow (world = tensor x data).
+  // Resolves the plan's tensor-parallel splits into the model.
   void use_tensor_parallel_plan();
+  // The data-parallel rank and size once splits and stages resolved
+  // (world = stages x data x tensor), checked against the batch.
+  void use_data_parallel_share();
   void create_plugins_together();
   // setup of every plugin (after a resume restored the host's state), then
   // load_state when resuming.
@@ -87,6 +92,40 @@ class Trainer {
   // Forward and backward of one micro-batch, unit by unit (so unit hooks run
   // at unit boundaries); returns the unscaled loss.
   double forward_backward(const at::Tensor& batch, int64_t micro, double loss_multiplier, bool last_micro);
+
+  // --- unit ranges (trainer_ranges.cpp): the host's loop and a pipeline
+  // schedule's run_forward / run_backward run the same code ---
+  // One micro-batch's forward over units [first, end), kept for backward.
+  struct RangeRun {
+    size_t first = 0, end = 0;
+    std::vector<at::Tensor> inputs, outputs;  // per unit of the range
+    at::Tensor grad_logits;  // d(loss x multiplier)/d(logits), when the range ends with the last unit
+    at::Tensor loss;         // detached fp32 scalar, likewise
+    runtime::TensorView output_view, loss_view;  // what run_forward hands out
+  };
+  // Units' forward in order; `input` is the token ids (first 0) or the
+  // previous range's output. With the last unit, the loss on `targets`
+  // and its gradient (scaled by `loss_multiplier`) at the logits.
+  std::unique_ptr<RangeRun> forward_range(size_t first, size_t end, int64_t micro, uint32_t flags,
+                                          const at::Tensor& input, const at::Tensor& targets,
+                                          double loss_multiplier);
+  // Units' backward, newest first, from `grad_output` (undefined: the
+  // range's own loss gradient); returns the gradient of the range's input
+  // (undefined when first is 0). Frees what the forward kept.
+  at::Tensor backward_range(RangeRun& run, int64_t micro, uint32_t flags, at::Tensor grad_output);
+  // ModelRunner: a train_step take-over's run_forward / run_backward.
+  void run_forward(AccelRunForwardArgs& args) override;
+  void run_backward(AccelRunBackwardArgs& args) override;
+  // The micro-batch `micro` of step `step` on the model's device (this
+  // rank's share), read once per step.
+  const at::Tensor& micro_batch_on_device(int64_t step, int64_t micro);
+  // Runs the train_step take-over with this trainer as the model runner;
+  // returns whether a plugin took the step, and sets `loss_sum` to the sum
+  // of its micro-batches' losses (0 off the last stage, NaN when the
+  // schedule never reached the loss).
+  bool run_taken_over_step(const AccelTrainStepArgs& args, double& loss_sum);
+  // Throws naming the range when a run_* call does not fit this rank's stage.
+  void check_range(int32_t first, int32_t end, int32_t micro, const char* service) const;
   // Unit `u`'s forward between its hooks. `input` is what the unit reads
   // (the token ids for unit 0, else the previous unit's output, as a leaf
   // when gradients flow). No graph is kept for an evaluation
@@ -121,8 +160,8 @@ class Trainer {
   RunConfig config_;
   int rank_;
   int world_size_;
-  int data_rank_;  // this rank's share of the batch: rank / tensor size
-  int data_size_;  // ranks reading distinct data: world / tensor size
+  int data_rank_;  // this rank's share of the batch (use_data_parallel_share)
+  int data_size_;  // ranks reading distinct data: world / (tensor x stages)
   model::GptModel model_;
   data::RunDatasets data_;  // training windows, and held-out ones under --eval-every
   data::BatchSampler sampler_;
@@ -142,6 +181,16 @@ class Trainer {
   std::unique_ptr<LinearChain> linear_chain_;  // when a plugin joins the linear chain
   runtime::StepMemoryWatch memory_watch_;  // gathered bytes and the ledger, sampled per unit
   const runtime::MemoryAccounting* accounted_memory() const { return context_ ? context_->memory.get() : nullptr; }
+  // A take-over step's ranges in flight, by (first unit, micro-batch); the
+  // last backward's input gradient of each micro-batch, valid until the
+  // next run call for it; the step's micro-batches read so far; the losses
+  // the schedule's last ranges computed.
+  std::map<std::pair<size_t, int64_t>, std::unique_ptr<RangeRun>> ranges_;
+  std::map<int64_t, std::unique_ptr<runtime::TensorView>> grad_inputs_;
+  std::map<int64_t, at::Tensor> step_batches_;
+  int64_t runner_step_ = 0;
+  double runner_loss_sum_ = 0.0;
+  int64_t runner_losses_ = 0;
   int64_t completed_steps_ = 0;
   int64_t nonfinite_loss_steps_ = 0;  // skipped so far (--nonfinite-loss-skips)
 };

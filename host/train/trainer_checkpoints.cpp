@@ -107,9 +107,15 @@ void Trainer::save_checkpoint() {
     context_->state_writer = nullptr;
   };
   const bool host_optimizer = !hooks_ || !hooks_->owns_optimizer_step();
+  checkpoint::StageLayout stages;
+  if (context_ && context_->model_run.pipeline_size > 1) {
+    stages.world = context_->world;
+    stages.unit_stage = context_->plan.unit_stage;
+    stages.ranks_per_stage = world_size_ / context_->model_run.pipeline_size;
+  }
   const std::filesystem::path path = checkpoint::save_checkpoint_from_all_ranks(
       config_.save_dir, checkpoint::rank_group_over(world_size_ > 1 ? context_->world : nullptr), model_, optimizer_,
-      state, host_optimizer, save_plugins);
+      state, host_optimizer, save_plugins, stages);
   if (rank_ == 0) log::info("saved checkpoint " + path.string());
 }
 

@@ -40,6 +40,8 @@
 #include <vector>
 
 #include "megatron_schedules.h"
+#include "pipeline_runner.h"
+#include "pipeline_schedule.h"
 #include "sharding/machinery.h"
 #include "sharding/model_layout.h"
 
@@ -63,8 +65,14 @@ class Megatron final : public sdk::Plugin {
   static constexpr sdk::Option options[] = {
       {"tp_degree", ACCEL_OPTION_INT, "1", "tensor-parallel degree T: ranks splitting each layer (world = T x data)",
        nullptr, "1"},
-      {"pp_degree", ACCEL_OPTION_INT, "1", "pipeline-parallel degree; only 1 (pipeline parallelism is part 2)",
-       nullptr, "1"},
+      {"pp_degree", ACCEL_OPTION_INT, "1",
+       "pipeline-parallel degree P: stages the units are cut into (world = P x data x tp_degree)", nullptr, "1"},
+      {"num_layers_per_virtual_pipeline_stage", ACCEL_OPTION_INT, "0",
+       "layers per virtual stage: each stage runs L / (P x this) chunks, interleaved (0: one chunk per stage)",
+       nullptr, "0"},
+      {"pipeline_schedule", ACCEL_OPTION_ENUM, "1f1b",
+       "1f1b (Megatron's; interleaved with virtual stages) or gpipe (every forward, then every backward)",
+       "1f1b|gpipe"},
       {"sequence_parallelism", ACCEL_OPTION_BOOL, "false",
        "split LayerNorm and dropout regions along the sequence (needs tp_degree > 1)"},
       {"recompute_activations", ACCEL_OPTION_BOOL, "false",
@@ -77,7 +85,7 @@ class Megatron final : public sdk::Plugin {
       {"gradient_clipping", ACCEL_OPTION_DOUBLE, "0",
        "refused when given: the host's --grad-clip is the one global-norm clip setting", nullptr, "0"},
       {"num_micro_batches", ACCEL_OPTION_INT, "1",
-       "refused when given: the host's --grad-accum is the one accumulation setting", nullptr, "1"},
+       "micro-batches per step: must equal the host's --grad-accum (the one accumulation setting)", nullptr, "1"},
       {"weight_decay_incr_style", ACCEL_OPTION_ENUM, "constant",
        "weight decay from start_weight_decay to end_weight_decay over the run's --steps", "constant|linear|cosine"},
       {"start_weight_decay", ACCEL_OPTION_DOUBLE, "0", "weight decay at step 1 (when not given: the host's --weight-decay)",
@@ -118,21 +126,19 @@ class Megatron final : public sdk::Plugin {
       : Plugin(s),
         ops_(s),
         tp_(s.option<int64_t>("tp_degree")),
+        pp_(s.option<int64_t>("pp_degree")),
         sequence_parallel_(s.option<bool>("sequence_parallelism")),
         recompute_(s.option<bool>("recompute_activations")),
         full_recompute_(recompute_ && s.option<std::string>("recompute_granularity") == "full"),
         distributed_optimizer_(s.option<bool>("use_distributed_optimizer")) {
     const int world = s.world_size();
-    if (s.option<int64_t>("pp_degree") != 1) {
-      throw Error(ACCEL_ERROR_UNSUPPORTED,
-                  "pp_degree " + std::to_string(s.option<int64_t>("pp_degree")) +
-                      ": pipeline parallelism is not available yet (only pp_degree 1)");
+    if (world % (tp_ * pp_) != 0) {
+      throw Error(ACCEL_ERROR_INVALID_ARGUMENT,
+                  "tp_degree " + std::to_string(tp_) + " x pp_degree " + std::to_string(pp_) +
+                      " does not divide the world size " + std::to_string(world) +
+                      " (world = pp_degree x data-parallel size x tp_degree)");
     }
-    if (world % tp_ != 0) {
-      throw Error(ACCEL_ERROR_INVALID_ARGUMENT, "tp_degree " + std::to_string(tp_) +
-                                                    " does not divide the world size " + std::to_string(world) +
-                                                    " (world = tp_degree x data-parallel size)");
-    }
+    plan_pipeline(s);
     if (sequence_parallel_ && tp_ == 1) {
       throw Error(ACCEL_ERROR_INVALID_ARGUMENT,
                   "sequence_parallelism needs tp_degree > 1 (it splits the tensor group's replicated regions)");
@@ -145,9 +151,14 @@ class Megatron final : public sdk::Plugin {
       throw Error(ACCEL_ERROR_INVALID_ARGUMENT,
                   "gradient_clipping: give the host's --grad-clip (the one clipping setting every strategy reads)");
     }
-    if (s.option_is_set("num_micro_batches")) {
+    if (s.option_is_set("num_micro_batches") &&
+        s.option<int64_t>("num_micro_batches") != s.option<int64_t>("train.grad_accum_steps")) {
       throw Error(ACCEL_ERROR_INVALID_ARGUMENT,
-                  "num_micro_batches: give the host's --grad-accum (the one accumulation setting)");
+                  sdk::format("num_micro_batches %lld: give the host's --grad-accum %lld too (the one accumulation "
+                              "setting; it is %lld)",
+                              static_cast<long long>(s.option<int64_t>("num_micro_batches")),
+                              static_cast<long long>(s.option<int64_t>("num_micro_batches")),
+                              static_cast<long long>(s.option<int64_t>("train.grad_accum_steps"))));
     }
     refuse_unserved_fields(s);
     if (s.option<std::string>("train.optimizer") != "adamw") {
@@ -167,7 +178,7 @@ class Megatron final : public sdk::Plugin {
                   "weight_decay_incr_style constant needs start_weight_decay equal to end_weight_decay (Megatron's "
                   "rule); give linear or cosine to change it over the run");
     }
-    const int32_t data = static_cast<int32_t>(world / tp_);
+    const int32_t data = static_cast<int32_t>(world / (tp_ * pp_));
     // The distributed optimizer partitions over the whole data group; without
     // it every data rank is a replica.
     config_.mesh.sharding_size = distributed_optimizer_ ? data : 1;
@@ -180,9 +191,15 @@ class Megatron final : public sdk::Plugin {
     AccelMeshSpec mesh{};
     mesh.struct_size = sizeof(mesh);
     mesh.tensor_size = static_cast<int32_t>(tp_);
+    mesh.pipeline_size = static_cast<int32_t>(pp_);
     mesh.sharding_size = config_.mesh.sharding_size;
     mesh.replica_size = config_.mesh.replica_size;
     services().check(t.comm->set_mesh(services().host(), &mesh), "set_mesh");
+    if (pp_ > 1) {
+      services().check(t.model->plan_stages(services().host(), stage_plan_.stage_of_unit.data(),
+                                            static_cast<int32_t>(stage_plan_.stage_of_unit.size())),
+                       "plan_stages");
+    }
     if (sequence_parallel_) {
       services().check(t.model->plan_sequence_parallel(services().host(), ACCEL_GROUP_TENSOR),
                        "plan_sequence_parallel");
@@ -215,11 +232,13 @@ class Megatron final : public sdk::Plugin {
   void setup(const AccelSetupArgs&) override {
     const sdk::Services& s = services();
     units_ = sharding::read_model_layout(s, sharding::SplitParams::accept);
+    // A pipeline stage keeps the optimizer state of the units it holds.
+    const std::vector<UnitLayout> held = sharding::held_units(units_);
     plan_.group_of.assign(units_.size(), distributed_optimizer_ ? 0 : -1);
     if (distributed_optimizer_) {
       // One partition group of every unit: ZeRO-1 gathers nothing per unit.
       sharding::GatherGroup all;
-      for (const UnitLayout& u : units_) all.units.push_back(u.index);
+      for (const UnitLayout& u : held) all.units.push_back(u.index);
       plan_.groups.push_back(std::move(all));
     }
     AccelGroup* sharding = ops_.group(ACCEL_GROUP_SHARDING);
@@ -237,7 +256,7 @@ class Megatron final : public sdk::Plugin {
     const sdk::GroupShape sharding_shape = ops_.shape(sharding);
     // The host keeps the parameters and gradients (the model runs on them);
     // the partitions are the optimizer's.
-    m_.store = std::make_unique<sharding::ShardStore>(ops_, config_, units_, plan_, sharding_shape,
+    m_.store = std::make_unique<sharding::ShardStore>(ops_, config_, held, plan_, sharding_shape,
                                                       ops_.group(ACCEL_GROUP_WORLD), s.rank(), /*managed=*/0);
     m_.comm_buffers = std::make_unique<sdk::BufferPool>(s, /*keep_per_shape=*/2);
     m_.reducer =
@@ -245,8 +264,10 @@ class Megatron final : public sdk::Plugin {
     if (distributed_optimizer_) {
       m_.publish = std::make_unique<sharding::HostParamSync>(ops_, *m_.store, sharding, *m_.comm_buffers);
     }
-    m_.optimizer =
-        std::make_unique<sharding::ShardedOptimizer>(ops_, *m_.store, sharding, sharding_shape.rank, tensor_);
+    AccelGroup* pipeline = ops_.group(ACCEL_GROUP_PIPELINE);
+    m_.optimizer = std::make_unique<sharding::ShardedOptimizer>(ops_, *m_.store, sharding, sharding_shape.rank, tensor_,
+                                                                pp_ > 1 ? pipeline : nullptr);
+    setup_pipeline(pipeline);
     m_.checkpoint = std::make_unique<sharding::CheckpointIo>(ops_, config_, *m_.store, sharding, ops_.shape(replica),
                                                              s.rank(), config_json(), tensor_.rank);
   }
@@ -261,15 +282,29 @@ class Megatron final : public sdk::Plugin {
   // all-reduces the sequence-parallel LayerNorm gradients the same way),
   // then the unit is averaged over the data group.
   void gradients_ready(const AccelGradientsReadyArgs& args) override {
-    if (sequence_parallel_) sum_partial_gradients(args.unit);
-    if (distributed_optimizer_) {
-      m_.reducer->reduce_scatter(args.unit, /*last_micro_batch=*/true);
-    } else {
-      m_.reducer->all_reduce_replicated(args.unit, args.grads);
-    }
+    // The embedding's gradients wait for the head's part (finalize).
+    if (args.unit == kEmbedding && embedding_group_ != nullptr) return;
+    reduce_over_data(args.unit, args.grads);
   }
 
-  void gradients_finalize(const AccelStepArgs&) override { m_.reducer->finish(); }
+  // Megatron's embedding group: the first stage's embedding and the last
+  // stage's tied copy of it (the head's token table) sum their gradients,
+  // then both average them over the data group, so both step alike.
+  void gradients_finalize(const AccelStepArgs& args) override {
+    if (embedding_group_ != nullptr && (args.flags & ACCEL_STEP_EVAL) == 0) {
+      const DLTensor* grads = ops_.storage(kEmbedding).grads;
+      ops_.all_reduce(embedding_group_, grads, ACCEL_REDUCE_SUM, "megatron embedding group grad all_reduce");
+      reduce_over_data(kEmbedding, grads);
+    }
+    m_.reducer->finish();
+  }
+
+  // A pipeline step: the schedule's micro-batches through the stages.
+  void train_step(const AccelTrainStepArgs& args) override {
+    const PipelineStepStats stats = runner_->run(args.num_micro_batches);
+    last_peak_in_flight_ = stats.peak_in_flight;
+    last_bubble_ = stats.step_seconds > 0 ? 1.0 - stats.busy_seconds / stats.step_seconds : 0.0;
+  }
 
   void clip_gradients(const AccelClipArgs& args) override { m_.optimizer->clip_gradients(args); }
 
@@ -290,6 +325,9 @@ class Megatron final : public sdk::Plugin {
     const sdk::Services& s = services();
     m_.end_step(s);
     s.metric("tp_degree", static_cast<double>(tp_));
+    s.metric("pp_degree", static_cast<double>(pp_));
+    s.metric("pp_peak_in_flight", static_cast<double>(last_peak_in_flight_));
+    s.metric("pp_bubble_fraction", last_bubble_);
     s.metric("data_parallel_size", static_cast<double>(data_size_));
     s.metric("weight_decay", last_weight_decay_);
     s.metric("lr", last_lr_);
@@ -305,7 +343,11 @@ class Megatron final : public sdk::Plugin {
     if (m_.publish) m_.publish->publish();
   }
 
-  void teardown() override { m_.teardown(); }
+  void teardown() override {
+    if (runner_) runner_->close();
+    ops_.destroy_group(embedding_group_);
+    m_.teardown();
+  }
 
  private:
   // Megatron's split of a parameter: column-parallel weights by output rows
@@ -394,6 +436,72 @@ class Megatron final : public sdk::Plugin {
     }
   }
 
+  // The data group's average of a unit's gradients (sequence-parallel
+  // partial sums first): all-reduced, or reduce-scattered into the
+  // distributed optimizer's partition.
+  void reduce_over_data(int32_t unit, const DLTensor* grads) {
+    if (sequence_parallel_) sum_partial_gradients(unit);
+    if (distributed_optimizer_) {
+      m_.reducer->reduce_scatter(unit, /*last_micro_batch=*/true);
+    } else {
+      m_.reducer->all_reduce_replicated(unit, grads);
+    }
+  }
+
+  // The stages (pp_degree, virtual stages) and the schedule, checked at
+  // create so a bad layout is refused on every rank before anything runs.
+  void plan_pipeline(const sdk::Services& s) {
+    const AccelModelInfo* model = nullptr;
+    s.check(s.table()->model->get_info(s.host(), &model), "get_info");
+    const int64_t per_virtual = s.option<int64_t>("num_layers_per_virtual_pipeline_stage");
+    const int64_t layers = model->num_units - 2;
+    int32_t chunks = 1;
+    if (per_virtual > 0) {
+      if (pp_ == 1) {
+        throw Error(ACCEL_ERROR_INVALID_ARGUMENT, "num_layers_per_virtual_pipeline_stage needs pp_degree > 1");
+      }
+      if (layers % (pp_ * per_virtual) != 0) {
+        throw Error(ACCEL_ERROR_INVALID_ARGUMENT,
+                    sdk::format("num_layers_per_virtual_pipeline_stage %lld: the model's %lld layers do not divide "
+                                "into pp_degree %lld x virtual stages of %lld layers",
+                                static_cast<long long>(per_virtual), static_cast<long long>(layers),
+                                static_cast<long long>(pp_), static_cast<long long>(per_virtual)));
+      }
+      chunks = static_cast<int32_t>(layers / (pp_ * per_virtual));
+    }
+    schedule_ = chunks > 1 ? PipelineSchedule::interleaved : parse_pipeline_schedule(s.option<std::string>("pipeline_schedule"));
+    if (chunks > 1 && s.option_is_set("pipeline_schedule") && s.option<std::string>("pipeline_schedule") == "gpipe") {
+      throw Error(ACCEL_ERROR_INVALID_ARGUMENT, "pipeline_schedule gpipe runs one chunk per stage; virtual stages "
+                                                "(num_layers_per_virtual_pipeline_stage) need the interleaved 1f1b");
+    }
+    try {
+      stage_plan_ = plan_pipeline_stages(model->num_units, static_cast<int32_t>(pp_), chunks);
+      // Every stage's schedule must take the micro-batch count.
+      (void)pipeline_steps(schedule_, 0, static_cast<int32_t>(pp_),
+                           static_cast<int32_t>(s.option<int64_t>("train.grad_accum_steps")), chunks);
+    } catch (const std::invalid_argument& e) {
+      throw Error(ACCEL_ERROR_INVALID_ARGUMENT, std::string("pp_degree ") + std::to_string(pp_) + ": " + e.what());
+    }
+  }
+
+  // The runner of the pipeline step and, when the last stage holds a tied
+  // copy of the embedding, the embedding group (first and last stage of
+  // each pipeline).
+  void setup_pipeline(AccelGroup* pipeline) {
+    const AccelModelInfo* model = nullptr;
+    services().check(services().table()->model->get_info(services().host(), &model), "get_info");
+    const int64_t seq = sequence_parallel_ ? model->seq_len / tp_ : model->seq_len;
+    runner_ = std::make_unique<PipelineRunner>(ops_, stage_plan_, schedule_, pipeline,
+                                               std::vector<int64_t>{seq, model->micro_batch_size,
+                                                                    model->activation_shape[2]});
+    const bool tied = !units_.back().tied_units.empty();
+    if (pp_ > 1 && tied) {
+      const int32_t stage = runner_->stage();
+      const bool member = stage == 0 || stage == pp_ - 1;
+      embedding_group_ = ops_.split_group(pipeline, member ? 0 : -1, stage);
+    }
+  }
+
   void sum_partial_gradients(int32_t unit) {
     for (const sharding::ParamLayout& p : units_.at(static_cast<size_t>(unit)).params) {
       if (p.is_split()) continue;
@@ -417,6 +525,7 @@ class Megatron final : public sdk::Plugin {
   double last_weight_decay_ = 0.0, last_lr_ = 0.0;
   const sdk::Kernels ops_;
   const int64_t tp_;
+  const int64_t pp_;
   const bool sequence_parallel_;
   const bool recompute_;
   const bool full_recompute_;
@@ -427,6 +536,14 @@ class Megatron final : public sdk::Plugin {
   sharding::TensorGroup tensor_;
   sharding::Machinery m_;
   int32_t data_size_ = 1;
+  // Pipeline parallelism (pipeline_schedule.h, pipeline_runner.h).
+  static constexpr int32_t kEmbedding = 0;
+  StagePlan stage_plan_;
+  PipelineSchedule schedule_ = PipelineSchedule::one_f_one_b;
+  std::unique_ptr<PipelineRunner> runner_;
+  AccelGroup* embedding_group_ = nullptr;
+  int32_t last_peak_in_flight_ = 0;
+  double last_bubble_ = 0.0;
 };
 
 }  // namespace

@@ -137,6 +137,8 @@ void CheckpointIo::save(const AccelStateArgs&, const DLDataType* model_file) {
   // of split ones by every tensor rank.
   const bool whole_too = tensor_rank_ == 0;
   for (int32_t u = 0; u < store_.num_units(); ++u) {
+    // A tied copy's state is its owning stage's to save (equal to it).
+    if (const UnitLayout* layout = store_.layout(u); layout != nullptr && layout->tied_copy) continue;
     if (ShardedUnit* unit = store_.sharded(u)) {
       if (replica_.rank != 0) continue;  // replicas hold equal shards: replica 0 saves
       const int64_t n = unit->shards.shard_numel();

@@ -24,6 +24,8 @@ std::vector<UnitLayout> read_model_layout(const sdk::Services& s, SplitParams sp
     layout.name = unit->name;
     layout.kind = unit->kind;
     layout.numel = unit->numel;
+    layout.tied_copy = (unit->flags & ACCEL_UNIT_FLAG_TIED_COPY) != 0;
+    layout.held = (unit->flags & ACCEL_UNIT_FLAG_LOCAL) != 0 || layout.tied_copy;
     for (int32_t i = 0; i < unit->num_params; ++i) {
       const AccelParamInfo* p = nullptr;
       s.check(model.get_param(s.host(), u, i, &p), "model get_param");
@@ -77,6 +79,14 @@ std::vector<UnitLayout> read_model_layout(const sdk::Services& s, SplitParams sp
     units.push_back(std::move(layout));
   }
   return units;
+}
+
+std::vector<UnitLayout> held_units(const std::vector<UnitLayout>& units) {
+  std::vector<UnitLayout> held;
+  for (const UnitLayout& u : units) {
+    if (u.held) held.push_back(u);
+  }
+  return held;
 }
 
 }  // namespace accel::sharding

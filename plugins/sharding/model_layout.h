@@ -37,6 +37,12 @@ struct UnitLayout {
   int64_t numel = 0;                // elements of the flat buffers
   std::vector<int32_t> tied_units;  // units whose storage this unit reads
   std::vector<ParamLayout> params;
+  // Pipeline stages (ABI 1.7): whether this rank holds the unit (its stage's
+  // units, or a tied copy), and whether it is a tied copy (another stage's
+  // unit held for a local unit's reads: stepped here as there, its
+  // gradients summed with the owner's, counted and saved by the owner).
+  bool held = true;
+  bool tied_copy = false;
 };
 
 // Whether the strategy reading the layout steps tensor-parallel slices
@@ -48,5 +54,8 @@ enum class SplitParams { refuse, accept };
 // another plugin split it) and `splits` is refuse. Call it after plans
 // resolved (setup) when splits are accepted: before, every shape is global.
 std::vector<UnitLayout> read_model_layout(const sdk::Services& services, SplitParams splits = SplitParams::refuse);
+
+// The units this rank holds (UnitLayout::held), in order.
+std::vector<UnitLayout> held_units(const std::vector<UnitLayout>& units);
 
 }  // namespace accel::sharding

@@ -4,6 +4,8 @@
 
 #include <accel/sdk/error.hpp>
 
+#include <algorithm>
+
 namespace accel::sharding {
 
 namespace {
@@ -38,11 +40,14 @@ ShardStore::ShardStore(const sdk::Kernels& ops, const ShardingOptions& config, c
     : host_resident_(config.cpu_offload) {
   const DLDataType fp32{kDLFloat, 32, 1};
   const AccelMemoryPlace place = config.shard_place();
-  sharded_.resize(units.size());
-  replicated_.resize(units.size());
+  // Indexed by unit: `units` may be a subset (a pipeline stage's).
+  size_t slots = 0;
+  for (const UnitLayout& layout : units) slots = std::max(slots, static_cast<size_t>(layout.index) + 1);
+  sharded_.resize(slots);
+  replicated_.resize(slots);
   if (!config.moment_swap_dir.empty()) {
     // The swap first: with masters, each unit's is written as soon as it is cut.
-    std::vector<int64_t> swap_numel(units.size(), 0);
+    std::vector<int64_t> swap_numel(slots, 0);
     for (const UnitLayout& layout : units) {
       if (plan.sharded(layout.index)) {
         swap_numel[static_cast<size_t>(layout.index)] = sdk::FlatShardLayout(layout.numel, sharding.size).shard_numel();

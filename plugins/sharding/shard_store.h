@@ -72,7 +72,8 @@ class ShardStore {
   // (FROM_SEED; with cpu_ram_efficient_loading only on world rank 0, the
   // others UNDEFINED), broadcast from rank 0 over WORLD when
   // sync_module_states, copy the slice, release. Host-owned units are
-  // broadcast in place when sync_module_states.
+  // broadcast in place when sync_module_states. `units` may be a subset of
+  // the model's (a pipeline stage holds its own): the rest have no state.
   ShardStore(const sdk::Kernels& ops, const ShardingOptions& config, const std::vector<UnitLayout>& units,
              const GatherPlan& plan, sdk::GroupShape sharding, AccelGroup* world, int32_t world_rank,
              uint32_t managed = ACCEL_STORAGE_PARAMS | ACCEL_STORAGE_GRADS);
@@ -81,6 +82,12 @@ class ShardStore {
   ShardedUnit* sharded(int32_t unit) { return sharded_.at(static_cast<size_t>(unit)).get(); }
   ReplicatedUnit* replicated(int32_t unit) { return replicated_.at(static_cast<size_t>(unit)).get(); }
   int32_t num_units() const { return static_cast<int32_t>(sharded_.size()); }
+  // Unit `unit`'s layout, or null when this store holds no state of it.
+  const UnitLayout* layout(int32_t unit) const {
+    if (const auto& s = sharded_.at(static_cast<size_t>(unit))) return &s->layout;
+    if (const auto& r = replicated_.at(static_cast<size_t>(unit))) return &r->layout;
+    return nullptr;
+  }
 
   // Zeroes every gradient shard (step begin: accumulation starts afresh).
   void zero_grads(const sdk::Kernels& ops);

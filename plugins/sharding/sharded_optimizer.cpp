@@ -74,8 +74,13 @@ bool fp32_on_host(const DLTensor& t) {
 }  // namespace
 
 ShardedOptimizer::ShardedOptimizer(const sdk::Kernels& ops, ShardStore& store, AccelGroup* sharding,
-                                   int32_t sharding_rank, TensorGroup tensor)
-    : ops_(ops), store_(store), sharding_(sharding), sharding_rank_(sharding_rank), tensor_(tensor) {
+                                   int32_t sharding_rank, TensorGroup tensor, AccelGroup* pipeline)
+    : ops_(ops),
+      store_(store),
+      sharding_(sharding),
+      sharding_rank_(sharding_rank),
+      tensor_(tensor),
+      pipeline_(pipeline) {
   if (store.host_resident()) cpu_adamw_ = std::make_unique<CpuAdamW>(fused_step_threads(ops.services()));
 }
 
@@ -100,6 +105,7 @@ void ShardedOptimizer::clip_gradients(const AccelClipArgs& args) {
   // all of it, or off tensor rank 0 only its slices of split parameters.
   std::vector<std::unique_ptr<sdk::FlatView>> split_views;
   const auto count = [&](Space& sp, const DLTensor* grads, const UnitLayout& layout, sdk::FlatRange range) {
+    if (layout.tied_copy) return;  // counted by its owning stage
     if (tensor_.rank == 0) {
       sp.counted.push_back(grads);
       return;
@@ -151,6 +157,7 @@ void ShardedOptimizer::clip_gradients(const AccelClipArgs& args) {
     ops_.all_reduce(sharding_, &total, ACCEL_REDUCE_SUM, "sharding grad norm all_reduce");
   }
   if (tensor_.size > 1) ops_.all_reduce(tensor_.group, &total, ACCEL_REDUCE_SUM, "sharding grad norm all_reduce (tensor)");
+  if (pipeline_ != nullptr) ops_.all_reduce(pipeline_, &total, ACCEL_REDUCE_SUM, "sharding grad norm all_reduce (pipeline)");
 
   // clip_scale per space with the global squared norm; the first also writes
   // total_norm (it does so even with nothing to scale).

@@ -57,9 +57,11 @@ class ShardedOptimizer {
   // With a tensor group, the clipping norm also sums over TENSOR: each tensor
   // rank counts its slices of split parameters, tensor rank 0 alone the
   // parameters every tensor rank holds whole (Megatron's norm, each element
-  // counted once).
+  // counted once). With a pipeline group (stages holding different units)
+  // it sums over PIPELINE too; tied copies (UnitLayout::tied_copy) are
+  // scaled but counted by their owning stage only.
   ShardedOptimizer(const sdk::Kernels& ops, ShardStore& store, AccelGroup* sharding, int32_t sharding_rank,
-                   TensorGroup tensor = {});
+                   TensorGroup tensor = {}, AccelGroup* pipeline = nullptr);
 
   void clip_gradients(const AccelClipArgs& args);
   // The fused host step's threads; 0 when partitions step on the device.
@@ -72,6 +74,7 @@ class ShardedOptimizer {
   AccelGroup* sharding_;
   int32_t sharding_rank_;
   TensorGroup tensor_;
+  AccelGroup* pipeline_;  // null: one stage
   std::unique_ptr<CpuAdamW> cpu_adamw_;  // host-resident partitions (ShardStore::host_resident)
 };
 

@@ -73,6 +73,31 @@ class Kernels {
   void broadcast(AccelGroup* group, const DLTensor* tensor, int32_t root, const char* label) const {
     collective(s_.table()->comm->broadcast, group, tensor, tensor, ACCEL_REDUCE_SUM, root, label, false);
   }
+  // Point to point with group rank `peer` (a pipeline's stages). `async`:
+  // returns the work handle, else completes before returning.
+  AccelWork* send(AccelGroup* group, const DLTensor* input, int32_t peer, const char* label, bool async = false) const {
+    return collective(s_.table()->comm->send, group, input, nullptr, ACCEL_REDUCE_SUM, peer, label, async);
+  }
+  AccelWork* recv(AccelGroup* group, const DLTensor* output, int32_t peer, const char* label, bool async = false) const {
+    return collective(s_.table()->comm->recv, group, nullptr, output, ACCEL_REDUCE_SUM, peer, label, async);
+  }
+  // A new group of `parent`'s ranks of equal `color` (negative: none, NULL),
+  // ordered by `key`; the caller destroys it (destroy_group).
+  AccelGroup* split_group(AccelGroup* parent, int32_t color, int32_t key) const {
+    AccelGroup* g = nullptr;
+    s_.check(s_.table()->comm->split_group(s_.host(), parent, color, key, &g), "split_group");
+    return g;
+  }
+  void destroy_group(AccelGroup* group) const {
+    if (group != nullptr) s_.check(s_.table()->comm->destroy_group(s_.host(), group), "destroy_group");
+  }
+  // Whether `work` completed (never blocks); a failed operation throws.
+  bool test(AccelWork* work) const {
+    bool done = false;
+    s_.check(s_.table()->comm->work_test(s_.host(), work, &done), "work_test");
+    return done;
+  }
+  void free_work(AccelWork* work) const { s_.check(s_.table()->comm->work_free(s_.host(), work), "work_free"); }
   void wait_and_free(AccelWork* work) const {
     if (work == nullptr) return;
     const AccelCommServices& comm = *s_.table()->comm;
