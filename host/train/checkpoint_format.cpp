@@ -27,6 +27,10 @@ void write_text_file(const fs::path& path, const std::string& text) {
   if (!out) throw CheckpointError("cannot write '" + path.string() + "'");
 }
 
+// Whether a parameter's local tensor is a slice of the whole (a tensor
+// group of one holds it whole, its split notwithstanding).
+bool sliced(const model::Param& p) { return p.split.active() && p.split.parts > 1; }
+
 // Units whose storage a plugin took over have no host buffers
 // (flat_params() undefined): their state is the plugin's to save.
 bool host_keeps(const model::Unit& unit) { return unit.has_params(); }
@@ -92,7 +96,7 @@ WholeTensors gather_split_tensors(const model::GptModel& model, train::FlatAdamW
     const std::vector<at::Tensor> unit_moments =
         host_optimizer ? moments_of(optimizer, u) : std::vector<at::Tensor>();
     for (const model::Param& p : unit.params()) {
-      if (!p.split.active()) continue;
+      if (!sliced(p)) continue;
       const auto local = [&](const at::Tensor& flat) { return flat.narrow(0, p.offset, p.numel()).view(p.shape); };
       whole[p.spec.name] = gather_whole(p, local(unit.flat_params()), tp).cpu();
       for (size_t m = 0; m < unit_moments.size(); ++m) {
@@ -144,11 +148,11 @@ std::vector<std::string> write_host_files(const fs::path& dir, const model::GptM
     any_unit = true;
     const float* values = from_stage ? nullptr : host_data(unit.flat_params());
     for (const model::Param& p : unit.params()) {
-      if (p.split.active() && whole_of(p.spec.name) == nullptr) {
+      if (sliced(p) && whole_of(p.spec.name) == nullptr) {
         throw CheckpointError(p.spec.name + " is split over the tensor group and was not gathered");
       }
       const size_t bytes = static_cast<size_t>(p.spec.numel()) * sizeof(float);
-      const float* data = p.split.active() || from_stage ? whole_of(p.spec.name) : values + p.offset;
+      const float* data = sliced(p) || from_stage ? whole_of(p.spec.name) : values + p.offset;
       weights.add(p.spec.name, DType::F32, p.spec.shape, data, bytes);
       note(ACCEL_CHECKPOINT_MODEL, p.spec.name, p.spec.shape);
     }
@@ -159,8 +163,8 @@ std::vector<std::string> write_host_files(const fs::path& dir, const model::GptM
     const float* avg_sq = host_data(unit_moments[1]);
     for (const model::Param& p : unit.params()) {
       const size_t bytes = static_cast<size_t>(p.spec.numel()) * sizeof(float);
-      const float* p_avg = p.split.active() ? whole_of(std::string("exp_avg/") + p.spec.name) : avg + p.offset;
-      const float* p_avg_sq = p.split.active() ? whole_of(std::string("exp_avg_sq/") + p.spec.name) : avg_sq + p.offset;
+      const float* p_avg = sliced(p) ? whole_of(std::string("exp_avg/") + p.spec.name) : avg + p.offset;
+      const float* p_avg_sq = sliced(p) ? whole_of(std::string("exp_avg_sq/") + p.spec.name) : avg_sq + p.offset;
       if (p_avg == nullptr || p_avg_sq == nullptr) {
         throw CheckpointError(p.spec.name + "'s moments are split over the tensor group and were not gathered");
       }

@@ -139,6 +139,8 @@ class Megatron final : public sdk::Plugin {
                       " (world = pp_degree x data-parallel size x tp_degree)");
     }
     plan_pipeline(s);
+    // One stage: the host's own micro-batch loop runs the model.
+    if (pp_ == 1) decline(&AccelHooks::train_step);
     if (sequence_parallel_ && tp_ == 1) {
       throw Error(ACCEL_ERROR_INVALID_ARGUMENT,
                   "sequence_parallelism needs tp_degree > 1 (it splits the tensor group's replicated regions)");
@@ -491,6 +493,7 @@ class Megatron final : public sdk::Plugin {
     const AccelModelInfo* model = nullptr;
     services().check(services().table()->model->get_info(services().host(), &model), "get_info");
     const int64_t seq = sequence_parallel_ ? model->seq_len / tp_ : model->seq_len;
+    if (pp_ == 1) return;
     runner_ = std::make_unique<PipelineRunner>(ops_, stage_plan_, schedule_, pipeline,
                                                std::vector<int64_t>{seq, model->micro_batch_size,
                                                                     model->activation_shape[2]});

@@ -38,21 +38,18 @@ PipelineRunner::PipelineRunner(const sdk::Kernels& ops, StagePlan plan, Pipeline
                            "megatron pipeline receive");
 }
 
-PipelineRunner::~PipelineRunner() {
-  // Pending sends are the run's end anyway: free what can be freed.
-  for (PendingSend& s : sends_) {
-    if (s.work != nullptr) {
-      const AccelCommServices& comm = *ops_.services().table()->comm;
-      bool done = false;
-      if (comm.work_test(ops_.services().host(), s.work, &done) == ACCEL_OK && done) {
-        comm.work_free(ops_.services().host(), s.work);
-      }
-    }
-  }
-}
+PipelineRunner::~PipelineRunner() { close(); }
 
 void PipelineRunner::close() {
-  reap_sends(/*wait=*/true);
+  // Sends still pending mean the step failed and the run is ending: leave
+  // them (and their groups) to the host's own teardown rather than wait, and
+  // never free memory a pending send may still read.
+  if (!sends_.empty()) {
+    for (PendingSend& s : sends_) (void)s.data.release();
+    sends_.clear();
+    activations_ = gradients_ = nullptr;
+    return;
+  }
   ops_.destroy_group(activations_);
   ops_.destroy_group(gradients_);
   activations_ = gradients_ = nullptr;

@@ -51,8 +51,9 @@ class PipelineRunner {
   int32_t stage() const { return stage_; }
   // Runs one optimizer step's micro-batches (the train_step hook).
   PipelineStepStats run(int32_t micro_batches);
-  // Destroys the channel groups (collective over the pipeline group): from
-  // teardown, once no work is pending.
+  // Destroys the channel groups (collective over the pipeline group), from
+  // teardown; after a failed step (sends pending) leaves them and the
+  // sends' buffers to the host's teardown instead. Idempotent.
   void close();
 
  private:

@@ -1,7 +1,7 @@
 """Checkpoints across strategies and world sizes: fsdp, deepspeed_zero,
 megatron and fp8 store every tensor by name and global offset, so a
 checkpoint resumes at another world size, under another strategy (fsdp, ZeRO
-stages 1-3, megatron's tensor parallelism, ddp) or in one process, continuing the uninterrupted curve within 1e-5 (fp8: its scales
+stages 1-3, megatron's tensor and pipeline parallelism, ddp) or in one process, continuing the uninterrupted curve within 1e-5 (fp8: its scales
 travel too); a same-strategy, same-world resume is bit-exact; merge-weights
 assembles a sharded checkpoint. (One copy of these rows: the strategies'
 own suites, test_fsdp.py, test_deepspeed_zero.py and test_megatron.py,
@@ -198,6 +198,31 @@ class CrossStrategyCheckpoints(TempDirMixin, unittest.TestCase):
 
     def test_zero3_on_four_resumes_as_tp2(self):
         self.resume(4, self.ZERO3, 2, self.MEGATRON_TP2)
+
+    # megatron's pipeline: each stage saves its units (rank 0 writes the
+    # model whole, the other stages' parameters sent to it; each stage's
+    # ranks their AdamW moments), so a pp 2 x tp 2 checkpoint resumes in any
+    # layout, and back.
+    PP2_TP2 = ["--plugin", "megatron", "--megatron.pp_degree", 2, "--megatron.tp_degree", 2]
+
+    def test_pp2_tp2_resumes_in_one_process(self):
+        self.resume(4, self.PP2_TP2, 1, [])
+
+    def test_one_process_resumes_as_pp2_tp2(self):
+        self.resume(1, [], 4, self.PP2_TP2)
+
+    def test_pp2_tp2_resumes_under_fsdp_on_three(self):
+        self.resume(4, self.PP2_TP2, 3, [*FSDP, *WRAP])
+
+    def test_fsdp_on_two_resumes_as_pp2_tp2(self):
+        self.resume(2, [*FSDP, *WRAP, "--fsdp.state_dict_type", "SHARDED_STATE_DICT"], 4, self.PP2_TP2)
+
+    def test_pp2_tp2_resumes_under_zero3_on_two(self):
+        self.resume(4, self.PP2_TP2, 2, self.ZERO3)
+
+    def test_zero2_on_three_resumes_as_pp2_dp2_distributed_optimizer(self):
+        self.resume(3, ["--plugin", "deepspeed_zero", "--deepspeed_zero.zero_stage", 2], 4,
+                    ["--plugin", "megatron", "--megatron.pp_degree", 2, *self.DISTRIBUTED_OPTIMIZER])
 
     def test_hybrid_with_ignored_unit_resumes_as_full_shard(self):
         self.resume(4, [*FSDP, *WRAP, "--fsdp.sharding_strategy", "HYBRID_SHARD", "--fsdp.hybrid_shard_group_size",

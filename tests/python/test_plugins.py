@@ -173,16 +173,30 @@ class ObserverAndTrainStep(TempDirMixin, unittest.TestCase):
         self.assertGreater(counts[0], 0)
 
     def test_train_step_take_over_replaces_the_host_loop(self):
+        # The take-over runs every micro-batch itself through model->run_forward
+        # / run_backward: the host's loop does not run, and the losses and
+        # norms are the host loop's to the last bit.
         metrics = self.path("m.jsonl")
         log = self.path("hooks.log")
         run_host(*TINY, "--plugin-path", GOOD, "--plugin", "train_step_owner", "--plugin", "recorder",
                  "--recorder.log_file", log, "--metrics-file", metrics)
         rows = read_metrics(metrics)
         self.assertEqual([r["train_step_owner.calls"] for r in rows], [1.0, 2.0])
-        self.assertTrue(all(r["loss"] is None for r in rows))  # NaN: no unit ran in the host
+        plain = self.path("plain.jsonl")
+        run_host(*TINY, "--metrics-file", plain)
+        expected = read_metrics(plain)
+        self.assertEqual([r["loss"] for r in rows], [r["loss"] for r in expected])
+        self.assertEqual([r["grad_norm"] for r in rows], [r["grad_norm"] for r in expected])
         hooks = open(log).read()
-        self.assertNotIn("unit_forward_pre", hooks)
+        self.assertIn("unit_forward_pre", hooks)  # inside run_forward
         self.assertIn("gradients_finalize", hooks)
+
+    def test_a_forward_left_without_its_backward_is_refused(self):
+        proc = run_host(*TINY, "--plugin-path", GOOD, "--plugin", "train_step_owner", "--train_step_owner.misuse",
+                        "true", check=False)
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertIn("train_step returned with", proc.stderr)
+        self.assertIn("lacking their backward", proc.stderr)
 
 
 class CheckPlugin(unittest.TestCase):

@@ -434,6 +434,32 @@ TEST(SdkHooks, CreateConstructsFromServicesAndTeardownDeletes) {
   EXPECT_TRUE(fake.errors.empty());
 }
 
+// A take-over an option switches off: declined in the constructor.
+class Declining final : public accel::sdk::Plugin {
+ public:
+  static constexpr accel::sdk::PluginInfo info{"declining", "1.0.0", "declines its train_step",
+                                               ACCEL_PLUGIN_PARALLEL, ACCEL_CAP_CPU, nullptr};
+  explicit Declining(const Services& s) : Plugin(s) { decline(&AccelHooks::train_step); }
+  void train_step(const AccelTrainStepArgs&) override {}
+  void step_end(const AccelStepArgs&) override {}
+};
+
+TEST(SdkHooks, ADeclinedHookLeavesTheRunsTableOnly) {
+  FakeHost fake;
+  const AccelPluginDescriptor* d = accel::sdk::descriptor_for<Declining>();
+  EXPECT_NE(d->hooks->train_step, nullptr);  // the descriptor offers it
+  AccelCreateArgs args{};
+  args.struct_size = sizeof(args);
+  args.host = fake.handle();
+  args.services = &fake.services;
+  ASSERT_EQ(d->hooks->create(&args), ACCEL_OK);
+  ASSERT_NE(args.hooks, nullptr);  // this run's narrower table
+  EXPECT_EQ(args.hooks->train_step, nullptr);
+  EXPECT_NE(args.hooks->step_end, nullptr);
+  EXPECT_EQ(args.hooks->teardown, d->hooks->teardown);
+  EXPECT_EQ(d->hooks->teardown(args.self), ACCEL_OK);
+}
+
 // -------------------------------------------------------- exception barrier
 
 TEST(SdkCreate, ConstructorFailureFailsCreateWithTheOptionNamed) {

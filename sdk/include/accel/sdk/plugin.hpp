@@ -21,6 +21,7 @@
 #include <accel/accel.h>
 
 #include <deque>
+#include <functional>
 #include <iterator>
 #include <memory>
 #include <string>
@@ -97,8 +98,25 @@ class Plugin {
   // Always called once before the instance is deleted, also after a failure.
   virtual void teardown() {}
 
+  // The hooks this run does without (decline), as AccelHooks members; read
+  // by the create trampoline.
+  const std::vector<std::function<void(AccelHooks&)>>& declined_hooks() const noexcept { return declined_; }
+  AccelHooks& narrowed_hooks() noexcept { return narrowed_; }
+
+ protected:
+  // From the constructor: this run does without an overridden hook (an
+  // option switched its feature off), e.g. decline(&AccelHooks::train_step):
+  // the host never calls it, and a take-over declined is no take-over (the
+  // host runs its own loop). AccelCreateArgs.hooks, accel/plugin.h.
+  template <typename Fn>
+  void decline(Fn AccelHooks::*hook) {
+    declined_.push_back([hook](AccelHooks& table) { table.*hook = nullptr; });
+  }
+
  private:
   Services services_;
+  std::vector<std::function<void(AccelHooks&)>> declined_;
+  AccelHooks narrowed_{};  // the run's table when a hook was declined
 };
 
 // The next link of the linear chain; a failure propagates (message pending).
@@ -133,9 +151,18 @@ AccelStatus call_hook(AccelPlugin* self, Args*... args) noexcept {
 }
 
 template <typename T>
+AccelHooks make_hooks() noexcept;
+
+template <typename T>
 AccelStatus create_hook(AccelCreateArgs* args) noexcept {
   return guard(args->host, args->services, [&] {
-    args->self = to_handle(new T(Services(args->host, args->services)));
+    T* plugin = new T(Services(args->host, args->services));
+    args->self = to_handle(plugin);
+    if (plugin->declined_hooks().empty()) return;
+    AccelHooks& narrowed = plugin->narrowed_hooks();
+    narrowed = make_hooks<T>();
+    for (const auto& clear : plugin->declined_hooks()) clear(narrowed);
+    args->hooks = &narrowed;
   });
 }
 

@@ -1,0 +1,211 @@
+"""megatron's pipeline parallelism under mpirun (MegatronLMPlugin pp_degree,
+num_micro_batches, num_layers_per_virtual_pipeline_stage): the units cut
+into stages, activations and their gradients sent stage to stage, the 1F1B,
+interleaved and GPipe schedules, composed with tensor and data parallelism.
+Per-step losses and norms equal one process (fp32, within 1e-5 relative);
+each stage holds at most P micro-batches under 1F1B and M under GPipe; a
+stage that dies or stops ends the job naming the operation; a same-layout
+resume is bit-exact (the cross-strategy rows are in test_cross_strategy.py);
+bad settings fail with one clear line on every rank."""
+import os
+import subprocess
+import unittest
+
+from accel_testing import ACCEL_HOST, MPI_ENV, MPIRUN, TempDirMixin, mpirun, read_metrics, run_host
+
+# Four blocks: two stages of two, four stages of one, or two stages of two
+# interleaved chunks of one.
+COMMON = ["--model", "gpt-tiny", "--n-layer", 4, "--lr", 3e-3, "--warmup-steps", 2, "--log-level", "warn",
+          "--threads", 1, "--grad-clip", 1.0]
+STEPS = 20
+
+
+def pipeline(pp, *extra):
+    return ["--plugin", "megatron", "--megatron.pp_degree", pp, *extra]
+
+
+def error_lines(stderr):
+    return [line for line in stderr.splitlines() if "[error]" in line]
+
+
+@unittest.skipUnless(MPIRUN, "mpirun not found")
+class PipelineParity(TempDirMixin, unittest.TestCase):
+    """Per-step losses and norms of a pipeline run against one process, with
+    M = 4 and M = 8 micro-batches."""
+
+    _references = {}
+
+    def reference(self, micro):
+        if micro not in self._references:
+            path = self.path(f"reference{micro}.jsonl")
+            run_host(*COMMON, "--steps", STEPS, "--batch-size", 16, "--grad-accum", micro, "--metrics-file", path)
+            PipelineParity._references[micro] = read_metrics(path)
+        return self._references[micro]
+
+    def parity(self, n, *plugin):
+        for micro in (4, 8):
+            with self.subTest(micro=micro):
+                path = self.path(f"pipeline{n}_{micro}_{len(os.listdir(self.tmp))}.jsonl")
+                mpirun(n, *COMMON, *plugin, "--steps", STEPS, "--batch-size", 16, "--grad-accum", micro,
+                       "--megatron.num_micro_batches", micro, "--metrics-file", path)
+                a, b = self.reference(micro), read_metrics(path)
+                self.assertEqual(len(b), STEPS)
+                for x, y in zip(a, b):
+                    self.assertLess(abs(x["loss"] - y["loss"]) / x["loss"], 1e-5, (plugin, x["step"], x["loss"], y["loss"]))
+                    self.assertLess(abs(x["grad_norm"] - y["grad_norm"]) / x["grad_norm"], 1e-4,
+                                    (plugin, x["step"], x["grad_norm"], y["grad_norm"]))
+                self.assertGreaterEqual(b[-1]["megatron.pp_bubble_fraction"], 0.0)
+                self.assertLess(b[-1]["megatron.pp_bubble_fraction"], 1.0)
+
+    def test_pp2_on_two_ranks(self):
+        self.parity(2, *pipeline(2))
+
+    def test_pp4_on_four_ranks(self):
+        self.parity(4, *pipeline(4))
+
+    def test_interleaved_pp2_with_two_virtual_stages(self):
+        self.parity(2, *pipeline(2, "--megatron.num_layers_per_virtual_pipeline_stage", 1))
+
+    def test_pp2_tp2_on_four_ranks(self):
+        self.parity(4, *pipeline(2, "--megatron.tp_degree", 2))
+
+    def test_pp2_tp2_dp2_on_eight_ranks(self):
+        # 3D, with the distributed optimizer and sequence parallelism.
+        self.parity(8, *pipeline(2, "--megatron.tp_degree", 2, "--megatron.use_distributed_optimizer", "true",
+                                 "--megatron.sequence_parallelism", "true"))
+
+
+@unittest.skipUnless(MPIRUN, "mpirun not found")
+class PipelineSchedules(TempDirMixin, unittest.TestCase):
+    """What a stage holds: the plugin counts the micro-batches whose forward
+    ran and whose backward has not (metric pp_peak_in_flight, stage 0's on
+    rank 0). 1F1B: P on the first stage; GPipe: all M."""
+
+    def peak(self, n, *plugin, micro=8):
+        path = self.path(f"peak{len(os.listdir(self.tmp))}.jsonl")
+        mpirun(n, *COMMON, *plugin, "--steps", 2, "--batch-size", 16, "--grad-accum", micro, "--metrics-file", path)
+        rows = read_metrics(path)
+        return [r["megatron.pp_peak_in_flight"] for r in rows]
+
+    def test_1f1b_holds_at_most_p_micro_batches(self):
+        self.assertEqual(self.peak(4, *pipeline(4)), [4, 4])
+        self.assertEqual(self.peak(2, *pipeline(2)), [2, 2])
+
+    def test_gpipe_holds_every_micro_batch(self):
+        self.assertEqual(self.peak(4, *pipeline(4, "--megatron.pipeline_schedule", "gpipe")), [8, 8])
+
+    def test_interleaved_warms_up_over_its_chunks(self):
+        # Megatron's warm-up on stage 0 of 2 with v = 2: 2 (P - 1) + (v - 1) P
+        # = 4 forwards, then one more before the first backward.
+        self.assertEqual(self.peak(2, *pipeline(2, "--megatron.num_layers_per_virtual_pipeline_stage", 1)), [5, 5])
+
+
+@unittest.skipUnless(MPIRUN, "mpirun not found")
+class PipelineFailures(TempDirMixin, unittest.TestCase):
+    """A stage that stops or dies ends every rank within the timeout, the
+    message naming the stage, the micro-batch and the receive that did not
+    complete."""
+
+    HANG_LIMIT_S = 180
+    ARGS = [*map(str, COMMON), "--batch-size", "8", "--grad-accum", "4", "--init_process_group.timeout", "3",
+            *map(str, pipeline(2))]
+
+    def test_a_stopped_stage_ends_the_job_naming_the_receive(self):
+        plugins = os.environ.get("ACCEL_TEST_PLUGINS",
+                                 os.path.join(os.path.dirname(__file__), "../../build/test_plugins"))
+        proc = mpirun(2, *self.ARGS, "--steps", 6, "--plugin-path", os.path.join(plugins, "drift"), "--plugin",
+                      "drift", "--drift.action", "stall", "--drift.at_step", 2, check=False,
+                      timeout=self.HANG_LIMIT_S)
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertRegex(proc.stderr, r"megatron pipeline receive gradient: stage 0 <- stage 1, micro-batch 0, "
+                                      r"chunk 0.* did not complete within 3000 ms")
+        self.assertIn("TIMED_OUT", proc.stderr)  # the flight recorder shows it
+
+    def test_a_killed_stage_ends_the_job(self):
+        proc = subprocess.run([MPIRUN, "-n", "1", ACCEL_HOST, *self.ARGS, "--steps", "100000", ":", "-n", "1",
+                               "timeout", "-s", "KILL", "3", ACCEL_HOST, *self.ARGS, "--steps", "100000"],
+                              capture_output=True, text=True, env=MPI_ENV, timeout=self.HANG_LIMIT_S)
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertIn("rank 1", proc.stderr)
+
+
+@unittest.skipUnless(MPIRUN, "mpirun not found")
+class PipelineCheckpoints(TempDirMixin, unittest.TestCase):
+    """Rank 0 writes the whole model (the other stages send their units),
+    each stage's ranks their AdamW moments: 3 + 3 steps equal 6 to the last
+    bit, every final file byte-equal."""
+
+    def test_same_layout_resume_is_bit_exact(self):
+        args = [*COMMON, *pipeline(2, "--megatron.tp_degree", 2), "--batch-size", 16, "--grad-accum", 4,
+                "--lr-decay-steps", 6]
+        straight, split = self.path("straight"), self.path("split")
+        mpirun(4, *args, "--steps", 6, "--save", straight, "--metrics-file", straight + ".jsonl")
+        mpirun(4, *args, "--steps", 3, "--save", split, "--metrics-file", split + ".jsonl")
+        mpirun(4, *args, "--steps", 6, "--save", split, "--resume", split, "--metrics-file", split + ".jsonl")
+        a, b = read_metrics(straight + ".jsonl"), read_metrics(split + ".jsonl")
+        self.assertEqual([r["step"] for r in b], list(range(1, 7)))
+        self.assertEqual([r["loss"] for r in a], [r["loss"] for r in b])
+        names = sorted(f for f in os.listdir(os.path.join(straight, "step_6")) if f.endswith(".safetensors"))
+        self.assertIn("model.safetensors", names)
+        self.assertIn("plugin_state.rank3.safetensors", names)  # the last stage's moments
+        for name in names:
+            with open(os.path.join(straight, "step_6", name), "rb") as x, \
+                    open(os.path.join(split, "step_6", name), "rb") as y:
+                self.assertTrue(x.read() == y.read(), f"{name} differs after resume")
+
+    def test_model_file_holds_every_stage(self):
+        from safetensors.numpy import load_file
+        import numpy as np
+        args = [*COMMON, "--steps", 3, "--batch-size", 16, "--grad-accum", 4]
+        run_host(*args, "--save", self.path("plain"))
+        mpirun(4, *args, *pipeline(4), "--save", self.path("pp"))
+        plain = load_file(os.path.join(self.path("plain"), "step_3", "model.safetensors"))
+        pp = load_file(os.path.join(self.path("pp"), "step_3", "model.safetensors"))
+        self.assertEqual(sorted(plain), sorted(pp))
+        for name in plain:
+            np.testing.assert_allclose(pp[name], plain[name], rtol=1e-4, atol=1e-5, err_msg=name)
+
+
+@unittest.skipUnless(MPIRUN, "mpirun not found")
+class PipelineBadInput(TempDirMixin, unittest.TestCase):
+    """One clear line on every rank and a non-zero exit."""
+
+    def refused(self, n, *args, mentions, batch=16, layers=4):
+        common = [str(x) for x in COMMON]
+        common[common.index("--n-layer") + 1] = str(layers)
+        proc = mpirun(n, *common, "--steps", 2, "--batch-size", batch, *args, check=False, timeout=120)
+        self.assertNotEqual(proc.returncode, 0)
+        lines = error_lines(proc.stderr)
+        for rank in range(n):
+            mine = [line for line in lines if f"[rank {rank}]" in line]
+            self.assertEqual(len(mine), 1, proc.stderr)
+            for word in mentions:
+                self.assertIn(word, mine[0], proc.stderr)
+
+    def test_pp_not_dividing_the_world(self):
+        self.refused(3, *pipeline(2), mentions=["pp_degree 2", "world size 3"])
+
+    def test_more_stages_than_units(self):
+        self.refused(4, *pipeline(4), layers=1, mentions=["4 pipeline stages", "3 units"])
+
+    def test_micro_batches_not_dividing_the_batch(self):
+        self.refused(2, *pipeline(2), "--grad-accum", 4, batch=6,
+                     mentions=["--batch-size 6 does not split evenly", "4 micro-step(s)"])
+
+    def test_num_micro_batches_names_grad_accum(self):
+        self.refused(2, *pipeline(2), "--megatron.num_micro_batches", 4, mentions=["num_micro_batches 4", "--grad-accum"])
+
+    def test_virtual_stages_that_do_not_divide_the_layers(self):
+        self.refused(2, *pipeline(2, "--megatron.num_layers_per_virtual_pipeline_stage", 3),
+                     mentions=["num_layers_per_virtual_pipeline_stage 3", "4 layers"])
+
+    def test_interleaving_needs_micro_batches_in_groups_of_p(self):
+        self.refused(2, *pipeline(2, "--megatron.num_layers_per_virtual_pipeline_stage", 1), "--grad-accum", 1,
+                     mentions=["multiple of the pipeline stages"])
+
+    def test_evaluation_is_refused_with_stages(self):
+        self.refused(2, *pipeline(2), "--eval-every", 1, mentions=["--eval-every", "pipeline stages"])
+
+
+if __name__ == "__main__":
+    unittest.main()
