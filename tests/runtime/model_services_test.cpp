@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "host/model/storage_pool.h"
+#include "host/runtime/pipeline_plan.h"
 #include "tests/runtime/services_test_support.h"
 
 namespace accel::runtime::testing {
@@ -322,6 +323,66 @@ TEST_F(ModelServicesTest, InitRangeComputesAnyRangeOfTheInitialValues) {
   at::Tensor ints = at::empty({4}, at::kInt);
   View int_view(ints);
   EXPECT_EQ(m()->init_range(&host, 1, 0, int_view), ACCEL_ERROR_INVALID_ARGUMENT);
+}
+
+
+// --- pipeline stages (pipeline_plan.h) ---
+
+TEST_F(ModelServicesTest, StagesResolveToThisRanksUnitsAndTheTiedCopy) {
+  // 4 units (embedding, 2 blocks, head) on 2 stages; 4 ranks: 2 per stage.
+  context.mesh.pipeline_size = 2;
+  context.identity.world_size = 4;
+  context.identity.rank = 3;  // the last stage
+  context.plan.unit_stage = {0, 0, 1, 1};
+  resolve_pipeline_plan(context);
+  EXPECT_EQ(context.model_run.pipeline_stage, 1);
+  EXPECT_FALSE(unit_is_local(context, 0));
+  EXPECT_TRUE(is_tied_copy(context, 0));  // the tied head reads wte
+  EXPECT_TRUE(holds_unit(context, 0));
+  EXPECT_FALSE(holds_unit(context, 1));
+  EXPECT_TRUE(unit_is_local(context, 3));
+  const AccelUnitInfo* embedding = nullptr;
+  ASSERT_EQ(m()->get_unit(&host, 0, &embedding), ACCEL_OK) << last_error();
+  EXPECT_EQ(embedding->pipeline_stage, 0);
+  EXPECT_EQ(embedding->flags & (ACCEL_UNIT_FLAG_LOCAL | ACCEL_UNIT_FLAG_TIED_COPY), ACCEL_UNIT_FLAG_TIED_COPY);
+
+  context.identity.rank = 1;  // the first stage holds no copy
+  resolve_pipeline_plan(context);
+  EXPECT_EQ(context.model_run.pipeline_stage, 0);
+  EXPECT_TRUE(context.model_run.tied_copies.empty());
+  EXPECT_FALSE(holds_unit(context, 2));
+}
+
+TEST_F(ModelServicesTest, StagePlansThatDoNotFitAreRefusedNamingTheProblem) {
+  context.identity.world_size = 2;
+  context.mesh.pipeline_size = 2;
+  const auto refused = [&](std::vector<int32_t> stages, const std::string& words) {
+    context.plan.unit_stage = std::move(stages);
+    try {
+      resolve_pipeline_plan(context);
+      ADD_FAILURE() << "accepted: " << words;
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+  };
+  refused({}, "no plugin assigned units");
+  refused({0, 0, 0, 0}, "stage 1 without a unit");
+  refused({0, 2, 1, 1}, "on stage 2, but the mesh has 2");
+  refused({1, 0, 0, 1}, "the tokens enter on the first stage");
+}
+
+TEST_F(ModelServicesTest, RunServicesWorkOnlyInsideTrainStep) {
+  context.running = true;
+  AccelRunForwardArgs forward{};
+  forward.struct_size = sizeof(forward);
+  forward.end_unit = 4;
+  EXPECT_EQ(m()->run_forward(&host, &forward), ACCEL_ERROR_FAILED_PRECONDITION);
+  EXPECT_EQ(last_error(), "run_forward: only inside the train_step hook");
+  AccelRunBackwardArgs backward{};
+  backward.struct_size = sizeof(backward);
+  backward.end_unit = 4;
+  EXPECT_EQ(m()->run_backward(&host, &backward), ACCEL_ERROR_FAILED_PRECONDITION);
+  EXPECT_EQ(m()->run_forward(&host, nullptr), ACCEL_ERROR_INVALID_ARGUMENT);
 }
 
 }  // namespace
