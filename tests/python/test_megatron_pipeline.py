@@ -57,6 +57,19 @@ class PipelineParity(TempDirMixin, unittest.TestCase):
                 self.assertGreaterEqual(b[-1]["megatron.pp_bubble_fraction"], 0.0)
                 self.assertLess(b[-1]["megatron.pp_bubble_fraction"], 1.0)
 
+    def test_low_precision(self):
+        # bf16 autocast, and fp16 with its loss scaler (the plugin's norm,
+        # summed over the stages, tells the overflow): within 2e-2 of one
+        # process at the same precision.
+        for precision in ("bf16", "fp16"):
+            with self.subTest(precision=precision):
+                one, two = self.path(f"one_{precision}.jsonl"), self.path(f"two_{precision}.jsonl")
+                args = [*COMMON, "--steps", 6, "--batch-size", 16, "--grad-accum", 4, "--mixed-precision", precision]
+                run_host(*args, "--metrics-file", one)
+                mpirun(2, *args, *pipeline(2), "--metrics-file", two)
+                for x, y in zip(read_metrics(one), read_metrics(two)):
+                    self.assertLess(abs(x["loss"] - y["loss"]) / x["loss"], 2e-2, (precision, x, y))
+
     def test_pp2_on_two_ranks(self):
         self.parity(2, *pipeline(2))
 
@@ -86,6 +99,21 @@ class PipelineSchedules(TempDirMixin, unittest.TestCase):
         mpirun(n, *COMMON, *plugin, "--steps", 2, "--batch-size", 16, "--grad-accum", micro, "--metrics-file", path)
         rows = read_metrics(path)
         return [r["megatron.pp_peak_in_flight"] for r in rows]
+
+    def test_each_stage_holds_its_own_units(self):
+        # gpt-tiny with 4 blocks: 20,480 embedding, 49,984 per block and 128
+        # final-norm parameters. Stage 0 of 2 holds the embedding and two
+        # blocks; one process all of them; the AdamW moments follow.
+        path = self.path("memory.jsonl")
+        mpirun(2, *COMMON, *pipeline(2), "--steps", 1, "--batch-size", 8, "--grad-accum", 2, "--metrics-file", path)
+        peaks = read_metrics(path)[0]["memory_startup_peak_bytes"]
+        self.assertEqual(peaks["params"], 4 * (20480 + 2 * 49984))
+        self.assertEqual(peaks["grads"], peaks["params"])
+        self.assertEqual(peaks["optimizer"], 2 * peaks["params"])
+        plain = self.path("plain.jsonl")
+        run_host(*COMMON, "--steps", 1, "--batch-size", 8, "--metrics-file", plain)
+        self.assertEqual(read_metrics(plain)[0]["memory_startup_peak_bytes"]["params"],
+                         4 * (20480 + 4 * 49984 + 128))
 
     def test_1f1b_holds_at_most_p_micro_batches(self):
         self.assertEqual(self.peak(4, *pipeline(4)), [4, 4])
