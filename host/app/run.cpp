@@ -59,9 +59,11 @@ bool reduces_gradients(const accel::plugin::PluginRegistry& registry) {
   return false;
 }
 
-bool has_tensor_parallel_plugin(const accel::plugin::PluginRegistry& registry) {
+// A plugin that may split the world into tensor groups or pipeline stages,
+// whose ranks read the same micro-batches.
+bool has_model_parallel_plugin(const accel::plugin::PluginRegistry& registry) {
   for (const auto& p : registry.plugins()) {
-    if ((p->descriptor().capabilities & ACCEL_CAP_TENSOR_PARALLEL) != 0) return true;
+    if ((p->descriptor().capabilities & (ACCEL_CAP_TENSOR_PARALLEL | ACCEL_CAP_PIPELINE_PARALLEL)) != 0) return true;
   }
   return false;
 }
@@ -210,10 +212,10 @@ int run_accel(const std::vector<std::string>& args, const comm::MpiSession& mpi)
   accel::RunConfig config = parsed.config;
   accel::log::init(mpi.rank(), accel::log::parse_level(config.log_level));
   accel::plugin::fill_option_store(registry, parsed.plugin_values, config, context.options);
-  // A tensor-parallel plugin splits the world into tensor groups that read
-  // the same micro-batches: only the data group divides the batch, and its
-  // size is known once the plans resolve (Trainer checks it then).
-  accel::cli::validate_for_world(config, has_tensor_parallel_plugin(registry) ? 1 : mpi.world_size());
+  // A tensor- or pipeline-parallel plugin splits the world into groups that
+  // read the same micro-batches: only the data group divides the batch, and
+  // its size is known once the plans resolve (Trainer checks it then).
+  accel::cli::validate_for_world(config, has_model_parallel_plugin(registry) ? 1 : mpi.world_size());
   take_shape_from_init_checkpoint(config);
   const accel::model::GptConfig shape = checked_model_shape(config, registry, mpi);
   // Before the first collective of the communication layer: ranks that

@@ -1,5 +1,5 @@
-// megatron — Megatron-LM's tensor parallelism (accelerate's MegatronLMPlugin,
-// part 1). The plugin plans; the host runs:
+// megatron — Megatron-LM's tensor, sequence and pipeline parallelism
+// (accelerate's MegatronLMPlugin). The plugin plans; the host runs:
 //   - plan_model declares the mesh (tensor = tp_degree, the rest of the world
 //     data parallel: world = T x D) and splits every COLUMN, ROW and VOCAB
 //     parameter over the tensor group along its hint's dimension; the host
@@ -13,6 +13,13 @@
 //     fused attention kernel does anyway) or, at recompute_granularity full,
 //     every block (the host's activation checkpointing, the f / g
 //     collectives run again).
+//   - pp_degree: the units cut into stages (pipeline_schedule.h, plan_stages);
+//     the plugin takes the train step over and runs 1F1B, interleaved or
+//     GPipe through the host's run_forward / run_backward, sending
+//     activations and gradients stage to stage (pipeline_runner.h); the
+//     first and last stage sum the tied embedding's gradients (Megatron's
+//     embedding group). At pp_degree 1 it declines train_step: the host's
+//     own loop runs.
 // The optimizer is the shared sharding machinery's (plugins/sharding), over
 // this rank's tensor-parallel slices:
 //   - gradients are averaged over the data group as each unit's backward
@@ -54,11 +61,11 @@ using sharding::UnitLayout;
 class Megatron final : public sdk::Plugin {
  public:
   static constexpr sdk::PluginInfo info{
-      "megatron", "0.2.0",
-      "Megatron-LM tensor and sequence parallelism: column/row-parallel blocks, vocab-parallel embedding and loss, "
-      "the distributed optimizer (MegatronLMPlugin)",
+      "megatron", "0.3.0",
+      "Megatron-LM tensor, sequence and pipeline parallelism: column/row-parallel blocks, vocab-parallel embedding "
+      "and loss, the distributed optimizer, 1F1B / interleaved pipeline schedules (MegatronLMPlugin)",
       ACCEL_PLUGIN_PARALLEL,
-      ACCEL_CAP_CPU | ACCEL_CAP_CUDA | ACCEL_CAP_REDUCES_GRADS | ACCEL_CAP_TENSOR_PARALLEL |
+      ACCEL_CAP_CPU | ACCEL_CAP_CUDA | ACCEL_CAP_REDUCES_GRADS | ACCEL_CAP_TENSOR_PARALLEL | ACCEL_CAP_PIPELINE_PARALLEL |
           ACCEL_CAP_SHARDS_OPTIMIZER | ACCEL_CAP_RESHARD_ON_LOAD,
       "ddp,fsdp,deepspeed_zero"};
 
