@@ -323,7 +323,10 @@ typedef AccelStatus AccelModelGetParamViewFn(AccelHost* host, int32_t unit,
 /* ---------------------------------- Run ---------------------------------- */
 
 /* Flags of AccelRunForwardArgs.flags. */
-#define ACCEL_RUN_NO_GRAD (UINT32_C(1) << 0)  /* evaluation: keep nothing */
+#define ACCEL_RUN_NO_GRAD (UINT32_C(1) << 0)  /* evaluation: keep nothing; the
+                                                 only mode of a train_step
+                                                 flagged ACCEL_TRAIN_STEP_EVAL,
+                                                 refused in any other */
 
 typedef struct AccelRunForwardArgs {
   size_t struct_size;

@@ -257,7 +257,12 @@ typedef AccelStatus AccelHookStepBeginFn(AccelPlugin* self,
 typedef AccelStatus AccelHookStepEndFn(AccelPlugin* self,
                                        const AccelStepArgs* args);
 
-/* Flags of AccelTrainStepArgs.flags: none in 1.0. */
+/* Flags of AccelTrainStepArgs.flags. Since 1.7: an evaluation batch of a
+ * pipeline run (--eval-every with pipeline stages; without stages the host
+ * evaluates with its own loop and never calls train_step for it): run every
+ * micro-batch's forward with ACCEL_RUN_NO_GRAD and no backward; the host
+ * reads the loss the last stage's forwards reach. */
+#define ACCEL_TRAIN_STEP_EVAL (UINT32_C(1) << 0)
 typedef struct AccelTrainStepArgs {
   size_t struct_size;
   AccelExtensionBase* extensions;

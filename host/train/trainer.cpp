@@ -425,14 +425,6 @@ void Trainer::setup_plugins() {
 
 void Trainer::run() {
   plan_plugins();
-  if (config_.eval.every > 0 && context_ && context_->model_run.pipeline_size > 1) {
-    // The host's evaluation runs every unit in one process; a stage holds
-    // only its own.
-    throw std::runtime_error("--eval-every: the plugins' plan cuts the model into " +
-                             std::to_string(context_->model_run.pipeline_size) +
-                             " pipeline stages, and the host evaluates with every unit on one rank; leave "
-                             "--eval-every out");
-  }
   if (!config_.resume.empty()) resume_from(config_.resume);
   setup_plugins();
   model_.release_initial_weights();

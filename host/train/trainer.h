@@ -119,10 +119,12 @@ class Trainer final : public runtime::ModelRunner {
   // The micro-batch `micro` of step `step` on the model's device (this
   // rank's share), read once per step.
   const at::Tensor& micro_batch_on_device(int64_t step, int64_t micro);
-  // Runs the train_step take-over with this trainer as the model runner;
-  // returns whether a plugin took the step, and sets `loss_sum` to the sum
-  // of its micro-batches' losses (0 off the last stage, NaN when the
-  // schedule never reached the loss).
+  // Runs the train_step take-over with this trainer as the model runner
+  // (flagged ACCEL_TRAIN_STEP_EVAL: an evaluation batch `args.step` of the
+  // held-out windows); returns whether a plugin took the step, and sets
+  // `loss_sum` to the sum of its micro-batches' losses (0 off the last
+  // stage); throws when the schedule left a forward without its backward or
+  // did not reach every micro-batch's loss.
   bool run_taken_over_step(const AccelTrainStepArgs& args, double& loss_sum);
   // Throws naming the range when a run_* call does not fit this rank's stage.
   void check_range(int32_t first, int32_t end, int32_t micro, const char* service) const;
@@ -188,7 +190,9 @@ class Trainer final : public runtime::ModelRunner {
   std::map<std::pair<size_t, int64_t>, std::unique_ptr<RangeRun>> ranges_;
   std::map<int64_t, std::unique_ptr<runtime::TensorView>> grad_inputs_;
   std::map<int64_t, at::Tensor> step_batches_;
-  int64_t runner_step_ = 0;
+  int64_t runner_step_ = 0;  // the step, or the evaluation batch
+  bool runner_eval_ = false;  // an evaluation batch (ACCEL_TRAIN_STEP_EVAL)
+  std::unique_ptr<RangeRun> eval_run_;  // its last forward, until the next call
   double runner_loss_sum_ = 0.0;
   int64_t runner_losses_ = 0;
   int64_t completed_steps_ = 0;

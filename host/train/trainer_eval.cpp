@@ -7,7 +7,9 @@
 // batch is, so the figure is the same at any world size and accumulation.
 // Every plugin sees each batch as a step flagged ACCEL_STEP_EVAL whose unit
 // hooks carry ACCEL_UNIT_HOOK_NO_GRAD: sharding plugins gather and release
-// as in forward, nothing is reduced, no optimizer state moves.
+// as in forward, nothing is reduced, no optimizer state moves. With
+// pipeline stages the train_step owner runs each batch's forwards through
+// the stages (ACCEL_TRAIN_STEP_EVAL, run_forward with ACCEL_RUN_NO_GRAD).
 #include <cmath>
 #include <stdexcept>
 
@@ -23,11 +25,9 @@
 namespace accel::train {
 
 double Trainer::evaluate() {
-  if (hooks_ && hooks_->train_step_owner()) {
-    // A pipeline schedule splits the units over ranks; the host cannot run
-    // the forward alone. Refused before the first step (Trainer::run).
-    throw std::logic_error("evaluate() under a train_step take-over");
-  }
+  // Pipeline stages split the units over ranks: the train_step owner runs
+  // each batch's forwards through them (ACCEL_TRAIN_STEP_EVAL).
+  const int32_t stages = context_ ? context_->model_run.pipeline_size : 1;
   if (context_) {
     // Its trace events and collectives count towards the next training
     // step, as code between two torch.profiler steps does.
@@ -48,7 +48,16 @@ double Trainer::evaluate() {
     step_args.flags = ACCEL_STEP_EVAL;
     if (hooks_) hooks_->step_begin(step_args);
     double batch_loss = 0.0;
-    for (int64_t micro = 0; micro < micro_steps; ++micro) {
+    if (stages > 1) {
+      AccelTrainStepArgs pipeline{};
+      pipeline.struct_size = sizeof(pipeline);
+      pipeline.step = batch;
+      pipeline.num_micro_batches = static_cast<int32_t>(micro_steps);
+      pipeline.flags = ACCEL_TRAIN_STEP_EVAL;
+      run_taken_over_step(pipeline, batch_loss);
+      batch_loss *= static_cast<double>(stages);  // the last stage's, weighted as in train_step
+    }
+    for (int64_t micro = 0; stages == 1 && micro < micro_steps; ++micro) {
       const at::Tensor windows =
           load_batch(*data_.eval, eval_sampler_.micro_batch(batch, config_.batch_size, data_rank_, data_size_, micro,
                                                             micro_steps))

@@ -110,10 +110,12 @@ std::unique_ptr<Trainer::RangeRun> Trainer::forward_range(size_t first, size_t e
   run->end = end;
   if (linear_chain_) linear_chain_->set_micro_batch(static_cast<int32_t>(micro));
   // Each unit's input is a detached leaf, so backward runs unit by unit,
-  // newest first, and the range's input gradient is its first leaf's.
+  // newest first, and the range's input gradient is its first leaf's. An
+  // evaluation (NO_GRAD) keeps nothing.
+  const bool no_grad = (flags & ACCEL_UNIT_HOOK_NO_GRAD) != 0;
   at::Tensor x = input;
   for (size_t u = first; u < end; ++u) {
-    run->inputs.push_back(u == 0 ? x : x.detach().requires_grad_(true));
+    run->inputs.push_back(u == 0 || no_grad ? x : x.detach().requires_grad_(true));
     run->outputs.push_back(run_unit_forward(u, micro, flags, run->inputs.back()));
     x = run->outputs.back();
   }
@@ -122,8 +124,14 @@ std::unique_ptr<Trainer::RangeRun> Trainer::forward_range(size_t first, size_t e
   const runtime::TraceRange range(context_, "loss", "host", -1, static_cast<int32_t>(micro));
   at::Tensor loss;
   {
+    std::optional<at::NoGradGuard> no_graph;
+    if (no_grad) no_graph.emplace();
     AutocastScope autocast(config_.mixed_precision, config_.autocast, model_.device().type());
     loss = model_.loss_from_logits(run->outputs.back(), targets);
+  }
+  if (no_grad) {
+    run->loss = loss.detach().to(at::kFloat);
+    return run;
   }
   // The loss's own graph (cross-entropy's saved log-softmax: batch x seq x
   // vocab floats, as large as the logits) is done with once its gradient at
@@ -200,8 +208,11 @@ const at::Tensor& Trainer::micro_batch_on_device(int64_t step, int64_t micro) {
   auto it = step_batches_.find(micro);
   if (it != step_batches_.end()) return it->second;
   const runtime::TraceRange range(context_, "data", "host", -1, static_cast<int32_t>(micro));
-  const at::Tensor batch = load_batch(
-      *data_.train, sampler_.micro_batch(step, config_.batch_size, data_rank_, data_size_, micro, config_.grad_accum));
+  // An evaluation batch reads the held-out windows (trainer_eval.cpp).
+  data::BatchSampler& sampler = runner_eval_ ? eval_sampler_ : sampler_;
+  const at::Tensor batch =
+      load_batch(runner_eval_ ? *data_.eval : *data_.train,
+                 sampler.micro_batch(step, config_.batch_size, data_rank_, data_size_, micro, config_.grad_accum));
   return step_batches_.emplace(micro, batch.to(model_.device())).first->second;
 }
 
@@ -231,11 +242,13 @@ void Trainer::run_forward(AccelRunForwardArgs& args) {
   const auto first = static_cast<size_t>(args.first_unit);
   const auto end = static_cast<size_t>(args.end_unit);
   const int64_t micro = args.micro_batch;
-  if ((args.flags & ACCEL_RUN_NO_GRAD) != 0) {
-    throw runtime::ServiceError(ACCEL_ERROR_UNSUPPORTED, "ACCEL_RUN_NO_GRAD: this host evaluates with its own loop");
+  const bool no_grad = (args.flags & ACCEL_RUN_NO_GRAD) != 0;
+  if (no_grad != runner_eval_) {
+    refuse(runner_eval_ ? "an evaluation batch (ACCEL_TRAIN_STEP_EVAL) runs forward only, with ACCEL_RUN_NO_GRAD"
+                        : "ACCEL_RUN_NO_GRAD outside an evaluation batch (ACCEL_TRAIN_STEP_EVAL)");
   }
   const auto key = std::make_pair(first, micro);
-  if (ranges_.count(key) != 0) {
+  if (!no_grad && ranges_.count(key) != 0) {
     refuse(strformat("units [%zu, %zu) already ran forward for micro-batch %lld without their backward", first, end,
                      static_cast<long long>(micro)));
   }
@@ -255,7 +268,11 @@ void Trainer::run_forward(AccelRunForwardArgs& args) {
     input = runtime::to_aten(args.input, "input").to(model_.device()).clone();
   }
   const bool last_unit = end == model_.units().size();
-  const uint32_t flags = micro + 1 == config_.grad_accum ? ACCEL_UNIT_HOOK_LAST_MICRO_BATCH : 0;
+  const uint32_t flags = no_grad ? ACCEL_UNIT_HOOK_NO_GRAD
+                         : micro + 1 == config_.grad_accum ? ACCEL_UNIT_HOOK_LAST_MICRO_BATCH
+                                                           : 0;
+  std::optional<at::NoGradGuard> no_graph;
+  if (no_grad) no_graph.emplace();
   std::unique_ptr<RangeRun> run =
       forward_range(first, end, micro, flags, input, last_unit ? batch.narrow(1, 1, T) : at::Tensor(),
                     loss_scaler_.scale() / static_cast<double>(config_.grad_accum));
@@ -268,11 +285,16 @@ void Trainer::run_forward(AccelRunForwardArgs& args) {
     run->loss_view.reset(run->loss);
     args.loss = run->loss_view.get();
   }
-  ranges_.emplace(key, std::move(run));
+  if (no_grad) {
+    eval_run_ = std::move(run);  // valid until the next run call
+  } else {
+    ranges_.emplace(key, std::move(run));
+  }
 }
 
 void Trainer::run_backward(AccelRunBackwardArgs& args) {
   check_range(args.first_unit, args.end_unit, args.micro_batch, "run_backward");
+  if (runner_eval_) refuse("an evaluation batch (ACCEL_TRAIN_STEP_EVAL) runs no backward");
   const auto first = static_cast<size_t>(args.first_unit);
   const int64_t micro = args.micro_batch;
   const auto it = ranges_.find(std::make_pair(first, micro));
@@ -310,6 +332,7 @@ void Trainer::run_backward(AccelRunBackwardArgs& args) {
 bool Trainer::run_taken_over_step(const AccelTrainStepArgs& args, double& loss_sum) {
   if (!hooks_ || !hooks_->train_step_owner()) return false;
   runner_step_ = args.step;
+  runner_eval_ = (args.flags & ACCEL_TRAIN_STEP_EVAL) != 0;
   runner_loss_sum_ = 0.0;
   runner_losses_ = 0;
   context_->runner = this;
@@ -317,7 +340,9 @@ bool Trainer::run_taken_over_step(const AccelTrainStepArgs& args, double& loss_s
     Trainer& t;
     ~Reset() {
       t.context_->runner = nullptr;
+      t.runner_eval_ = false;
       t.ranges_.clear();
+      t.eval_run_.reset();
       t.grad_inputs_.clear();
       t.step_batches_.clear();
     }

@@ -310,6 +310,10 @@ class Megatron final : public sdk::Plugin {
 
   // A pipeline step: the schedule's micro-batches through the stages.
   void train_step(const AccelTrainStepArgs& args) override {
+    if ((args.flags & ACCEL_TRAIN_STEP_EVAL) != 0) {
+      runner_->evaluate(args.num_micro_batches);
+      return;
+    }
     const PipelineStepStats stats = runner_->run(args.num_micro_batches);
     last_peak_in_flight_ = stats.peak_in_flight;
     last_bubble_ = stats.step_seconds > 0 ? 1.0 - stats.busy_seconds / stats.step_seconds : 0.0;

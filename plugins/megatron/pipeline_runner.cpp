@@ -92,7 +92,7 @@ void PipelineRunner::reap_sends(bool wait) {
   sends_ = std::move(still);
 }
 
-void PipelineRunner::forward(const PipelineStep& step) {
+void PipelineRunner::forward(const PipelineStep& step, uint32_t run_flags) {
   const AccelModelServices& model = *ops_.services().table()->model;
   const UnitRange& range = plan_.chunk(stage_, step.chunk);
   const int32_t previous = (stage_ + stages_ - 1) % stages_;
@@ -101,6 +101,7 @@ void PipelineRunner::forward(const PipelineStep& step) {
   args.first_unit = range.first;
   args.end_unit = range.end;
   args.micro_batch = step.micro;
+  args.flags = run_flags;
   if (range.first > 0) {
     ops_.recv(activations_, &received_.tensor(), previous, where("receive activation", step, previous).c_str());
     args.input = &received_.tensor();
@@ -132,6 +133,11 @@ void PipelineRunner::backward(const PipelineStep& step) {
   busy_ += seconds_since(start);
   const int32_t previous = (stage_ + stages_ - 1) % stages_;
   if (range.first > 0) send(gradients_, *args.grad_input, previous, where("send gradient", step, previous));
+}
+
+void PipelineRunner::evaluate(int32_t micro_batches) {
+  for (const PipelineStep& step : forward_only_steps(micro_batches, plan_.chunks)) forward(step, ACCEL_RUN_NO_GRAD);
+  reap_sends(/*wait=*/true);
 }
 
 PipelineStepStats PipelineRunner::run(int32_t micro_batches) {

@@ -51,6 +51,8 @@ class PipelineRunner {
   int32_t stage() const { return stage_; }
   // Runs one optimizer step's micro-batches (the train_step hook).
   PipelineStepStats run(int32_t micro_batches);
+  // Runs one evaluation batch's forwards (ACCEL_TRAIN_STEP_EVAL).
+  void evaluate(int32_t micro_batches);
   // Destroys the channel groups (collective over the pipeline group), from
   // teardown; after a failed step (sends pending) leaves them and the
   // sends' buffers to the host's teardown instead. Idempotent.
@@ -61,7 +63,7 @@ class PipelineRunner {
     AccelWork* work = nullptr;
     sdk::Buffer data;
   };
-  void forward(const PipelineStep& step);
+  void forward(const PipelineStep& step, uint32_t run_flags = 0);
   void backward(const PipelineStep& step);
   // Copies `tensor` (fp32) and sends it to stage `peer` over `group`.
   void send(AccelGroup* group, const DLTensor& tensor, int32_t peer, const std::string& label);

@@ -120,6 +120,14 @@ std::vector<PipelineStep> pipeline_steps(PipelineSchedule schedule, int32_t stag
   return steps;
 }
 
+std::vector<PipelineStep> forward_only_steps(int32_t micro_batches, int32_t chunks) {
+  std::vector<PipelineStep> steps;
+  for (int32_t m = 0; m < micro_batches; ++m) {
+    for (int32_t k = 0; k < chunks; ++k) steps.push_back(PipelineStep{true, m, k});
+  }
+  return steps;
+}
+
 int32_t peak_in_flight(const std::vector<PipelineStep>& steps) {
   int32_t now = 0, peak = 0;
   for (const PipelineStep& step : steps) {

@@ -73,6 +73,10 @@ struct PipelineStep {
 std::vector<PipelineStep> pipeline_steps(PipelineSchedule schedule, int32_t stage, int32_t stages,
                                          int32_t micro_batches, int32_t chunks);
 
+// An evaluation batch on any stage: every micro-batch's forward, each
+// through the stage's chunks in order, no backward.
+std::vector<PipelineStep> forward_only_steps(int32_t micro_batches, int32_t chunks);
+
 // The most micro-batches (summed over chunks) whose forward ran and whose
 // backward did not, at any point of `steps`: the activations a stage holds.
 int32_t peak_in_flight(const std::vector<PipelineStep>& steps);

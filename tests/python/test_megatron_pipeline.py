@@ -70,6 +70,24 @@ class PipelineParity(TempDirMixin, unittest.TestCase):
                 for x, y in zip(read_metrics(one), read_metrics(two)):
                     self.assertLess(abs(x["loss"] - y["loss"]) / x["loss"], 2e-2, (precision, x, y))
 
+    def test_evaluation_runs_through_the_stages(self):
+        # --eval-every: each held-out batch's forwards go through the stages
+        # (ACCEL_TRAIN_STEP_EVAL); the loss equals one process's.
+        args = [*COMMON, "--steps", 4, "--batch-size", 16, "--grad-accum", 4, "--eval-every", 2, "--eval-steps", 2]
+        one = self.path("eval_one.jsonl")
+        run_host(*args, "--metrics-file", one)
+        expected = [r["eval_loss"] for r in read_metrics(one) if r.get("eval_loss") is not None]
+        self.assertEqual(len(expected), 2)
+        for plugin in (pipeline(2), pipeline(2, "--megatron.num_layers_per_virtual_pipeline_stage", 1),
+                       pipeline(2, "--megatron.tp_degree", 2)):
+            with self.subTest(plugin=plugin):
+                path = self.path(f"eval_{len(os.listdir(self.tmp))}.jsonl")
+                mpirun(2 * (2 if "--megatron.tp_degree" in plugin else 1), *args, *plugin, "--metrics-file", path)
+                got = [r["eval_loss"] for r in read_metrics(path) if r.get("eval_loss") is not None]
+                self.assertEqual(len(got), 2)
+                for x, y in zip(expected, got):
+                    self.assertLess(abs(x - y) / x, 1e-5, (plugin, expected, got))
+
     def test_pp2_on_two_ranks(self):
         self.parity(2, *pipeline(2))
 
@@ -236,8 +254,6 @@ class PipelineBadInput(TempDirMixin, unittest.TestCase):
         self.refused(2, *pipeline(2, "--megatron.num_layers_per_virtual_pipeline_stage", 1), "--grad-accum", 1,
                      mentions=["multiple of the pipeline stages"])
 
-    def test_evaluation_is_refused_with_stages(self):
-        self.refused(2, *pipeline(2), "--eval-every", 1, mentions=["--eval-every", "pipeline stages"])
 
 
 if __name__ == "__main__":

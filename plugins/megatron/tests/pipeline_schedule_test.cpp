@@ -28,11 +28,15 @@ struct Simulation {
 };
 
 // Runs every stage's schedule to the end; fails the test on any violation.
+// `forward_only`: an evaluation batch (forward_only_steps) instead.
 Simulation simulate(PipelineSchedule schedule, int32_t stages, int32_t micro_batches, int32_t chunks,
-                    int32_t num_units) {
+                    int32_t num_units, bool forward_only = false) {
   const StagePlan plan = plan_pipeline_stages(num_units, stages, chunks);
   std::vector<std::vector<PipelineStep>> steps;
-  for (int32_t s = 0; s < stages; ++s) steps.push_back(pipeline_steps(schedule, s, stages, micro_batches, chunks));
+  for (int32_t s = 0; s < stages; ++s) {
+    steps.push_back(forward_only ? forward_only_steps(micro_batches, chunks)
+                                 : pipeline_steps(schedule, s, stages, micro_batches, chunks));
+  }
   // (from, to, is_gradient) -> messages in flight, in send order.
   std::map<std::tuple<int32_t, int32_t, bool>, std::deque<Message>> channels;
   std::vector<size_t> next(static_cast<size_t>(stages), 0);
@@ -122,6 +126,15 @@ TEST(PipelineSchedule, InterleavedRunsEveryChunkWithoutDeadlock) {
           EXPECT_LE(sim.peak_in_flight[static_cast<size_t>(s)], micro * chunks);
         }
       }
+    }
+  }
+}
+
+TEST(PipelineSchedule, EvaluationForwardsRunWithoutDeadlock) {
+  for (int32_t stages : {2, 3, 4}) {
+    for (int32_t chunks : {1, 2}) {
+      SCOPED_TRACE(testing::Message() << "P " << stages << ", v " << chunks);
+      simulate(PipelineSchedule::one_f_one_b, stages, 5, chunks, stages * chunks + 2, /*forward_only=*/true);
     }
   }
 }
