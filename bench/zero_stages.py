@@ -11,18 +11,26 @@ accounted model states (params + grads + optimizer peaks) hold beyond it
 ("in flight": gradients between a unit's backward and its reduce-scatter,
 gathered parameters), and the model states as the process holds them: the
 peak RSS less ZeRO-0's at the same N, plus ZeRO-0's 16P (both runs hold
-the same activations, runtime and libraries; ZeRO-0 holds exactly 16P of
-model states). ZeRO-3 runs twice: with DeepSpeed's defaults (reuse
-distance 1e9: every unit stays gathered at this size) and with
-stage3_max_reuse_distance 0 (released after each use, FULL_SHARD's
-schedule).
+the same activations, runtime and libraries, up to the collectives' own
+buffers: ZeRO-0's asynchronous all-reduces keep more of the MPI ring's
+pooled scratch, ~42 MiB more at N = 2, which this subtraction removes
+from the others too; ZeRO-0 holds exactly 16P of model states). ZeRO-3
+runs twice: with DeepSpeed's defaults (reuse distance 1e9: every unit
+stays gathered at this size) and with stage3_max_reuse_distance 0
+(released after each use, FULL_SHARD's schedule).
 
-  python3 bench/zero_stages.py [BUILD] [--preload LIB]   (default: build)
+  python3 bench/zero_stages.py [BUILD] [--preload LIB] [--malloc-conf CONF]   (default: build)
 
 --preload runs every rank with LD_PRELOAD=LIB (e.g. libjemalloc.so.2): an
 allocator that returns freed memory promptly makes peak RSS follow the
-live bytes more closely than glibc's kept free memory does. --from DIR
-tabulates an earlier run's files (the directory it printed) again.
+live bytes more closely than glibc's kept free memory does. --malloc-conf
+passes MALLOC_CONF=CONF to every rank: with jemalloc,
+dirty_decay_ms:0,muzzy_decay_ms:0 purges freed pages at once. Without it
+jemalloc purges on a 10 s decay timer, so the RSS sampled at a step's end
+carries however many freed pages the timer has not yet returned: 12 to
+53 MiB from one step to the next of one 4-rank run, 3 to 11 % of ZeRO-3's
+472 MiB, which moved the RSS-implied column by as much (docs/benchmarks.md).
+--from DIR tabulates an earlier run's files (the directory it printed) again.
 
 A second table compares at a step's end, after the optimizer step, when no
 gradient or gathered parameter is in flight: the ledger's model states,
@@ -56,10 +64,17 @@ MiB = 2**20
 
 def main():
     args = sys.argv[1:]
+    if "-h" in args or "--help" in args:
+        print(__doc__)
+        return
     preload = []
     if "--preload" in args:
         i = args.index("--preload")
         preload = ["-x", f"LD_PRELOAD={args[i + 1]}"]
+        del args[i:i + 2]
+    if "--malloc-conf" in args:
+        i = args.index("--malloc-conf")
+        preload += ["-x", f"MALLOC_CONF={args[i + 1]}"]
         del args[i:i + 2]
     rerun = "--from" not in args
     if not rerun:

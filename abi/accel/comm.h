@@ -172,8 +172,10 @@ typedef struct AccelCollectiveArgs {
   const DLTensor* output;   /* where the result goes; may equal input for
                                all_reduce and broadcast (in place); for
                                all_gather (1.5) input may be this rank's
-                               chunk of output (in place: its memory
-                               exactly, nothing else overlapping) */
+                               chunk of output, for reduce_scatter (1.7)
+                               output may be this rank's chunk of input
+                               (in place: its memory exactly, nothing else
+                               overlapping) */
   AccelReduceOp op;         /* reductions only */
   int32_t peer;             /* broadcast: root; send/recv: the other rank;
                                both as an index in `group` */
@@ -193,7 +195,16 @@ typedef struct AccelCollectiveArgs {
  *                 has group size times input's elements.
  * reduce_scatter: output = this rank's chunk of op over ranks of input;
  *                 input has group size times output's elements, chunk i
- *                 (in flat order) goes to group rank i.
+ *                 (in flat order) goes to group rank i. In place (1.7):
+ *                 output is chunk `rank` of input itself (a sharded
+ *                 optimizer reducing into its slice of a flat gradient
+ *                 buffer, with no second buffer); input stays the
+ *                 caller's and in use until the operation completed, and
+ *                 its other chunks are unspecified afterwards. Any other
+ *                 overlap is refused (ACCEL_ERROR_INVALID_ARGUMENT).
+ *                 Before using it, a plugin checks the host's ABI minor
+ *                 (AccelHostInfo.abi_version >= 1.7): older hosts may
+ *                 compute a wrong result instead of refusing it.
  * broadcast:      output on every rank = output of rank `peer` (input unused).
  * all_to_all:     input and output split in group-size equal chunks; chunk j
  *                 of rank i's input lands in chunk i of rank j's output.

@@ -3,6 +3,8 @@
 // fix the call from the log line alone.
 #include "host/comm/communicator.h"
 
+#include <cstdint>
+
 #include "host/util/strformat.h"
 
 namespace accel::comm::validate {
@@ -72,7 +74,12 @@ Status all_gather(const Buffer& input, const Buffer& output, int size) {
   return problem;
 }
 
-Status reduce_scatter(const Buffer& input, const Buffer& output, ReduceOp op, int size) {
+bool reduce_scatter_in_place(const Buffer& input, const Buffer& output, int rank) {
+  return output.count > 0 &&
+         output.data == static_cast<const char*>(input.data) + static_cast<size_t>(rank) * output.bytes();
+}
+
+Status reduce_scatter(const Buffer& input, const Buffer& output, ReduceOp op, int rank, int size) {
   Status problem = buffer("input", input);
   if (problem.ok()) problem = buffer("output", output);
   if (problem.ok()) problem = same_kind(input, output);
@@ -83,6 +90,18 @@ Status reduce_scatter(const Buffer& input, const Buffer& output, ReduceOp op, in
                   "(pad the input to a multiple of the group size)",
                   static_cast<long long>(input.count), size, static_cast<long long>(output.count),
                   static_cast<long long>(output.count * size)));
+  }
+  // In place is the output at this rank's own chunk, nowhere else: a ring
+  // (or NCCL) reads the other chunks while this rank's result is written.
+  if (problem.ok() && output.count > 0 && !reduce_scatter_in_place(input, output, rank)) {
+    const auto in = reinterpret_cast<uintptr_t>(input.data);
+    const auto out = reinterpret_cast<uintptr_t>(output.data);
+    if (out < in + input.bytes() && in < out + output.bytes()) {
+      problem = invalid(strformat("output overlaps the input at byte %lld, not at this rank's chunk (byte %lld); "
+                                  "in place, the output is exactly chunk %d of the input",
+                                  static_cast<long long>(out) - static_cast<long long>(in),
+                                  static_cast<long long>(static_cast<size_t>(rank) * output.bytes()), rank));
+    }
   }
   return problem;
 }

@@ -16,8 +16,10 @@
 //    rank i's input lands in chunk i of rank j's output. A count that does
 //    not divide is rejected, never padded silently.
 //  - In place: all_reduce with input == output; all_gather with input at
-//    output + rank * input.count; reduce_scatter with output.data ==
-//    input.data (the result lands in the first output.count elements).
+//    output + rank * input.count; reduce_scatter with output at
+//    input + rank * output.count (this rank's own chunk, as NCCL takes it;
+//    the other chunks of the input are unspecified afterwards). Any other
+//    overlap of a reduce_scatter's input and output is rejected.
 //  - avg is rejected for integer dtypes (as c10d does).
 //
 // Thread-safety: operations are issued from one thread at a time (the loop
@@ -125,7 +127,10 @@ Status reduction(ReduceOp op, DType dtype);
 Status same_kind(const Buffer& a, const Buffer& b);
 Status all_reduce(const Buffer& input, const Buffer& output, ReduceOp op);
 Status all_gather(const Buffer& input, const Buffer& output, int size);
-Status reduce_scatter(const Buffer& input, const Buffer& output, ReduceOp op, int size);
+// `rank`: this rank's index in the group (where an in-place output must sit).
+Status reduce_scatter(const Buffer& input, const Buffer& output, ReduceOp op, int rank, int size);
+// Whether a reduce_scatter's output is this rank's chunk of its input.
+bool reduce_scatter_in_place(const Buffer& input, const Buffer& output, int rank);
 Status all_to_all(const Buffer& input, const Buffer& output, int size);
 Status rank_in_group(const char* role, int rank, int size);
 

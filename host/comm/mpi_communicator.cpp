@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstring>
 #include <thread>
 
 #include "host/util/log.h"
@@ -81,6 +82,12 @@ class MpiCommunicator::MpiWork final : public Work {
     divide_ = output;
     divisor_ = divisor;
   }
+  // After the division: copies `from` to `to` (an in-place reduce_scatter's
+  // result, from where MPI leaves it to this rank's chunk; no overlap).
+  void move_on_completion(const Buffer& from, void* to) {
+    move_from_ = from;
+    move_to_ = to;
+  }
 
   void start_failed(const std::string& detail) { fail_to_start(ErrorCode::internal, detail); }
 
@@ -113,6 +120,7 @@ class MpiCommunicator::MpiWork final : public Work {
       }
     }
     if (divisor_ > 0) divide_in_place(divide_.data, divide_.count, divide_.dtype, divisor_);
+    if (move_to_ != nullptr) std::memcpy(move_to_, move_from_.data, move_from_.bytes());
     return {};
   }
 
@@ -148,6 +156,8 @@ class MpiCommunicator::MpiWork final : public Work {
   std::vector<MPI_Status> statuses_;
   Buffer divide_{};
   int divisor_ = 0;
+  Buffer move_from_{};
+  void* move_to_ = nullptr;
 };
 
 // ----------------------------------------------------- MpiCommunicator --
@@ -312,22 +322,27 @@ std::shared_ptr<Work> MpiCommunicator::all_gather_async(const Buffer& input, con
 std::shared_ptr<Work> MpiCommunicator::reduce_scatter_async(const Buffer& input, const Buffer& output,
                                                             ReduceOp op, const OpOptions& options) {
   OpInfo i = info(OpType::reduce_scatter, &input, -1, options);
-  if (auto failed = precheck(i, validate::reduce_scatter(input, output, op, size()), {&input, &output})) {
+  if (auto failed = precheck(i, validate::reduce_scatter(input, output, op, rank(), size()), {&input, &output})) {
     return failed;
   }
-  // In place (MPI_IN_PLACE: the input fills the output buffer) stays with
-  // MPI: the ring reads every chunk of the input while writing chunk 0.
-  if (size() > 1 && output.count > 0 && input.data != output.data &&
-      input.bytes() >= state_->options().ring_reduce_scatter_min_bytes) {
+  // The ring, in place or not: this rank's chunk of the input is read only
+  // by its last step, which writes the result over it element by element.
+  if (size() > 1 && output.count > 0 && input.bytes() >= state_->options().ring_reduce_scatter_min_bytes) {
     return ring_launched(start_ring_reduce_scatter(state_, std::move(i), options.timeout_ms,
                                                    ring_plan(output.dtype), input, output, op, scratch_));
   }
   auto work = make_work(std::move(i), options);
-  const void* send = input.data == output.data ? MPI_IN_PLACE : input.data;
-  const int rc = MPI_Ireduce_scatter_block(send, output.data, static_cast<int>(output.count),
-                                           types_.datatype(output.dtype), types_.op(output.dtype, op), comm_,
-                                           work->add_request());
-  if (op == ReduceOp::avg) work->divide_on_completion(output, size());
+  // In place, MPI_IN_PLACE leaves the result at the start of the input (its
+  // receive buffer): it is divided there (avg) and then moved to this
+  // rank's chunk, where the caller asked for it.
+  const bool in_place = validate::reduce_scatter_in_place(input, output, rank());
+  const Buffer result = in_place ? Buffer{input.data, output.count, output.dtype, output.on_cuda, output.device}
+                                 : output;
+  const int rc = MPI_Ireduce_scatter_block(in_place ? MPI_IN_PLACE : input.data, result.data,
+                                           static_cast<int>(output.count), types_.datatype(output.dtype),
+                                           types_.op(output.dtype, op), comm_, work->add_request());
+  if (op == ReduceOp::avg) work->divide_on_completion(result, size());
+  if (in_place && result.data != output.data) work->move_on_completion(result, output.data);
   return launched(work, rc);
 }
 

@@ -196,7 +196,7 @@ class NcclCommunicator final : public Communicator {
   }
   std::shared_ptr<Work> reduce_scatter_async(const Buffer& in, const Buffer& out, ReduceOp op,
                                              const OpOptions& o) override {
-    return launch(info(OpType::reduce_scatter, &in, -1, o), validate::reduce_scatter(in, out, op, size()),
+    return launch(info(OpType::reduce_scatter, &in, -1, o), validate::reduce_scatter(in, out, op, rank(), size()),
                   {&in, &out}, o, [&] {
                     return ncclReduceScatter(in.data, out.data, static_cast<size_t>(out.count),
                                              nccl_type(in.dtype), nccl_op(op), handle_->comm, stream_);

@@ -18,7 +18,10 @@
 // its (whole-buffer) output; a lone reduce_scatter's output holds one chunk,
 // so partials alternate between two chunk-sized accumulators (one is being
 // sent while the next step combines into the other) and the last step
-// combines straight into the output.
+// combines straight into the output. Rank r's own chunk r of the input is
+// never sent and is combined only in that last step, so the output may be
+// that chunk (in place): each element is read and then written by the same
+// combine.
 #include "host/comm/ring_collectives.h"
 
 #include <algorithm>

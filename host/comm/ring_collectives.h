@@ -80,7 +80,10 @@ std::shared_ptr<Work> start_ring_all_reduce(std::shared_ptr<CommState> state, Op
                                             ReduceOp op, std::shared_ptr<ScratchPool> pool);
 
 // Rank r receives the reduction of chunk r of every rank's input (n chunks
-// of output.count). Out of place only: input must not overlap output.
+// of output.count). In place, output is chunk r of the input itself: the
+// ring reads that chunk only in its last step, which combines each received
+// segment with it into the same elements (reduce_local allows out == own).
+// Otherwise input must not overlap output.
 std::shared_ptr<Work> start_ring_reduce_scatter(std::shared_ptr<CommState> state, OpInfo info,
                                                 int64_t timeout_ms, const RingPlan& plan, const Buffer& input,
                                                 const Buffer& output, ReduceOp op,

@@ -3,6 +3,7 @@
 #include "grad_reducer.h"
 
 #include <accel/sdk/error.hpp>
+#include <accel/sdk/services.hpp>
 
 namespace accel::sharding {
 
@@ -15,8 +16,10 @@ GradReducer::GradReducer(const sdk::Kernels& ops, const ShardingOptions& config,
       replica_(replica),
       data_(data),
       comm_buffers_(comm_buffers) {
+  sharding_size_ = ops.shape(sharding).size;
   replica_size_ = ops.shape(replica).size;
   data_size_ = ops.shape(data).size;
+  reduce_scatter_in_place_ = sdk::host_abi_at_least(1, 7);
 }
 
 void GradReducer::materialize_grads(int32_t unit) {
@@ -48,13 +51,19 @@ void GradReducer::reduce_scatter(int32_t u, bool last_micro_batch) {
     input = &staged.tensor();
   }
   // Straight into the shard while it holds zeros (grad_reducer.h): 0 + x is
-  // x. Not when the shard is a slice of the input itself (the host's
-  // gradients, ZeRO-1 views): the reduction lands in a chunk, copied over.
+  // x. A ZeRO-1 view is this rank's chunk of the input itself (the host's
+  // gradients): the reduction lands there in place (accel/comm.h, 1.7), and
+  // over one rank there is nothing to reduce (the average of one is
+  // itself). Only a host older than 1.7 takes the chunk below.
   const DLTensor& shard = unit.grad_tensor();
-  if (unit.grad_is_zero && !unit.grad_view && accel_dtype_equal(shard.dtype, config_.reduce_dtype) &&
-      sdk::same_space(*input, shard)) {
-    ops_.reduce_scatter(sharding_, input, &shard, ACCEL_REDUCE_AVG, "sharding reduce_scatter");
-    ++reduce_scatters_;
+  const bool view_in_place = unit.grad_view && input == full && (sharding_size_ == 1 || reduce_scatter_in_place_);
+  if (view_in_place ||
+      (unit.grad_is_zero && !unit.grad_view && accel_dtype_equal(shard.dtype, config_.reduce_dtype) &&
+       sdk::same_space(*input, shard))) {
+    if (!(unit.grad_view && sharding_size_ == 1)) {
+      ops_.reduce_scatter(sharding_, input, &shard, ACCEL_REDUCE_AVG, "sharding reduce_scatter");
+      ++reduce_scatters_;
+    }
     unit.grad_is_zero = false;
     staged.reset();
     if (!unit.host_grads) ops_.release(u, ACCEL_STORAGE_GRADS);

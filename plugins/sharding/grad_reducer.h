@@ -12,8 +12,12 @@
 // start and reduce_dtype is its fp32 in its space (the usual first
 // micro-batch), the reduce_scatter writes straight into the shard: the same
 // values as 0 + chunk, without a chunk buffer (a shard's size, kept idle in
-// the pool through the step's peak otherwise) or the addition. HYBRID: on the last micro-batch the shard is
-// all-reduced (AVG) over REPLICA, asynchronously, completed in finish().
+// the pool through the step's peak otherwise) or the addition. A ZeRO-1
+// gradient shard is a slice of the host's own gradients, reduced once per
+// step: in place, the reduce_scatter's output being this rank's chunk of its
+// input (no chunk buffer: at N = 1 no collective at all). HYBRID: on the last
+// micro-batch the shard is all-reduced (AVG) over REPLICA, asynchronously,
+// completed in finish().
 // Host-owned unit: its gradients are all-reduced (AVG) over DATA once, on the
 // last micro-batch (gradients_ready), asynchronously.
 //
@@ -67,10 +71,12 @@ class GradReducer {
   AccelGroup* replica_;
   AccelGroup* data_;
   sdk::BufferPool& comm_buffers_;  // reduce_scatter staging, leased per unit
+  int32_t sharding_size_ = 1;
   int32_t replica_size_ = 1;
   int32_t data_size_ = 1;
   std::vector<AccelWork*> pending_;
   int64_t reduce_scatters_ = 0;
+  bool reduce_scatter_in_place_ = false;  // the host takes an in-place reduce_scatter (ABI 1.7)
 };
 
 }  // namespace accel::sharding

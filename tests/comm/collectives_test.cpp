@@ -104,7 +104,7 @@ class Collectives : public ::testing::TestWithParam<std::tuple<DType, Mode>> {
 
   std::unique_ptr<MpiCommunicator> comm_;
   // The same, with every all_reduce of at least `size` elements, every
-  // all_gather and every out-of-place reduce_scatter on the ring.
+  // all_gather and every reduce_scatter on the ring.
   std::unique_ptr<MpiCommunicator> ring_;
   int rank_ = 0;
   int size_ = 1;
@@ -165,8 +165,10 @@ TEST_P(Collectives, AllGather) {
   }
 }
 
-// Both implementations (MPI_Ireduce_scatter_block and, out of place, the
-// ring: one step at 2 ranks, accumulators alternating from 3).
+// Both implementations (MPI_Ireduce_scatter_block and the ring: one step
+// at 2 ranks, accumulators alternating from 3), each in place (the output
+// is this rank's chunk of the input: MPI_IN_PLACE leaves the result at
+// chunk 0, moved from there; the ring writes it over the chunk) and not.
 TEST_P(Collectives, ReduceScatter) {
   for (MpiCommunicator* comm : {comm_.get(), ring_.get()}) {
     for (ReduceOp op : kAllOps) {
@@ -177,7 +179,7 @@ TEST_P(Collectives, ReduceScatter) {
                        std::to_string(chunk) + (in_place ? " in place" : ""));
           TypedBuffer in = input(chunk * size_, rank_);
           TypedBuffer out(dtype(), chunk);
-          Buffer result = in_place ? in.view(0, chunk) : out.view();
+          Buffer result = in_place ? in.view(rank_ * chunk, chunk) : out.view();
           const Status s = finish(comm->reduce_scatter_async(in.view(), result, op));
           ASSERT_TRUE(s.ok()) << s.message;
           TypedBuffer got(dtype(), chunk);
@@ -196,6 +198,16 @@ TEST_P(Collectives, ReduceScatter) {
   const Status s = finish(comm_->reduce_scatter_async(in.view(), out.view(), ReduceOp::sum));
   EXPECT_EQ(s.code, ErrorCode::invalid_argument);
   EXPECT_NE(s.message.find("needs group size"), std::string::npos) << s.message;
+  // An output inside the input but not at this rank's chunk is refused
+  // before anything moves (every rank's is, so none waits on a peer).
+  if (size_ > 1) {
+    TypedBuffer whole = input(3 * size_, rank_);
+    const int64_t other = (rank_ + 1) % size_;
+    const Status o = finish(comm_->reduce_scatter_async(whole.view(), whole.view(other * 3, 3), ReduceOp::sum));
+    EXPECT_EQ(o.code, ErrorCode::invalid_argument);
+    EXPECT_NE(o.message.find("not at this rank's chunk"), std::string::npos) << o.message;
+    EXPECT_SAME_BYTES(whole, input(3 * size_, rank_));
+  }
 }
 
 TEST_P(Collectives, BroadcastFromEveryRoot) {

@@ -148,6 +148,14 @@ TEST_F(NcclOnDevice, Collectives) {
   Buffer part = device_buffer(std::vector<float>(2, 0.0f));
   ASSERT_TRUE(group_->reduce_scatter(full, part, ReduceOp::sum).ok());
   EXPECT_EQ(read(part)[1], static_cast<float>(n));
+  // In place: the output is this rank's chunk of the input (ncclReduceScatter's
+  // recvbuff == sendbuff + rank * recvcount).
+  std::vector<float> values(2 * n);
+  for (int i = 0; i < 2 * n; ++i) values[i] = static_cast<float>(i + rank_);
+  Buffer whole = device_buffer(values);
+  const Buffer own{static_cast<float*>(whole.data) + 2 * rank_, 2, DType::f32, true, device_};
+  ASSERT_TRUE(group_->reduce_scatter(whole, own, ReduceOp::sum).ok());
+  EXPECT_EQ(read(own)[1], static_cast<float>(n * (2 * rank_ + 1) + n * (n - 1) / 2));
 
   Buffer b = device_buffer(std::vector<float>(5, rank_ == 0 ? 9.0f : 0.0f));
   ASSERT_TRUE(group_->broadcast(b, 0).ok());

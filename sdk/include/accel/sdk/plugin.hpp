@@ -358,6 +358,7 @@ AccelStatus init_plugin(const AccelHostInfo* info,
   if (info == nullptr || descriptor == nullptr) {
     return ACCEL_ERROR_INVALID_ARGUMENT;
   }
+  detail::loaded_host_abi = info->abi_version;
   return guard(info->host, info->services,
                [&] { *descriptor = descriptor_for<T>(); });
 }

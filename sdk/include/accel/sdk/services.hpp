@@ -38,6 +38,21 @@ bool has_fn(const Table* table, Fn Table::*field) noexcept {
          table->*field != nullptr;
 }
 
+// The ABI version of the host that loaded this library, as its entry call
+// was told (AccelHostInfo.abi_version, recorded by init_plugin); {0, 0}
+// before that call, or when a test drives a plugin without one. A plugin
+// reads it before relying on a meaning that a minor gave without a new
+// field, which has_fn cannot see (1.7: the in-place reduce_scatter).
+// Written once, by the entry call, before any hook runs.
+namespace detail {
+inline AccelAbiVersion loaded_host_abi{0, 0};
+}  // namespace detail
+inline AccelAbiVersion host_abi_version() noexcept { return detail::loaded_host_abi; }
+inline bool host_abi_at_least(uint32_t major, uint32_t minor) noexcept {
+  const AccelAbiVersion v = detail::loaded_host_abi;
+  return v.major == major && v.minor >= minor;
+}
+
 class LogLine;
 
 class Services {
