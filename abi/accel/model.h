@@ -128,12 +128,14 @@ typedef struct AccelModelInfo {
 #define ACCEL_UNIT_FLAG_GRADS_MATERIALIZED (UINT32_C(1) << 5)
 /* Since 1.7: a unit of another pipeline stage that this rank holds anyway,
  * because a local unit reads its storage (the tied head on the last stage
- * reads the embedding's token table). Its parameters must equal the owner's
- * (step it as the owner does), and its gradients here are only this
+ * reads the embedding's token table). Its parameters must equal the
+ * owner's (step it as the owner does), and its gradients here are only this
  * stage's part: the strategy sums them with the owner's before any data-
  * parallel reduction (Megatron's embedding group), and counts the unit
- * once in a global norm (on the owning stage). Never put in a checkpoint by
- * this rank. */
+ * once in a global norm (on the owning stage). It is never in a
+ * run_forward / run_backward range here, so no gradients_ready reaches it:
+ * gradients_finalize is where a strategy reduces it. Never put in a
+ * checkpoint by this rank. */
 #define ACCEL_UNIT_FLAG_TIED_COPY (UINT32_C(1) << 6)
 
 typedef struct AccelUnitInfo {
@@ -336,13 +338,18 @@ typedef struct AccelRunForwardArgs {
   int32_t micro_batch;        /* 0..num_micro_batches-1 of this step */
   uint32_t flags;             /* ACCEL_RUN_* */
   const DLTensor* input;      /* activation from the previous stage (borrowed
-                                 for the call); NULL when first_unit is 0:
-                                 the host feeds the micro-batch's tokens */
-  AccelStream stream;
+                                 for the call): [seq_len (/ tensor size under
+                                 sequence parallelism), micro_batch, hidden],
+                                 any floating dtype, on this rank's device;
+                                 NULL when first_unit is 0: the host feeds
+                                 the micro-batch's tokens */
+  AccelStream stream;         /* NULL (the compute stream): the range runs
+                                 there, its outputs are ordered there */
   const DLTensor* output;     /* out: the range's output activation;
                                  host-owned, valid until run_backward of the
                                  same range and micro-batch returned (with
-                                 NO_GRAD: until the next run call) */
+                                 NO_GRAD: until the next run call), and never
+                                 past the train_step hook's return */
   const DLTensor* loss;       /* out: fp32 scalar when the range ends with
                                  the last unit, else NULL; same lifetime */
 } AccelRunForwardArgs;
@@ -358,7 +365,8 @@ typedef struct AccelRunForwardArgs {
  * as is a range with a unit of another stage. With the last unit the host
  * also counts the loss into the step's reported loss. Since 1.7 (NULL in
  * older hosts: check ACCEL_HAS_FN). Phase: run, inside the train_step hook
- * (ACCEL_ERROR_FAILED_PRECONDITION elsewhere). */
+ * (ACCEL_ERROR_FAILED_PRECONDITION elsewhere). Thread: the loop thread (the
+ * one that called train_step). */
 typedef AccelStatus AccelModelRunForwardFn(AccelHost* host,
                                            AccelRunForwardArgs* args);
 
@@ -373,11 +381,12 @@ typedef struct AccelRunBackwardArgs {
                                   next stage (borrowed); NULL when the range
                                   ends with the last unit: the loss, divided
                                   by num_micro_batches, is the root */
-  AccelStream stream;
+  AccelStream stream;          /* NULL (the compute stream) */
   const DLTensor* grad_input;  /* out: gradient of the range's input, to send
                                   to the previous stage; host-owned, valid
                                   until the next run call for this
-                                  micro-batch; NULL when first_unit is 0 */
+                                  micro-batch or the train_step hook's
+                                  return; NULL when first_unit is 0 */
 } AccelRunBackwardArgs;
 
 /* Runs backward over the range for the micro-batch, accumulating parameter
@@ -387,7 +396,7 @@ typedef struct AccelRunBackwardArgs {
  * forward kept. grad_output is read during the call only. A range
  * run_forward did not run for the micro-batch is
  * ACCEL_ERROR_FAILED_PRECONDITION. Since 1.7 (NULL in older hosts).
- * Phase: run, inside the train_step hook. */
+ * Phase: run, inside the train_step hook. Thread: the loop thread. */
 typedef AccelStatus AccelModelRunBackwardFn(AccelHost* host,
                                             AccelRunBackwardArgs* args);
 

@@ -276,7 +276,11 @@ typedef struct AccelTrainStepArgs {
  * pipeline schedule: 1F1B, interleaved). Runs units with
  * model->run_forward / run_backward and moves activations between stages
  * with comm send/recv. Must leave every local unit's gradient accumulated
- * over all micro-batches, as the host's loop would. */
+ * over all micro-batches, as the host's loop would, and (on the last stage)
+ * run every micro-batch's loss; the host checks both on every rank. With
+ * ACCEL_TRAIN_STEP_EVAL (since 1.7; only ever with pipeline stages, and only
+ * to owners of ABI 1.7 or later) `step` is the held-out batch's index, and
+ * the hook runs each micro-batch's forward only (ACCEL_RUN_NO_GRAD). */
 typedef AccelStatus AccelHookTrainStepFn(AccelPlugin* self,
                                          const AccelTrainStepArgs* args);
 

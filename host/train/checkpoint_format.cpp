@@ -203,6 +203,11 @@ void gather_stage_units(const model::GptModel& model, const StageLayout& stages,
     for (const model::Param& p : unit.params()) {
       if (sender) {
         const auto found = whole.find(p.spec.name);
+        if (found == whole.end() && !unit.has_params()) {
+          throw CheckpointError("unit " + unit.name() + " of stage " + std::to_string(my_stage) +
+                                ": its parameters are a plugin's (managed storage), which a pipeline save cannot "
+                                "send to rank 0");
+        }
         const at::Tensor tensor =
             (found != whole.end() ? found->second : unit.flat_params().narrow(0, p.offset, p.numel()))
                 .to(at::kCPU, at::kFloat)

@@ -146,6 +146,19 @@ double Trainer::clip_or_measure(std::vector<at::Tensor>& grads) {
   return max_norm > 0 ? clip_grad_norm(grads, max_norm) : global_grad_norm(grads);
 }
 
+void Trainer::agree_on_failure(const std::string& why, const char* label) {
+  double failed = why.empty() ? 0.0 : 1.0;
+  if (world_size_ > 1) {
+    const comm::Status status =
+        context_->world->all_reduce(comm::host_buffer(&failed, 1, comm::DType::f64), comm::ReduceOp::max, {0, label});
+    if (!status.ok()) throw std::runtime_error(status.message);
+  }
+  if (failed == 0.0) return;
+  const std::string line = why.empty() ? std::string("another rank failed (") + label + "): see its line" : why;
+  log::error(line);
+  throw AgreedError(1, line, /*logged_on_every_rank=*/true);
+}
+
 double Trainer::average_over_ranks(double value, const char* label) {
   if (world_size_ == 1) return value;
   const runtime::TraceRange range(context_, "all_reduce", "comm", "host", [&] {
@@ -345,6 +358,13 @@ void Trainer::plan_plugins() {
     if (!hooks_->owns_clip_gradients() || !hooks_->owns_optimizer_step() || !hooks_->train_step_owner()) {
       throw std::runtime_error("the plugins' model plan assigns pipeline stages, but no plugin takes over "
                                "clip_gradients, optimizer_step and train_step (a pipeline strategy does all three)");
+    }
+    const AccelAbiVersion abi = hooks_->train_step_owner()->abi_version();
+    if (config_.eval.every > 0 && abi.major == 1 && abi.minor < 7) {
+      // Evaluating through the stages is a 1.7 flag an older owner ignores.
+      throw std::runtime_error("--eval-every with pipeline stages: plugin " + hooks_->train_step_owner()->name() +
+                               " was built for ABI " + std::to_string(abi.major) + "." + std::to_string(abi.minor) +
+                               ", before train_step could evaluate (1.7); leave --eval-every out");
     }
   }
   for (const auto& [unit, what] : plan.managed_storage) {

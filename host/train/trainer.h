@@ -128,6 +128,12 @@ class Trainer final : public runtime::ModelRunner {
   bool run_taken_over_step(const AccelTrainStepArgs& args, double& loss_sum);
   // Throws naming the range when a run_* call does not fit this rank's stage.
   void check_range(int32_t first, int32_t end, int32_t micro, const char* service) const;
+  // Throws naming `what` unless `activation` is what passes between units.
+  void check_activation(const at::Tensor& activation, const char* what) const;
+  // Every rank learns whether any failed (`why` non-empty on it), through
+  // one collective labelled `label`: all then throw AgreedError, each with
+  // its own reason or a line saying another rank failed.
+  void agree_on_failure(const std::string& why, const char* label);
   // Unit `u`'s forward between its hooks. `input` is what the unit reads
   // (the token ids for unit 0, else the previous unit's output, as a leaf
   // when gradients flow). No graph is kept for an evaluation
@@ -193,7 +199,7 @@ class Trainer final : public runtime::ModelRunner {
   int64_t runner_step_ = 0;  // the step, or the evaluation batch
   bool runner_eval_ = false;  // an evaluation batch (ACCEL_TRAIN_STEP_EVAL)
   std::unique_ptr<RangeRun> eval_run_;  // its last forward, until the next call
-  double runner_loss_sum_ = 0.0;
+  at::Tensor runner_loss_sum_;  // on the device, read once per step
   int64_t runner_losses_ = 0;
   int64_t completed_steps_ = 0;
   int64_t nonfinite_loss_steps_ = 0;  // skipped so far (--nonfinite-loss-skips)

@@ -17,6 +17,7 @@
 #include "host/train/autocast_scope.h"
 #include "host/train/linear_chain.h"
 #include "host/train/trainer.h"
+#include "host/util/agreed_error.h"
 #include "host/util/strformat.h"
 
 namespace accel::train {
@@ -204,6 +205,21 @@ double Trainer::forward_backward(const at::Tensor& batch, int64_t micro, double 
 // run_forward / run_backward: a pipeline schedule's calls
 // ---------------------------------------------------------------------------
 
+void Trainer::check_activation(const at::Tensor& activation, const char* what) const {
+  // [seq (this rank's slice under sequence parallelism), micro-batch, hidden]
+  const model::TensorGroup& tp = model_.tensor_group();
+  const int64_t seq = model_.config().seq_len / (tp.sequence_split() ? tp.size : 1);
+  const int64_t batch = context_->model_run.micro_batch_size;
+  if (activation.dim() != 3 || activation.size(0) != seq || activation.size(1) != batch ||
+      activation.size(2) != model_.config().n_embd || !activation.is_floating_point()) {
+    throw runtime::ServiceError(ACCEL_ERROR_INVALID_ARGUMENT,
+                                strformat("%s is %s, not a floating-point [%lld, %lld, %lld] activation", what,
+                                          c10::str(activation.sizes()).c_str(), static_cast<long long>(seq),
+                                          static_cast<long long>(batch),
+                                          static_cast<long long>(model_.config().n_embd)));
+  }
+}
+
 const at::Tensor& Trainer::micro_batch_on_device(int64_t step, int64_t micro) {
   auto it = step_batches_.find(micro);
   if (it != step_batches_.end()) return it->second;
@@ -253,8 +269,11 @@ void Trainer::run_forward(AccelRunForwardArgs& args) {
                      static_cast<long long>(micro)));
   }
   grad_inputs_.erase(micro);  // valid until the next run call for the micro-batch
-  const at::Tensor& batch = micro_batch_on_device(runner_step_, micro);
-  const int64_t T = batch.size(1) - 1;
+  const bool last_unit = end == model_.units().size();
+  // Only the stages at the two ends read the micro-batch: tokens, targets.
+  at::Tensor batch;
+  if (first == 0 || last_unit) batch = micro_batch_on_device(runner_step_, micro);
+  const int64_t T = model_.config().seq_len;
   at::Tensor input;
   if (first == 0) {
     input = batch.narrow(1, 0, T);
@@ -266,8 +285,8 @@ void Trainer::run_forward(AccelRunForwardArgs& args) {
     }
     // Borrowed for the call only: the schedule reuses its receive buffers.
     input = runtime::to_aten(args.input, "input").to(model_.device()).clone();
+    check_activation(input, "input");
   }
-  const bool last_unit = end == model_.units().size();
   const uint32_t flags = no_grad ? ACCEL_UNIT_HOOK_NO_GRAD
                          : micro + 1 == config_.grad_accum ? ACCEL_UNIT_HOOK_LAST_MICRO_BATCH
                                                            : 0;
@@ -280,7 +299,8 @@ void Trainer::run_forward(AccelRunForwardArgs& args) {
   args.output = run->output_view.get();
   args.loss = nullptr;
   if (last_unit) {
-    runner_loss_sum_ += run->loss.item<double>();
+    // Summed where it lives: reading it now would stall a device's pipeline.
+    runner_loss_sum_ = runner_losses_ == 0 ? run->loss.clone() : runner_loss_sum_ + run->loss;
     ++runner_losses_;
     run->loss_view.reset(run->loss);
     args.loss = run->loss_view.get();
@@ -333,7 +353,7 @@ bool Trainer::run_taken_over_step(const AccelTrainStepArgs& args, double& loss_s
   if (!hooks_ || !hooks_->train_step_owner()) return false;
   runner_step_ = args.step;
   runner_eval_ = (args.flags & ACCEL_TRAIN_STEP_EVAL) != 0;
-  runner_loss_sum_ = 0.0;
+  runner_loss_sum_ = at::Tensor();
   runner_losses_ = 0;
   context_->runner = this;
   struct Reset {
@@ -348,24 +368,23 @@ bool Trainer::run_taken_over_step(const AccelTrainStepArgs& args, double& loss_s
     }
   } reset{*this};
   hooks_->train_step(args);
+  // The schedule's protocol, checked on every rank and agreed on (one
+  // all-reduce), so a rank that broke it does not leave the others waiting
+  // in the loss's average until the timeout.
+  std::string broken;
+  const std::string owner = hooks_->train_step_owner()->name();
+  const bool last_stage = runtime::unit_is_local(*context_, static_cast<int32_t>(model_.units().size() - 1));
   if (!ranges_.empty()) {
     const auto& [key, run] = *ranges_.begin();
-    throw std::runtime_error(strformat("plugin %s: train_step returned with %zu forward(s) lacking their backward "
-                                       "(units [%zu, %zu) of micro-batch %lld)",
-                                       hooks_->train_step_owner()->name().c_str(), ranges_.size(), key.first,
-                                       run->end, static_cast<long long>(key.second)));
+    broken = strformat("plugin %s: train_step returned with %zu forward(s) lacking their backward (units [%zu, %zu) "
+                       "of micro-batch %lld)",
+                       owner.c_str(), ranges_.size(), key.first, run->end, static_cast<long long>(key.second));
+  } else if (last_stage && runner_losses_ != config_.grad_accum) {
+    broken = strformat("plugin %s: train_step ran the loss for %lld of the step's %lld micro-batches", owner.c_str(),
+                       static_cast<long long>(runner_losses_), static_cast<long long>(config_.grad_accum));
   }
-  const bool last_stage = runtime::unit_is_local(*context_, static_cast<int32_t>(model_.units().size() - 1));
-  if (!last_stage) {
-    loss_sum = 0.0;
-  } else if (runner_losses_ == config_.grad_accum) {
-    loss_sum = runner_loss_sum_;
-  } else {
-    throw std::runtime_error(strformat("plugin %s: train_step ran the loss for %lld of the step's %lld micro-batches",
-                                       hooks_->train_step_owner()->name().c_str(),
-                                       static_cast<long long>(runner_losses_),
-                                       static_cast<long long>(config_.grad_accum)));
-  }
+  agree_on_failure(broken, "host train_step protocol agreement");
+  loss_sum = last_stage ? runner_loss_sum_.item<double>() : 0.0;
   return true;
 }
 

@@ -243,7 +243,8 @@ class Megatron final : public sdk::Plugin {
     units_ = sharding::read_model_layout(s, sharding::SplitParams::accept);
     // A pipeline stage keeps the optimizer state of the units it holds.
     const std::vector<UnitLayout> held = sharding::held_units(units_);
-    plan_.group_of.assign(units_.size(), distributed_optimizer_ ? 0 : -1);
+    plan_.group_of.assign(units_.size(), -1);
+    for (const UnitLayout& u : held) plan_.group_of[static_cast<size_t>(u.index)] = distributed_optimizer_ ? 0 : -1;
     if (distributed_optimizer_) {
       // One partition group of every unit: ZeRO-1 gathers nothing per unit.
       sharding::GatherGroup all;
@@ -501,15 +502,14 @@ class Megatron final : public sdk::Plugin {
   // copy of the embedding, the embedding group (first and last stage of
   // each pipeline).
   void setup_pipeline(AccelGroup* pipeline) {
+    if (pp_ == 1) return;
     const AccelModelInfo* model = nullptr;
     services().check(services().table()->model->get_info(services().host(), &model), "get_info");
     const int64_t seq = sequence_parallel_ ? model->seq_len / tp_ : model->seq_len;
-    if (pp_ == 1) return;
     runner_ = std::make_unique<PipelineRunner>(ops_, stage_plan_, schedule_, pipeline,
                                                std::vector<int64_t>{seq, model->micro_batch_size,
                                                                     model->activation_shape[2]});
-    const bool tied = !units_.back().tied_units.empty();
-    if (pp_ > 1 && tied) {
+    if (!units_.back().tied_units.empty()) {
       const int32_t stage = runner_->stage();
       const bool member = stage == 0 || stage == pp_ - 1;
       embedding_group_ = ops_.split_group(pipeline, member ? 0 : -1, stage);
@@ -527,10 +527,12 @@ class Megatron final : public sdk::Plugin {
   std::string config_json() const {
     return sdk::format(
         "{\"tp_degree\": %lld, \"sequence_parallelism\": %s, \"recompute_activations\": %s, "
-        "\"use_distributed_optimizer\": %s}",
+        "\"use_distributed_optimizer\": %s, \"pp_degree\": %lld, \"virtual_stages\": %d, "
+        "\"pipeline_schedule\": \"%s\"}",
         static_cast<long long>(tp_), sequence_parallel_ ? "true" : "false",
         full_recompute_ ? "\"full\"" : recompute_ ? "\"selective\"" : "false",
-        distributed_optimizer_ ? "true" : "false");
+        distributed_optimizer_ ? "true" : "false", static_cast<long long>(pp_), stage_plan_.chunks,
+        to_string(schedule_));
   }
 
   WeightDecaySchedule wd_;

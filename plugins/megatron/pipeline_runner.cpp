@@ -34,25 +34,41 @@ PipelineRunner::PipelineRunner(const sdk::Kernels& ops, StagePlan plan, Pipeline
   }
   activations_ = ops.split_group(pipeline, 0, stage_);
   gradients_ = ops.split_group(pipeline, 0, stage_);
+  if (plan_.chunks > 1) {
+    activations_wrap_ = ops.split_group(pipeline, 0, stage_);
+    gradients_wrap_ = ops.split_group(pipeline, 0, stage_);
+  }
   received_ = ops.allocate(ACCEL_MEMORY_ACTIVATIONS, kFp32, activation_shape_, ACCEL_MEMORY_DEVICE, false,
                            "megatron pipeline receive");
 }
 
-PipelineRunner::~PipelineRunner() { close(); }
+PipelineRunner::~PipelineRunner() {
+  try {
+    close();
+  } catch (...) {
+    // Teardown already reported it; a destructor must not throw.
+  }
+}
 
 void PipelineRunner::close() {
+  AccelGroup* groups[] = {activations_, gradients_, activations_wrap_, gradients_wrap_};
+  activations_ = gradients_ = activations_wrap_ = gradients_wrap_ = nullptr;
   // Sends still pending mean the step failed and the run is ending: leave
   // them (and their groups) to the host's own teardown rather than wait, and
   // never free memory a pending send may still read.
   if (!sends_.empty()) {
     for (PendingSend& s : sends_) (void)s.data.release();
     sends_.clear();
-    activations_ = gradients_ = nullptr;
     return;
   }
-  ops_.destroy_group(activations_);
-  ops_.destroy_group(gradients_);
-  activations_ = gradients_ = nullptr;
+  for (AccelGroup* group : groups) ops_.destroy_group(group);
+}
+
+AccelGroup* PipelineRunner::channel(bool gradient, int32_t from, int32_t to) const {
+  // Activations wrap from the last stage to the first, their gradients back.
+  const bool wraps = gradient ? (from == 0 && to == stages_ - 1) : (from == stages_ - 1 && to == 0);
+  if (wraps && plan_.chunks > 1 && stages_ > 1) return gradient ? gradients_wrap_ : activations_wrap_;
+  return gradient ? gradients_ : activations_;
 }
 
 std::string PipelineRunner::where(const char* what, const PipelineStep& step, int32_t peer) const {
@@ -103,15 +119,16 @@ void PipelineRunner::forward(const PipelineStep& step, uint32_t run_flags) {
   args.micro_batch = step.micro;
   args.flags = run_flags;
   if (range.first > 0) {
-    ops_.recv(activations_, &received_.tensor(), previous, where("receive activation", step, previous).c_str());
+    ops_.recv(channel(false, previous, stage_), &received_.tensor(), previous,
+              where("receive activation", step, previous).c_str());
     args.input = &received_.tensor();
   }
   const Clock::time_point start = Clock::now();
   ops_.services().check(model.run_forward(ops_.services().host(), &args),
                         sdk::format("run_forward units [%d, %d) micro-batch %d", range.first, range.end, step.micro));
   busy_ += seconds_since(start);
-  if (range.end < num_units_) send(activations_, *args.output, (stage_ + 1) % stages_,
-                                   where("send activation", step, (stage_ + 1) % stages_));
+  const int32_t next = (stage_ + 1) % stages_;
+  if (range.end < num_units_) send(channel(false, stage_, next), *args.output, next, where("send activation", step, next));
 }
 
 void PipelineRunner::backward(const PipelineStep& step) {
@@ -124,7 +141,7 @@ void PipelineRunner::backward(const PipelineStep& step) {
   args.end_unit = range.end;
   args.micro_batch = step.micro;
   if (range.end < num_units_) {
-    ops_.recv(gradients_, &received_.tensor(), next, where("receive gradient", step, next).c_str());
+    ops_.recv(channel(true, next, stage_), &received_.tensor(), next, where("receive gradient", step, next).c_str());
     args.grad_output = &received_.tensor();
   }
   const Clock::time_point start = Clock::now();
@@ -132,7 +149,9 @@ void PipelineRunner::backward(const PipelineStep& step) {
                         sdk::format("run_backward units [%d, %d) micro-batch %d", range.first, range.end, step.micro));
   busy_ += seconds_since(start);
   const int32_t previous = (stage_ + stages_ - 1) % stages_;
-  if (range.first > 0) send(gradients_, *args.grad_input, previous, where("send gradient", step, previous));
+  if (range.first > 0) {
+    send(channel(true, stage_, previous), *args.grad_input, previous, where("send gradient", step, previous));
+  }
 }
 
 void PipelineRunner::evaluate(int32_t micro_batches) {

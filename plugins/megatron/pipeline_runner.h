@@ -3,12 +3,15 @@
 // run_backward, activations and their gradients moved between stages with
 // comm send/recv.
 //
-// Channels. Activations travel over one group, gradients over another (two
-// splits of the PIPELINE group, whose ranks are the stages in order), so a
-// message of one kind never matches a receive of the other, even where one
-// pair of stages carries both (interleaved chunks wrap from the last stage to
-// the first). Within a kind, every stage sends and receives in its
-// schedule's order, which the schedules make the same on both ends.
+// Channels. Activations travel over one group, gradients over another
+// (splits of the PIPELINE group, whose ranks are the stages in order), so a
+// message of one kind never matches a receive of the other. Interleaved
+// chunks also wrap from the last stage to the first: that link has a group
+// of its own per kind, so every group's traffic flows one way along the
+// stages — on NCCL, where a group's operations run in order on one stream,
+// a wrap message queued behind a forward one could otherwise close a cycle
+// (pipeline_schedule_test.cpp simulates that). Within a group, every stage
+// sends and receives in its schedule's order, the same on both ends.
 // Sends are asynchronous, each from its own copy of the tensor (the host's
 // output lives only until its backward); receives block, with the host's
 // deadline: a stage that died or stopped ends the others' step with the
@@ -25,6 +28,7 @@
 #include <accel/sdk/tensor.hpp>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "pipeline_schedule.h"
@@ -67,6 +71,9 @@ class PipelineRunner {
   void backward(const PipelineStep& step);
   // Copies `tensor` (fp32) and sends it to stage `peer` over `group`.
   void send(AccelGroup* group, const DLTensor& tensor, int32_t peer, const std::string& label);
+  // The group of a message between `from` and `to` (adjacent stages): the
+  // kind's own, or its wrap group between the last stage and the first.
+  AccelGroup* channel(bool gradient, int32_t from, int32_t to) const;
   void reap_sends(bool wait);
   std::string where(const char* what, const PipelineStep& step, int32_t peer) const;
 
@@ -79,6 +86,8 @@ class PipelineRunner {
   std::vector<int64_t> activation_shape_;
   AccelGroup* activations_ = nullptr;
   AccelGroup* gradients_ = nullptr;
+  AccelGroup* activations_wrap_ = nullptr;  // interleaved only
+  AccelGroup* gradients_wrap_ = nullptr;
   sdk::Buffer received_;  // the last receive, read by the host during the call
   std::vector<PendingSend> sends_;
   double busy_ = 0.0;

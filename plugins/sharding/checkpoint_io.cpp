@@ -78,8 +78,9 @@ void put_model_file(const sdk::Kernels& ops, const ShardingOptions& config, Shar
                     int32_t world_rank, DLDataType dtype, KeptViews& kept, std::vector<sdk::Buffer>& converted) {
   const DLDataType fp32{kDLFloat, 32, 1};
   for (int32_t u = 0; u < store.num_units(); ++u) {
+    if (store.layout(u) == nullptr) continue;  // another pipeline stage's
     ShardedUnit* unit = store.sharded(u);
-    const UnitLayout& layout = unit ? unit->layout : store.replicated(u)->layout;
+    const UnitLayout& layout = *store.layout(u);
     const DLTensor* full = nullptr;
     sdk::Buffer gathered;  // the unit's fp32 masters, when only shards exist
     AccelMemoryPlace place = ACCEL_MEMORY_DEVICE;

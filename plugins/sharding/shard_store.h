@@ -74,6 +74,8 @@ class ShardStore {
   // sync_module_states, copy the slice, release. Host-owned units are
   // broadcast in place when sync_module_states. `units` may be a subset of
   // the model's (a pipeline stage holds its own): the rest have no state.
+  // sync_module_states broadcasts each unit over `world`: it needs every
+  // rank to hold the same units (no pipeline stages).
   ShardStore(const sdk::Kernels& ops, const ShardingOptions& config, const std::vector<UnitLayout>& units,
              const GatherPlan& plan, sdk::GroupShape sharding, AccelGroup* world, int32_t world_rank,
              uint32_t managed = ACCEL_STORAGE_PARAMS | ACCEL_STORAGE_GRADS);

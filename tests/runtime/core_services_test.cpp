@@ -29,9 +29,9 @@ TEST_F(CoreServicesTest, TableHasTheCoreAndTheAreasThisHostOffers) {
   ASSERT_NE(services->comm, nullptr);
   EXPECT_TRUE(ACCEL_HAS_FN(services->comm, AccelCommServices, all_reduce));
   EXPECT_TRUE(ACCEL_HAS_FN(services->comm, AccelCommServices, work_free));
-  // Arrive with later issues (host/runtime/README.md).
-  EXPECT_FALSE(ACCEL_HAS_FN(services->model, AccelModelServices, run_forward));
-  EXPECT_FALSE(ACCEL_HAS_FN(services->model, AccelModelServices, run_backward));
+  // Since 1.7: the pipeline's unit ranges (host/runtime/README.md).
+  EXPECT_TRUE(ACCEL_HAS_FN(services->model, AccelModelServices, run_forward));
+  EXPECT_TRUE(ACCEL_HAS_FN(services->model, AccelModelServices, run_backward));
   EXPECT_TRUE(ACCEL_HAS_FN(services->kernels, AccelKernelServices, fp8_scale_update));
   EXPECT_TRUE(ACCEL_HAS_FN(services->memory, AccelMemoryServices, event_elapsed));
   EXPECT_TRUE(ACCEL_HAS_FN(services->checkpoint, AccelCheckpointServices, get_string));

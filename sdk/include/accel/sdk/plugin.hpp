@@ -60,6 +60,11 @@ struct Option {
 
 // ------------------------------------------------------------------ Plugin
 
+namespace detail {
+template <typename T>
+AccelStatus create_hook(AccelCreateArgs* args) noexcept;  // builds the run's hook table
+}  // namespace detail
+
 // The base of a C++ plugin. The host creates one instance per process (the
 // create hook constructs T from the Services; read and check options in the
 // constructor — throwing there fails `create` cleanly) and deletes it after
@@ -98,11 +103,6 @@ class Plugin {
   // Always called once before the instance is deleted, also after a failure.
   virtual void teardown() {}
 
-  // The hooks this run does without (decline), as AccelHooks members; read
-  // by the create trampoline.
-  const std::vector<std::function<void(AccelHooks&)>>& declined_hooks() const noexcept { return declined_; }
-  AccelHooks& narrowed_hooks() noexcept { return narrowed_; }
-
  protected:
   // From the constructor: this run does without an overridden hook (an
   // option switched its feature off), e.g. decline(&AccelHooks::train_step):
@@ -114,6 +114,9 @@ class Plugin {
   }
 
  private:
+  template <typename T>
+  friend AccelStatus detail::create_hook(AccelCreateArgs* args) noexcept;
+
   Services services_;
   std::vector<std::function<void(AccelHooks&)>> declined_;
   AccelHooks narrowed_{};  // the run's table when a hook was declined
@@ -158,11 +161,11 @@ AccelStatus create_hook(AccelCreateArgs* args) noexcept {
   return guard(args->host, args->services, [&] {
     T* plugin = new T(Services(args->host, args->services));
     args->self = to_handle(plugin);
-    if (plugin->declined_hooks().empty()) return;
-    AccelHooks& narrowed = plugin->narrowed_hooks();
-    narrowed = make_hooks<T>();
-    for (const auto& clear : plugin->declined_hooks()) clear(narrowed);
-    args->hooks = &narrowed;
+    Plugin& base = *plugin;
+    if (base.declined_.empty()) return;
+    base.narrowed_ = make_hooks<T>();
+    for (const auto& clear : base.declined_) clear(base.narrowed_);
+    args->hooks = &base.narrowed_;
   });
 }
 
