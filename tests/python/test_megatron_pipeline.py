@@ -175,9 +175,11 @@ class PipelineFailures(TempDirMixin, unittest.TestCase):
                                ":", "-n", "1", "timeout", "-s", "KILL", "3", ACCEL_HOST, *self.ARGS, "--steps",
                                "100000"], capture_output=True, text=True, env=MPI_ENV, timeout=self.HANG_LIMIT_S)
         # (Open MPI 4.1 exits 0 under --enable-recovery even after an
-        # MPI_Abort; the abort and the job's end are what is checked.)
+        # MPI_Abort, and may drop its own abort notice: the surviving rank's
+        # lines and the job's end, within the subprocess limit, are checked.)
+        # Rank 0 names the operation it waited in: usually the schedule's
+        # receive, or a step collective if the kill fell between schedules.
         self.assertRegex(proc.stderr, r"\[rank 0\] \[error\] .*'[^']+' .* did not complete within 3000 ms")
-        self.assertIn("MPI_ABORT was invoked on rank 0", proc.stdout + proc.stderr)
 
 
 @unittest.skipUnless(MPIRUN, "mpirun not found")
