@@ -220,6 +220,9 @@ class CrossStrategyCheckpoints(TempDirMixin, unittest.TestCase):
     def test_pp2_tp2_resumes_under_zero3_on_two(self):
         self.resume(4, self.PP2_TP2, 2, self.ZERO3)
 
+    def test_zero3_on_four_resumes_as_pp2_tp2(self):
+        self.resume(4, self.ZERO3, 4, self.PP2_TP2)
+
     def test_zero2_on_three_resumes_as_pp2_dp2_distributed_optimizer(self):
         self.resume(3, ["--plugin", "deepspeed_zero", "--deepspeed_zero.zero_stage", 2], 4,
                     ["--plugin", "megatron", "--megatron.pp_degree", 2, *self.DISTRIBUTED_OPTIMIZER])
