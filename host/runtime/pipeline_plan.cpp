@@ -70,22 +70,30 @@ bool holds_unit(const HostContext& context, int32_t unit) {
   return unit_is_local(context, unit) || is_tied_copy(context, unit);
 }
 
-AccelStatus run_forward(AccelHost* host, AccelRunForwardArgs* args) {
-  return call_service("run_forward", [&] {
+namespace {
+
+// A run service: forwarded to the trainer's runner, which exists only while
+// a train_step hook runs.
+template <typename Args, typename Run>
+AccelStatus through_runner(const char* service, AccelHost* host, Args* args, Run run) {
+  return call_service(service, [&] {
     HostContext& context = context_of(host);
     if (args == nullptr) fail(ACCEL_ERROR_INVALID_ARGUMENT, "args is NULL");
     if (context.runner == nullptr) fail(ACCEL_ERROR_FAILED_PRECONDITION, "only inside the train_step hook");
-    context.runner->run_forward(*args);
+    run(*context.runner, *args);
   });
 }
 
+}  // namespace
+
+AccelStatus run_forward(AccelHost* host, AccelRunForwardArgs* args) {
+  return through_runner("run_forward", host, args,
+                        [](ModelRunner& runner, AccelRunForwardArgs& a) { runner.run_forward(a); });
+}
+
 AccelStatus run_backward(AccelHost* host, AccelRunBackwardArgs* args) {
-  return call_service("run_backward", [&] {
-    HostContext& context = context_of(host);
-    if (args == nullptr) fail(ACCEL_ERROR_INVALID_ARGUMENT, "args is NULL");
-    if (context.runner == nullptr) fail(ACCEL_ERROR_FAILED_PRECONDITION, "only inside the train_step hook");
-    context.runner->run_backward(*args);
-  });
+  return through_runner("run_backward", host, args,
+                        [](ModelRunner& runner, AccelRunBackwardArgs& a) { runner.run_backward(a); });
 }
 
 }  // namespace accel::runtime

@@ -24,7 +24,8 @@ PipelineRunner::PipelineRunner(const sdk::Kernels& ops, StagePlan plan, Pipeline
       plan_(std::move(plan)),
       schedule_(schedule),
       num_units_(static_cast<int32_t>(plan_.stage_of_unit.size())),
-      activation_shape_(std::move(activation_shape)) {
+      activation_shape_(std::move(activation_shape)),
+      send_buffers_(ops.services(), /*keep_per_shape=*/4) {
   const sdk::GroupShape shape = ops.shape(pipeline);
   stage_ = shape.rank;
   stages_ = shape.size;
@@ -57,7 +58,7 @@ void PipelineRunner::close() {
   // them (and their groups) to the host's own teardown rather than wait, and
   // never free memory a pending send may still read.
   if (!sends_.empty()) {
-    for (PendingSend& s : sends_) (void)s.data.release();
+    (void)new std::vector<PendingSend>(std::move(sends_));  // deliberately never freed
     sends_.clear();
     return;
   }
@@ -78,8 +79,8 @@ std::string PipelineRunner::where(const char* what, const PipelineStep& step, in
 
 void PipelineRunner::send(AccelGroup* group, const DLTensor& tensor, int32_t peer, const std::string& label) {
   PendingSend pending;
-  pending.data = ops_.allocate(ACCEL_MEMORY_ACTIVATIONS, kFp32, activation_shape_, ACCEL_MEMORY_DEVICE, false,
-                               "megatron pipeline send");
+  pending.data = send_buffers_.take(ACCEL_MEMORY_ACTIVATIONS, kFp32, accel_tensor_numel(&received_.tensor()),
+                                    ACCEL_MEMORY_DEVICE, "megatron pipeline send");
   if (accel_tensor_numel(&tensor) != accel_tensor_numel(&pending.data.tensor())) {
     throw sdk::Error(ACCEL_ERROR_INTERNAL, label + ": the tensor is " + sdk::describe(tensor) +
                                               ", the stages exchange " + sdk::describe(pending.data.tensor()));

@@ -13,7 +13,8 @@
 // (pipeline_schedule_test.cpp simulates that). Within a group, every stage
 // sends and receives in its schedule's order, the same on both ends.
 // Sends are asynchronous, each from its own copy of the tensor (the host's
-// output lives only until its backward); receives block, with the host's
+// output lives only until its backward; the copies come from a pool, every
+// message of a run having one shape); receives block, with the host's
 // deadline: a stage that died or stopped ends the others' step with the
 // host's timeout error naming the receive (stage, micro-batch, chunk).
 //
@@ -24,6 +25,7 @@
 // Thread-safety: loop thread only.
 #pragma once
 
+#include <accel/sdk/buffer_pool.hpp>
 #include <accel/sdk/kernels.hpp>
 #include <accel/sdk/tensor.hpp>
 
@@ -65,7 +67,7 @@ class PipelineRunner {
  private:
   struct PendingSend {
     AccelWork* work = nullptr;
-    sdk::Buffer data;
+    sdk::BufferPool::Lease data;
   };
   void forward(const PipelineStep& step, uint32_t run_flags = 0);
   void backward(const PipelineStep& step);
@@ -89,6 +91,7 @@ class PipelineRunner {
   AccelGroup* activations_wrap_ = nullptr;  // interleaved only
   AccelGroup* gradients_wrap_ = nullptr;
   sdk::Buffer received_;  // the last receive, read by the host during the call
+  sdk::BufferPool send_buffers_;  // outlives sends_ (declared first)
   std::vector<PendingSend> sends_;
   double busy_ = 0.0;
 };

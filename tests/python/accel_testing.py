@@ -46,6 +46,18 @@ def read_metrics(path):
         return [json.loads(line) for line in f if line.strip()]
 
 
+def assert_same_safetensors(test, a, b):
+    """The .safetensors files of checkpoint directories `a` and `b` are the
+    same names, byte for byte (a resume that continued to the last bit);
+    returns the names."""
+    names = sorted(f for f in os.listdir(a) if f.endswith(".safetensors"))
+    test.assertEqual(names, sorted(f for f in os.listdir(b) if f.endswith(".safetensors")))
+    for name in names:
+        with open(os.path.join(a, name), "rb") as x, open(os.path.join(b, name), "rb") as y:
+            test.assertTrue(x.read() == y.read(), f"{name} differs after resume")
+    return names
+
+
 def write_tokens(path, count, vocab, seed=0):
     """A learnable uint16 token file: a noisy walk, so losses move."""
     rng = np.random.default_rng(seed)

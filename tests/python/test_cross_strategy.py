@@ -9,7 +9,7 @@ point here.)"""
 import os
 import unittest
 
-from accel_testing import MPIRUN, TempDirMixin, mpirun, read_metrics, run_host
+from accel_testing import MPIRUN, TempDirMixin, assert_same_safetensors, mpirun, read_metrics, run_host
 
 COMMON = ["--model", "gpt-tiny", "--lr", 3e-3, "--warmup-steps", 2, "--log-level", "warn", "--threads", 1]
 FSDP = ["--plugin", "fsdp"]
@@ -51,13 +51,8 @@ class CrossStrategyCheckpoints(TempDirMixin, unittest.TestCase):
         mpirun(n, *args, "--steps", 6, "--save", split, "--resume", split, "--metrics-file", self.path("split.jsonl"))
         a, b = read_metrics(self.path("straight.jsonl")), read_metrics(self.path("split.jsonl"))
         self.assertEqual([r["loss"] for r in a], [r["loss"] for r in b])
-        final_a, final_b = os.path.join(straight, "step_6"), os.path.join(split, "step_6")
-        files = sorted(f for f in os.listdir(final_a) if f.endswith(".safetensors"))
-        self.assertEqual(files, sorted(f for f in os.listdir(final_b) if f.endswith(".safetensors")))
+        files = assert_same_safetensors(self, os.path.join(straight, "step_6"), os.path.join(split, "step_6"))
         self.assertIn("plugin_state.safetensors", files)
-        for name in files:
-            with open(os.path.join(final_a, name), "rb") as x, open(os.path.join(final_b, name), "rb") as y:
-                self.assertTrue(x.read() == y.read(), f"{name} differs after resume")
         return files
 
     def test_full_state_dict_resume_is_bit_exact(self):
