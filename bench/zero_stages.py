@@ -7,17 +7,20 @@ time after the first. One repeat per row: run it on an idle machine.
 
 Against the theory (fp32 AdamW, 16 bytes per parameter P at N = 1): the
 stage's formula (0: 16P, 1: 8P + 8P/N, 2: 4P + 12P/N, 3: 16P/N), what the
-accounted model states (params + grads + optimizer peaks) hold beyond it
-("in flight": gradients between a unit's backward and its reduce-scatter,
-gathered parameters), and the model states as the process holds them: the
-peak RSS less ZeRO-0's at the same N, plus ZeRO-0's 16P (both runs hold
-the same activations, runtime and libraries, up to the collectives' own
-buffers: ZeRO-0's asynchronous all-reduces keep more of the MPI ring's
-pooled scratch, ~42 MiB more at N = 2, which this subtraction removes
-from the others too; ZeRO-0 holds exactly 16P of model states). ZeRO-3
-runs twice: with DeepSpeed's defaults (reuse distance 1e9: every unit
-stays gathered at this size) and with stage3_max_reuse_distance 0
-(released after each use, FULL_SHARD's schedule).
+model states hold beyond it at the step's peak ("in flight": gradients
+between a unit's backward and its reduce-scatter, gathered parameters;
+the ledger's model states at its sample of highest RSS, less the formula),
+and the model states as the process holds them at its peak: the peak RSS
+less ZeRO-0's at the same N, plus ZeRO-0's 16P. Both runs hold the same
+activations, runtime and libraries at their peaks (the loss's backward,
+before any gradient is reduced); what could differ is the collectives'
+scratch, and since the rings' receive scratch is a window of segments
+(host/comm/ring_collectives.cpp) it is a few MiB in every run (the
+ledger's comm_buffers at the peak, shown). ZeRO-0 holds exactly 16P of
+model states. ZeRO-3 runs twice: with DeepSpeed's defaults (reuse
+distance 1e9: every unit stays gathered at this size) and with
+stage3_max_reuse_distance 0 (released after each use, FULL_SHARD's
+schedule).
 
   python3 bench/zero_stages.py [BUILD] [--preload LIB] [--malloc-conf CONF]   (default: build)
 
@@ -87,9 +90,10 @@ def main():
     build = args[0] if args else os.path.join(ROOT, "build")
     host = os.path.join(build, "bin", "accel-host")
     plan = [(n, s) for n in (1, 2, 4) for s in STRATS if not (s in ("ddp", "fsdp FULL_SHARD") and n != 2)]
-    print("| N | strategy | params | grads | optimizer | formula | in flight | ledger total at peak | "
-          "peak RSS (largest rank) | model states by RSS | comm / step | median step (s) |")
-    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("| N | strategy | params | grads | optimizer | formula | in flight | formula + in flight | "
+          "comm scratch at peak | peak RSS (largest rank) | model states by RSS | vs formula + in flight | "
+          "comm / step | median step (s) |")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     zero0_rss, zero0_end_rss, at_end = {}, {}, []
     for n, s in plan:
         out = os.path.join(work, f"zt_{n}_{s.replace(' ', '_')}")
@@ -102,19 +106,22 @@ def main():
             rows = [json.loads(line) for line in f if line.strip()]
         last = rows[-1]
         peak = last["memory_peak_bytes"]
-        led = max(r.get("memory_ledger_peak", {}).get("total", 0) for r in rows)
+        # The ledger at the sample of highest RSS, of the step that peaked highest.
+        at_peak = max((r["memory_ledger_peak"] for r in rows if "memory_ledger_peak" in r),
+                      key=lambda p: p["peak_rss"])
         rss = max(int(open(f"{out}.rss.{r}").read().split()[-1]) for r in range(n)) * 1024
         step = statistics.median([4 * 64 / r["tokens_per_s"] for r in rows[1:]])
         comm = last.get("comm_bytes", 0)
-        states = peak["params"] + peak["grads"] + peak["optimizer"]
+        states = at_peak["model_states"]
         if s == "ZeRO-0":
             zero0_rss[n] = rss
         formula = FORMULA[s](P, n) if s in FORMULA else None
         by_rss = rss - zero0_rss[n] + 16 * P if s in FORMULA and n in zero0_rss else None
+        vs = f"{(by_rss - states) / states:+.1%}" if by_rss else ""
         cells = [f"{peak['params'] // MiB:,}", f"{peak['grads'] // MiB:,}", f"{peak['optimizer'] // MiB:,}",
                  f"{formula / MiB:,.0f}" if formula else "", f"{(states - formula) / MiB:,.0f}" if formula else "",
-                 f"{led // MiB:,}", f"{rss // MiB:,}", f"{by_rss / MiB:,.0f}" if by_rss else "",
-                 f"{comm // MiB:,}", f"{step:.2f}"]
+                 f"{states / MiB:,.0f}", f"{at_peak['comm_buffers'] / MiB:,.1f}", f"{rss // MiB:,}",
+                 f"{by_rss / MiB:,.0f}" if by_rss else "", vs, f"{comm // MiB:,}", f"{step:.2f}"]
         print(f"| {n} | {s} | " + " | ".join(cells) + " |", flush=True)
         end = last["memory_ledger"]
         if s == "ZeRO-0":

@@ -17,6 +17,12 @@
 //          [--ops all_reduce,all_gather,reduce_scatter] [--rounds 5]
 //          [--target-ms 30] [--device cpu|cuda] [--sizes S1,S2,...]
 //          [--ring-all-gather-min-bytes B|never] [--ring-reduce-scatter-min-bytes B|never]
+//          [--ring-receive-window SEGMENTS]
+//
+// --ring-receive-window sets CommOptions::ring_receive_window_segments (how
+// many segment receives a reducing ring step keeps posted; its scratch is
+// that many segments): a large value posts a whole chunk's receives at
+// once, as the rings did before the window.
 //
 // --sizes replaces the doubling sizes by exact ones (bytes of the full
 // buffer, as S above; suffixes K/M/G), e.g. a model's unit sizes, to time
@@ -59,6 +65,7 @@ struct Config {
   // with Open MPI's own algorithms; unset: the defaults.
   std::optional<size_t> ring_all_gather_min_bytes;
   std::optional<size_t> ring_reduce_scatter_min_bytes;
+  std::optional<int> ring_receive_window;
   std::vector<size_t> sizes;  // exact sizes; empty: min_bytes doubling to max_bytes
 };
 
@@ -123,6 +130,8 @@ Config parse(int argc, char** argv) {
       c.ring_all_gather_min_bytes = value == "never" ? SIZE_MAX : parse_bytes(value);
     else if (flag == "--ring-reduce-scatter-min-bytes")
       c.ring_reduce_scatter_min_bytes = value == "never" ? SIZE_MAX : parse_bytes(value);
+    else if (flag == "--ring-receive-window")
+      c.ring_receive_window = std::max(1, std::atoi(value.c_str()));
     else if (flag == "--sizes")
       for (const std::string& item : split_commas(value)) c.sizes.push_back(parse_bytes(item));
     else if (flag == "--ops") {
@@ -305,6 +314,7 @@ int main(int argc, char** argv) {
   if (config.ring_reduce_scatter_min_bytes) {
     options.ring_reduce_scatter_min_bytes = *config.ring_reduce_scatter_min_bytes;
   }
+  if (config.ring_receive_window) options.ring_receive_window_segments = *config.ring_receive_window;
   const std::vector<size_t> sizes = sizes_of(config);
   if (sizes.empty()) {
     if (session.rank() == 0) std::fprintf(stderr, "no sizes: --min-bytes is above --max-bytes\n");

@@ -270,6 +270,7 @@ RingPlan MpiCommunicator::ring_plan(DType dtype) {
   plan.rank = rank();
   plan.size = size();
   plan.segment_bytes = state_->options().ring_segment_bytes;
+  plan.receive_window = state_->options().ring_receive_window_segments;
   return plan;
 }
 

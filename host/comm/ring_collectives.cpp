@@ -7,9 +7,18 @@
 //     of chunk (r + 1 + o).
 //   all-gather, step t = 0 .. n-2 (numbered n-1 .. 2n-3 below): send chunk
 //     (r - t + 1 + o), receive chunk (r - t + o) straight into the output.
-// Each step's chunk travels in segments (all receives posted before the
+// Each step's chunk travels in segments (receives posted before the
 // sends); a reduce-scatter segment is combined as soon as it lands, while
-// the next ones are in flight. The next step is posted as soon as the
+// the next ones are in flight. A reducing step keeps at most
+// plan.receive_window segment receives posted, each in a slot of scratch,
+// and posts the next segment's receive into a slot as soon as the slot's
+// segment is combined: the receive scratch is that many segments, not a
+// whole chunk (a rank's rings in flight used to hold a chunk each: ~230 MiB
+// at gpt-small's gradient all-reduces on 2 ranks). Receives are posted in
+// segment order, and MPI matches messages of one source, tag and
+// communicator in the order they were sent, so segment j lands in the
+// receive posted for it; a sender whose segment has no receive posted yet
+// waits (rendezvous) or is buffered by MPI (eager), never mismatched. The next step is posted as soon as the
 // current one completed, inside the same poll. Out of place, step 0 sends
 // straight from the input and each received segment is combined with the
 // input's, so the input is never copied whole.
@@ -25,6 +34,7 @@
 #include "host/comm/ring_collectives.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 
 #include "host/comm/mpi_communicator.h"
@@ -32,6 +42,14 @@
 #include "host/util/strformat.h"
 
 namespace accel::comm {
+
+namespace {
+std::atomic<int64_t> g_scratch_held_bytes{0};
+}  // namespace
+
+int64_t comm_scratch_bytes() { return g_scratch_held_bytes.load(std::memory_order_relaxed); }
+
+ScratchPool::~ScratchPool() { g_scratch_held_bytes -= static_cast<int64_t>(idle_bytes_); }
 
 std::vector<uint8_t> ScratchPool::acquire(size_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -45,6 +63,7 @@ std::vector<uint8_t> ScratchPool::acquire(size_t bytes) {
     idle_bytes_ -= found.size();
     return found;
   }
+  g_scratch_held_bytes += static_cast<int64_t>(bytes);
   return std::vector<uint8_t>(bytes);
 }
 
@@ -54,7 +73,9 @@ void ScratchPool::release(std::vector<uint8_t> buffer) {
   if (free_.size() < kMaxIdleBuffers && idle_bytes_ + buffer.size() <= kMaxIdleBytes) {
     idle_bytes_ += buffer.size();
     free_.push_back(std::move(buffer));
+    return;
   }
+  g_scratch_held_bytes -= static_cast<int64_t>(buffer.size());
 }
 
 size_t ScratchPool::idle_bytes() {
@@ -83,16 +104,20 @@ class RingWork final : public Work {
         dtype_(output.dtype),
         element_(dtype_size(output.dtype)),
         segment_(std::max<int64_t>(1, static_cast<int64_t>(plan.segment_bytes / element_))),
+        window_(std::max(1, plan.receive_window)),
         op_(op),
         pool_(std::move(pool)),
         step_(kind == RingKind::all_gather ? plan.size - 1 : 0),
         last_step_(kind == RingKind::reduce_scatter ? plan.size - 1 : 2 * (plan.size - 1)) {
+    // Receive slots: the window's segments, or the whole chunk if smaller.
+    receive_elements_ = std::min<int64_t>(length(0), segment_ * window_);
+    const size_t receive_bytes = static_cast<size_t>(receive_elements_) * element_;
     const size_t chunk_bytes = static_cast<size_t>(length(0)) * element_;
     if (kind_ == RingKind::all_reduce) {
-      scratch_ = pool_->acquire(chunk_bytes);
+      scratch_ = pool_->acquire(receive_bytes);
     } else if (kind_ == RingKind::reduce_scatter) {
-      // Receive scratch, plus two accumulators when a partial must travel on.
-      scratch_ = pool_->acquire(chunk_bytes * (plan_.size > 2 ? 3 : 1));
+      // Receive slots, plus two accumulators when a partial must travel on.
+      scratch_ = pool_->acquire(receive_bytes + (plan_.size > 2 ? 2 * chunk_bytes : 0));
     }
   }
 
@@ -128,7 +153,13 @@ class RingWork final : public Work {
       int rc = MPI_Testsome(static_cast<int>(recvs_.size()), recvs_.data(), &landed, indices_.data(),
                             MPI_STATUSES_IGNORE);
       if (rc == MPI_SUCCESS && landed != MPI_UNDEFINED) {
-        for (int i = 0; i < landed; ++i) segment_landed(indices_[static_cast<size_t>(i)]);
+        // In slot order; the reposts below stay in segment order whatever
+        // order the slots completed in.
+        for (int i = 0; i < landed && rc == MPI_SUCCESS; ++i) {
+          const int slot = indices_[static_cast<size_t>(i)];
+          segment_landed(slot);
+          rc = post_next_receive(slot);
+        }
         pending_recvs_ -= landed;
       }
       int sent = 0;
@@ -183,7 +214,7 @@ class RingWork final : public Work {
   uint8_t* reduced(int step, int k) {
     if (kind_ == RingKind::all_reduce) return output_ + begin(k) * element_;
     if (step == plan_.size - 2) return output_;  // the last step: the finished chunk
-    return scratch_.data() + static_cast<size_t>((1 + step % 2) * length(0)) * element_;
+    return scratch_.data() + static_cast<size_t>(receive_elements_ + (step % 2) * length(0)) * element_;
   }
   // This rank's own contribution to chunk k.
   const uint8_t* contribution(int k) const {
@@ -199,25 +230,35 @@ class RingWork final : public Work {
     return output_ + begin(k) * element_;
   }
 
-  // Segment j of a reduce-scatter receive: partial = received op own.
-  void segment_landed(int j) {
+  // The segment in receive slot `slot` of a reducing step has landed:
+  // partial = received op own.
+  void segment_landed(int slot) {
     if (!reducing(step_)) return;  // all-gather: it landed in the output
     const int k = recv_chunk(step_);
-    const int64_t offset = j * segment_;
+    const int64_t offset = slot_segment_[static_cast<size_t>(slot)] * segment_;
     const int64_t n = std::min<int64_t>(segment_, length(k) - offset);
-    reduce_local(scratch_.data() + offset * element_, contribution(k) + offset * element_,
+    reduce_local(scratch_.data() + slot * segment_ * element_, contribution(k) + offset * element_,
                  reduced(step_, k) + offset * element_, n, dtype_, op_);
   }
 
-  // Posts every segment's receive, then every segment's send, of `step`.
+  // Posts the reducing step's next segment receive into `slot` (free: its
+  // segment was combined), if any segment is left. MPI's return code.
+  int post_next_receive(int slot) {
+    if (!reducing(step_) || next_recv_segment_ >= recv_segments_) return MPI_SUCCESS;
+    const int64_t j = next_recv_segment_++;
+    slot_segment_[static_cast<size_t>(slot)] = j;
+    const int n = static_cast<int>(std::min<int64_t>(segment_, length(recv_chunk(step_)) - j * segment_));
+    return MPI_Irecv(scratch_.data() + slot * segment_ * element_, n, plan_.type, mod(plan_.rank - 1), plan_.tag,
+                     plan_.comm, &recvs_[static_cast<size_t>(slot)]);
+  }
+
+  // Posts the step's receives (a reducing step: the window's first
+  // segments; a gathering one: the chunk), then every segment's send.
   std::string post(int step) {
     const int next = mod(plan_.rank + 1);
     const int prev = mod(plan_.rank - 1);
     const int r = recv_chunk(step);
     const int s = send_chunk(step);
-    // Reduce-scatter receives into scratch (combined on landing);
-    // all-gather receives the finished chunk in place.
-    uint8_t* into = reducing(step) ? scratch_.data() : output_ + begin(r) * element_;
     const uint8_t* from = send_source(step, s);
     // Segments only pay where a received one is reduced while the next
     // travels; a gathering step moves its chunk as one message (several
@@ -225,19 +266,32 @@ class RingWork final : public Work {
     // in length by up to one element, so this rank's receive and send may
     // have different segment counts; each matches the peer's.
     const int64_t segment = reducing(step) ? segment_ : std::max<int64_t>(1, length(0));
-    const int64_t recv_segments = (length(r) + segment - 1) / segment;
+    recv_segments_ = (length(r) + segment - 1) / segment;
     const int64_t send_segments = (length(s) + segment - 1) / segment;
-    recvs_.assign(static_cast<size_t>(recv_segments), MPI_REQUEST_NULL);
+    pending_recvs_ = static_cast<int>(recv_segments_);
     sends_.assign(static_cast<size_t>(send_segments), MPI_REQUEST_NULL);
-    indices_.resize(static_cast<size_t>(recv_segments));
-    pending_recvs_ = static_cast<int>(recv_segments);
-    for (int64_t j = 0; j < recv_segments; ++j) {
-      const int n = static_cast<int>(std::min<int64_t>(segment, length(r) - j * segment));
-      const int rc = MPI_Irecv(into + j * segment * element_, n, plan_.type, prev, plan_.tag, plan_.comm,
-                               &recvs_[static_cast<size_t>(j)]);
-      if (rc != MPI_SUCCESS)
-        return strformat("MPI (ring step %d): %s", step + 1, mpi_error_string(rc).c_str());
+    if (reducing(step)) {
+      // Reduce-scatter receives into scratch slots (combined on landing).
+      const int slots = static_cast<int>(std::min<int64_t>(window_, recv_segments_));
+      recvs_.assign(static_cast<size_t>(slots), MPI_REQUEST_NULL);
+      slot_segment_.assign(static_cast<size_t>(slots), 0);
+      next_recv_segment_ = 0;
+      for (int slot = 0; slot < slots; ++slot) {
+        const int rc = post_next_receive(slot);
+        if (rc != MPI_SUCCESS)
+          return strformat("MPI (ring step %d): %s", step + 1, mpi_error_string(rc).c_str());
+      }
+    } else {
+      // All-gather receives the finished chunk in place, as one message.
+      recvs_.assign(recv_segments_ > 0 ? 1 : 0, MPI_REQUEST_NULL);
+      if (recv_segments_ > 0) {
+        const int rc = MPI_Irecv(output_ + begin(r) * element_, static_cast<int>(length(r)), plan_.type, prev,
+                                 plan_.tag, plan_.comm, recvs_.data());
+        if (rc != MPI_SUCCESS)
+          return strformat("MPI (ring step %d): %s", step + 1, mpi_error_string(rc).c_str());
+      }
     }
+    indices_.resize(recvs_.size());
     for (int64_t j = 0; j < send_segments; ++j) {
       const int n = static_cast<int>(std::min<int64_t>(segment, length(s) - j * segment));
       const int rc = MPI_Isend(from + j * segment * element_, n, plan_.type, next, plan_.tag, plan_.comm,
@@ -276,10 +330,16 @@ class RingWork final : public Work {
   // reducing one overlaps the next one's transfer, large enough that
   // per-message costs stay negligible.
   const int64_t segment_;
+  // Segment receives a reducing step keeps posted (RingPlan::receive_window).
+  const int window_;
+  int64_t receive_elements_ = 0;  // the receive slots' elements (window or chunk)
   const ReduceOp op_;
   const std::shared_ptr<ScratchPool> pool_;  // none for all_gather
   std::vector<uint8_t> scratch_;  // receive scratch, then a reduce_scatter's two accumulators
-  std::vector<MPI_Request> recvs_;  // of step_, one per segment
+  std::vector<MPI_Request> recvs_;  // of step_: one per receive slot (gathering: one)
+  std::vector<int64_t> slot_segment_;  // the segment each slot's receive is for
+  int64_t recv_segments_ = 0;          // of step_'s chunk
+  int64_t next_recv_segment_ = 0;      // the next segment to post a receive for
   std::vector<MPI_Request> sends_;
   std::vector<int> indices_;
   int pending_recvs_ = 0;

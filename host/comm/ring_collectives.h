@@ -49,6 +49,11 @@ class ScratchPool {
   static constexpr size_t kMaxIdleBuffers = 4;
   static constexpr size_t kMaxIdleBytes = size_t{64} << 20;
 
+  ScratchPool() = default;
+  ScratchPool(const ScratchPool&) = delete;
+  ScratchPool& operator=(const ScratchPool&) = delete;
+  ~ScratchPool();
+
   // A buffer of at least `bytes` bytes (contents unspecified): the smallest
   // idle one that fits, else a new one.
   std::vector<uint8_t> acquire(size_t bytes);
@@ -61,6 +66,10 @@ class ScratchPool {
   size_t idle_bytes_ = 0;  // sum of free_'s sizes
 };
 
+// What every ScratchPool of the process holds, in use by a ring or idle:
+// the memory ledger reports it as communication buffers. Any thread.
+int64_t comm_scratch_bytes();
+
 struct RingPlan {
   MPI_Comm comm = MPI_COMM_NULL;  // the ring's private communicator
   MPI_Datatype type = MPI_DATATYPE_NULL;
@@ -68,6 +77,7 @@ struct RingPlan {
   int rank = 0;
   int size = 1;
   size_t segment_bytes = 1024 * 1024;  // CommOptions::ring_segment_bytes
+  int receive_window = 4;              // CommOptions::ring_receive_window_segments
 };
 
 // Each starts its ring and returns the Work; a Work whose first step MPI

@@ -161,6 +161,11 @@ struct CommOptions {
   // The ring moves each chunk in segments of this many bytes, so reducing
   // one overlaps the transfer of the next.
   size_t ring_segment_bytes = 1024 * 1024;
+  // A reducing ring step keeps at most this many segment receives posted,
+  // so a ring's receive scratch is this many segments rather than a chunk
+  // (ring_collectives.cpp). Four keep a segment landing while the one
+  // before it is combined.
+  int ring_receive_window_segments = 4;
 };
 
 // Per operation.

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "host/comm/ring_collectives.h"
 #include "host/model/storage_pool.h"
 #include "host/model/tensor_memory.h"
 #include "host/util/memory_stats.h"
@@ -32,13 +33,15 @@ LedgerParts parts(const MemoryAccounting* memory, int64_t tensors) {
   // Tensors from the C allocator are inside its in-use figure; the pool's
   // blocks are mapped directly and are not.
   const int64_t heap_tensors = model::tensor_memory().live_bytes - pool.in_use_bytes;
+  // The rings' scratch is C heap but no tensor: moved from runtime to comm.
+  const int64_t ring_scratch = comm::comm_scratch_bytes();
   LedgerParts p;
   p["model_states"] = model_states;
-  p["comm_buffers"] = comm;
+  p["comm_buffers"] = comm + ring_scratch;
   p["activations"] = std::max<int64_t>(0, tensors - model_states - comm);
   // The pool's idle blocks hold no pages (storage_pool.h): not counted.
   p["allocator_caches"] = heap.cached;
-  p["runtime"] = std::max<int64_t>(0, heap.in_use - heap_tensors) + resident.file + resident.shmem +
+  p["runtime"] = std::max<int64_t>(0, heap.in_use - heap_tensors - ring_scratch) + resident.file + resident.shmem +
                  startup_non_heap_anon_bytes();
   int64_t total = 0;
   for (const auto& [name, bytes] : p) total += bytes;

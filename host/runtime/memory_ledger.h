@@ -8,7 +8,9 @@
 // Parts (bytes, at one moment; they add up to "total", set beside "rss"):
 //   model_states        parameters, gradients, optimizer state: full unit
 //                       storage, shards, moments (accounted categories)
-//   comm_buffers        plugins' communication, workspace and other buffers
+//   comm_buffers        plugins' communication, workspace and other buffers,
+//                       and the MPI rings' scratch (in use or pooled,
+//                       host/comm/ring_collectives.h)
 //   activations         every other live tensor: what autograd saved for
 //                       backward and the step's temporaries
 //   allocator_caches    freed bytes the C allocator keeps for reuse (the

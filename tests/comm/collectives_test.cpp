@@ -308,6 +308,8 @@ TEST(AllGatherPolicy, TheDefaultRingWindowGathersEveryChunk) {
 // ones: what it holds idle stays within kMaxIdleBytes and kMaxIdleBuffers,
 // and a request is served by the smallest idle buffer that fits.
 TEST(ScratchPoolBounds, IdleBuffersStayWithinTheByteAndCountBounds) {
+  const int64_t before = comm_scratch_bytes();
+  {
   ScratchPool pool;
   constexpr size_t MiB = size_t{1} << 20;
   std::vector<uint8_t> big = pool.acquire(ScratchPool::kMaxIdleBytes + 1);
@@ -324,6 +326,50 @@ TEST(ScratchPoolBounds, IdleBuffersStayWithinTheByteAndCountBounds) {
   for (int i = 0; i < 8; ++i) small.push_back(pool.acquire(MiB));
   for (auto& b : small) pool.release(std::move(b));
   EXPECT_EQ(pool.idle_bytes(), (8 + 24 + 2) * MiB);  // at most kMaxIdleBuffers (4) kept
+  // The process-wide figure the memory ledger reports: idle plus in use.
+  EXPECT_EQ(comm_scratch_bytes() - before, static_cast<int64_t>(pool.idle_bytes() + reused.size()));
+  pool.release(std::vector<uint8_t>(reused));
+  }
+  EXPECT_EQ(comm_scratch_bytes(), before);  // all freed with the pool
+}
+
+// A reducing ring step keeps at most ring_receive_window_segments segment
+// receives posted, so its receive scratch is that many segments however
+// long the chunk (it used to be a chunk per ring in flight); the result is
+// unchanged. Here a window of one 24-byte segment against 4,000-byte chunks.
+TEST(RingScratch, ReceiveScratchIsTheWindowNotTheChunk) {
+  CommOptions options = test_options();
+  options.ring_all_reduce_min_bytes = 0;
+  options.ring_reduce_scatter_min_bytes = 0;
+  options.ring_segment_bytes = 24;
+  options.ring_receive_window_segments = 1;
+  const int64_t before = comm_scratch_bytes();
+  {
+    MpiCommunicator ring(MPI_COMM_WORLD, "scratch_ring", options);
+    const int n = ring.size();
+    if (n < 2) GTEST_SKIP() << "no ring on one rank";
+    const int64_t chunk = 1000;  // f32 elements, 4,000 bytes
+    std::vector<float> data(static_cast<size_t>(chunk * n));
+    for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<float>((ring.rank() + 1) * (i % 7));
+    const float ranks_sum = static_cast<float>(n * (n + 1) / 2);
+    ASSERT_TRUE(ring.all_reduce(Buffer{data.data(), chunk * n, DType::f32, false, 0},
+                                Buffer{data.data(), chunk * n, DType::f32, false, 0}, ReduceOp::sum)
+                    .ok());
+    for (size_t i = 0; i < data.size(); ++i) ASSERT_EQ(data[i], ranks_sum * static_cast<float>(i % 7)) << i;
+    EXPECT_EQ(comm_scratch_bytes() - before, 24);  // the one slot, idle in the pool now
+
+    for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<float>((ring.rank() + 1) * (i % 5));
+    std::vector<float> out(static_cast<size_t>(chunk));
+    ASSERT_TRUE(ring.reduce_scatter(Buffer{data.data(), chunk * n, DType::f32, false, 0},
+                                    Buffer{out.data(), chunk, DType::f32, false, 0}, ReduceOp::sum)
+                    .ok());
+    for (int64_t i = 0; i < chunk; ++i) {
+      ASSERT_EQ(out[static_cast<size_t>(i)], ranks_sum * static_cast<float>((ring.rank() * chunk + i) % 5)) << i;
+    }
+    // From 3 ranks a partial travels on: two chunk accumulators besides the slot.
+    EXPECT_EQ(comm_scratch_bytes() - before, n > 2 ? 24 + (24 + 2 * 4000) : 24);
+  }
+  EXPECT_EQ(comm_scratch_bytes(), before);
 }
 
 std::string param_name(const ::testing::TestParamInfo<std::tuple<DType, Mode>>& info) {

@@ -310,6 +310,22 @@ class MemoryLedger(TempDirMixin, unittest.TestCase):
             self.assertGreater(peak["rss"], 0.8 * peak["peak_rss"])
             self.assertLessEqual(peak["rss"], peak["peak_rss"])
 
+    def test_the_rings_scratch_is_a_communication_buffer_of_a_few_segments(self):
+        """ddp's gradient all-reduces run on the MPI ring, one per unit in
+        flight. Their scratch is the ledger's comm_buffers (ddp accounts no
+        buffer of its own), and it is the rings' receive windows (4 segments
+        of 1 MiB; at most 4 kept idle), not a chunk per ring: gpt-small's
+        embedding alone is a 77 MiB chunk on 2 ranks."""
+        path = self.path("ddp.jsonl")
+        mpirun(2, "--model", "gpt-small", "--n-layer", 1, "--seq-len", 64, "--batch-size", 2, "--steps", 2,
+               "--threads", 1, "--log-level", "warn", "--plugin", "ddp", "--metrics-file", path)
+        for row in read_metrics(path):
+            for ledger in (row["memory_ledger"], row.get("memory_ledger_peak")):
+                if ledger is None:
+                    continue
+                self.assertGreater(ledger["comm_buffers"], 0, (row["step"], ledger))
+                self.assertLessEqual(ledger["comm_buffers"], 16 << 20, (row["step"], ledger))
+
 
 @unittest.skipUnless(MPIRUN, "mpirun not found")
 class FsdpBadCheckpoints(TempDirMixin, unittest.TestCase):
