@@ -21,8 +21,12 @@ struct AdamWHyper {
 // Weight decay applies to the prefix [0, decay_numel) of the flat buffer
 // (Unit's layout puts decayed parameters first). The same function steps a
 // shard: pass the shard's buffers and the part of the decay range it holds.
-// `step` counts from 1.
+// `step` counts from 1. The buffers are stepped `chunk_numel` elements at a
+// time (bit-identical to one pass: every op is elementwise), so the step's
+// temporary is one chunk, not the buffer.
+inline constexpr int64_t kAdamWChunkNumel = int64_t{1} << 20;  // 4 MiB of fp32
 void adamw_step_flat(at::Tensor& param, const at::Tensor& grad, at::Tensor& exp_avg,
-                     at::Tensor& exp_avg_sq, int64_t decay_numel, int64_t step, const AdamWHyper& h);
+                     at::Tensor& exp_avg_sq, int64_t decay_numel, int64_t step, const AdamWHyper& h,
+                     int64_t chunk_numel = kAdamWChunkNumel);
 
 }  // namespace accel::model

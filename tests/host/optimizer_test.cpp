@@ -40,6 +40,33 @@ TEST(FlatAdamW, MatchesTheScalarDefinitionAndDecaysOnlyThePrefix) {
   for (int i = 0; i < 4; ++i) EXPECT_NEAR(param[i].item<double>(), ref[i].p, 1e-6) << i;
 }
 
+// The step runs chunk by chunk (its temporary is a chunk, not the buffer):
+// any chunking, including one that splits the decayed prefix, gives the
+// bits of a single pass.
+TEST(FlatAdamW, ChunkedStepsGiveTheBitsOfOnePass) {
+  const AdamWHyper h{3e-3, 0.9, 0.95, 1e-8, 0.1};
+  const int64_t n = 10007, decay = 6001;
+  at::manual_seed(7);
+  const at::Tensor p0 = at::randn({n}), m0 = at::randn({n}) * 0.1, v0 = at::rand({n}) * 0.01;
+  at::Tensor whole_p = p0.clone(), whole_m = m0.clone(), whole_v = v0.clone();
+  for (int64_t t = 1; t <= 3; ++t) {
+    const at::Tensor g = at::randn({n});
+    adamw_step_flat(whole_p, g, whole_m, whole_v, decay, t, h, /*chunk_numel=*/n);
+  }
+  for (int64_t chunk : {1000, 4096, 6001, 9999}) {
+    at::manual_seed(7);
+    at::randn({n}), at::randn({n}), at::rand({n});  // the same generator state as above
+    at::Tensor p = p0.clone(), m = m0.clone(), v = v0.clone();
+    for (int64_t t = 1; t <= 3; ++t) {
+      const at::Tensor g = at::randn({n});
+      adamw_step_flat(p, g, m, v, decay, t, h, chunk);
+    }
+    EXPECT_TRUE(at::equal(p, whole_p)) << "chunk " << chunk;
+    EXPECT_TRUE(at::equal(m, whole_m)) << "chunk " << chunk;
+    EXPECT_TRUE(at::equal(v, whole_v)) << "chunk " << chunk;
+  }
+}
+
 TEST(LrSchedule, WarmupThenDecayToMinLr) {
   accel::OptimizerOptions o;
   o.lr = 1.0;
