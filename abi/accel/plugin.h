@@ -63,6 +63,7 @@
 #ifndef ACCEL_ABI_PLUGIN_H_
 #define ACCEL_ABI_PLUGIN_H_
 
+#include "accel/gather_codec.h"
 #include "accel/options.h"
 #include "accel/services.h"
 #include "accel/status.h"
@@ -534,6 +535,12 @@ struct AccelHooks {
   AccelHookStateFn* load_state;
   AccelHookTeardownFn* teardown;
   AccelHookTraceEventFn* trace_event;
+  /* since 1.8 (accel/gather_codec.h): a PRECISION plugin's parameter gather
+   * codec. All three or none; at most one plugin of a run has them. A table
+   * of 1.7 or older ends before them: they read as NULL. */
+  AccelHookGatherCodecQueryFn* gather_codec_query;
+  AccelHookGatherCodecFn* gather_encode;
+  AccelHookGatherCodecFn* gather_decode;
 };
 
 #ifdef __cplusplus

@@ -26,6 +26,7 @@
 #define ACCEL_ABI_SERVICES_H_
 
 #include "accel/checkpoint.h"
+#include "accel/gather_codec.h"
 #include "accel/comm.h"
 #include "accel/kernels.h"
 #include "accel/memory.h"
@@ -101,6 +102,9 @@ typedef struct AccelHostServices {
   const AccelModelServices* model;        /* accel/model.h */
   const AccelTraceServices* trace;        /* accel/trace.h */
   const AccelCheckpointServices* checkpoint; /* accel/checkpoint.h */
+  /* since 1.8: a precision plugin's parameter gather codec, for sharding
+   * plugins (accel/gather_codec.h); read with ACCEL_STRUCT_HAS_FIELD. */
+  const AccelGatherCodecServices* gather_codec;
 } AccelHostServices;
 
 #ifdef __cplusplus

@@ -134,6 +134,7 @@ Fp8Config validate(const RawOptions& raw) {
   }
   c.use_autocast_during_eval = raw.use_autocast_during_eval;
   c.count_saturation = raw.count_saturation;
+  c.fp8_weight_gather = raw.fp8_weight_gather;
   c.state_log = raw.state_log;
   return c;
 }
@@ -152,6 +153,7 @@ Fp8Config read_config(const sdk::Services& s) {
   raw.override_linear_precision = s.option<std::string>("override_linear_precision");
   raw.use_autocast_during_eval = s.option<bool>("use_autocast_during_eval");
   raw.count_saturation = s.option<bool>("count_saturation");
+  raw.fp8_weight_gather = s.option<bool>("fp8_weight_gather");
   raw.state_log = s.option<std::string>("state_log");
   raw.mixed_precision = s.option<std::string>("train.mixed_precision");
   return validate(raw);

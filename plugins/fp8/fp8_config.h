@@ -35,6 +35,7 @@ struct RawOptions {
   std::string override_linear_precision = "false,false,false";  // fprop,dgrad,wgrad
   bool use_autocast_during_eval = false;
   bool count_saturation = true;
+  bool fp8_weight_gather = true;             // offer the gather codec (sharding plugins gather FP8 weights)
   std::string state_log;                     // test-only dump; "" = none
   std::string mixed_precision = "no";        // the host's train.mixed_precision
 };
@@ -53,6 +54,9 @@ struct Fp8Config {
   bool override_wgrad = false;
   bool use_autocast_during_eval = false;
   bool count_saturation = true;
+  // Offer the parameter gather codec (fp8_gather_codec.h): a sharding plugin
+  // then all-gathers block linear weights as E4M3 codes.
+  bool fp8_weight_gather = true;
   std::string state_log;
 
   // E4M3FN for inputs and weights; E5M2 for gradients under HYBRID.
