@@ -430,14 +430,18 @@ def unit_gather_bytes(sizes, encoded, parts, param_bytes):
 def model_units(checkpoint):
     """The model's units as lists of (name, numel) in flat order, from a
     saved model's shapes: embedding, blocks, head (the host's unit order,
-    host/model/gpt.cpp)."""
+    host/model/gpt.cpp). A unit's flat buffer holds the weight-decayed
+    parameters first — a block's four linear weights — then the others,
+    each group in declaration order (host/model/unit.cpp)."""
     from safetensors.torch import load_file
-    shapes = {k: v.numel() for k, v in load_file(os.path.join(checkpoint, "model.safetensors")).items()}
+    shapes = {k: v.numel() for k, v in load_file(os.path.join(checkpoint, "step_0", "model.safetensors")).items()}
     block_order = ["ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight",
                    "attn.c_proj.bias", "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias",
                    "mlp.c_proj.weight", "mlp.c_proj.bias"]
     layers = sorted({int(k.split(".")[1]) for k in shapes if k.startswith("h.")})
     units = [[(n, shapes[n]) for n in ("wte.weight", "wpe.weight")]]
+    block_order = [n for n in block_order if is_block_linear_weight("h.0." + n)] + \
+        [n for n in block_order if not is_block_linear_weight("h.0." + n)]
     units += [[(f"h.{i}.{n}", shapes[f"h.{i}.{n}"]) for n in block_order] for i in layers]
     units.append([(n, shapes[n]) for n in ("ln_f.weight", "ln_f.bias")])
     return units

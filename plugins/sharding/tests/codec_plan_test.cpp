@@ -103,6 +103,26 @@ TEST(CodecPlan, TwoRanksMixedUnit) {
   EXPECT_EQ(plan.ranks[1].segments[2].packet_offset, 2);   // W2's codes follow W's
 }
 
+TEST(CodecPlan, GptBlockOnTwoRanks) {
+  // A GPT block of width 32 in the host's flat order (host/model/unit.cpp:
+  // weight-decayed parameters first): the four linear weights (c_attn,
+  // attn c_proj, c_fc, mlp c_proj), then ln_1 (w, b), the attention biases,
+  // ln_2 (w, b), the MLP biases — all of them in rank 1's shard.
+  const int64_t C = 32;
+  const UnitLayout unit = unit_of({3 * C * C, C * C, 4 * C * C, 4 * C * C, C, C, 3 * C, C, C, C, 4 * C, C});
+  std::vector<bool> encoded(12, false);
+  for (int i = 0; i < 4; ++i) encoded[static_cast<size_t>(i)] = true;
+  const CodecGatherPlan plan = plan_codec_gather(unit, 2, encoded, 2);
+  check_plan(unit, 2, encoded, 2, plan);
+  EXPECT_EQ(plan.ranks[0].code_bytes, 6352);
+  EXPECT_EQ(plan.ranks[0].value_elements, 0);
+  EXPECT_EQ(plan.ranks[1].code_bytes, 12 * C * C - 6352);
+  EXPECT_EQ(plan.ranks[1].value_elements, 13 * C);
+  // Rank 1 is the fuller one: its codes, then its 416 bf16 values.
+  EXPECT_EQ(plan.packet_bytes, (12 * C * C - 6352) + 2 * 13 * C);
+  EXPECT_EQ(plan.gathered_bytes(), 13536);  // a bf16 gather moves 2 x 12704 = 25408
+}
+
 TEST(CodecPlan, EverythingEncodedIsOneBytePerElement) {
   // Only codes: S * ceil(numel / S) bytes rounded to the alignment — a
   // quarter of the fp32 gather and half of the bf16 one for a unit whose
