@@ -9,14 +9,6 @@
 
 namespace accel::fp8 {
 
-namespace {
-
-bool is_float(DLDataType t) {
-  return t.lanes == 1 && ((t.code == kDLFloat && (t.bits == 16 || t.bits == 32)) || (t.code == kDLBfloat && t.bits == 16));
-}
-
-}  // namespace
-
 WeightGatherCodec::WeightGatherCodec(const sdk::Kernels& ops, const Fp8Config& config, ScalingState& state,
                                      AccelGroup* tensor_group)
     : ops_(ops),
@@ -39,16 +31,6 @@ WeightGatherCodec::WeightGatherCodec(const sdk::Kernels& ops, const Fp8Config& c
   }
 }
 
-bool WeightGatherCodec::encodable(int32_t slot, uint32_t flags, DLDataType param_dtype) const {
-  if (slot < 0 || !is_float(param_dtype)) return false;
-  // Every use of the gathered weight must be its FP8 cast: forward's GEMM
-  // (fprop) and backward's dgrad read it; wgrad does not.
-  if (config_.override_fprop || config_.override_dgrad) return false;
-  // An evaluation forward in the run's precision reads the weight as is.
-  if ((flags & ACCEL_GATHER_CODEC_NO_GRAD) != 0 && !config_.use_autocast_during_eval) return false;
-  return true;
-}
-
 const DLTensor* WeightGatherCodec::scale(int32_t slot) const {
   if (config_.recipe == Recipe::current) return scale_cells_.at(static_cast<size_t>(slot))->get();
   return state_.scale(TensorClass::weight, slot);
@@ -65,7 +47,7 @@ void WeightGatherCodec::query(AccelGatherCodecQueryArgs& args) {
   for (int32_t p = 0; p < args.num_params; ++p) {
     const int32_t slot = state_.slot(args.unit, p);
     if (slot < 0) continue;
-    const bool yes = encodable(slot, args.flags, args.param_dtype);
+    const bool yes = config_.gathers_weights_encoded(args.flags, args.param_dtype);
     delivered_[static_cast<size_t>(slot)] = yes ? 1 : 0;
     if (!yes) continue;
     args.code_dtypes[p] = config_.forward_dtype();

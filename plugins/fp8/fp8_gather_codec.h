@@ -67,7 +67,6 @@ class WeightGatherCodec {
   const DLTensor* recast(int32_t slot, const DLTensor& weight, const DLTensor& fp8, CastCounts& counts) const;
 
  private:
-  bool encodable(int32_t slot, uint32_t flags, DLDataType param_dtype) const;
   const DLTensor* scale(int32_t slot) const;
   const DLTensor* scale_inv(int32_t slot) const;
   // Current scaling: the whole weights' amax of the unit's encoded slots
