@@ -58,18 +58,16 @@ def main():
     print(f"| {a.model}, 2 ranks | param_dtype | fsdp.gather_bytes / step | vs bf16 gather | encoded unit gathers "
           "| comm_bytes / step |")
     print("|---|---|---:|---:|---:|---:|")
-    bf16 = None
+    rows = []
     with tempfile.TemporaryDirectory() as work:
         for label, dtype, fp8 in ROWS:
-            row = run(a.build, common + ["--fsdp.param_dtype", dtype, "--fp8.fp8_weight_gather", fp8],
-                      os.path.join(work, f"{dtype}_{fp8}.jsonl"))
-            gathered = int(row["fsdp.gather_bytes"])
-            if dtype == "bf16" and fp8 == "false":
-                bf16 = gathered
-            ratio = f"{gathered / bf16:.3f}" if bf16 else "—"
-            print(f"| {label} | {dtype} | {gathered:,} | {ratio} | {int(row['fsdp.encoded_gathers'])} "
-                  f"| {int(row['comm_bytes']):,} |", flush=True)
-
+            rows.append((label, dtype, run(a.build, common + ["--fsdp.param_dtype", dtype, "--fp8.fp8_weight_gather", fp8],
+                                           os.path.join(work, f"{dtype}_{fp8}.jsonl"))))
+    bf16 = rows[1][2]["fsdp.gather_bytes"]
+    for label, dtype, row in rows:
+        gathered = int(row["fsdp.gather_bytes"])
+        print(f"| {label} | {dtype} | {gathered:,} | {gathered / bf16:.3f} | {int(row['fsdp.encoded_gathers'])} "
+              f"| {int(row['comm_bytes']):,} |")
 
 if __name__ == "__main__":
     main()
