@@ -2,7 +2,8 @@
  *
  * Defines: AccelIdentity, AccelLogLevel, the core services (errors, logging,
  * identity) and AccelHostServices, which aggregates the areas declared in
- * options.h, comm.h, memory.h, kernels.h, model.h, trace.h, checkpoint.h.
+ * options.h, comm.h, memory.h, kernels.h, model.h, trace.h, checkpoint.h and
+ * (since 1.8) gather_codec.h.
  *
  * A plugin reaches the host through this table only. The host passes it to
  * the entry call (accel/plugin.h) and it stays valid, unchanged, until the
