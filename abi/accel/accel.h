@@ -31,6 +31,7 @@
 #include "accel/model.h"
 #include "accel/trace.h"
 #include "accel/checkpoint.h"
+#include "accel/gather_codec.h"
 #include "accel/services.h"
 #include "accel/plugin.h"
 

@@ -2,7 +2,8 @@
  *
  * Defines: the entry symbol accel_plugin_init_v1, AccelHostInfo,
  * AccelPluginDescriptor (name, version, kind, conflicts, capabilities,
- * option schema) and AccelHooks with the args struct of every hook.
+ * option schema) and AccelHooks with the args struct of every hook (the
+ * gather codec hooks of 1.8 take the args of accel/gather_codec.h).
  *
  * LOADING. The host opens the file once, checks who may write to it and to
  * every directory above it (docs/plugins.md "Trust"), then inspects and
@@ -35,6 +36,8 @@
  *     step_end
  *     save_state              when the host checkpoints
  *   (an evaluation step: step_begin, forward with NO_GRAD flags, step_end)
+ *   (1.8: inside a sharding plugin's unit hooks, its gather_codec service
+ *   calls reach the codec provider's gather_* hooks, accel/gather_codec.h)
  *   teardown                  always, once, unless create failed
  * With several plugins, hooks run in plugin order (kind: parallel, then
  * precision, then observer; within a kind, --plugin order), except the hooks
@@ -63,6 +66,7 @@
 #ifndef ACCEL_ABI_PLUGIN_H_
 #define ACCEL_ABI_PLUGIN_H_
 
+#include "accel/gather_codec.h"
 #include "accel/options.h"
 #include "accel/services.h"
 #include "accel/status.h"
@@ -534,6 +538,12 @@ struct AccelHooks {
   AccelHookStateFn* load_state;
   AccelHookTeardownFn* teardown;
   AccelHookTraceEventFn* trace_event;
+  /* since 1.8 (accel/gather_codec.h): a PRECISION plugin's parameter gather
+   * codec. All three or none; at most one plugin of a run has them. A table
+   * of 1.7 or older ends before them: they read as NULL. */
+  AccelHookGatherCodecQueryFn* gather_codec_query;
+  AccelHookGatherCodecFn* gather_encode;
+  AccelHookGatherCodecFn* gather_decode;
 };
 
 #ifdef __cplusplus

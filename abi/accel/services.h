@@ -2,7 +2,8 @@
  *
  * Defines: AccelIdentity, AccelLogLevel, the core services (errors, logging,
  * identity) and AccelHostServices, which aggregates the areas declared in
- * options.h, comm.h, memory.h, kernels.h, model.h, trace.h, checkpoint.h.
+ * options.h, comm.h, memory.h, kernels.h, model.h, trace.h, checkpoint.h and
+ * (since 1.8) gather_codec.h.
  *
  * A plugin reaches the host through this table only. The host passes it to
  * the entry call (accel/plugin.h) and it stays valid, unchanged, until the
@@ -26,6 +27,7 @@
 #define ACCEL_ABI_SERVICES_H_
 
 #include "accel/checkpoint.h"
+#include "accel/gather_codec.h"
 #include "accel/comm.h"
 #include "accel/kernels.h"
 #include "accel/memory.h"
@@ -101,6 +103,9 @@ typedef struct AccelHostServices {
   const AccelModelServices* model;        /* accel/model.h */
   const AccelTraceServices* trace;        /* accel/trace.h */
   const AccelCheckpointServices* checkpoint; /* accel/checkpoint.h */
+  /* since 1.8: a precision plugin's parameter gather codec, for sharding
+   * plugins (accel/gather_codec.h); read with ACCEL_STRUCT_HAS_FIELD. */
+  const AccelGatherCodecServices* gather_codec;
 } AccelHostServices;
 
 #ifdef __cplusplus

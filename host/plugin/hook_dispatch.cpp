@@ -108,6 +108,13 @@ void HookDispatcher::create_all() {
     claim(optimizer_owner_, h.optimizer_step != nullptr, p, "optimizer_step");
     claim(train_step_owner_, h.train_step != nullptr, p, "train_step");
     if (h.linear_forward) linear_links_.push_back(p);
+    if (h.gather_codec_query && h.gather_encode && h.gather_decode) {
+      // The parameter gather codec (ABI 1.8) has one provider, which the
+      // gather_codec services call (gather_codec_services.cpp).
+      runtime::HostContext::GatherCodecProvider& codec = context_.gather_codec;
+      if (codec.query) throw PluginError("plugins " + codec.name + " and " + p->name() + " both provide a gather codec");
+      codec = {p->name(), p->self, h.gather_codec_query, h.gather_encode, h.gather_decode};
+    }
     has_unit_hooks_ = has_unit_hooks_ || h.unit_forward_pre || h.unit_forward_post || h.unit_backward_pre ||
                       h.unit_backward_post || h.gradients_ready;
   }

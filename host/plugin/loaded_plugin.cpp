@@ -139,6 +139,16 @@ void check_descriptor(const AccelPluginDescriptor& d, const AccelHooks* raw_hook
   if (d.kind == ACCEL_PLUGIN_OBSERVER && takes_over) {
     throw std::invalid_argument("an observer plugin may not plan the model, take over a step or join the linear chain");
   }
+  // ABI 1.8's gather codec: all three hooks or none, never an observer's
+  // (a codec changes what a sharding plugin gathers).
+  const int codec_hooks = (hooks.gather_codec_query != nullptr) + (hooks.gather_encode != nullptr) +
+                          (hooks.gather_decode != nullptr);
+  if (codec_hooks != 0 && codec_hooks != 3) {
+    throw std::invalid_argument("gather_codec_query, gather_encode and gather_decode must be implemented together");
+  }
+  if (d.kind == ACCEL_PLUGIN_OBSERVER && codec_hooks != 0) {
+    throw std::invalid_argument("an observer plugin may not implement the gather codec");
+  }
   if (!hooks.linear_forward != !hooks.linear_backward) {
     throw std::invalid_argument("linear_forward and linear_backward must be implemented together");
   }

@@ -98,6 +98,9 @@ void PluginRegistry::teardown_all() noexcept {
     // No trace_event may reach a plugin tearing down (one that left its
     // capture on, or an event still in flight on another thread).
     runtime::end_trace_capture(context_, p.name());
+    // Nor a gather-codec call (a sharding plugin torn down later may still
+    // complete a gather): without its provider the service declines.
+    if (context_.gather_codec.name == p.name()) context_.gather_codec = {};
     if (p.hooks().teardown) {
       runtime::take_pending_error();
       const AccelStatus status = p.hooks().teardown(p.self);

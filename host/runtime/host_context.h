@@ -180,6 +180,18 @@ class HostContext {
   // the bytes the host's own tensor-parallel collectives moved this step.
   int64_t tensor_parallel_size = 1;
   std::atomic<int64_t> tensor_parallel_bytes{0};
+
+  // --- the parameter gather codec (gather_codec_services.cpp, ABI 1.8) ---
+  // The plugin whose hooks implement it (at most one; hooks null: none),
+  // set by the hook dispatcher once every plugin is created.
+  struct GatherCodecProvider {
+    std::string name;
+    AccelPlugin* self = nullptr;
+    AccelHookGatherCodecQueryFn* query = nullptr;
+    AccelHookGatherCodecFn* encode = nullptr;
+    AccelHookGatherCodecFn* decode = nullptr;
+  };
+  GatherCodecProvider gather_codec;
 };
 
 // Resolves the mesh the plugins declared (tensor = pipeline = 1 and

@@ -46,6 +46,14 @@ DLDataType Fp8Config::backward_dtype() const {
   return format == Format::hybrid ? DLDataType{ACCEL_DL_FLOAT8_E5M2, 8, 1} : DLDataType{ACCEL_DL_FLOAT8_E4M3FN, 8, 1};
 }
 
+bool Fp8Config::gathers_weights_encoded(uint32_t codec_flags, DLDataType param_dtype) const {
+  const bool float_params = param_dtype.lanes == 1 &&
+                            ((param_dtype.code == kDLFloat && (param_dtype.bits == 16 || param_dtype.bits == 32)) ||
+                             (param_dtype.code == kDLBfloat && param_dtype.bits == 16));
+  if (!fp8_weight_gather || !float_params || override_fprop || override_dgrad) return false;
+  return (codec_flags & ACCEL_GATHER_CODEC_NO_GRAD) == 0 || use_autocast_during_eval;
+}
+
 const char* to_string(Format f) { return f == Format::hybrid ? "HYBRID" : "E4M3"; }
 const char* to_string(AmaxAlgo a) { return a == AmaxAlgo::max ? "max" : "most_recent"; }
 
@@ -134,6 +142,7 @@ Fp8Config validate(const RawOptions& raw) {
   }
   c.use_autocast_during_eval = raw.use_autocast_during_eval;
   c.count_saturation = raw.count_saturation;
+  c.fp8_weight_gather = raw.fp8_weight_gather;
   c.state_log = raw.state_log;
   return c;
 }
@@ -152,6 +161,7 @@ Fp8Config read_config(const sdk::Services& s) {
   raw.override_linear_precision = s.option<std::string>("override_linear_precision");
   raw.use_autocast_during_eval = s.option<bool>("use_autocast_during_eval");
   raw.count_saturation = s.option<bool>("count_saturation");
+  raw.fp8_weight_gather = s.option<bool>("fp8_weight_gather");
   raw.state_log = s.option<std::string>("state_log");
   raw.mixed_precision = s.option<std::string>("train.mixed_precision");
   return validate(raw);

@@ -35,6 +35,7 @@ struct RawOptions {
   std::string override_linear_precision = "false,false,false";  // fprop,dgrad,wgrad
   bool use_autocast_during_eval = false;
   bool count_saturation = true;
+  bool fp8_weight_gather = true;             // offer the gather codec (sharding plugins gather FP8 weights)
   std::string state_log;                     // test-only dump; "" = none
   std::string mixed_precision = "no";        // the host's train.mixed_precision
 };
@@ -53,7 +54,19 @@ struct Fp8Config {
   bool override_wgrad = false;
   bool use_autocast_during_eval = false;
   bool count_saturation = true;
+  // Offer the parameter gather codec (fp8_gather_codec.h): a sharding plugin
+  // then all-gathers block linear weights as E4M3 codes.
+  bool fp8_weight_gather = true;
   std::string state_log;
+
+  // Whether a sharding plugin's gather may carry the block linears'
+  // weights as E4M3 codes (fp8_gather_codec.h): the codec is offered, every
+  // use of the gathered weight is its FP8 cast (fprop and dgrad not
+  // overridden; wgrad does not read it), the gather does not feed an
+  // evaluation forward in the run's precision (ACCEL_GATHER_CODEC_NO_GRAD
+  // without use_autocast_during_eval), and the parameters are bf16, fp16
+  // or fp32.
+  bool gathers_weights_encoded(uint32_t codec_flags, DLDataType param_dtype) const;
 
   // E4M3FN for inputs and weights; E5M2 for gradients under HYBRID.
   DLDataType forward_dtype() const;

@@ -89,6 +89,12 @@ DLDataType Fp8Linear::output_dtype(const DLTensor& input) const {
 std::array<CastCounts, kNumClasses> Fp8Linear::take_counts() { return std::exchange(counts_, {}); }
 
 const DLTensor* Fp8Linear::quantize(TensorClass cls, int32_t slot, const DLTensor& source, const DLTensor& fp8) {
+  // A weight gathered as FP8 codes and decoded: re-cast with the scale it
+  // was encoded with, which gives the same codes; its amax was recorded
+  // from the true weight at encode (fp8_gather_codec.h).
+  if (cls == TensorClass::weight && codec_ != nullptr && codec_->delivered(slot)) {
+    return codec_->recast(slot, source, fp8, counts_[static_cast<size_t>(cls)]);
+  }
   // Evaluation casts record no amax: an evaluation between steps must not
   // change the scales training derives.
   const DLTensor* amax_cell = eval_ ? nullptr : state_.amax(cls, slot);

@@ -26,6 +26,7 @@
 
 #include "cast_counter.h"
 #include "fp8_config.h"
+#include "fp8_gather_codec.h"
 #include "scaling_state.h"
 
 namespace accel::fp8 {
@@ -47,6 +48,9 @@ class Fp8Linear {
 
   // Evaluation steps (ACCEL_STEP_EVAL) between step_begin and step_end.
   void set_eval(bool eval) { eval_ = eval; }
+  // The gather codec, when the plugin offers it: a weight it delivered is
+  // re-cast with the scale it was encoded with, recording no amax.
+  void set_codec(const WeightGatherCodec* codec) { codec_ = codec; }
   // The counts since the last call, per TensorClass.
   std::array<CastCounts, kNumClasses> take_counts();
 
@@ -70,6 +74,7 @@ class Fp8Linear {
   int32_t grad_divisor_;
   AccelGroup* tensor_group_;
   bool eval_ = false;
+  const WeightGatherCodec* codec_ = nullptr;
   // Delayed scaling under data parallelism: the gradient scale / N and
   // inverse scale x N this cast uses.
   sdk::Buffer grad_scale_, grad_scale_inv_;

@@ -5,7 +5,8 @@
 // This file is the plugin's public face — descriptor, option schema, hooks —
 // and wires the parts together: fp8_config (options), scaling_state
 // (histories, scales, the step-end update), fp8_linear (the link),
-// cast_counter (saturation metrics), checkpoint_io (save/load). It knows
+// cast_counter (saturation metrics), checkpoint_io (save/load),
+// fp8_gather_codec (FP8 weights on a sharding plugin's all-gather). It knows
 // nothing of ddp, fsdp or any other plugin: everything it needs crosses the
 // ABI (the chain, kernels->cast / gemm / fp8_scale_update, comm->all_reduce
 // over WORLD, the checkpoint services). Every FP8RecipeKwargs field is
@@ -22,6 +23,7 @@
 
 #include "checkpoint_io.h"
 #include "fp8_config.h"
+#include "fp8_gather_codec.h"
 #include "fp8_linear.h"
 #include "scaling_state.h"
 
@@ -55,11 +57,19 @@ class Fp8 final : public sdk::Plugin {
        "amax)"},
       {"count_saturation", ACCEL_OPTION_BOOL, "true",
        "count saturated and underflowed elements per step (on GPU ranks: a copy to the host per cast)"},
+      {"fp8_weight_gather", ACCEL_OPTION_BOOL, "true",
+       "offer sharding plugins (fsdp, ZeRO-3) to all-gather block linear weights as E4M3 codes with this step's "
+       "scale (half the bytes of bf16, same numerics); false: they gather in their param dtype"},
       {"state_log", ACCEL_OPTION_STRING, nullptr,
        "diagnostics: rank 0 appends every step's amax rows, scales and histories as one JSON line to this file"},
   };
 
   explicit Fp8(const sdk::Services& s) : Plugin(s), config_(read_config(s)), ops_(s) {
+    if (!config_.fp8_weight_gather) {  // no codec: sharding plugins gather as they would without fp8
+      decline(&AccelHooks::gather_codec_query);
+      decline(&AccelHooks::gather_encode);
+      decline(&AccelHooks::gather_decode);
+    }
     if (config_.backend == Backend::msamp && s.rank() == 0) {
       s.warn() << "fp8: backend msamp O" << config_.opt_level
                << " runs the FP8 linears of the recipe; MS-AMP's FP8 weight storage"
@@ -81,12 +91,26 @@ class Fp8 final : public sdk::Plugin {
     linear_ = std::make_unique<Fp8Linear>(ops_, config_, *state_, model->compute_dtype,
                                           data_size_ > 1 ? data_ : nullptr, data_size_,
                                           ops_.shape(tensor).size > 1 ? tensor : nullptr);
+    if (config_.fp8_weight_gather) {
+      codec_ = std::make_unique<WeightGatherCodec>(ops_, config_, *state_,
+                                                   ops_.shape(tensor).size > 1 ? tensor : nullptr);
+      linear_->set_codec(codec_.get());
+    }
     if (s.rank() == 0) {
       s.info() << "fp8: " << state_->num_linears() << " block linears, " << to_json(config_);
     }
   }
 
-  void step_begin(const AccelStepArgs& args) override { linear_->set_eval((args.flags & ACCEL_STEP_EVAL) != 0); }
+  void step_begin(const AccelStepArgs& args) override {
+    linear_->set_eval((args.flags & ACCEL_STEP_EVAL) != 0);
+    if (codec_) codec_->set_eval((args.flags & ACCEL_STEP_EVAL) != 0);
+  }
+
+  // The parameter gather codec (ABI 1.8): called by the host on behalf of a
+  // sharding plugin, whichever it is (fp8_gather_codec.h).
+  void gather_codec_query(AccelGatherCodecQueryArgs& args) override { codec().query(args); }
+  void gather_encode(const AccelGatherCodecArgs& args) override { codec().encode(args); }
+  void gather_decode(const AccelGatherCodecArgs& args) override { codec().decode(args); }
 
   void linear_forward(AccelLinearForwardArgs& args, const AccelLinearNext& next) override {
     linear_->forward(args, next);
@@ -97,6 +121,7 @@ class Fp8 final : public sdk::Plugin {
 
   void step_end(const AccelStepArgs& args) override {
     linear_->set_eval(false);
+    if (codec_) codec_->set_eval(false);
     if ((args.flags & ACCEL_STEP_EVAL) != 0) return;  // evaluation changes no scale
     const std::array<ClassSummary, kNumClasses> summary =
         config_.recipe == Recipe::delayed ? state_->end_step(args.step, world_, data_size_)
@@ -115,6 +140,7 @@ class Fp8 final : public sdk::Plugin {
 
   void teardown() override {
     linear_.reset();
+    codec_.reset();
     state_.reset();
   }
 
@@ -166,6 +192,12 @@ class Fp8 final : public sdk::Plugin {
   const sdk::Kernels ops_;
   std::unique_ptr<ScalingState> state_;
   std::unique_ptr<Fp8Linear> linear_;
+  std::unique_ptr<WeightGatherCodec> codec_;  // absent with fp8_weight_gather false
+
+  WeightGatherCodec& codec() {
+    if (!codec_) throw sdk::Error(ACCEL_ERROR_FAILED_PRECONDITION, "fp8 gather codec called before setup");
+    return *codec_;
+  }
   AccelGroup* world_ = nullptr;
   AccelGroup* data_ = nullptr;
   int32_t data_size_ = 1;

@@ -18,7 +18,20 @@
 // dropped if the group is gathered on demand first). The peak number of alive
 // groups is reported per step. Staging buffers of in-flight gathers are
 // leased from the plugin's communication pool (accel/sdk/buffer_pool.hpp)
-// and go back to it at completion. Thread-safety: loop thread only.
+// and go back to it at completion.
+//
+// Encoded gathers (ABI 1.8, accel/gather_codec.h): before each unit's gather
+// the engine asks the host's gather codec which of the unit's parameters may
+// travel encoded (a precision plugin's answer; fp8: the block linears'
+// weights as E4M3). When some may, the rank's shard is packed as
+// codec_plan.h lays it out — the codec encodes those elements into 1-byte
+// codes, the others are copied as they are — the packets are all-gathered as
+// bytes, and after the gather the codec decodes every rank's codes into the
+// full buffer (param_dtype) and the other elements are copied there. The
+// full buffer is then what a plain gather would have made, except for the
+// encoded parameters, which hold their decoded values. Without a codec (a
+// host before 1.8, no provider, or nothing encoded) the gather is the plain
+// one. Thread-safety: loop thread only.
 #pragma once
 
 #include <accel/sdk/buffer_pool.hpp>
@@ -26,19 +39,31 @@
 #include <accel/sdk/kernels.hpp>
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
+#include "codec_plan.h"
 #include "sharding_options.h"
 #include "shard_store.h"
 #include "gather_plan.h"
 
 namespace accel::sharding {
 
+// One unit's encoded-gather layout: which parameters travel as which code
+// dtype (the codec's answer) and where each element goes (codec_plan.h).
+struct UnitCodec {
+  std::vector<DLDataType> code_dtypes;  // per parameter; bits 0: as is
+  std::vector<bool> encoded;
+  CodecGatherPlan plan;
+};
+
 struct GatherCounters {
   int64_t gathers = 0;     // groups gathered (on demand or prefetched)
   int64_t prefetches = 0;  // of which prefetched
   int64_t releases = 0;    // groups released
   int32_t max_alive = 0;   // peak groups alive at once
+  int64_t bytes = 0;       // all_gather output bytes (what the host's comm_bytes counts for them)
+  int64_t encoded_units = 0;  // unit gathers that went encoded
 };
 
 class GatherEngine {
@@ -47,11 +72,12 @@ class GatherEngine {
                AccelGroup* sharding, sdk::BufferPool& comm_buffers);
 
   // Makes `group`'s full parameters usable: completes its prefetch, or
-  // gathers it now.
-  void ensure_gathered(int32_t group);
+  // gathers it now. `codec_flags` (ACCEL_GATHER_CODEC_*) go to the codec's
+  // query: NO_GRAD for an evaluation forward.
+  void ensure_gathered(int32_t group, uint32_t codec_flags = 0);
   // Starts gathering `group` asynchronously, unless it is alive already or
   // the limit defers it. -1 is ignored.
-  void prefetch(int32_t group);
+  void prefetch(int32_t group, uint32_t codec_flags = 0);
   // Frees `group`'s full parameters (completing an in-flight gather first),
   // then issues a deferred prefetch if the limit now allows it.
   void release(int32_t group);
@@ -72,9 +98,20 @@ class GatherEngine {
     sdk::BufferPool::Lease staged_shard;  // the shard in param_dtype on the device, when not the master itself
     sdk::BufferPool::Lease padded;        // all_gather output when numel % S != 0
     AccelWork* work = nullptr;
+    // Encoded gathers: the plan (owned by codecs_), this rank's packet and
+    // every rank's, gathered.
+    const UnitCodec* codec = nullptr;
+    uint32_t codec_flags = 0;
+    sdk::BufferPool::Lease packet_out;
+    sdk::BufferPool::Lease packet_in;
   };
 
-  void issue(int32_t group, bool async);
+  void issue(int32_t group, bool async, uint32_t codec_flags);
+  // The codec's answer for `unit` on this gather (query), or nullptr when
+  // nothing of it travels encoded.
+  const UnitCodec* ask_codec(const ShardedUnit& unit, uint32_t codec_flags);
+  void encode(UnitGather& g, const ShardedUnit& unit, const DLTensor& send);
+  void decode(UnitGather& g);
   void complete(int32_t group);
   int32_t alive_count() const;
   int64_t elements(int32_t group) const;  // the group's unit elements
@@ -90,7 +127,12 @@ class GatherEngine {
   std::vector<State> state_;
   std::vector<std::vector<UnitGather>> in_flight_;  // per group
   int32_t deferred_ = -1;
+  uint32_t deferred_flags_ = 0;
   GatherCounters counters_;
+  // Per unit: the last codec answer and its packet plan (kept while the
+  // answer stays the same).
+  std::vector<std::unique_ptr<UnitCodec>> codecs_;
+  const AccelGatherCodecServices* codec_services_ = nullptr;  // null: host before 1.8
 };
 
 }  // namespace accel::sharding

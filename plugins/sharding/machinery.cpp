@@ -13,6 +13,8 @@ void Machinery::end_step(const sdk::Services& s) {
     s.metric("gathers", static_cast<double>(c.gathers), ACCEL_METRIC_SUM);
     s.metric("prefetches", static_cast<double>(c.prefetches), ACCEL_METRIC_SUM);
     s.metric("max_gathered_groups", static_cast<double>(c.max_alive), ACCEL_METRIC_MAX);
+    s.metric("gather_bytes", static_cast<double>(c.bytes), ACCEL_METRIC_SUM);
+    s.metric("encoded_gathers", static_cast<double>(c.encoded_units), ACCEL_METRIC_SUM);
   }
   if (schedule && gathers) {
     s.metric("recompute_gathers", static_cast<double>(schedule->take_recompute_gathers()), ACCEL_METRIC_SUM);

@@ -37,7 +37,9 @@ struct Machinery {
 
   // Releases whatever a step left gathered (an aborted pattern must not leak
   // a group) and records the step's counters as metrics: gathers,
-  // prefetches, max_gathered_groups, recompute_gathers, reduce_scatters,
+  // prefetches, max_gathered_groups, gather_bytes (all_gather output
+  // bytes), encoded_gathers (unit gathers through the codec),
+  // recompute_gathers, reduce_scatters,
   // nvme_read_bytes, nvme_write_bytes, comm_buffers_allocated,
   // comm_buffers_reused.
   void end_step(const sdk::Services& services);

@@ -24,6 +24,7 @@ std::vector<UnitLayout> read_model_layout(const sdk::Services& s, SplitParams sp
     layout.name = unit->name;
     layout.kind = unit->kind;
     layout.numel = unit->numel;
+    layout.num_params = unit->num_params;
     layout.tied_copy = (unit->flags & ACCEL_UNIT_FLAG_TIED_COPY) != 0;
     layout.held = (unit->flags & ACCEL_UNIT_FLAG_LOCAL) != 0 || layout.tied_copy;
     for (int32_t i = 0; i < unit->num_params; ++i) {
@@ -37,6 +38,7 @@ std::vector<UnitLayout> read_model_layout(const sdk::Services& s, SplitParams sp
       if (p->flat_offset < 0) continue;  // a tied reference: the owner's storage
       ParamLayout param;
       param.name = p->name;
+      param.index = i;
       param.role = p->role;
       param.flat_offset = p->flat_offset;
       param.numel = p->numel;

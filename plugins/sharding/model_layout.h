@@ -20,6 +20,7 @@ namespace accel::sharding {
 
 struct ParamLayout {
   std::string name;  // the checkpoint name ("h.0.attn.c_attn.weight")
+  int32_t index = 0;  // in the unit (model->get_param), tied references counted
   AccelParamRole role = ACCEL_PARAM_OTHER;
   int64_t flat_offset = 0;  // in the unit's flat buffer
   int64_t numel = 0;        // of the local slice
@@ -35,6 +36,7 @@ struct UnitLayout {
   std::string name;  // "embedding", "block.3", "head"
   AccelUnitKind kind = ACCEL_UNIT_OTHER;
   int64_t numel = 0;                // elements of the flat buffers
+  int32_t num_params = 0;           // the unit's parameters, tied references included
   std::vector<int32_t> tied_units;  // units whose storage this unit reads
   std::vector<ParamLayout> params;
   // Pipeline stages (ABI 1.7): whether this rank holds the unit (its stage's

@@ -8,10 +8,12 @@ void UnitSchedule::forward_pre(const AccelUnitHookArgs& args) {
   const int32_t g = group_of(args.unit);
   if (g < 0 || gathers_ == nullptr) return;
   const bool recompute = (args.flags & ACCEL_UNIT_HOOK_RECOMPUTE) != 0;
+  // An evaluation forward may gather differently (the codec's answer).
+  const uint32_t codec_flags = (args.flags & ACCEL_UNIT_HOOK_NO_GRAD) != 0 ? ACCEL_GATHER_CODEC_NO_GRAD : 0u;
   if (recompute && !gathers_->alive(g)) ++recompute_gathers_;
-  gathers_->ensure_gathered(g);
+  gathers_->ensure_gathered(g, codec_flags);
   if (config_.forward_prefetch && !recompute && args.unit == group(g).first_forward()) {
-    gathers_->prefetch(plan_.next_in_forward(args.unit));
+    gathers_->prefetch(plan_.next_in_forward(args.unit), codec_flags);
   }
 }
 

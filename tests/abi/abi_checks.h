@@ -90,7 +90,11 @@ ACCEL_CHECK_EXT_STRUCT(AccelCheckpointTensorInfo, global_shape, global_shape,
 ACCEL_CHECK_EXT_STRUCT(AccelCheckpointServices, get_string, get_string, 56);
 /* services.h */
 ACCEL_CHECK_EXT_STRUCT(AccelIdentity, device, device, 48);
-ACCEL_CHECK_EXT_STRUCT(AccelHostServices, checkpoint, checkpoint, 112);
+ACCEL_CHECK_EXT_STRUCT(AccelHostServices, gather_codec, checkpoint, 112);
+/* gather_codec.h (introduced in 1.8: the "1.0" columns are its first layout) */
+ACCEL_CHECK_EXT_STRUCT(AccelGatherCodecQueryArgs, code_dtypes, code_dtypes, 40);
+ACCEL_CHECK_EXT_STRUCT(AccelGatherCodecArgs, stream, stream, 80);
+ACCEL_CHECK_EXT_STRUCT(AccelGatherCodecServices, decode, decode, 40);
 /* plugin.h */
 ACCEL_CHECK_EXT_STRUCT(AccelPluginDescriptor, hooks, hooks, 104);
 ACCEL_CHECK_EXT_STRUCT(AccelHostInfo, reserved, reserved, 72);
@@ -110,7 +114,7 @@ ACCEL_CHECK_EXT_STRUCT(AccelLinearBackwardArgs, grad_input_buffer,
                        grad_input_buffer, 104);
 ACCEL_CHECK_EXT_STRUCT(AccelLinearNext, host_data, host_data, 40);
 ACCEL_CHECK_EXT_STRUCT(AccelStateArgs, stream, stream, 48);
-ACCEL_CHECK_EXT_STRUCT(AccelHooks, trace_event, trace_event, 176);
+ACCEL_CHECK_EXT_STRUCT(AccelHooks, gather_decode, trace_event, 176);
 
 /* DLPack structs the ABI embeds keep their 0.6 / 1.x layout. */
 ACCEL_TEST_STATIC_ASSERT(sizeof(DLDataType) == 4, "DLDataType");
@@ -197,7 +201,7 @@ static AccelStatus test_create(AccelCreateArgs* args) {
 static const AccelHooks test_hooks = {
     sizeof(AccelHooks), NULL, test_create, NULL, NULL, NULL, NULL, NULL,
     NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-    NULL, NULL};
+    NULL, NULL, /* 1.8: gather codec */ NULL, NULL, NULL};
 
 static const char* const test_conflicts[] = {"other"};
 

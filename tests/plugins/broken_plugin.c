@@ -18,6 +18,25 @@ static AccelStatus on_setup_fails(AccelPlugin* self, const AccelSetupArgs* args)
 }
 #endif
 
+#if defined(BROKEN_OBSERVER_CODEC) || defined(BROKEN_HALF_CODEC) || defined(SECOND_CODEC)
+/* A gather codec (ABI 1.8) that encodes nothing: valid as such, refused
+ * from an observer (BROKEN_OBSERVER_CODEC), with only its query
+ * (BROKEN_HALF_CODEC), or beside another provider (SECOND_CODEC, a
+ * precision plugin that loads fine alone). */
+static AccelStatus on_codec_query(AccelPlugin* self, AccelGatherCodecQueryArgs* args) {
+  (void)self;
+  (void)args;
+  return ACCEL_OK;
+}
+#endif
+#if defined(BROKEN_OBSERVER_CODEC) || defined(SECOND_CODEC)
+static AccelStatus on_codec_call(AccelPlugin* self, const AccelGatherCodecArgs* args) {
+  (void)self;
+  (void)args;
+  return ACCEL_ERROR_FAILED_PRECONDITION;
+}
+#endif
+
 static AccelStatus on_step_end_noop(AccelPlugin* self, const AccelStepArgs* args) {
   (void)self;
   (void)args;
@@ -55,6 +74,13 @@ static AccelHooks kHooks = {
     .setup = on_setup_fails,
 #endif
     .step_end = on_step_end_noop,
+#if defined(BROKEN_OBSERVER_CODEC) || defined(BROKEN_HALF_CODEC) || defined(SECOND_CODEC)
+    .gather_codec_query = on_codec_query,
+#endif
+#if defined(BROKEN_OBSERVER_CODEC) || defined(SECOND_CODEC)
+    .gather_encode = on_codec_call,
+    .gather_decode = on_codec_call,
+#endif
 };
 
 static const AccelPluginDescriptor kDescriptor = {
@@ -71,6 +97,9 @@ static const AccelPluginDescriptor kDescriptor = {
     /* Claims the data-parallel reduction, implements no hook to do it in. */
     .kind = ACCEL_PLUGIN_PARALLEL,
     .capabilities = ACCEL_CAP_CPU | ACCEL_CAP_REDUCES_GRADS,
+#elif defined(BROKEN_HALF_CODEC) || defined(SECOND_CODEC)
+    .kind = ACCEL_PLUGIN_PRECISION,
+    .capabilities = ACCEL_CAP_CPU,
 #else
     .kind = ACCEL_PLUGIN_OBSERVER,
 #endif

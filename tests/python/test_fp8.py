@@ -21,6 +21,9 @@ FP8 = ["--plugin", "fp8"]
 # A small model for the multi-rank runs: the whole suite must stay fast.
 TINY = ["--n-layer", 1, "--n-embd", 32, "--n-head", 2, "--seq-len", 16, "--vocab-size", 128]
 
+ZERO3_PARTITION_ALL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "deepspeed",
+                                   "zero3_partition_everything.json")
+
 FP8_MAX = {torch.float8_e4m3fn: 448.0, torch.float8_e5m2: 57344.0}
 
 
@@ -390,6 +393,214 @@ class Parity(TempDirMixin, unittest.TestCase):
         self.assertEqual([r["step"] for r in rows], list(range(1, 21)))
         self.assertLess(rows[-1]["loss"], rows[0]["loss"])
         self.assertIn("fp8.amax_grad", rows[-1])
+
+
+# ---------------------------------------------------------------- FP8 gather
+
+def round_up(n, to):
+    return (n + to - 1) // to * to
+
+
+def unit_gather_bytes(sizes, encoded, parts, param_bytes):
+    """Bytes one all-gather of a unit moves, computed from its parameters'
+    sizes (flat order) as plugins/sharding/codec_plan.h lays the packets out:
+    per rank, its encoded elements at 1 byte, then from the next multiple of
+    16 its other elements at param_bytes; every rank's packet as large as the
+    fullest rank's, rounded to 16. Without encoded parameters: the padded
+    unit in the parameter dtype."""
+    numel = sum(sizes)
+    shard = -(-numel // parts)
+    if not any(encoded):
+        return shard * parts * param_bytes
+    need = []
+    for r in range(parts):
+        lo, hi = r * shard, min((r + 1) * shard, numel)
+        codes = values = offset = 0
+        for size, enc in zip(sizes, encoded):
+            part = max(0, min(hi, offset + size) - max(lo, offset))
+            offset += size
+            if enc:
+                codes += part
+            else:
+                values += part
+        need.append(round_up(codes, 16) + values * param_bytes if values else codes)
+    return parts * round_up(max(max(need), 1), 16)
+
+
+def model_units(checkpoint):
+    """The model's units as lists of (name, numel) in flat order, from a
+    saved model's shapes: embedding, blocks, head (the host's unit order,
+    host/model/gpt.cpp). A unit's flat buffer holds the weight-decayed
+    parameters first — a block's four linear weights — then the others,
+    each group in declaration order (host/model/unit.cpp)."""
+    from safetensors.torch import load_file
+    shapes = {k: v.numel() for k, v in load_file(os.path.join(checkpoint, "step_0", "model.safetensors")).items()}
+    block_order = ["ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight",
+                   "attn.c_proj.bias", "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias",
+                   "mlp.c_proj.weight", "mlp.c_proj.bias"]
+    layers = sorted({int(k.split(".")[1]) for k in shapes if k.startswith("h.")})
+    units = [[(n, shapes[n]) for n in ("wte.weight", "wpe.weight")]]
+    block_order = [n for n in block_order if is_block_linear_weight("h.0." + n)] + \
+        [n for n in block_order if not is_block_linear_weight("h.0." + n)]
+    units += [[(f"h.{i}.{n}", shapes[f"h.{i}.{n}"]) for n in block_order] for i in layers]
+    units.append([(n, shapes[n]) for n in ("ln_f.weight", "ln_f.bias")])
+    return units
+
+
+def is_block_linear_weight(name):
+    return name.startswith("h.") and name.endswith(".weight") and ".ln_" not in name
+
+
+class GatherCodecRoundTrip(unittest.TestCase):
+    """The numerics the FP8 weight gather rests on (plugins/fp8/
+    fp8_gather_codec.h), computed as the host's kernels compute them
+    (kernel_services.cpp's cast: x.float() * scale, saturated to the FP8
+    range, rounded to nearest even): decoding every E4M3 code with
+    scale_inv = 1/scale into the parameter dtype and re-casting with the
+    same scale gives the same code back, bit for bit — negative zero,
+    subnormals and the saturated codes included — and casting shards gives
+    the whole tensor's codes."""
+
+    def cast(self, x, scale, dtype):
+        limit = FP8_MAX.get(dtype)
+        y = x.float() * scale
+        return (y.clamp(-limit, limit) if limit else y).to(dtype)
+
+    def test_every_code_survives_decode_and_recast(self):
+        codes = torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn)
+        finite = ~codes.float().isnan()
+        gen = torch.Generator().manual_seed(10)
+        scales = [1.0, 2.0 ** -7, 2.0 ** 11, 448.0, 448.0 / 3.1, 448.0 / 1e-3, 448.0 / 7e4]
+        scales += (torch.rand(200, generator=gen, dtype=torch.float64) * 30 - 15).exp2().tolist()
+        for dtype in (torch.bfloat16, torch.float32):
+            for s in scales:
+                scale = torch.tensor(s, dtype=torch.float32)
+                scale_inv = torch.tensor(1.0, dtype=torch.float32) / scale
+                decoded = self.cast(codes, scale_inv, dtype)
+                again = self.cast(decoded, scale, torch.float8_e4m3fn)
+                self.assertTrue(torch.equal(again.view(torch.uint8)[finite], codes.view(torch.uint8)[finite]),
+                                (dtype, s))
+                self.assertTrue(again.float()[~finite].isnan().all())
+
+    def test_saturated_and_negative_zero_weights(self):
+        # Weights beyond the scale's range saturate to +-448 at encode and
+        # stay there; tiny negative ones round to -0 and stay -0.
+        w = torch.tensor([1e9, -1e9, 3.0, -1e-30, 0.0, -0.0, 1e-6], dtype=torch.bfloat16)
+        scale = torch.tensor(448.0 / 2.0)
+        codes = self.cast(w, scale, torch.float8_e4m3fn)
+        decoded = self.cast(codes, torch.tensor(1.0) / scale, torch.bfloat16)
+        self.assertTrue(torch.equal(self.cast(decoded, scale, torch.float8_e4m3fn).view(torch.uint8),
+                                    codes.view(torch.uint8)))
+        self.assertEqual(codes.view(torch.uint8)[3].item(), 0x80)  # -0
+
+    def test_shards_cast_as_the_whole(self):
+        gen = torch.Generator().manual_seed(3)
+        w = (torch.randn(96, 32, generator=gen) * 0.05).to(torch.bfloat16)
+        scale = torch.tensor(448.0) / w.float().abs().max()
+        whole = self.cast(w, scale, torch.float8_e4m3fn).view(torch.uint8).flatten()
+        flat = w.flatten()
+        shards = [self.cast(flat[i:i + 1000], scale, torch.float8_e4m3fn).view(torch.uint8)
+                  for i in range(0, flat.numel(), 1000)]
+        self.assertTrue(torch.equal(torch.cat(shards), whole))
+        amax = max(flat[i:i + 1000].float().abs().max() for i in range(0, flat.numel(), 1000))
+        self.assertEqual(amax, w.float().abs().max())
+
+
+@unittest.skipUnless(MPIRUN, "mpirun not found")
+class Fp8WeightGather(TempDirMixin, unittest.TestCase):
+    """fsdp and ZeRO-3 all-gather the block linears' weights as E4M3 codes
+    (fp8_weight_gather, on by default) and train bit for bit as with the
+    option off — losses, gradient norms and the fp8 metrics of every step,
+    for both recipes, bf16 and fp32 parameters, and with activation
+    checkpointing re-gathering in backward — while the gathers move the
+    bytes the packet layout predicts from the model's shapes: the linear
+    weights at 1 byte per element (half of bf16, a quarter of fp32)."""
+
+    SHAPE = ["--n-layer", 2, "--n-embd", 32, "--n-head", 2, "--seq-len", 16, "--vocab-size", 128]
+    ARGS = [*COMMON, *SHAPE, *FP8, "--batch-size", 8, "--fp8.amax_history_len", 4, "--fp8.margin", 1]
+    STEPS = 10
+    COMPARED = ["loss", "grad_norm", "fp8.amax_weight", "fp8.scale_weight", "fp8.saturated_weight",
+                "fp8.underflow_weight", "fp8.amax_input", "fp8.scale_grad"]
+
+    def run2(self, tag, *extra):
+        path = self.path(tag + ".jsonl")
+        mpirun(2, *self.ARGS, "--steps", self.STEPS, "--metrics-file", path, *extra, timeout=600)
+        rows = read_metrics(path)
+        self.assertEqual(len(rows), self.STEPS)
+        return rows
+
+    def assert_same_training(self, on, off, what):
+        for a, b in zip(on, off):
+            for key in self.COMPARED:
+                self.assertEqual(a[key], b[key], (what, a["step"], key))
+
+    def pair(self, tag, *extra):
+        on = self.run2(tag + "_on", *extra)
+        off = self.run2(tag + "_off", *extra, "--fp8.fp8_weight_gather", "false")
+        self.assert_same_training(on, off, tag)
+        return on, off
+
+    def units(self):
+        ckpt = self.path("init")
+        if not os.path.isdir(ckpt):
+            run_host(*COMMON, *self.SHAPE, "--steps", 0, "--save", ckpt)
+        return model_units(ckpt)
+
+    def expected_bytes(self, param_bytes, encoded):
+        """One step's gather bytes (no_wrap: every unit gathered once)."""
+        total = 0
+        for unit in self.units():
+            sizes = [n for _, n in unit]
+            flags = [encoded and is_block_linear_weight(name) for name, _ in unit]
+            total += unit_gather_bytes(sizes, flags, 2, param_bytes)
+        return total
+
+    def test_fsdp_gathers_fp8_weights_bit_for_bit_both_recipes(self):
+        units = self.units()
+        linear = sum(n for unit in units for name, n in unit if is_block_linear_weight(name))
+        for recipe in ("delayed", "current"):
+            for dtype, width in (("bf16", 2), ("fp32", 4)):
+                with self.subTest(recipe=recipe, param_dtype=dtype):
+                    on, off = self.pair(f"fsdp_{recipe}_{dtype}", "--plugin", "fsdp", "--fsdp.param_dtype", dtype,
+                                        "--fp8.recipe", recipe)
+                    plain, fp8 = self.expected_bytes(width, False), self.expected_bytes(width, True)
+                    for a, b in zip(on, off):
+                        self.assertEqual(b["fsdp.gather_bytes"], plain)
+                        self.assertEqual(a["fsdp.gather_bytes"], fp8)
+                        self.assertEqual(a["fsdp.encoded_gathers"], len(units) - 2)  # the blocks
+                        self.assertEqual(b["fsdp.encoded_gathers"], 0)
+                        if recipe == "delayed":  # nothing else moves differently: the host's counter agrees
+                            self.assertEqual(b["comm_bytes"] - a["comm_bytes"], plain - fp8)
+                    # The linear weights travel at 1 byte per element
+                    # (the layout puts each once in its rank's packet),
+                    # against 2 (bf16) or 4 (fp32) in the plain gather; the
+                    # other elements as before, plus each rank's alignment
+                    # and the fuller rank's share.
+                    rest = sum(n for unit in units for _, n in unit) - linear
+                    self.assertGreaterEqual(fp8 - linear, rest * width - width * len(units))
+                    self.assertLessEqual(fp8 - linear, rest * width + (width - 1) * rest + 2 * 32 * len(units))
+
+    def test_fsdp_regathers_in_backward_with_checkpointing(self):
+        # One wrap group per block, resharded after forward: backward
+        # re-gathers (through the codec again) and activation checkpointing
+        # reruns the linears on the re-gathered, decoded weights.
+        on, off = self.pair("fsdp_wrap", "--plugin", "fsdp", "--mixed-precision", "bf16",
+                            "--fsdp.auto_wrap_policy", "transformer_based_wrap",
+                            "--fsdp.activation_checkpointing", "true", "--grad-accum", 2)
+        self.assertGreater(on[0]["fsdp.encoded_gathers"], len(self.units()) - 2)  # re-gathers too
+        self.assertLess(on[0]["fsdp.gather_bytes"], off[0]["fsdp.gather_bytes"])
+
+    def test_zero3_gathers_fp8_weights_bit_for_bit(self):
+        for recipe in ("delayed", "current"):
+            for precision in ("bf16", "no"):
+                with self.subTest(recipe=recipe, precision=precision):
+                    # Stage 3 with every unit partitioned (the default
+                    # persistence threshold keeps units this small whole).
+                    on, off = self.pair(f"zero3_{recipe}_{precision}", "--plugin", "deepspeed_zero",
+                                        "--deepspeed_zero.hf_ds_config", ZERO3_PARTITION_ALL,
+                                        "--mixed-precision", precision, "--fp8.recipe", recipe)
+                    self.assertGreater(on[0]["deepspeed_zero.encoded_gathers"], 0)
+                    self.assertLess(on[0]["deepspeed_zero.gather_bytes"], off[0]["deepspeed_zero.gather_bytes"])
 
 
 class Conformance(unittest.TestCase):

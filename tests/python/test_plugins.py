@@ -322,6 +322,16 @@ class BrokenPlugins(TempDirMixin, unittest.TestCase):
     def test_name_mismatch(self):
         self.refused("--plugin-path", plugin_dir("misnamed"), "--plugin", "other", mentions=["'misnamed'", "'other'"])
 
+    def test_gather_codec_rules(self):
+        # ABI 1.8: the codec's three hooks come together, never from an
+        # observer, and from one plugin of a run (fp8 is the other here).
+        self.refused("--plugin-path", plugin_dir("observer_codec"), "--plugin", "observer_codec",
+                     mentions=["libaccel_observer_codec.so", "observer plugin may not implement the gather codec"])
+        self.refused("--plugin-path", plugin_dir("half_codec"), "--plugin", "half_codec",
+                     mentions=["gather_codec_query, gather_encode and gather_decode must be implemented together"])
+        self.refused("--plugin-path", plugin_dir("second_codec"), "--plugin", "fp8", "--plugin", "second_codec",
+                     code=1, mentions=["plugins fp8 and second_codec both provide a gather codec"])
+
     def test_plugin_not_found(self):
         self.refused("--plugin-path", GOOD, "--plugin", "nonesuch", mentions=["libaccel_nonesuch.so not found"])
 

@@ -100,6 +100,28 @@ std::vector<uint8_t> f32_bytes(const std::vector<float>& values) {
   return out;
 }
 
+TEST(Fp8Config, WeightsTravelEncodedOnlyWhenEveryUseIsTheirCast) {
+  const DLDataType bf16{kDLBfloat, 16, 1}, fp32{kDLFloat, 32, 1}, int8{kDLInt, 8, 1};
+  Fp8Config c = validate(RawOptions{});
+  EXPECT_TRUE(c.fp8_weight_gather);  // on by default
+  EXPECT_TRUE(c.gathers_weights_encoded(0, bf16));
+  EXPECT_TRUE(c.gathers_weights_encoded(0, fp32));
+  EXPECT_FALSE(c.gathers_weights_encoded(0, int8));
+  // An evaluation forward in the run's precision reads the weight itself.
+  EXPECT_FALSE(c.gathers_weights_encoded(ACCEL_GATHER_CODEC_NO_GRAD, bf16));
+  c.use_autocast_during_eval = true;
+  EXPECT_TRUE(c.gathers_weights_encoded(ACCEL_GATHER_CODEC_NO_GRAD, bf16));
+  // fprop and dgrad overridden read the unquantised weight; wgrad does not.
+  for (const char* flags : {"true,false,false", "false,true,false", "false,false,true"}) {
+    RawOptions raw;
+    raw.override_linear_precision = flags;
+    EXPECT_EQ(validate(raw).gathers_weights_encoded(0, bf16), std::string(flags) == "false,false,true") << flags;
+  }
+  RawOptions off;
+  off.fp8_weight_gather = false;
+  EXPECT_FALSE(validate(off).gathers_weights_encoded(0, bf16));
+}
+
 TEST(CastCounter, SaturationAndUnderflowOfE4M3) {
   // 500 > 448 saturates; 1e-4 underflows (E4M3's smallest subnormal is
   // 2^-9, values at or below 2^-10 round to zero); 0 is neither.

@@ -100,6 +100,11 @@ class Plugin {
   virtual void load_state(const AccelStateArgs&) {}
   // Any thread, concurrently; cannot fail (an exception becomes a log line).
   virtual void trace_event(const AccelTraceEvent&) {}
+  // The parameter gather codec (ABI 1.8, accel/gather_codec.h): all three
+  // or none; not an observer's.
+  virtual void gather_codec_query(AccelGatherCodecQueryArgs&) {}
+  virtual void gather_encode(const AccelGatherCodecArgs&) {}
+  virtual void gather_decode(const AccelGatherCodecArgs&) {}
   // Always called once before the instance is deleted, also after a failure.
   virtual void teardown() {}
 
@@ -228,6 +233,9 @@ AccelHooks make_hooks() noexcept {
                   const AccelLinearNext)
   ACCEL_SDK_HOOK_(save_state, const AccelStateArgs)
   ACCEL_SDK_HOOK_(load_state, const AccelStateArgs)
+  ACCEL_SDK_HOOK_(gather_codec_query, AccelGatherCodecQueryArgs)
+  ACCEL_SDK_HOOK_(gather_encode, const AccelGatherCodecArgs)
+  ACCEL_SDK_HOOK_(gather_decode, const AccelGatherCodecArgs)
 #undef ACCEL_SDK_HOOK_
   if constexpr (ACCEL_SDK_OVERRIDES_(T, trace_event)) {
     h.trace_event = &trace_event_hook<T>;
@@ -339,6 +347,14 @@ const AccelPluginDescriptor* descriptor_for() {
                 "an OBSERVER plugin must not implement plan_model, "
                 "clip_gradients, optimizer_step, train_step or the linear "
                 "chain (accel/plugin.h)");
+  constexpr int codec_hooks = int{ACCEL_SDK_OVERRIDES_(T, gather_codec_query)} +
+                              int{ACCEL_SDK_OVERRIDES_(T, gather_encode)} +
+                              int{ACCEL_SDK_OVERRIDES_(T, gather_decode)};
+  static_assert(codec_hooks == 0 || codec_hooks == 3,
+                "gather_codec_query, gather_encode and gather_decode are "
+                "implemented together (accel/gather_codec.h)");
+  static_assert(info.kind != ACCEL_PLUGIN_OBSERVER || codec_hooks == 0,
+                "an OBSERVER plugin must not implement the gather codec");
   constexpr bool shards_state =
       (info.capabilities &
        (ACCEL_CAP_SHARDS_GRADS | ACCEL_CAP_SHARDS_OPTIMIZER)) != 0;
