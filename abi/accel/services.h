@@ -2,7 +2,8 @@
  *
  * Defines: AccelIdentity, AccelLogLevel, the core services (errors, logging,
  * identity) and AccelHostServices, which aggregates the areas declared in
- * options.h, comm.h, memory.h, kernels.h, model.h, trace.h, checkpoint.h.
+ * options.h, comm.h, memory.h, kernels.h, model.h, trace.h, checkpoint.h,
+ * precision.h (1.8).
  *
  * A plugin reaches the host through this table only. The host passes it to
  * the entry call (accel/plugin.h) and it stays valid, unchanged, until the
@@ -31,6 +32,7 @@
 #include "accel/memory.h"
 #include "accel/model.h"
 #include "accel/options.h"
+#include "accel/precision.h"
 #include "accel/status.h"
 #include "accel/tensor.h"
 #include "accel/trace.h"
@@ -101,6 +103,8 @@ typedef struct AccelHostServices {
   const AccelModelServices* model;        /* accel/model.h */
   const AccelTraceServices* trace;        /* accel/trace.h */
   const AccelCheckpointServices* checkpoint; /* accel/checkpoint.h */
+  /* 1.8: read with ACCEL_STRUCT_HAS_FIELD (a 1.7 host's table ends above). */
+  const AccelPrecisionServices* precision;   /* accel/precision.h */
 } AccelHostServices;
 
 #ifdef __cplusplus

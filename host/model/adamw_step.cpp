@@ -8,19 +8,73 @@
 
 namespace accel::model {
 
-void adamw_step_flat(at::Tensor& param, const at::Tensor& grad, at::Tensor& exp_avg,
-                     at::Tensor& exp_avg_sq, int64_t decay_numel, int64_t step, const AdamWHyper& h) {
+void adamw_moments_flat(const at::Tensor& grad, at::Tensor& exp_avg, at::Tensor& exp_avg_sq, const AdamWHyper& h) {
+  at::NoGradGuard no_grad;
+  exp_avg.lerp_(grad, 1.0 - h.beta1);
+  exp_avg_sq.mul_(h.beta2).addcmul_(grad, grad, 1.0 - h.beta2);
+}
+
+void adamw_param_flat(at::Tensor& param, const at::Tensor& exp_avg, const at::Tensor& exp_avg_sq,
+                      int64_t decay_numel, int64_t step, const AdamWHyper& h) {
   at::NoGradGuard no_grad;
   if (h.weight_decay != 0.0 && decay_numel > 0) {
     param.narrow(0, 0, decay_numel).mul_(1.0 - h.lr * h.weight_decay);
   }
-  exp_avg.lerp_(grad, 1.0 - h.beta1);
-  exp_avg_sq.mul_(h.beta2).addcmul_(grad, grad, 1.0 - h.beta2);
   const double bias_correction1 = 1.0 - std::pow(h.beta1, static_cast<double>(step));
   const double bias_correction2 = 1.0 - std::pow(h.beta2, static_cast<double>(step));
   const double step_size = h.lr / bias_correction1;
   const at::Tensor denom = (exp_avg_sq.sqrt() / std::sqrt(bias_correction2)).add_(h.eps);
   param.addcdiv_(exp_avg, denom, -step_size);
+}
+
+void adamw_step_flat(at::Tensor& param, const at::Tensor& grad, at::Tensor& exp_avg,
+                     at::Tensor& exp_avg_sq, int64_t decay_numel, int64_t step, const AdamWHyper& h) {
+  // The weight decay touches only the parameter: applying it after the
+  // moments' update changes no bit of torch.optim.AdamW's order.
+  adamw_moments_flat(grad, exp_avg, exp_avg_sq, h);
+  adamw_param_flat(param, exp_avg, exp_avg_sq, decay_numel, step, h);
+}
+
+// ---------------------------------------------------------------------------
+// Scaled moments
+
+double moment_format_max(at::ScalarType format) {
+  if (format == at::ScalarType::Float8_e4m3fn) return 448.0;
+  if (format == at::kHalf) return 65504.0;
+  return 3.4028234663852886e38;
+}
+
+float moment_scale(float amax, at::ScalarType format) {
+  if (!(amax > 0.0f) || !std::isfinite(amax)) return 1.0f;
+  return static_cast<float>(std::ldexp(1.0, static_cast<int>(std::floor(std::log2(moment_format_max(format) / amax)))));
+}
+
+at::Tensor dequantize_moment(const at::Tensor& stored, float scale) {
+  at::Tensor values = stored.to(at::kFloat);
+  return scale == 1.0f ? values.clone() : values.div_(scale);
+}
+
+void quantize_moment(const at::Tensor& values, float scale, at::Tensor& stored) {
+  at::NoGradGuard no_grad;
+  const double limit = moment_format_max(stored.scalar_type());
+  stored.copy_((values * scale).clamp_(-limit, limit));
+}
+
+namespace {
+float abs_max(const at::Tensor& t) { return t.numel() == 0 ? 0.0f : t.abs().max().item<float>(); }
+}  // namespace
+
+void adamw_step_scaled_flat(at::Tensor& param, const at::Tensor& grad, at::Tensor& exp_avg, float& exp_avg_scale,
+                            at::Tensor& exp_avg_sq, float& exp_avg_sq_scale, int64_t decay_numel, int64_t step,
+                            const AdamWHyper& h) {
+  at::Tensor m = dequantize_moment(exp_avg, exp_avg_scale);
+  at::Tensor v = dequantize_moment(exp_avg_sq, exp_avg_sq_scale);
+  adamw_moments_flat(grad, m, v, h);
+  adamw_param_flat(param, m, v, decay_numel, step, h);
+  exp_avg_scale = moment_scale(abs_max(m), exp_avg.scalar_type());
+  exp_avg_sq_scale = moment_scale(abs_max(v), exp_avg_sq.scalar_type());
+  quantize_moment(m, exp_avg_scale, exp_avg);
+  quantize_moment(v, exp_avg_sq_scale, exp_avg_sq);
 }
 
 }  // namespace accel::model

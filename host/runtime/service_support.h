@@ -123,5 +123,6 @@ const AccelKernelServices* kernel_services_table();
 const AccelModelServices* model_services_table();
 const AccelTraceServices* trace_services_table();
 const AccelCheckpointServices* checkpoint_services_table();
+const AccelPrecisionServices* precision_services_table();
 
 }  // namespace accel::runtime

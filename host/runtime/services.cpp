@@ -222,6 +222,7 @@ const AccelHostServices* host_services() {
     t.model = model_services_table();
     t.trace = trace_services_table();
     t.checkpoint = checkpoint_services_table();
+    t.precision = precision_services_table();
     return t;
   }();
   return &table;
