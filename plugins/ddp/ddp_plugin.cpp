@@ -153,6 +153,7 @@ class Ddp final : public accel::sdk::Plugin {
       for (AccelWork* work : bucket.works) kernels_.wait_and_free(work);
       bucket.works.clear();
       if (fp8_) {
+        for (size_t i = 0; i < bucket.segments.size(); ++i) bucket.segments[i].source = grads(bucket.segment_units[i]);
         fp8_->decode_to_sources(bucket.buffer.tensor(), bucket.segments, bucket.scales);
         bucket.scales = {};
       } else if (bucket.buffer) {

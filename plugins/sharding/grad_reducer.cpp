@@ -186,7 +186,10 @@ void GradReducer::all_reduce_replicated(int32_t unit, const DLTensor* grads) {
   if (grads == nullptr) grads = ops_.storage(unit).grads;
   if (fp8_data_) {
     PendingFp8 entry;
-    entry.segments = sdk::unit_grad_segments(ops_.services(), unit, grads, 0);
+    // The hook's view of the gradients lives for the hook only; the decode
+    // in finish() writes through a flat view of the same memory.
+    entry.grads = std::make_unique<sdk::FlatView>(*grads, 0, accel_tensor_numel(grads));
+    entry.segments = sdk::unit_grad_segments(ops_.services(), unit, entry.grads->get(), 0);
     entry.wire = comm_buffers_.take(ACCEL_MEMORY_COMM, fp8_data_->wire_dtype(), accel_tensor_numel(grads),
                                     ACCEL_MEMORY_DEVICE, "sharding fp8 replicated all_reduce");
     entry.scales = fp8_data_->agree_scales(entry.segments, entry.wire.tensor(), "sharding fp8 amax all_reduce");

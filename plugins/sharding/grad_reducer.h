@@ -93,6 +93,7 @@ class GradReducer {
 
   // A host-owned unit's FP8 all_reduce in flight: decoded in finish().
   struct PendingFp8 {
+    std::unique_ptr<sdk::FlatView> grads;  // the unit's gradients (the segments' source)
     std::vector<sdk::GradSegment> segments;
     sdk::Fp8Scales scales;
     sdk::BufferPool::Lease wire;

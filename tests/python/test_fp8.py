@@ -403,18 +403,28 @@ def load_safetensors(path):
 
 
 def checkpoint_moments(step_dir):
-    """`<param>.exp_avg` / `.exp_avg_sq` of a checkpoint: the host's
-    optimizer.safetensors, or a sharding plugin's FULL_STATE_DICT
-    plugin_state.safetensors (whole tensors under `@optimizer/exp_avg/<param>`)."""
+    """`<param>.exp_avg` / `.exp_avg_sq` of a checkpoint, whoever saved them:
+    the host's optimizer.safetensors, or a sharding plugin's
+    plugin_state*.safetensors, whose metadata places each slice at its global
+    offset (docs/checkpoint_format.md)."""
     host = os.path.join(step_dir, "optimizer.safetensors")
     if os.path.exists(host):
         return load_safetensors(host)
+    from safetensors import safe_open
     out = {}
-    for key, t in load_safetensors(os.path.join(step_dir, "plugin_state.safetensors")).items():
-        for moment in ("exp_avg", "exp_avg_sq"):
-            prefix = f"@optimizer/{moment}/"
-            if key.startswith(prefix):
-                out[key[len(prefix):] + "." + moment] = t
+    for fn in sorted(os.listdir(step_dir)):
+        if not (fn.startswith("plugin_state") and fn.endswith(".safetensors")):
+            continue
+        with safe_open(os.path.join(step_dir, fn), "pt") as f:
+            index = json.loads(f.metadata()["accel.plugin_state"])["tensors"]
+            for entry in index.values():
+                if entry["space"] != "optimizer":
+                    continue
+                moment, name = entry["name"].split("/", 1)
+                whole = out.setdefault(name + "." + moment, torch.zeros(entry["global_shape"]))
+                for piece in entry["slices"]:
+                    t = f.get_tensor(piece["tensor"])
+                    whole[tuple(slice(o, o + n) for o, n in zip(piece["offset"], t.shape))] = t
     return out
 
 
@@ -510,10 +520,14 @@ class MsAmpO1(TempDirMixin, unittest.TestCase):
         run_host(*common, "--steps", 2, "--batch-size", 4, "--save", local, "--save-every", 1)
         # Rank r of 2 at batch 8 reads sequences [4r, 4r + 4): step r + 1 at batch 4.
         shares = [load_safetensors(os.path.join(local, f"step_{k}", "optimizer.safetensors")) for k in (1, 2)]
-        for strategy in ("ddp", "fsdp"):
-            with self.subTest(strategy=strategy):
-                out = self.path("reduced_" + strategy)
-                mpirun(2, *common, *MSAMP, "--fp8.opt_level", "O1", "--plugin", strategy, "--steps", 1,
+        # ddp's bucket all-reduce; the sharding machinery's reduce-scatter
+        # (fsdp, ZeRO-2/3, ZeRO-1 reducing the host's gradients in place) and
+        # its all-reduce of host-owned units (ZeRO-0): one codec, one result.
+        layouts = (("ddp",), ("fsdp",), *(("deepspeed_zero", "--deepspeed_zero.zero_stage", st) for st in (0, 1, 3)))
+        for strategy, *flags in layouts:
+            with self.subTest(strategy=strategy, flags=flags):
+                out = self.path("reduced_" + strategy + "".join(map(str, flags[1:])))
+                mpirun(2, *common, *MSAMP, "--fp8.opt_level", "O1", "--plugin", strategy, *flags, "--steps", 1,
                        "--batch-size", 8, "--save", out)
                 reduced = checkpoint_moments(os.path.join(out, "step_1"))
                 names = [k for k in reduced if k.endswith(".exp_avg")]
@@ -534,11 +548,13 @@ class MsAmpO1(TempDirMixin, unittest.TestCase):
         for backend in ("te", "msamp"):
             path = self.path(backend + ".jsonl")
             extra = MSAMP + ["--fp8.opt_level", "O1"] if backend == "msamp" else []
-            mpirun(2, *COMMON, *FP8, *self.data(), "--steps", 150, "--batch-size", 8, "--plugin", "ddp",
+            mpirun(2, *COMMON, *FP8, *self.data(), "--steps", 300, "--batch-size", 8, "--plugin", "ddp",
                    "--metrics-file", path, *extra, timeout=900)
             losses[backend] = [r["loss"] for r in read_metrics(path)]
+        # The mean of the last 10 steps (one step's loss is one batch's).
+        # Measured: te 4.8629, O1 4.8614 (0.03 %) after 300 steps.
         te, o1 = (sum(v[-10:]) / 10 for v in (losses["te"], losses["msamp"]))
-        self.assertLess(losses["te"][-1], losses["te"][0] * 0.8)  # it learned
+        self.assertLess(te, losses["te"][0] * 0.9)  # it learned
         self.assertLess(abs(o1 - te) / te, 0.02, (te, o1))
 
 
@@ -663,9 +679,11 @@ class MsAmpO2(TempDirMixin, unittest.TestCase):
         # all-reduced with MAX), so step k+1's update matches: the loss of
         # step k+2 (which sees that update) within 1e-5. What differs is the
         # gradients: O2 includes O1's FP8 gradient reduction, and one process
-        # reduces nothing. Without it (te) the moments alone give 1e-5
-        # from the same state; with it each gradient element moves by up to
-        # half an E4M3 step (2^-4 relative), which moves the loss ~1e-4.
+        # reduces nothing: each gradient element moves by up to half an E4M3
+        # step (2^-4 relative), which moved the loss 1.3e-5 here; 1e-4 bounds
+        # it. The three sharded layouts run the same numerics (one reducer,
+        # one sharded AdamW, the offloaded partitions through the same
+        # kernel), so they agree with each other to the last bit.
         one = self.path("one")
         run_host(*COMMON, *O2, *self.data(), "--steps", 3, "--batch-size", 8, "--save", one, "--save-every", 1,
                  "--metrics-file", self.path("one.jsonl"))
@@ -673,6 +691,7 @@ class MsAmpO2(TempDirMixin, unittest.TestCase):
         layouts = (("fsdp",), ("deepspeed_zero", "--deepspeed_zero.zero_stage", 2),
                    ("deepspeed_zero", "--deepspeed_zero.zero_stage", 2, "--deepspeed_zero.offload_optimizer_device",
                     "cpu"))
+        losses = []
         for strategy, *flags in layouts:
             with self.subTest(strategy=strategy, flags=flags):
                 path = self.path("two.jsonl")
@@ -683,7 +702,10 @@ class MsAmpO2(TempDirMixin, unittest.TestCase):
                 rows = read_metrics(path)
                 self.assertEqual([r["step"] for r in rows], [2, 3])
                 self.assertLess(abs(rows[0]["loss"] - ref[1]["loss"]) / ref[1]["loss"], 1e-6)  # the same state
-                self.assertLess(abs(rows[1]["loss"] - ref[2]["loss"]) / ref[2]["loss"], 1e-3, (rows, ref))
+                self.assertLess(abs(rows[1]["loss"] - ref[2]["loss"]) / ref[2]["loss"], 1e-4, (rows, ref))
+                losses.append([r["loss"] for r in rows])
+        self.assertEqual(losses[0], losses[1])
+        self.assertEqual(losses[0], losses[2])
 
     def test_resume_is_bit_exact(self):
         args = [*COMMON, *O2, *self.data(), "--batch-size", 8, "--lr-decay-steps", 6]
