@@ -28,7 +28,9 @@
 // too), summed in FP8 and decoded (/ N) into the fp32 shard — directly while
 // the shard holds zeros or is a ZeRO-1 view, else through an fp32 chunk and
 // axpy. Host-owned units all_reduce their FP8 gradients over DATA the same
-// way, decoded in finish(). HYBRID sharding (a second, REPLICA reduction) is
+// way, decoded in finish(). The policy's wire dtype takes reduce_dtype's
+// place (the full gradients may still be param_dtype bf16: the amaxes and
+// the casts read any float dtype). HYBRID sharding (a second, REPLICA reduction) is
 // refused with it: that all_reduce is not built in FP8.
 //
 // Invariant after finish(): every gradient shard and host-owned gradient
