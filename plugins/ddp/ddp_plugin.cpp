@@ -103,7 +103,8 @@ class Ddp final : public accel::sdk::Plugin {
       bucket_of_[static_cast<size_t>(u)] = buckets_.size() - 1;
     }
     const AccelPrecisionPolicy policy = services().precision_policy();
-    if (accel::sdk::wants_fp8_grad_comm(policy)) {
+    // One rank communicates nothing: its gradients stay as they are.
+    if (accel::sdk::wants_fp8_grad_comm(policy) && group_size_ > 1) {
       if (hook_ != "no") {
         throw Error(ACCEL_ERROR_INVALID_ARGUMENT,
                     "comm_hook " + hook_ + " and the FP8 gradient communication the precision policy asks for both "

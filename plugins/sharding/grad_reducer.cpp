@@ -22,13 +22,14 @@ GradReducer::GradReducer(const sdk::Kernels& ops, const ShardingOptions& config,
   sharding_rank_ = ops.shape(sharding).rank;
   reduce_scatter_in_place_ = sdk::host_abi_at_least(1, 7);
   const AccelPrecisionPolicy policy = ops.services().precision_policy();
-  if (sdk::wants_fp8_grad_comm(policy)) {
+  // Over one rank nothing travels: the gradients stay as they are.
+  if (sdk::wants_fp8_grad_comm(policy) && data_size_ > 1) {
     if (replica_size_ > 1) {
       throw sdk::Error(ACCEL_ERROR_UNSUPPORTED,
                        "FP8 gradient communication (the precision policy) with a replica group (HYBRID sharding) is "
                        "not built: the replicas' all_reduce would stay fp32; shard over every rank");
     }
-    fp8_ = std::make_unique<sdk::Fp8GradComm>(ops, policy.grad_comm_dtype, sharding);
+    if (sharding_size_ > 1) fp8_ = std::make_unique<sdk::Fp8GradComm>(ops, policy.grad_comm_dtype, sharding);
     fp8_data_ = std::make_unique<sdk::Fp8GradComm>(ops, policy.grad_comm_dtype, data);
   }
 }
@@ -53,12 +54,8 @@ void GradReducer::reduce_scatter_fp8(int32_t u, const DLTensor* full) {
   fp8_->encode(segments, scales, wire.tensor());
   sdk::BufferPool::Lease chunk = comm_buffers_.take(ACCEL_MEMORY_COMM, fp8_->wire_dtype(), shard_numel,
                                                     ACCEL_MEMORY_DEVICE, "sharding fp8 reduce_scatter output");
-  if (sharding_size_ > 1) {
-    ops_.reduce_scatter(sharding_, &wire.tensor(), &chunk.tensor(), ACCEL_REDUCE_SUM, "sharding fp8 reduce_scatter");
-    ++reduce_scatters_;
-  } else {
-    ops_.copy(&wire.tensor(), &chunk.tensor());
-  }
+  ops_.reduce_scatter(sharding_, &wire.tensor(), &chunk.tensor(), ACCEL_REDUCE_SUM, "sharding fp8 reduce_scatter");
+  ++reduce_scatters_;
   wire.reset();
   if (!unit.host_grads) ops_.release(u, ACCEL_STORAGE_GRADS);
 

@@ -31,7 +31,8 @@
 // way, decoded in finish(). The policy's wire dtype takes reduce_dtype's
 // place (the full gradients may still be param_dtype bf16: the amaxes and
 // the casts read any float dtype). HYBRID sharding (a second, REPLICA reduction) is
-// refused with it: that all_reduce is not built in FP8.
+// refused with it: that all_reduce is not built in FP8. A group of one rank
+// moves nothing and its gradients stay unquantised.
 //
 // Invariant after finish(): every gradient shard and host-owned gradient
 // holds the gradient of the global batch (the average over the data ranks).
