@@ -305,8 +305,12 @@ typedef struct AccelScaledAdamWArgs {
   AccelStream stream;
 } AccelScaledAdamWArgs;
 
-/* One pass of the scaled AdamW step. Temporaries of the view's size in fp32
- * live for the call only. UNSUPPORTED for other moment dtypes. */
+/* One pass of the scaled AdamW step. Every tensor is borrowed, as for every
+ * kernel (valid until the kernel completed on args->stream); the host's fp32
+ * temporaries of the view's size live for the call only. The scale scalars
+ * are read on the host (a device sync on CUDA ranks). Thread: any, like
+ * every kernel; when: from setup on (1.8 hosts; ACCEL_HAS_FN). UNSUPPORTED
+ * for other moment dtypes. */
 typedef AccelStatus AccelScaledAdamWStepFn(AccelHost* host,
                                            const AccelScaledAdamWArgs* args);
 
