@@ -571,7 +571,7 @@ def moment_scale(amax, fmt_max):
     return 2.0 ** int(torch.floor(torch.log2(torch.tensor(fmt_max, dtype=torch.float64) / amax)))
 
 
-def quantize(values, fmt, fmt_max):
+def store_moment(values, fmt, fmt_max):
     """A moment stored MS-AMP's way: (scale, fmt(values * scale))."""
     s = moment_scale(values.abs().max(), fmt_max)
     return s, (values * s).to(fmt)
@@ -584,8 +584,8 @@ class ScaledAdamW:
     per-tensor scale from its new amax and store it."""
 
     def __init__(self, m, v):
-        self.m = quantize(m, torch.float8_e4m3fn, E4M3_MAX)
-        self.v = quantize(v, torch.float16, F16_MAX)
+        self.m = store_moment(m, torch.float8_e4m3fn, E4M3_MAX)
+        self.v = store_moment(v, torch.float16, F16_MAX)
 
     def moments(self):
         return self.m[1].float() / self.m[0], self.v[1].float() / self.v[0]
@@ -599,8 +599,8 @@ class ScaledAdamW:
         step_size = lr / (1 - betas[0] ** step)
         denom = (v.sqrt() / (1 - betas[1] ** step) ** 0.5).add_(eps)
         p = p.addcdiv(m, denom, value=-step_size)
-        self.m = quantize(m, torch.float8_e4m3fn, E4M3_MAX)
-        self.v = quantize(v, torch.float16, F16_MAX)
+        self.m = store_moment(m, torch.float8_e4m3fn, E4M3_MAX)
+        self.v = store_moment(v, torch.float16, F16_MAX)
         return p
 
 
@@ -811,8 +811,8 @@ class BadOptions(unittest.TestCase):
 
     def test_msamp_levels_run(self):
         for level in ("O1", "O2"):
-            proc = run_host(*COMMON, *FP8, "--steps", 1, "--batch-size", 4, "--fp8.backend", "msamp",
-                            "--fp8.opt_level", level, "--log-level", "info")
+            proc = run_host("--model", "gpt-tiny", "--threads", 1, "--log-level", "info", *FP8, "--steps", 1,
+                            "--batch-size", 4, "--fp8.backend", "msamp", "--fp8.opt_level", level)
             self.assertIn("msamp O" + level[1], proc.stderr)
             self.assertNotIn("[warn", proc.stderr)
 
