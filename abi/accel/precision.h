@@ -36,9 +36,9 @@
  *   the unquantised new moments), then re-chooses s from the new moment's
  *   amax as MS-AMP does, s = 2^floor(log2(fmt_max / amax)) with fmt_max 448
  *   (E4M3FN) or 65504 (f16), 1 when amax is 0 or not finite (the amax is
- *   agreed with MAX across ranks that hold parts of one tensor) and stores the moments with it
- *   (kernels->adamw_step_scaled, accel/kernels.h). Checkpoints keep fp32
- *   moments: the dequantised values, exactly.
+ *   agreed with MAX across ranks that hold parts of one tensor), and stores
+ *   the moments with it (kernels->adamw_step_scaled, accel/kernels.h).
+ *   Checkpoints keep fp32 moments: the dequantised values, exactly.
  *
  * Thread-safety: set_policy and get_policy on the loop thread only. */
 #ifndef ACCEL_ABI_PRECISION_H_
