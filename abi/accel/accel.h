@@ -16,6 +16,7 @@
  *   accel/model.h       units, parameters, plan, storage, run
  *   accel/trace.h       trace events, metrics
  *   accel/checkpoint.h  tensor slices by global offset
+ *   accel/precision.h   the precision policy (1.8)
  *   accel/services.h    identity, logging, the services table
  *   accel/plugin.h      entry symbol, descriptor, hooks */
 #ifndef ACCEL_ABI_ACCEL_H_
@@ -32,6 +33,7 @@
 #include "accel/trace.h"
 #include "accel/checkpoint.h"
 #include "accel/gather_codec.h"
+#include "accel/precision.h"
 #include "accel/services.h"
 #include "accel/plugin.h"
 

@@ -256,6 +256,64 @@ typedef struct AccelFp8ScaleUpdateArgs {
 typedef AccelStatus AccelFp8ScaleUpdateFn(AccelHost* host,
                                           const AccelFp8ScaleUpdateArgs* args);
 
+/* ------------------- AdamW with scaled moments (1.8) ---------------------- */
+
+/* MS-AMP's AdamW with low-precision moments (accel/precision.h), in two
+ * passes so that ranks holding parts of one tensor can agree on its new
+ * scales between them (a MAX all-reduce of the amaxes):
+ *   UPDATE: m' = lerp(m, g, 1 - beta1), v' = beta2 v + (1 - beta2) g^2 in
+ *     fp32 from the dequantised moments (m = stored / scale), and the
+ *     parameter updated from m', v' exactly as adamw_step does; amax
+ *     outputs accumulate max |m'| and max |v'|; the moments are not written.
+ *   STORE: m', v' recomputed from the same inputs (bit-identical), stored
+ *     as fmt(m' * new_scale), fmt(v' * new_sq_scale); the parameter is not
+ *     written. Call it after UPDATE with the unchanged grad and moments.
+ * A pass over fp32 moments with scales NULL is adamw_step itself. */
+typedef enum AccelScaledAdamWPass {
+  ACCEL_SCALED_ADAMW_UPDATE = 0,
+  ACCEL_SCALED_ADAMW_STORE = 1,
+  ACCEL_SCALED_ADAMW_PASS_FORCE_32BIT = 0x7fffffff
+} AccelScaledAdamWPass;
+
+typedef struct AccelScaledAdamWArgs {
+  size_t struct_size;
+  AccelExtensionBase* extensions;
+  const DLTensor* param;       /* in/out (UPDATE): fp32 master, flat */
+  const DLTensor* grad;        /* flat, any float dtype */
+  const DLTensor* exp_avg;     /* in (UPDATE), out (STORE): fp32 or E4M3FN */
+  const DLTensor* exp_avg_sq;  /* in (UPDATE), out (STORE): fp32 or f16 */
+  const DLTensor* exp_avg_scale;     /* fp32 scalar the stored exp_avg was
+                                        scaled with; NULL = 1 */
+  const DLTensor* exp_avg_sq_scale;  /* likewise for exp_avg_sq */
+  const DLTensor* exp_avg_new_scale;    /* STORE: fp32 scalar to store
+                                           with; NULL = 1 */
+  const DLTensor* exp_avg_sq_new_scale; /* STORE: likewise */
+  const DLTensor* exp_avg_amax;     /* UPDATE, in/out: fp32 scalar,
+                                       max(amax, max |m'|); NULL */
+  const DLTensor* exp_avg_sq_amax;  /* UPDATE, in/out: likewise for v' */
+  const DLTensor* param_copy;  /* UPDATE out: as in AccelAdamWArgs; NULL */
+  const DLTensor* grad_scale;  /* as in AccelAdamWArgs */
+  const DLTensor* found_inf;   /* as in AccelAdamWArgs: both passes skip */
+  double lr;
+  double beta1;
+  double beta2;
+  double eps;
+  double weight_decay;         /* decoupled, over the whole view */
+  int64_t step;                /* 1 on the first step */
+  AccelScaledAdamWPass pass;
+  uint32_t reserved;           /* must be 0 */
+  AccelStream stream;
+} AccelScaledAdamWArgs;
+
+/* One pass of the scaled AdamW step. Every tensor is borrowed, as for every
+ * kernel (valid until the kernel completed on args->stream); the host's fp32
+ * temporaries of the view's size live for the call only. The scale scalars
+ * are read on the host (a device sync on CUDA ranks). Thread: any, like
+ * every kernel; when: from setup on (1.8 hosts; ACCEL_HAS_FN). UNSUPPORTED
+ * for other moment dtypes. */
+typedef AccelStatus AccelScaledAdamWStepFn(AccelHost* host,
+                                           const AccelScaledAdamWArgs* args);
+
 /* The kernel area of the services table. */
 typedef struct AccelKernelServices {
   size_t struct_size;
@@ -270,6 +328,8 @@ typedef struct AccelKernelServices {
   AccelSgdStepFn* sgd_step;
   AccelGemmFn* gemm;
   AccelFp8ScaleUpdateFn* fp8_scale_update;
+  /* 1.8 (ACCEL_HAS_FN): */
+  AccelScaledAdamWStepFn* adamw_step_scaled;
 } AccelKernelServices;
 
 #ifdef __cplusplus

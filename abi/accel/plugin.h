@@ -109,6 +109,14 @@ typedef enum AccelPluginKind {
 #define ACCEL_CAP_PIPELINE_PARALLEL (UINT64_C(1) << 7)
 #define ACCEL_CAP_RESHARD_ON_LOAD (UINT64_C(1) << 8)  /* loads checkpoints of
                                                          any strategy/world */
+/* 1.8, the precision policy (accel/precision.h): the plugin honours the
+ * policy's grad_comm_dtype in the gradient reduction it owns (with
+ * ACCEL_CAP_REDUCES_GRADS), resp. its moment dtypes in the optimizer step it
+ * owns. The host refuses a run whose policy asks a reducer or optimizer
+ * owner for a part it does not declare. Flag bits only: 1.7 hosts ignore
+ * them, and never set a policy. */
+#define ACCEL_CAP_PRECISION_GRAD_COMM (UINT64_C(1) << 9)
+#define ACCEL_CAP_PRECISION_MOMENTS (UINT64_C(1) << 10)
 
 /* What a plugin is. Plugin-owned, immutable, valid until the library is
  * unloaded (static const data). */

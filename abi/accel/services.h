@@ -3,7 +3,7 @@
  * Defines: AccelIdentity, AccelLogLevel, the core services (errors, logging,
  * identity) and AccelHostServices, which aggregates the areas declared in
  * options.h, comm.h, memory.h, kernels.h, model.h, trace.h, checkpoint.h and
- * (since 1.8) gather_codec.h.
+ * (since 1.8) gather_codec.h and precision.h.
  *
  * A plugin reaches the host through this table only. The host passes it to
  * the entry call (accel/plugin.h) and it stays valid, unchanged, until the
@@ -33,6 +33,7 @@
 #include "accel/memory.h"
 #include "accel/model.h"
 #include "accel/options.h"
+#include "accel/precision.h"
 #include "accel/status.h"
 #include "accel/tensor.h"
 #include "accel/trace.h"
@@ -106,6 +107,8 @@ typedef struct AccelHostServices {
   /* since 1.8: a precision plugin's parameter gather codec, for sharding
    * plugins (accel/gather_codec.h); read with ACCEL_STRUCT_HAS_FIELD. */
   const AccelGatherCodecServices* gather_codec;
+  /* 1.8: read with ACCEL_STRUCT_HAS_FIELD (a 1.7 host's table ends above). */
+  const AccelPrecisionServices* precision;   /* accel/precision.h */
 } AccelHostServices;
 
 #ifdef __cplusplus

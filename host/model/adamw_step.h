@@ -29,4 +29,36 @@ void adamw_step_flat(at::Tensor& param, const at::Tensor& grad, at::Tensor& exp_
                      at::Tensor& exp_avg_sq, int64_t decay_numel, int64_t step, const AdamWHyper& h,
                      int64_t chunk_numel = kAdamWChunkNumel);
 
+// Its two halves: the moments' update (exp_avg.lerp_(grad, 1 - beta1),
+// exp_avg_sq.mul_(beta2).addcmul_(grad, grad, 1 - beta2)), then weight decay
+// and the parameter's update from the updated moments. adamw_step_flat is
+// the one after the other, bit for bit.
+void adamw_moments_flat(const at::Tensor& grad, at::Tensor& exp_avg, at::Tensor& exp_avg_sq, const AdamWHyper& h);
+void adamw_param_flat(at::Tensor& param, const at::Tensor& exp_avg, const at::Tensor& exp_avg_sq,
+                      int64_t decay_numel, int64_t step, const AdamWHyper& h);
+
+// ---------------------------------------------------------------------------
+// Scaled low-precision moments (MS-AMP O2, accel/precision.h): a moment is
+// stored as fmt(m * scale), fmt E4M3FN (exp_avg) or f16 (exp_avg_sq), with
+// one power-of-two scale per tensor, so dequantising (stored / scale) is
+// exact and the fp32 values a checkpoint keeps re-quantise to themselves.
+
+// fmt's largest finite value: 448 (E4M3FN), 65504 (f16); fp32's otherwise.
+double moment_format_max(at::ScalarType format);
+// MS-AMP's scale: 2^floor(log2(fmt_max / amax)); 1 when amax is 0 or not
+// finite.
+float moment_scale(float amax, at::ScalarType format);
+// stored / scale in fp32.
+at::Tensor dequantize_moment(const at::Tensor& stored, float scale);
+// stored = fmt(values * scale) (saturating; the scale keeps it in range).
+void quantize_moment(const at::Tensor& values, float scale, at::Tensor& stored);
+
+// One AdamW step of a whole tensor with scaled moments: dequantise, step as
+// adamw_step_flat (the parameter from the unquantised new moments), choose
+// each moment's new scale from its amax, store. The kernel service's
+// two-pass adamw_step_scaled computes the same bits with agreed scales.
+void adamw_step_scaled_flat(at::Tensor& param, const at::Tensor& grad, at::Tensor& exp_avg, float& exp_avg_scale,
+                            at::Tensor& exp_avg_sq, float& exp_avg_sq_scale, int64_t decay_numel, int64_t step,
+                            const AdamWHyper& h);
+
 }  // namespace accel::model

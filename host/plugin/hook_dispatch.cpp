@@ -45,6 +45,12 @@ void HookDispatcher::check(const LoadedPlugin& plugin, const char* hook, AccelSt
 }
 
 void HookDispatcher::create_all() {
+  // A PRECISION plugin sets the precision policy from its create only.
+  context_.creating_plugins = true;
+  struct CreatingGuard {
+    runtime::HostContext& context;
+    ~CreatingGuard() { context.creating_plugins = false; }
+  } creating{context_};
   for (LoadedPlugin* p : plugins_) {
     const AccelHooks& hooks = p->hooks();
     if (hooks.create) {
@@ -117,6 +123,35 @@ void HookDispatcher::create_all() {
     }
     has_unit_hooks_ = has_unit_hooks_ || h.unit_forward_pre || h.unit_forward_post || h.unit_backward_pre ||
                       h.unit_backward_post || h.gradients_ready;
+  }
+  require_precision_policy_owners();
+}
+
+// Every part of the precision policy a plugin set has an owner that honours
+// it (accel/precision.h): the gradient reducer declares
+// ACCEL_CAP_PRECISION_GRAD_COMM, the optimizer-step owner
+// ACCEL_CAP_PRECISION_MOMENTS (the host's own AdamW honours the moments).
+// Anything else is refused here, before planning, with one line.
+void HookDispatcher::require_precision_policy_owners() const {
+  const AccelPrecisionPolicy& policy = context_.precision_policy;
+  const std::string& asker = context_.precision_policy_owner;
+  if (asker.empty()) return;
+  if (policy.grad_comm_dtype.bits != 0) {
+    for (const LoadedPlugin* p : plugins_) {
+      const uint64_t caps = p->descriptor().capabilities;
+      if ((caps & ACCEL_CAP_REDUCES_GRADS) != 0 && (caps & ACCEL_CAP_PRECISION_GRAD_COMM) == 0) {
+        throw cli::UsageError("plugin " + asker + " asks for FP8 gradient communication, which plugin " + p->name() +
+                              " (the gradient reducer) does not implement; use another strategy or a plain " +
+                              asker + " setting");
+      }
+    }
+  }
+  const bool low_moments = policy.exp_avg_dtype.bits != 0 || policy.exp_avg_sq_dtype.bits != 0;
+  if (low_moments && optimizer_owner_ != nullptr &&
+      (optimizer_owner_->descriptor().capabilities & ACCEL_CAP_PRECISION_MOMENTS) == 0) {
+    throw cli::UsageError("plugin " + asker + " asks for low-precision AdamW moments, which plugin " +
+                          optimizer_owner_->name() + " (the optimizer step) does not implement; use another " +
+                          "strategy or a plain " + asker + " setting");
   }
 }
 

@@ -62,6 +62,8 @@ class HookDispatcher {
   static void check(const LoadedPlugin& plugin, const char* hook, AccelStatus status);
 
  private:
+  void require_precision_policy_owners() const;
+
   runtime::HostContext& context_;
   std::vector<LoadedPlugin*> plugins_;
   std::vector<LoadedPlugin*> linear_links_;

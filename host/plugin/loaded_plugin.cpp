@@ -253,6 +253,7 @@ std::unique_ptr<LoadedPlugin> LoadedPlugin::load(const std::filesystem::path& fi
   }
   plugin->name_ = plugin->descriptor_.name;
   plugin->host_->plugin_name = plugin->name_;
+  plugin->host_->kind = plugin->descriptor_.kind;
   for (size_t i = 0; i < plugin->descriptor_.num_options; ++i) plugin->options_.push_back(plugin->descriptor_.options[i]);
   return plugin;
 }

@@ -170,6 +170,13 @@ class HostContext {
   // P bytes counts 3 P, DDP's all_reduce P); the trainer reports it per step.
   std::atomic<int64_t> comm_bytes{0};
 
+  // --- the precision policy (precision_services.cpp, accel/precision.h) ---
+  // Set by a PRECISION plugin during its create (creating_plugins), read by
+  // the host's optimizer and, through get_policy, by the parallel plugins.
+  bool creating_plugins = false;
+  AccelPrecisionPolicy precision_policy{sizeof(AccelPrecisionPolicy), nullptr, {}, {}, {}, 0};
+  std::string precision_policy_owner;  // the plugin that set it; "" = none
+
   // --- pipeline parallelism (pipeline_plan.cpp) ---
   // The trainer's unit-range execution behind run_forward / run_backward,
   // set only while a train_step hook runs.
@@ -228,4 +235,5 @@ void set_pending_error(AccelStatus status, std::string message);
 struct AccelHost {
   accel::runtime::HostContext* context = nullptr;
   std::string plugin_name;  // prefixed to its log lines and errors
+  AccelPluginKind kind = ACCEL_PLUGIN_KIND_FORCE_32BIT;  // from the descriptor, once validated
 };

@@ -20,6 +20,7 @@
 #include <cmath>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "host/runtime/service_support.h"
@@ -302,6 +303,68 @@ AccelStatus adamw_step(AccelHost* host, const AccelAdamWArgs* args) {
   });
 }
 
+// MS-AMP's two-pass AdamW with scaled moments (accel/kernels.h, 1.8): both
+// passes dequantise the stored moments and run adamw_moments_flat, so STORE
+// recomputes UPDATE's new moments bit for bit.
+AccelStatus adamw_step_scaled(AccelHost* host, const AccelScaledAdamWArgs* args) {
+  return call_service("adamw_step_scaled", [&] {
+    ACCEL_REQUIRE_ARGS(args, AccelScaledAdamWArgs, stream);
+    context_of(host);
+    require_reserved_zero(args->reserved);
+    if (args->pass != ACCEL_SCALED_ADAMW_UPDATE && args->pass != ACCEL_SCALED_ADAMW_STORE) {
+      fail(ACCEL_ERROR_INVALID_ARGUMENT, strformat("unknown pass %d", static_cast<int>(args->pass)));
+    }
+    at::Tensor param = to_aten(args->param, "param");
+    if (param.scalar_type() != at::kFloat) {
+      fail(ACCEL_ERROR_UNSUPPORTED, "param has dtype " + dtype_of(param) + "; AdamW steps fp32 masters only");
+    }
+    require_flat(param, "param");
+    const at::Tensor grad = to_aten(args->grad, "grad");
+    require_float(grad, "grad", false);
+    require_flat(grad, "grad", param.numel());
+    require_same_device(grad, "grad", param, "param");
+    at::Tensor exp_avg = to_aten(args->exp_avg, "exp_avg");
+    at::Tensor exp_avg_sq = to_aten(args->exp_avg_sq, "exp_avg_sq");
+    if (exp_avg.scalar_type() != at::kFloat && exp_avg.scalar_type() != at::ScalarType::Float8_e4m3fn) {
+      fail(ACCEL_ERROR_UNSUPPORTED, "exp_avg has dtype " + dtype_of(exp_avg) + "; fp32 or E4M3FN only");
+    }
+    if (exp_avg_sq.scalar_type() != at::kFloat && exp_avg_sq.scalar_type() != at::kHalf) {
+      fail(ACCEL_ERROR_UNSUPPORTED, "exp_avg_sq has dtype " + dtype_of(exp_avg_sq) + "; fp32 or f16 only");
+    }
+    for (const auto& [t, what] : {std::pair{&exp_avg, "exp_avg"}, std::pair{&exp_avg_sq, "exp_avg_sq"}}) {
+      require_flat(*t, what, param.numel());
+      require_same_device(*t, what, param, "param");
+    }
+    check_stream(args->stream, param);
+    if (args->step < 1) fail(ACCEL_ERROR_INVALID_ARGUMENT, strformat("step must be >= 1, got %lld", static_cast<long long>(args->step)));
+    if (!(args->beta1 >= 0.0 && args->beta1 < 1.0 && args->beta2 >= 0.0 && args->beta2 < 1.0)) {
+      fail(ACCEL_ERROR_INVALID_ARGUMENT, strformat("betas must lie in [0, 1), got %g, %g", args->beta1, args->beta2));
+    }
+    if (step_skipped(args->found_inf)) return;
+    const auto scalar = [](const DLTensor* t, const char* what) {
+      return t == nullptr ? 1.0f : fp32_scalar(t, what).item<float>();
+    };
+    const at::Tensor g = scaled_grad(grad, args->grad_scale);
+    const model::AdamWHyper hyper{args->lr, args->beta1, args->beta2, args->eps, args->weight_decay};
+    at::Tensor m = model::dequantize_moment(exp_avg, scalar(args->exp_avg_scale, "exp_avg_scale"));
+    at::Tensor v = model::dequantize_moment(exp_avg_sq, scalar(args->exp_avg_sq_scale, "exp_avg_sq_scale"));
+    model::adamw_moments_flat(g, m, v, hyper);
+    if (args->pass == ACCEL_SCALED_ADAMW_UPDATE) {
+      model::adamw_param_flat(param, m, v, param.numel(), args->step, hyper);
+      write_param_copy(args->param_copy, param);
+      for (const auto& [amax_args, values, what] :
+           {std::tuple{args->exp_avg_amax, &m, "exp_avg_amax"}, std::tuple{args->exp_avg_sq_amax, &v, "exp_avg_sq_amax"}}) {
+        if (amax_args == nullptr) continue;
+        at::Tensor amax = fp32_scalar(amax_args, what);
+        amax.copy_(at::maximum(amax, abs_max(*values).to(amax.device())));
+      }
+      return;
+    }
+    model::quantize_moment(m, scalar(args->exp_avg_new_scale, "exp_avg_new_scale"), exp_avg);
+    model::quantize_moment(v, scalar(args->exp_avg_sq_new_scale, "exp_avg_sq_new_scale"), exp_avg_sq);
+  });
+}
+
 AccelStatus sgd_step(AccelHost* host, const AccelSgdArgs* args) {
   return call_service("sgd_step", [&] {
     ACCEL_REQUIRE_ARGS(args, AccelSgdArgs, stream);
@@ -479,7 +542,8 @@ const AccelKernelServices* kernel_services_table() {
                                          &adamw_step,
                                          &sgd_step,
                                          &gemm,
-                                         &fp8_scale_update};
+                                         &fp8_scale_update,
+                                         &adamw_step_scaled};
   return &table;
 }
 

@@ -124,5 +124,6 @@ const AccelModelServices* model_services_table();
 const AccelTraceServices* trace_services_table();
 const AccelCheckpointServices* checkpoint_services_table();
 const AccelGatherCodecServices* gather_codec_services_table();
+const AccelPrecisionServices* precision_services_table();
 
 }  // namespace accel::runtime

@@ -223,6 +223,7 @@ const AccelHostServices* host_services() {
     t.trace = trace_services_table();
     t.checkpoint = checkpoint_services_table();
     t.gather_codec = gather_codec_services_table();
+    t.precision = precision_services_table();
     return t;
   }();
   return &table;

@@ -36,7 +36,8 @@ bool sliced(const model::Param& p) { return p.split.active() && p.split.parts > 
 bool host_keeps(const model::Unit& unit) { return unit.has_params(); }
 
 std::vector<at::Tensor> moments_of(train::FlatAdamW& optimizer, size_t unit) {
-  return {optimizer.exp_avg().at(unit), optimizer.exp_avg_sq().at(unit)};
+  // fp32 (scaled moments: dequantised copies, flat_adamw.h).
+  return optimizer.moment_views(unit);
 }
 
 // A split parameter's whole tensor from the tensor group's local slices
@@ -270,7 +271,9 @@ fs::path save_checkpoint_from_all_ranks(const fs::path& root, const RankGroup& g
     for (const std::string& note : notes) ranks.push_back(runtime::SliceInventory::from_json(note));
     runtime::SliceInventory::check_tiling(ranks);
   };
-  return commit_from_all_ranks(root, "step_" + std::to_string(state.step), group, write, check_tiling);
+  fs::path saved = commit_from_all_ranks(root, "step_" + std::to_string(state.step), group, write, check_tiling);
+  optimizer.drop_moment_views();  // scaled moments: the dequantised copies were for this save only
+  return saved;
 }
 
 fs::path save_trainer_checkpoint(const fs::path& root, const model::GptModel& model, train::FlatAdamW& optimizer,
@@ -362,6 +365,8 @@ void restore_host_state(const fs::path& dir, const runtime::CheckpointReader& re
     run("reading", [&] { reader.read("", r.space, r.name, *r.shape, r.origin, staging); });
     r.destination.copy_(staging);
   }
+  // Scaled moments: the fp32 values read become the stored format again.
+  if (host_optimizer) optimizer.commit_moment_views();
   // Not state.step: skipped fp16 steps do not advance AdamW's bias
   // correction. Set whoever runs the step: a plugin's optimizer_step is
   // told the host's count.

@@ -339,6 +339,7 @@ void Trainer::plan_plugins() {
     return;
   }
   create_plugins_together();
+  use_precision_policy();
   if (!hooks_->linear_links().empty()) {
     linear_chain_ = std::make_unique<LinearChain>(hooks_->linear_links(), *context_);
     model_.set_linear([chain = linear_chain_.get()](const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
@@ -386,6 +387,19 @@ void Trainer::plan_plugins() {
   materialize_host_units();
 }
 
+// The moment formats a precision plugin asked for (accel/precision.h), for
+// the host's own AdamW; a plugin that takes the step over reads them itself
+// (the dispatcher refused one that does not declare it).
+void Trainer::use_precision_policy() {
+  const AccelPrecisionPolicy& policy = context_->precision_policy;
+  const auto format = [](DLDataType t) {
+    if (t.bits == 0) return at::kFloat;
+    if (t.code == ACCEL_DL_FLOAT8_E4M3FN) return at::ScalarType::Float8_e4m3fn;
+    return at::kHalf;  // the only other moment dtype set_policy accepts
+  };
+  optimizer_.set_moment_formats(format(policy.exp_avg_dtype), format(policy.exp_avg_sq_dtype));
+}
+
 void Trainer::use_tensor_parallel_plan() {
   runtime::resolve_tensor_parallel_plan(*context_);
   if (!hooks_->owns_clip_gradients()) {
@@ -431,7 +445,12 @@ void Trainer::materialize_host_units() {
       const auto bytes = static_cast<int64_t>(unit.flat_params().nbytes());
       context_->memory->record_allocate(ACCEL_MEMORY_DEVICE, ACCEL_MEMORY_PARAMS, bytes);
       if (unit.has_grads()) context_->memory->record_allocate(ACCEL_MEMORY_DEVICE, ACCEL_MEMORY_GRADS, bytes);
-      if (host_steps) context_->memory->record_allocate(ACCEL_MEMORY_DEVICE, ACCEL_MEMORY_OPTIMIZER, 2 * bytes);
+    }
+    // The moments as stored: 8 bytes per parameter in fp32, 1 + 2 plus the
+    // per-parameter scales when they are scaled (MS-AMP O2).
+    if (host_steps) {
+      context_->memory->record_allocate(ACCEL_MEMORY_DEVICE, ACCEL_MEMORY_OPTIMIZER,
+                                        static_cast<int64_t>(optimizer_.state_bytes()));
     }
   }
 }

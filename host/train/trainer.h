@@ -78,6 +78,7 @@ class Trainer final : public runtime::ModelRunner {
   void plan_plugins();
   void materialize_host_units();
   // Resolves the plan's tensor-parallel splits into the model.
+  void use_precision_policy();
   void use_tensor_parallel_plan();
   // The data-parallel rank and size once splits and stages resolved
   // (world = stages x data x tensor), checked against the batch.

@@ -10,14 +10,22 @@
 // bucket_cap_mb, gradient_as_bucket_view, comm_hook fp16/bf16 implemented;
 // the rest accepted and documented as not applicable, or refused with the reason.
 //
+// The precision policy (accel/precision.h, ABI 1.8): when a precision plugin
+// asks for FP8 gradient communication (fp8's MS-AMP O1/O2), every bucket
+// travels as scaled FP8 through accel/sdk/precision.hpp's codec — one MAX
+// all_reduce of the bucket's per-tensor amaxes, then the SUM all_reduce of
+// the FP8 bucket, decoded straight back into the units' gradients.
+//
 // The replicas' weights are checked equal (a checksum over ranks) after the
 // initial broadcast and after the run's first step; a spread stops the run.
 //
 // Built with the SDK against the ABI headers alone. Hooks run on the host's
 // loop thread only.
+#include <accel/sdk/precision.hpp>
 #include <accel/sdk/sdk.hpp>
 
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -32,7 +40,9 @@ class Ddp final : public accel::sdk::Plugin {
  public:
   static constexpr accel::sdk::PluginInfo info{
       "ddp", "1.0.0", "data parallel: bucketed, overlapped gradient all-reduce (DistributedDataParallelKwargs)",
-      ACCEL_PLUGIN_PARALLEL, ACCEL_CAP_CPU | ACCEL_CAP_CUDA | ACCEL_CAP_REDUCES_GRADS, "fsdp,deepspeed_zero"};
+      ACCEL_PLUGIN_PARALLEL,
+      ACCEL_CAP_CPU | ACCEL_CAP_CUDA | ACCEL_CAP_REDUCES_GRADS | ACCEL_CAP_PRECISION_GRAD_COMM,
+      "fsdp,deepspeed_zero"};
 
   static constexpr accel::sdk::Option options[] = {
       {"bucket_cap_mb", ACCEL_OPTION_DOUBLE, "25", "gradient bucket size in MiB (0: one bucket per unit)", nullptr,
@@ -92,6 +102,29 @@ class Ddp final : public accel::sdk::Plugin {
       bucket_of_.resize(static_cast<size_t>(num_units_));
       bucket_of_[static_cast<size_t>(u)] = buckets_.size() - 1;
     }
+    const AccelPrecisionPolicy policy = services().precision_policy();
+    // One rank communicates nothing: its gradients stay as they are.
+    if (accel::sdk::wants_fp8_grad_comm(policy) && group_size_ > 1) {
+      if (hook_ != "no") {
+        throw Error(ACCEL_ERROR_INVALID_ARGUMENT,
+                    "comm_hook " + hook_ + " and the FP8 gradient communication the precision policy asks for both "
+                    "compress the all-reduce; leave comm_hook at no");
+      }
+      fp8_ = std::make_unique<accel::sdk::Fp8GradComm>(kernels_, policy.grad_comm_dtype, group_);
+      for (Bucket& bucket : buckets_) {
+        int64_t offset = 0;
+        for (int32_t u : bucket.units) {
+          for (const accel::sdk::GradSegment& g : accel::sdk::unit_grad_segments(services(), u, grads(u), offset)) {
+            bucket.segments.push_back(g);
+            bucket.segment_units.push_back(u);
+          }
+          offset += numel(u);
+        }
+        bucket.buffer = accel::sdk::Buffer(services(), ACCEL_MEMORY_COMM, policy.grad_comm_dtype, {bucket.bytes / 4},
+                                           ACCEL_MEMORY_DEVICE, 0, nullptr, "ddp fp8 bucket");
+      }
+      return;
+    }
     if (hook_ != "no" || !as_view_) {
       for (Bucket& bucket : buckets_) {
         if (bucket.units.size() == 1 && hook_ == "no") continue;  // reduced in place: nothing to copy
@@ -120,7 +153,13 @@ class Ddp final : public accel::sdk::Plugin {
       }
       for (AccelWork* work : bucket.works) kernels_.wait_and_free(work);
       bucket.works.clear();
-      if (bucket.buffer) unpack(bucket);
+      if (fp8_) {
+        for (size_t i = 0; i < bucket.segments.size(); ++i) bucket.segments[i].source = grads(bucket.segment_units[i]);
+        fp8_->decode_to_sources(bucket.buffer.tensor(), bucket.segments, bucket.scales);
+        bucket.scales = {};
+      } else if (bucket.buffer) {
+        unpack(bucket);
+      }
     }
   }
 
@@ -144,6 +183,9 @@ class Ddp final : public accel::sdk::Plugin {
     int ready = 0;
     accel::sdk::Buffer buffer;   // empty: reduce the units' buffers in place
     std::vector<AccelWork*> works;
+    std::vector<accel::sdk::GradSegment> segments;  // FP8 communication: one per parameter
+    std::vector<int32_t> segment_units;              // the unit of each segment
+    accel::sdk::Fp8Scales scales;                    // this step's, from launch to finalize
   };
 
   const DLTensor* params(int32_t unit) const { return kernels_.storage(unit).params; }
@@ -151,6 +193,16 @@ class Ddp final : public accel::sdk::Plugin {
   int64_t numel(int32_t unit) const { return grads(unit)->shape[0]; }
 
   void launch(Bucket& bucket) {
+    if (fp8_) {
+      for (size_t i = 0; i < bucket.segments.size(); ++i) bucket.segments[i].source = grads(bucket.segment_units[i]);
+      // Scales agreed (a small synchronous MAX all_reduce), then the FP8
+      // bucket summed asynchronously; decoded in gradients_finalize.
+      bucket.scales = fp8_->agree_scales(bucket.segments, bucket.buffer.tensor(), "ddp fp8 amax all_reduce");
+      fp8_->encode(bucket.segments, bucket.scales, bucket.buffer.tensor());
+      bucket.works.push_back(kernels_.all_reduce(group_, &bucket.buffer.tensor(), ACCEL_REDUCE_SUM,
+                                                 "ddp fp8 bucket all_reduce", true));
+      return;
+    }
     if (!bucket.buffer) {
       for (int32_t u : bucket.units) {
         bucket.works.push_back(kernels_.all_reduce(group_, grads(u), ACCEL_REDUCE_AVG, "ddp all_reduce", true));
@@ -221,6 +273,7 @@ class Ddp final : public accel::sdk::Plugin {
   bool checked_after_step_ = false;
   std::vector<Bucket> buckets_;
   std::vector<size_t> bucket_of_;
+  std::unique_ptr<accel::sdk::Fp8GradComm> fp8_;  // the policy's FP8 gradient communication, or null
 };
 
 }  // namespace

@@ -167,6 +167,17 @@ Fp8Config read_config(const sdk::Services& s) {
   return validate(raw);
 }
 
+AccelPrecisionPolicy msamp_policy(int opt_level) {
+  AccelPrecisionPolicy policy{};
+  policy.struct_size = sizeof(policy);
+  policy.grad_comm_dtype = DLDataType{ACCEL_DL_FLOAT8_E4M3FN, 8, 1};
+  if (opt_level >= 2) {
+    policy.exp_avg_dtype = DLDataType{ACCEL_DL_FLOAT8_E4M3FN, 8, 1};
+    policy.exp_avg_sq_dtype = DLDataType{kDLFloat, 16, 1};
+  }
+  return policy;
+}
+
 std::string to_json(const Fp8Config& c) {
   return format(
       "{\"fp8_format\":\"%s\",\"backend\":\"%s\",\"opt_level\":\"O%d\",\"recipe\":\"%s\",\"margin\":%d,"

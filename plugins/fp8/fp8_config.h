@@ -79,6 +79,12 @@ Fp8Config validate(const RawOptions& raw);
 // Reads the plugin's options and train.mixed_precision, then validate().
 Fp8Config read_config(const sdk::Services& services);
 
+// The precision policy MS-AMP's opt_level asks of the gradient reducer and
+// the optimizer (accel/precision.h): O1 communicates gradients in FP8 E4M3
+// with per-tensor scales (MS-AMP's all-reduce format); O2 also keeps AdamW's
+// first moment in E4M3 and its second in FP16, each with a per-tensor scale.
+AccelPrecisionPolicy msamp_policy(int opt_level);
+
 // A small JSON object of the recipe (checkpoints, logs).
 std::string to_json(const Fp8Config& config);
 

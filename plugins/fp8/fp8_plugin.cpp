@@ -70,12 +70,17 @@ class Fp8 final : public sdk::Plugin {
       decline(&AccelHooks::gather_encode);
       decline(&AccelHooks::gather_decode);
     }
-    if (config_.backend == Backend::msamp && s.rank() == 0) {
-      s.warn() << "fp8: backend msamp O" << config_.opt_level
-               << " runs the FP8 linears of the recipe; MS-AMP's FP8 weight storage"
-               << (config_.opt_level == 2 ? ", FP8/FP16 AdamW moments" : "")
-               << " and FP8 gradient all-reduce belong to the optimizer and the parallel plugin and are not "
-                  "changed by fp8 (plugins/fp8/README.md)";
+    if (config_.backend == Backend::msamp) {
+      // MS-AMP's levels change state fp8 does not own: the gradient
+      // reduction and AdamW's moments. It states them as the run's precision
+      // policy (accel/precision.h); their owners honour it, or the host
+      // refuses the run before it starts.
+      s.set_precision_policy(msamp_policy(config_.opt_level));
+      if (s.rank() == 0) {
+        s.info() << "fp8: backend msamp O" << config_.opt_level
+                 << ": FP8 (E4M3, per-tensor scales) gradient communication"
+                 << (config_.opt_level == 2 ? "; AdamW moments in FP8 (E4M3, scaled) and FP16 (scaled)" : "");
+      }
     }
   }
 

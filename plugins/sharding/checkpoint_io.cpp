@@ -113,6 +113,34 @@ void put_model_file(const sdk::Kernels& ops, const ShardingOptions& config, Shar
 
 }  // namespace
 
+// A scaled moment buffer's fp32 values (n elements), in a buffer `keep`
+// holds until the save returns.
+const DLTensor* CheckpointIo::dequantized(const DLTensor& stored, const std::vector<MomentPiece>& pieces,
+                                          const std::vector<float>& scales, int64_t n,
+                                          std::vector<sdk::Buffer>& keep) const {
+  keep.push_back(ops_.allocate(ACCEL_MEMORY_WORKSPACE, DLDataType{kDLFloat, 32, 1}, n, config_.shard_place(), true,
+                               "sharding dequantised moments"));
+  dequantize_moments(ops_, stored, pieces, scales, keep.back().tensor());
+  return &keep.back().tensor();
+}
+
+// Reads both moments of unit elements `held` (the buffers start at unit
+// element `first`) as fp32 and stores them in their scaled formats.
+void CheckpointIo::load_scaled(const UnitLayout& layout, sdk::FlatRange held, int64_t first, int64_t n,
+                               sdk::Buffer& exp_avg, std::vector<float>& exp_avg_scale, sdk::Buffer& exp_avg_sq,
+                               std::vector<float>& exp_avg_sq_scale) {
+  const sdk::Services& s = ops_.services();
+  const std::vector<MomentPiece> pieces = moment_pieces(layout.params, sdk::FlatRange{first, first + n});
+  const std::pair<Stored, std::pair<sdk::Buffer*, std::vector<float>*>> moments[] = {
+      {kExpAvg, {&exp_avg, &exp_avg_scale}}, {kExpAvgSq, {&exp_avg_sq, &exp_avg_sq_scale}}};
+  for (const auto& [kind, target] : moments) {
+    sdk::Buffer values = ops_.allocate(ACCEL_MEMORY_WORKSPACE, DLDataType{kDLFloat, 32, 1}, n, config_.shard_place(),
+                                       true, "sharding moments read in");
+    transfer_range(s, nullptr, kind, layout, held, values.tensor(), first);
+    quantize_moments(ops_, values.tensor(), pieces, *target.second, target.first->tensor());
+  }
+}
+
 CheckpointIo::CheckpointIo(const sdk::Kernels& ops, const ShardingOptions& config, ShardStore& store,
                            AccelGroup* sharding, sdk::GroupShape replica, int32_t world_rank, std::string config_json,
                            int32_t tensor_rank)
@@ -146,6 +174,12 @@ void CheckpointIo::save(const AccelStateArgs&, const DLDataType* model_file) {
       const DLTensor* master = &unit->master_tensor();
       const DLTensor* exp_avg = &unit->exp_avg.tensor();
       const DLTensor* exp_avg_sq = &unit->exp_avg_sq.tensor();
+      if (!unit->exp_avg_scale.empty()) {
+        // Scaled moments are saved as their exact fp32 values (scaled_moments.h).
+        const std::vector<MomentPiece> pieces = moment_pieces(unit->layout.params, unit->real);
+        exp_avg = dequantized(unit->exp_avg.tensor(), pieces, unit->exp_avg_scale, n, gathered);
+        exp_avg_sq = dequantized(unit->exp_avg_sq.tensor(), pieces, unit->exp_avg_sq_scale, n, gathered);
+      }
       std::unique_ptr<sdk::FlatView> swapped_views[3];
       if (MomentSwap* swap = store_.swap(); swap && swap->swapped(u)) {
         // Read back from the swap file into host memory the host's writer
@@ -195,8 +229,15 @@ void CheckpointIo::save(const AccelStateArgs&, const DLDataType* model_file) {
     } else if (ReplicatedUnit* replicated = store_.replicated(u)) {
       if (replica_.rank != 0 || sharding_rank_ != 0) continue;  // the data group's first rank puts them
       const sdk::FlatRange all{0, replicated->layout.numel};
-      transfer_range(s, &kept, kExpAvg, replicated->layout, all, replicated->exp_avg.tensor(), 0, whole_too);
-      transfer_range(s, &kept, kExpAvgSq, replicated->layout, all, replicated->exp_avg_sq.tensor(), 0, whole_too);
+      const DLTensor* exp_avg = &replicated->exp_avg.tensor();
+      const DLTensor* exp_avg_sq = &replicated->exp_avg_sq.tensor();
+      if (!replicated->exp_avg_scale.empty()) {
+        const std::vector<MomentPiece> pieces = moment_pieces(replicated->layout.params, all);
+        exp_avg = dequantized(*exp_avg, pieces, replicated->exp_avg_scale, all.size(), gathered);
+        exp_avg_sq = dequantized(*exp_avg_sq, pieces, replicated->exp_avg_sq_scale, all.size(), gathered);
+      }
+      transfer_range(s, &kept, kExpAvg, replicated->layout, all, *exp_avg, 0, whole_too);
+      transfer_range(s, &kept, kExpAvgSq, replicated->layout, all, *exp_avg_sq, 0, whole_too);
     }
   }
   if (model_file != nullptr && replica_.rank == 0) {  // replicas hold equal shards
@@ -218,10 +259,20 @@ void CheckpointIo::load(const AccelStateArgs&) {
         transfer_range(s, nullptr, kParams, unit->layout, unit->real, unit->master_tensor(), unit->shard_begin());
       }
       if (swap && swap->swapped(u)) continue;  // below, through the swap file
+      if (!unit->exp_avg_scale.empty()) {
+        load_scaled(unit->layout, unit->real, unit->shard_begin(), unit->shards.shard_numel(), unit->exp_avg,
+                    unit->exp_avg_scale, unit->exp_avg_sq, unit->exp_avg_sq_scale);
+        continue;
+      }
       transfer_range(s, nullptr, kExpAvg, unit->layout, unit->real, unit->exp_avg.tensor(), unit->shard_begin());
       transfer_range(s, nullptr, kExpAvgSq, unit->layout, unit->real, unit->exp_avg_sq.tensor(), unit->shard_begin());
     } else if (ReplicatedUnit* replicated = store_.replicated(u)) {
       const sdk::FlatRange all{0, replicated->layout.numel};
+      if (!replicated->exp_avg_scale.empty()) {
+        load_scaled(replicated->layout, all, 0, all.size(), replicated->exp_avg, replicated->exp_avg_scale,
+                    replicated->exp_avg_sq, replicated->exp_avg_sq_scale);
+        continue;
+      }
       transfer_range(s, nullptr, kExpAvg, replicated->layout, all, replicated->exp_avg.tensor(), 0);
       transfer_range(s, nullptr, kExpAvgSq, replicated->layout, all, replicated->exp_avg_sq.tensor(), 0);
     }

@@ -47,6 +47,11 @@ class CheckpointIo {
   void load(const AccelStateArgs& args);
 
  private:
+  const DLTensor* dequantized(const DLTensor& stored, const std::vector<MomentPiece>& pieces,
+                              const std::vector<float>& scales, int64_t n, std::vector<sdk::Buffer>& keep) const;
+  void load_scaled(const UnitLayout& layout, sdk::FlatRange held, int64_t first, int64_t n, sdk::Buffer& exp_avg,
+                   std::vector<float>& exp_avg_scale, sdk::Buffer& exp_avg_sq, std::vector<float>& exp_avg_sq_scale);
+
   const sdk::Kernels& ops_;
   const ShardingOptions& config_;
   std::string config_json_;  // the strategy's resolved configuration, put for information

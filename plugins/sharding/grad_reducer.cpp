@@ -19,7 +19,75 @@ GradReducer::GradReducer(const sdk::Kernels& ops, const ShardingOptions& config,
   sharding_size_ = ops.shape(sharding).size;
   replica_size_ = ops.shape(replica).size;
   data_size_ = ops.shape(data).size;
+  sharding_rank_ = ops.shape(sharding).rank;
   reduce_scatter_in_place_ = sdk::host_abi_at_least(1, 7);
+  const AccelPrecisionPolicy policy = ops.services().precision_policy();
+  // Over one rank nothing travels: the gradients stay as they are.
+  if (sdk::wants_fp8_grad_comm(policy) && data_size_ > 1) {
+    if (replica_size_ > 1) {
+      throw sdk::Error(ACCEL_ERROR_UNSUPPORTED,
+                       "FP8 gradient communication (the precision policy) with a replica group (HYBRID sharding) is "
+                       "not built: the replicas' all_reduce would stay fp32; shard over every rank");
+    }
+    if (sharding_size_ > 1) fp8_ = std::make_unique<sdk::Fp8GradComm>(ops, policy.grad_comm_dtype, sharding);
+    fp8_data_ = std::make_unique<sdk::Fp8GradComm>(ops, policy.grad_comm_dtype, data);
+  }
+}
+
+// The FP8 path of reduce_scatter (grad_reducer.h): `full` is the unit's
+// whole gradient buffer, in any float dtype.
+void GradReducer::reduce_scatter_fp8(int32_t u, const DLTensor* full) {
+  ShardedUnit& unit = *store_.sharded(u);
+  const int64_t numel = unit.layout.numel;
+  const int64_t shard_numel = unit.shards.shard_numel();
+  std::vector<sdk::GradSegment> segments;
+  for (const ParamLayout& p : unit.layout.params) {
+    segments.push_back(sdk::GradSegment{full, sdk::FlatRange{p.flat_offset, p.flat_offset + p.numel}, p.flat_offset});
+  }
+  sdk::BufferPool::Lease wire = comm_buffers_.take(ACCEL_MEMORY_COMM, fp8_->wire_dtype(), unit.shards.padded_numel(),
+                                                   ACCEL_MEMORY_DEVICE, "sharding fp8 reduce_scatter input");
+  if (unit.shards.padding() != 0) {
+    const sdk::FlatView tail(wire.tensor(), numel, unit.shards.padding());
+    ops_.fill(tail.get(), 0.0);
+  }
+  const sdk::Fp8Scales scales = fp8_->agree_scales(segments, wire.tensor(), "sharding fp8 amax all_reduce");
+  fp8_->encode(segments, scales, wire.tensor());
+  sdk::BufferPool::Lease chunk = comm_buffers_.take(ACCEL_MEMORY_COMM, fp8_->wire_dtype(), shard_numel,
+                                                    ACCEL_MEMORY_DEVICE, "sharding fp8 reduce_scatter output");
+  ops_.reduce_scatter(sharding_, &wire.tensor(), &chunk.tensor(), ACCEL_REDUCE_SUM, "sharding fp8 reduce_scatter");
+  ++reduce_scatters_;
+  wire.reset();
+  if (!unit.host_grads) ops_.release(u, ACCEL_STORAGE_GRADS);
+
+  // Decoded into the shard: in place while it holds the step's zeros (the
+  // padding stays zero) or is a ZeRO-1 view (replaced, as the fp32 path
+  // does); else through an fp32 chunk added to it.
+  const sdk::FlatRange range{sharding_rank_ * shard_numel, (sharding_rank_ + 1) * shard_numel};
+  const DLTensor& shard = unit.grad_tensor();
+  const bool fp32_shard = accel_dtype_equal(shard.dtype, DLDataType{kDLFloat, 32, 1});
+  if (fp32_shard && (unit.grad_view || unit.grad_is_zero) && sdk::same_space(chunk.tensor(), shard)) {
+    fp8_->decode_range(chunk.tensor(), range, segments, scales, shard);
+  } else {
+    sdk::BufferPool::Lease decoded = comm_buffers_.take(ACCEL_MEMORY_COMM, DLDataType{kDLFloat, 32, 1}, shard_numel,
+                                                        ACCEL_MEMORY_DEVICE, "sharding fp8 decoded chunk");
+    ops_.fill(&decoded.tensor(), 0.0);
+    fp8_->decode_range(chunk.tensor(), range, segments, scales, decoded.tensor());
+    const DLTensor* addend = &decoded.tensor();
+    sdk::BufferPool::Lease copied_out;
+    if (!sdk::same_space(*addend, shard)) {
+      copied_out = comm_buffers_.take(ACCEL_MEMORY_COMM, DLDataType{kDLFloat, 32, 1}, shard_numel,
+                                      config_.shard_place(), "sharding gradient chunk copied out");
+      ops_.copy(addend, &copied_out.tensor());
+      ops_.synchronize();  // the host-side axpy below reads what the copy writes
+      addend = &copied_out.tensor();
+    }
+    if (unit.grad_view) {
+      ops_.copy(addend, &shard);
+    } else {
+      ops_.axpy(addend, &shard, 1.0);
+    }
+  }
+  unit.grad_is_zero = false;
 }
 
 void GradReducer::materialize_grads(int32_t unit) {
@@ -32,6 +100,10 @@ void GradReducer::reduce_scatter(int32_t u, bool last_micro_batch) {
   if (full == nullptr) {
     throw sdk::Error(ACCEL_ERROR_INTERNAL,
                      "unit " + unit.layout.name + ": gradients not materialised at the end of its backward");
+  }
+  if (fp8_) {
+    reduce_scatter_fp8(u, full);
+    return;
   }
   const int64_t numel = unit.layout.numel;
   const int64_t shard_numel = unit.shards.shard_numel();
@@ -109,6 +181,21 @@ void GradReducer::reduce_scatter(int32_t u, bool last_micro_batch) {
 void GradReducer::all_reduce_replicated(int32_t unit, const DLTensor* grads) {
   if (data_size_ <= 1) return;
   if (grads == nullptr) grads = ops_.storage(unit).grads;
+  if (fp8_data_) {
+    PendingFp8 entry;
+    // The hook's view of the gradients lives for the hook only; the decode
+    // in finish() writes through a flat view of the same memory.
+    entry.grads = std::make_unique<sdk::FlatView>(*grads, 0, accel_tensor_numel(grads));
+    entry.segments = sdk::unit_grad_segments(ops_.services(), unit, entry.grads->get(), 0);
+    entry.wire = comm_buffers_.take(ACCEL_MEMORY_COMM, fp8_data_->wire_dtype(), accel_tensor_numel(grads),
+                                    ACCEL_MEMORY_DEVICE, "sharding fp8 replicated all_reduce");
+    entry.scales = fp8_data_->agree_scales(entry.segments, entry.wire.tensor(), "sharding fp8 amax all_reduce");
+    fp8_data_->encode(entry.segments, entry.scales, entry.wire.tensor());
+    pending_.push_back(ops_.all_reduce(data_, &entry.wire.tensor(), ACCEL_REDUCE_SUM,
+                                       "sharding fp8 replicated all_reduce", /*async=*/true));
+    pending_fp8_.push_back(std::move(entry));
+    return;
+  }
   pending_.push_back(ops_.all_reduce(data_, grads, ACCEL_REDUCE_AVG, "sharding replicated all_reduce", /*async=*/true));
 }
 
@@ -123,6 +210,8 @@ void GradReducer::finish() {
       throw;
     }
   }
+  for (PendingFp8& entry : pending_fp8_) fp8_data_->decode_to_sources(entry.wire.tensor(), entry.segments, entry.scales);
+  pending_fp8_.clear();
 }
 
 void GradReducer::abandon() noexcept {
@@ -133,6 +222,7 @@ void GradReducer::abandon() noexcept {
     }
   }
   pending_.clear();
+  pending_fp8_.clear();
 }
 
 }  // namespace accel::sharding

@@ -21,6 +21,19 @@
 // Host-owned unit: its gradients are all-reduced (AVG) over DATA once, on the
 // last micro-batch (gradients_ready), asynchronously.
 //
+// FP8 gradient communication (the precision policy's grad_comm_dtype,
+// accel/precision.h; fp8's MS-AMP O1/O2): the reduce_scatter input is the
+// unit's gradients as scaled FP8, one scale per parameter agreed with a MAX
+// all_reduce over SHARDING (accel/sdk/precision.hpp, the codec ddp uses
+// too), summed in FP8 and decoded (/ N) into the fp32 shard — directly while
+// the shard holds zeros or is a ZeRO-1 view, else through an fp32 chunk and
+// axpy. Host-owned units all_reduce their FP8 gradients over DATA the same
+// way, decoded in finish(). The policy's wire dtype takes reduce_dtype's
+// place (the full gradients may still be param_dtype bf16: the amaxes and
+// the casts read any float dtype). HYBRID sharding (a second, REPLICA reduction) is
+// refused with it: that all_reduce is not built in FP8. A group of one rank
+// moves nothing and its gradients stay unquantised.
+//
 // Invariant after finish(): every gradient shard and host-owned gradient
 // holds the gradient of the global batch (the average over the data ranks).
 // Thread-safety: loop thread only.
@@ -30,7 +43,10 @@
 #include <accel/sdk/tensor.hpp>
 #include <accel/sdk/kernels.hpp>
 
+#include <accel/sdk/precision.hpp>
+
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "sharding_options.h"
@@ -57,6 +73,8 @@ class GradReducer {
   // Waits without throwing (teardown after a failure).
   void abandon() noexcept;
 
+  bool fp8() const { return fp8_ != nullptr; }
+
   int64_t take_reduce_scatters() {
     const int64_t n = reduce_scatters_;
     reduce_scatters_ = 0;
@@ -74,7 +92,21 @@ class GradReducer {
   int32_t sharding_size_ = 1;
   int32_t replica_size_ = 1;
   int32_t data_size_ = 1;
+  void reduce_scatter_fp8(int32_t unit, const DLTensor* full);
+
+  // A host-owned unit's FP8 all_reduce in flight: decoded in finish().
+  struct PendingFp8 {
+    std::unique_ptr<sdk::FlatView> grads;  // the unit's gradients (the segments' source)
+    std::vector<sdk::GradSegment> segments;
+    sdk::Fp8Scales scales;
+    sdk::BufferPool::Lease wire;
+  };
+
   std::vector<AccelWork*> pending_;
+  std::vector<PendingFp8> pending_fp8_;
+  std::unique_ptr<sdk::Fp8GradComm> fp8_;       // FP8 over SHARDING, or null
+  std::unique_ptr<sdk::Fp8GradComm> fp8_data_;  // FP8 over DATA (host-owned units)
+  int32_t sharding_rank_ = 0;
   int64_t reduce_scatters_ = 0;
   bool reduce_scatter_in_place_ = false;  // the host takes an in-place reduce_scatter (ABI 1.7)
 };

@@ -37,8 +37,16 @@ bool views_host_grads(const sdk::Kernels& ops, const ShardingOptions& config, co
 ShardStore::ShardStore(const sdk::Kernels& ops, const ShardingOptions& config, const std::vector<UnitLayout>& units,
                        const GatherPlan& plan, sdk::GroupShape sharding, AccelGroup* world, int32_t world_rank,
                        uint32_t managed)
-    : host_resident_(config.cpu_offload) {
+    : host_resident_(config.cpu_offload), formats_(sharding::moment_formats(ops.services().precision_policy())) {
   const DLDataType fp32{kDLFloat, 32, 1};
+  if (formats_.scaled() && !config.moment_swap_dir.empty()) {
+    throw sdk::Error(ACCEL_ERROR_UNSUPPORTED,
+                     "scaled low-precision AdamW moments (the precision policy: fp8's msamp O2) with the moments "
+                     "swapped to NVMe are not built; use opt_level O1, or offload the optimizer to cpu");
+  }
+  const auto scale_slots = [&](const UnitLayout& layout) {
+    return std::vector<float>(formats_.scaled() ? layout.params.size() : 0, 1.0f);
+  };
   const AccelMemoryPlace place = config.shard_place();
   // Indexed by unit: `units` may be a subset (a pipeline stage's).
   size_t slots = 0;
@@ -72,10 +80,12 @@ ShardStore::ShardStore(const sdk::Kernels& ops, const ShardingOptions& config, c
     if (!plan.sharded(layout.index)) {
       auto unit = std::make_unique<ReplicatedUnit>();
       unit->layout = layout;
-      unit->exp_avg = ops.allocate(ACCEL_MEMORY_OPTIMIZER, fp32, layout.numel, ACCEL_MEMORY_DEVICE, true,
-                                   "sharding exp_avg (replicated)");
-      unit->exp_avg_sq = ops.allocate(ACCEL_MEMORY_OPTIMIZER, fp32, layout.numel, ACCEL_MEMORY_DEVICE, true,
-                                      "sharding exp_avg_sq (replicated)");
+      unit->exp_avg = ops.allocate(ACCEL_MEMORY_OPTIMIZER, formats_.exp_avg, layout.numel, ACCEL_MEMORY_DEVICE,
+                                   true, "sharding exp_avg (replicated)");
+      unit->exp_avg_sq = ops.allocate(ACCEL_MEMORY_OPTIMIZER, formats_.exp_avg_sq, layout.numel, ACCEL_MEMORY_DEVICE,
+                                      true, "sharding exp_avg_sq (replicated)");
+      unit->exp_avg_scale = scale_slots(layout);
+      unit->exp_avg_sq_scale = scale_slots(layout);
       if (config.sync_module_states) {
         ops.broadcast(world, ops.storage(layout.index).params, 0, "sharding sync_module_states");
       }
@@ -91,8 +101,11 @@ ShardStore::ShardStore(const sdk::Kernels& ops, const ShardingOptions& config, c
     unit->host_grads = (managed & ACCEL_STORAGE_GRADS) == 0;
     const int64_t n = unit->shards.shard_numel();
     if (config.moment_swap_dir.empty()) {
-      unit->exp_avg = ops.allocate(ACCEL_MEMORY_OPTIMIZER, fp32, n, place, true, "sharding exp_avg shard");
-      unit->exp_avg_sq = ops.allocate(ACCEL_MEMORY_OPTIMIZER, fp32, n, place, true, "sharding exp_avg_sq shard");
+      unit->exp_avg = ops.allocate(ACCEL_MEMORY_OPTIMIZER, formats_.exp_avg, n, place, true, "sharding exp_avg shard");
+      unit->exp_avg_sq =
+          ops.allocate(ACCEL_MEMORY_OPTIMIZER, formats_.exp_avg_sq, n, place, true, "sharding exp_avg_sq shard");
+      unit->exp_avg_scale = scale_slots(layout);
+      unit->exp_avg_sq_scale = scale_slots(layout);
     }  // else the moments live in the swap file
     if (unit->host_params && views_host_params(ops, config, *unit)) {
       // The partition is stepped in place in the host's parameters and

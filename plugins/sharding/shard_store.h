@@ -25,6 +25,7 @@
 #include "model_layout.h"
 #include "gather_plan.h"
 #include "moment_swap.h"
+#include "scaled_moments.h"
 
 namespace accel::sharding {
 
@@ -35,8 +36,11 @@ struct ShardedUnit {
   sdk::FlatRange real;          // this shard's real elements, in unit coordinates
   sdk::Buffer master;           // fp32 parameters, shard_numel
   sdk::Buffer grad;             // fp32 gradients, shard_numel
-  sdk::Buffer exp_avg;          // fp32 AdamW first moment, shard_numel (empty: in the swap file)
-  sdk::Buffer exp_avg_sq;       // fp32 AdamW second moment, shard_numel (empty: in the swap file)
+  sdk::Buffer exp_avg;          // AdamW first moment, shard_numel (empty: in the swap file); fp32, or
+                                // the precision policy's scaled format (scaled_moments.h)
+  sdk::Buffer exp_avg_sq;       // AdamW second moment, likewise
+  std::vector<float> exp_avg_scale;     // scaled moments: per parameter of `layout` (else empty)
+  std::vector<float> exp_avg_sq_scale;
   bool grad_is_zero = true;     // `grad` holds the zeros of zero_grads (nothing reduced into it yet)
   bool host_params = false;     // the full parameters are the host's (ZeRO-1/2): refreshed after each step
   bool host_grads = false;      // the full gradients are the host's (ZeRO-1): reduced, never released
@@ -58,8 +62,10 @@ struct ShardedUnit {
 
 struct ReplicatedUnit {
   UnitLayout layout;
-  sdk::Buffer exp_avg;     // fp32, numel
-  sdk::Buffer exp_avg_sq;  // fp32, numel
+  sdk::Buffer exp_avg;     // numel; fp32 or scaled, as ShardedUnit's
+  sdk::Buffer exp_avg_sq;  // numel
+  std::vector<float> exp_avg_scale;  // scaled moments: per parameter
+  std::vector<float> exp_avg_sq_scale;
 };
 
 class ShardStore {
@@ -101,12 +107,15 @@ class ShardStore {
   // Whether the sharded units' partitions live in host memory and step
   // there (ShardingOptions::cpu_offload).
   bool host_resident() const { return host_resident_; }
+  // The moments' storage formats (the precision policy; fp32 by default).
+  const MomentFormats& moment_formats() const { return formats_; }
 
  private:
   void make_swap(const sdk::Kernels& ops, const ShardingOptions& config, std::vector<int64_t> numel,
                  int32_t world_rank);
 
   bool host_resident_ = false;
+  MomentFormats formats_;
   std::vector<std::unique_ptr<ShardedUnit>> sharded_;
   std::vector<std::unique_ptr<ReplicatedUnit>> replicated_;
   std::vector<sdk::Buffer> swap_buffers_;  // outlive swap_ (declared first)

@@ -192,6 +192,10 @@ void ShardedOptimizer::step(const AccelOptimizerStepArgs& args) {
   if (args.kind != ACCEL_OPTIMIZER_ADAMW) {
     throw Error(ACCEL_ERROR_UNSUPPORTED, "the sharded optimizer steps AdamW only");
   }
+  if (store_.moment_formats().scaled()) {
+    step_scaled(args);
+    return;
+  }
   const sdk::Services& s = ops_.services();
   const AccelKernelServices& kernels = *s.table()->kernels;
   // The fused host step reads the loss scaler's scalars once: a found_inf
@@ -282,6 +286,116 @@ void ShardedOptimizer::step(const AccelOptimizerStepArgs& args) {
       step_runs(replicated->layout.params, sdk::FlatRange{0, replicated->layout.numel}, *storage.params, *storage.grads,
                 replicated->exp_avg.tensor(), replicated->exp_avg_sq.tensor());
     }
+  }
+}
+
+// Scaled moments (scaled_moments.h): every parameter part this rank holds
+// is stepped in two passes of adamw_step_scaled around one MAX all_reduce
+// over SHARDING of every parameter's new amaxes, so each parameter's scales
+// are the whole parameter's (one process's) on every rank. Offloaded
+// partitions take the same path (the kernels run on host memory); the
+// fused CpuAdamW steps fp32 moments only.
+void ShardedOptimizer::step_scaled(const AccelOptimizerStepArgs& args) {
+  const sdk::Services& s = ops_.services();
+  const AccelKernelServices& kernels = *s.table()->kernels;
+  if (!sdk::has_fn(&kernels, &AccelKernelServices::adamw_step_scaled)) {
+    throw Error(ACCEL_ERROR_UNSUPPORTED, "this host has no adamw_step_scaled (ABI 1.8) for scaled moments");
+  }
+  struct Piece {
+    std::unique_ptr<sdk::FlatView> param, grad, m, v;
+    float* m_scale;
+    float* v_scale;
+    size_t slot;  // index into the amax arrays: (unit, parameter) in model order
+    bool decay;
+  };
+  std::vector<Piece> pieces;
+  size_t slots = 0;
+  const auto add = [&](const UnitLayout& layout, sdk::FlatRange held, const DLTensor& param, const DLTensor& grad,
+                       const DLTensor& m, const DLTensor& v, std::vector<float>& m_scale,
+                       std::vector<float>& v_scale) {
+    for (const MomentPiece& p : moment_pieces(layout.params, held)) {
+      const ParamLayout& info = layout.params[p.param];
+      Piece piece;
+      piece.param = std::make_unique<sdk::FlatView>(param, p.begin, p.count);
+      piece.grad = std::make_unique<sdk::FlatView>(grad, p.begin, p.count);
+      piece.m = std::make_unique<sdk::FlatView>(m, p.begin, p.count);
+      piece.v = std::make_unique<sdk::FlatView>(v, p.begin, p.count);
+      piece.m_scale = &m_scale.at(p.param);
+      piece.v_scale = &v_scale.at(p.param);
+      piece.slot = slots + p.param;
+      piece.decay = (args.no_decay_roles & (1u << static_cast<uint32_t>(info.role))) == 0;
+      pieces.push_back(std::move(piece));
+    }
+    slots += layout.params.size();
+  };
+  for (int32_t u = 0; u < store_.num_units(); ++u) {
+    if (ShardedUnit* unit = store_.sharded(u)) {
+      // Shard buffers start at the shard's first element, where its real
+      // part starts too; the padding is never stepped.
+      add(unit->layout, unit->real, unit->master_tensor(), unit->grad_tensor(), unit->exp_avg.tensor(),
+          unit->exp_avg_sq.tensor(), unit->exp_avg_scale, unit->exp_avg_sq_scale);
+    } else if (ReplicatedUnit* replicated = store_.replicated(u)) {
+      const sdk::Kernels::Materialized storage = ops_.storage(u);
+      if (storage.params == nullptr || storage.grads == nullptr) {
+        throw Error(ACCEL_ERROR_INTERNAL,
+                    "host-owned unit " + replicated->layout.name + " has no materialised storage");
+      }
+      add(replicated->layout, sdk::FlatRange{0, replicated->layout.numel}, *storage.params, *storage.grads,
+          replicated->exp_avg.tensor(), replicated->exp_avg_sq.tensor(), replicated->exp_avg_scale,
+          replicated->exp_avg_sq_scale);
+    } else if (const UnitLayout* layout = store_.layout(u)) {
+      slots += layout->params.size();
+    }
+  }
+  // [m amaxes | v amaxes], in host memory: the scales are chosen there.
+  sdk::Buffer amaxes = ops_.allocate(ACCEL_MEMORY_WORKSPACE, DLDataType{kDLFloat, 32, 1},
+                                     static_cast<int64_t>(std::max<size_t>(1, 2 * slots)), ACCEL_MEMORY_HOST, true,
+                                     "sharding moment amaxes");
+  float* amax = host_floats(amaxes.tensor());
+  const auto pass = [&](Piece& p, AccelScaledAdamWPass which, float* m_new, float* v_new) {
+    float m_scale = *p.m_scale, v_scale = *p.v_scale;
+    const sdk::ScalarView m_scale_view(&m_scale), v_scale_view(&v_scale);
+    const sdk::ScalarView m_amax(amax + p.slot), v_amax(amax + slots + p.slot);
+    const sdk::ScalarView m_new_view(m_new), v_new_view(v_new);
+    AccelScaledAdamWArgs a{};
+    a.struct_size = sizeof(a);
+    a.param = p.param->get();
+    a.grad = p.grad->get();
+    a.exp_avg = p.m->get();
+    a.exp_avg_sq = p.v->get();
+    a.exp_avg_scale = m_scale_view.get();
+    a.exp_avg_sq_scale = v_scale_view.get();
+    if (which == ACCEL_SCALED_ADAMW_UPDATE) {
+      a.exp_avg_amax = m_amax.get();
+      a.exp_avg_sq_amax = v_amax.get();
+    } else {
+      a.exp_avg_new_scale = m_new_view.get();
+      a.exp_avg_sq_new_scale = v_new_view.get();
+    }
+    a.grad_scale = args.grad_scale;
+    a.found_inf = args.found_inf;
+    a.lr = args.lr;
+    a.beta1 = args.beta1;
+    a.beta2 = args.beta2;
+    a.eps = args.eps;
+    a.weight_decay = p.decay ? args.weight_decay : 0.0;
+    a.step = args.step;
+    a.pass = which;
+    a.stream = args.stream;
+    s.check(kernels.adamw_step_scaled(s.host(), &a), "adamw_step_scaled");
+  };
+  for (Piece& p : pieces) pass(p, ACCEL_SCALED_ADAMW_UPDATE, nullptr, nullptr);
+  ops_.synchronize();  // the amaxes are read on the host
+  if (ops_.shape(sharding_).size > 1 && slots > 0) {
+    ops_.all_reduce(sharding_, &amaxes.tensor(), ACCEL_REDUCE_MAX, "sharding moment amax all_reduce");
+  }
+  const MomentFormats& formats = store_.moment_formats();
+  for (Piece& p : pieces) {
+    float m_new = sdk::moment_scale(amax[p.slot], sdk::format_max(formats.exp_avg));
+    float v_new = sdk::moment_scale(amax[slots + p.slot], sdk::format_max(formats.exp_avg_sq));
+    pass(p, ACCEL_SCALED_ADAMW_STORE, &m_new, &v_new);
+    *p.m_scale = m_new;
+    *p.v_scale = v_new;
   }
 }
 

@@ -69,6 +69,8 @@ class ShardedOptimizer {
   void step(const AccelOptimizerStepArgs& args);
 
  private:
+  void step_scaled(const AccelOptimizerStepArgs& args);
+
   const sdk::Kernels& ops_;
   ShardStore& store_;
   AccelGroup* sharding_;

@@ -20,7 +20,8 @@ namespace accel::sharding {
 // gradients itself, and loads checkpoints of any layout.
 inline constexpr uint64_t kShardingCapabilities = ACCEL_CAP_CPU | ACCEL_CAP_CUDA | ACCEL_CAP_SHARDS_PARAMS |
                                                   ACCEL_CAP_SHARDS_GRADS | ACCEL_CAP_SHARDS_OPTIMIZER |
-                                                  ACCEL_CAP_REDUCES_GRADS | ACCEL_CAP_RESHARD_ON_LOAD;
+                                                  ACCEL_CAP_REDUCES_GRADS | ACCEL_CAP_RESHARD_ON_LOAD |
+                                                  ACCEL_CAP_PRECISION_GRAD_COMM | ACCEL_CAP_PRECISION_MOMENTS;
 
 enum class BackwardPrefetch { backward_pre, backward_post, no_prefetch };
 enum class StateDictType { full, sharded, local };

@@ -69,8 +69,9 @@ ACCEL_CHECK_EXT_STRUCT(AccelAdamWArgs, stream, stream, 128);
 ACCEL_CHECK_EXT_STRUCT(AccelSgdArgs, stream, stream, 120);
 ACCEL_CHECK_EXT_STRUCT(AccelGemmArgs, stream, stream, 104);
 ACCEL_CHECK_EXT_STRUCT(AccelFp8ScaleUpdateArgs, stream, stream, 64);
-ACCEL_CHECK_EXT_STRUCT(AccelKernelServices, fp8_scale_update,
+ACCEL_CHECK_EXT_STRUCT(AccelKernelServices, adamw_step_scaled,
                        fp8_scale_update, 96);
+ACCEL_CHECK_EXT_STRUCT(AccelScaledAdamWArgs, stream, param, 24);
 /* model.h */
 ACCEL_CHECK_EXT_STRUCT(AccelModelInfo, micro_batch_size, micro_batch_size,
                        104);
@@ -90,11 +91,14 @@ ACCEL_CHECK_EXT_STRUCT(AccelCheckpointTensorInfo, global_shape, global_shape,
 ACCEL_CHECK_EXT_STRUCT(AccelCheckpointServices, get_string, get_string, 56);
 /* services.h */
 ACCEL_CHECK_EXT_STRUCT(AccelIdentity, device, device, 48);
-ACCEL_CHECK_EXT_STRUCT(AccelHostServices, gather_codec, checkpoint, 112);
 /* gather_codec.h (introduced in 1.8: the "1.0" columns are its first layout) */
 ACCEL_CHECK_EXT_STRUCT(AccelGatherCodecQueryArgs, code_dtypes, code_dtypes, 40);
 ACCEL_CHECK_EXT_STRUCT(AccelGatherCodecArgs, stream, stream, 80);
 ACCEL_CHECK_EXT_STRUCT(AccelGatherCodecServices, decode, decode, 40);
+ACCEL_CHECK_EXT_STRUCT(AccelHostServices, precision, checkpoint, 112);
+/* precision.h (1.8) */
+ACCEL_CHECK_EXT_STRUCT(AccelPrecisionPolicy, reserved, reserved, 32);
+ACCEL_CHECK_EXT_STRUCT(AccelPrecisionServices, get_policy, get_policy, 32);
 /* plugin.h */
 ACCEL_CHECK_EXT_STRUCT(AccelPluginDescriptor, hooks, hooks, 104);
 ACCEL_CHECK_EXT_STRUCT(AccelHostInfo, reserved, reserved, 72);
@@ -135,6 +139,7 @@ ACCEL_CHECK_ENUM(AccelMemoryPlace);
 ACCEL_CHECK_ENUM(AccelGroupKind);
 ACCEL_CHECK_ENUM(AccelReduceOp);
 ACCEL_CHECK_ENUM(AccelAmaxAlgo);
+ACCEL_CHECK_ENUM(AccelScaledAdamWPass);
 ACCEL_CHECK_ENUM(AccelUnitKind);
 ACCEL_CHECK_ENUM(AccelParamRole);
 ACCEL_CHECK_ENUM(AccelParallelHint);

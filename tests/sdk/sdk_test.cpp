@@ -6,9 +6,11 @@
 // schema generated from static metadata, NULL hooks for methods a class does
 // not override, typed option lookup, logging, tensors and Buffer.
 #include <accel/sdk/buffer_pool.hpp>
+#include <accel/sdk/precision.hpp>
 #include <accel/sdk/sdk.hpp>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
@@ -689,6 +691,50 @@ TEST(SdkServices, IdentityMetricsAndMissingAreas) {
   EXPECT_EQ(accel::sdk::format("%s-%05d", "long", 42), "long-00042");
   EXPECT_EQ(accel::sdk::format("%s", std::string(5000, 'a').c_str()).size(),
             5000u);
+}
+
+// The precision policy (ABI 1.8) on a host without it: a 1.7 table ends
+// before `precision`, so the policy reads as the default and setting one is
+// refused with the reason, never written past the table.
+TEST(SdkServices, PrecisionPolicyOnAHostBefore18IsTheDefault) {
+  FakeHost fake;
+  fake.services.struct_size = offsetof(AccelHostServices, precision);  // a 1.7 host's table
+  const Services s = fake.sdk();
+  const AccelPrecisionPolicy policy = s.precision_policy();
+  EXPECT_EQ(policy.struct_size, sizeof(AccelPrecisionPolicy));
+  EXPECT_FALSE(accel::sdk::wants_fp8_grad_comm(policy));
+  EXPECT_FALSE(accel::sdk::wants_scaled_moments(policy));
+  try {
+    s.set_precision_policy(policy);
+    FAIL() << "set_precision_policy on a 1.7 host must throw";
+  } catch (const accel::sdk::Error& e) {
+    EXPECT_EQ(e.status(), ACCEL_ERROR_UNSUPPORTED);
+    EXPECT_NE(std::string(e.what()).find("1.8"), std::string::npos) << e.what();
+  }
+}
+
+// The policy's scales (accel/precision.h): powers of two; N summands of the
+// largest magnitude cannot overflow the format even when every combine
+// rounds up; MS-AMP's moment scale puts the amax in (fmt_max / 2, fmt_max].
+TEST(SdkPrecision, ScalesArePowersOfTwoWithHeadroomForTheSum) {
+  const DLDataType e4m3{ACCEL_DL_FLOAT8_E4M3FN, 8, 1};
+  for (float amax : {1e-6f, 0.37f, 1.0f, 3.0f, 448.0f, 1e4f}) {
+    for (int n : {1, 2, 3, 4, 8}) {
+      const float s = accel::sdk::fp8_comm_scale(amax, n, e4m3);
+      int exponent = 0;
+      EXPECT_EQ(std::frexp(s, &exponent), 0.5f) << amax << " " << n;
+      double bound = n;
+      for (int i = 2; i < n; ++i) bound *= 1.0625;
+      EXPECT_LE(amax * s * bound, 448.0) << amax << " " << n;
+      EXPECT_GT(amax * s * bound * 2, 448.0) << amax << " " << n;  // the largest such power
+    }
+    const float m = accel::sdk::moment_scale(amax, 448.0);
+    EXPECT_LE(amax * m, 448.0f);
+    EXPECT_GT(amax * m, 224.0f);
+  }
+  EXPECT_EQ(accel::sdk::fp8_comm_scale(0.0f, 2, e4m3), 1.0f);
+  EXPECT_EQ(accel::sdk::fp8_comm_scale(INFINITY, 2, e4m3), 1.0f);
+  EXPECT_EQ(accel::sdk::moment_scale(0.0f, 65504.0), 1.0f);
 }
 
 // ------------------------------------------------------------------ tensors

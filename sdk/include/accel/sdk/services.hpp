@@ -13,7 +13,9 @@
 
 #include <accel/accel.h>
 
+#include <algorithm>
 #include <cstdarg>
+#include <cstring>
 #include <cstdio>
 #include <limits>
 #include <sstream>
@@ -183,6 +185,39 @@ class Services {
     check(option_fn(&AccelOptionServices::is_set, name)(host_, name, &is_set),
           std::string("option '") + name + "'");
     return is_set;
+  }
+
+  // ------------------------------------------------------ precision policy
+  // The run's precision policy (accel/precision.h): every dtype bits == 0
+  // (the owners' defaults) when no plugin set one, or on a host before 1.8,
+  // which has no policy. Read it from plan_model on.
+  AccelPrecisionPolicy precision_policy() const {
+    AccelPrecisionPolicy none{};
+    none.struct_size = sizeof(none);
+    if (table_ == nullptr ||
+        !ACCEL_STRUCT_HAS_FIELD(table_, AccelHostServices, precision) ||
+        !has_fn(table_->precision, &AccelPrecisionServices::get_policy)) {
+      return none;
+    }
+    const AccelPrecisionPolicy* policy = nullptr;
+    check(table_->precision->get_policy(host_, &policy), "precision.get_policy");
+    if (policy == nullptr) return none;
+    AccelPrecisionPolicy copy = none;
+    std::memcpy(&copy, policy, std::min(policy->struct_size, sizeof(copy)));
+    copy.struct_size = sizeof(copy);
+    return copy;
+  }
+  // Sets it (a PRECISION plugin, from its create). Throws Error with the
+  // host's reason, or UNSUPPORTED on a host before 1.8.
+  void set_precision_policy(const AccelPrecisionPolicy& policy) const {
+    if (table_ == nullptr ||
+        !ACCEL_STRUCT_HAS_FIELD(table_, AccelHostServices, precision) ||
+        !has_fn(table_->precision, &AccelPrecisionServices::set_policy)) {
+      throw Error(ACCEL_ERROR_UNSUPPORTED,
+                  "this host has no precision policy (ABI 1.8); it cannot "
+                  "change how gradients travel or moments are stored");
+    }
+    check(table_->precision->set_policy(host_, &policy), "precision.set_policy");
   }
 
   // ----------------------------------------------------------- trace, metrics
