@@ -603,6 +603,16 @@ class Fp8WeightGather(TempDirMixin, unittest.TestCase):
                     self.assertGreater(on[0]["deepspeed_zero.encoded_gathers"], 0)
                     self.assertLess(on[0]["deepspeed_zero.gather_bytes"], off[0]["deepspeed_zero.gather_bytes"])
 
+    def test_msamp_o2_gathers_fp8_weights_bit_for_bit(self):
+        # The two ABI 1.8 areas together (built apart): MS-AMP O2's precision
+        # policy (FP8 gradient reduce-scatter, scaled moments) beside the
+        # gather codec, on or off, trains alike, and the codec still
+        # shrinks the gathers.
+        on, off = self.pair("fsdp_msamp_o2", "--plugin", "fsdp", "--fsdp.auto_wrap_policy",
+                            "transformer_based_wrap", "--fp8.backend", "msamp", "--fp8.opt_level", "O2")
+        self.assertGreater(on[0]["fsdp.encoded_gathers"], 0)
+        self.assertLess(on[0]["fsdp.gather_bytes"], off[0]["fsdp.gather_bytes"])
+
 
 MSAMP = ["--fp8.backend", "msamp"]
 E4M3_MAX = 448.0
