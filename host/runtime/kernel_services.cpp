@@ -268,18 +268,32 @@ AccelStatus clip_scale(AccelHost* host, const AccelClipScaleArgs* args) {
 // Optimizers
 // ---------------------------------------------------------------------------
 
+// Both AdamW services' operands: an fp32 flat master and its flat gradient
+// of the same length.
+std::pair<at::Tensor, at::Tensor> adamw_param_and_grad(const DLTensor* param_view, const DLTensor* grad_view) {
+  at::Tensor param = to_aten(param_view, "param");
+  if (param.scalar_type() != at::kFloat) {
+    fail(ACCEL_ERROR_UNSUPPORTED, "param has dtype " + dtype_of(param) + "; AdamW steps fp32 masters only");
+  }
+  require_flat(param, "param");
+  at::Tensor grad = to_aten(grad_view, "grad");
+  require_float(grad, "grad", false);
+  require_flat(grad, "grad", param.numel());
+  return {param, grad};
+}
+
+void require_adamw_schedule(int64_t step, double beta1, double beta2) {
+  if (step < 1) fail(ACCEL_ERROR_INVALID_ARGUMENT, strformat("step must be >= 1, got %lld", static_cast<long long>(step)));
+  if (!(beta1 >= 0.0 && beta1 < 1.0 && beta2 >= 0.0 && beta2 < 1.0)) {
+    fail(ACCEL_ERROR_INVALID_ARGUMENT, strformat("betas must lie in [0, 1), got %g, %g", beta1, beta2));
+  }
+}
+
 AccelStatus adamw_step(AccelHost* host, const AccelAdamWArgs* args) {
   return call_service("adamw_step", [&] {
     ACCEL_REQUIRE_ARGS(args, AccelAdamWArgs, stream);
     context_of(host);
-    at::Tensor param = to_aten(args->param, "param");
-    if (param.scalar_type() != at::kFloat) {
-      fail(ACCEL_ERROR_UNSUPPORTED, "param has dtype " + dtype_of(param) + "; AdamW steps fp32 masters only");
-    }
-    require_flat(param, "param");
-    const at::Tensor grad = to_aten(args->grad, "grad");
-    require_float(grad, "grad", false);
-    require_flat(grad, "grad", param.numel());
+    auto [param, grad] = adamw_param_and_grad(args->param, args->grad);
     at::Tensor exp_avg = to_aten(args->exp_avg, "exp_avg");
     at::Tensor exp_avg_sq = to_aten(args->exp_avg_sq, "exp_avg_sq");
     for (const auto& [t, what] : {std::pair{&exp_avg, "exp_avg"}, std::pair{&exp_avg_sq, "exp_avg_sq"}}) {
@@ -289,10 +303,7 @@ AccelStatus adamw_step(AccelHost* host, const AccelAdamWArgs* args) {
     }
     require_same_device(grad, "grad", param, "param");
     check_stream(args->stream, param);
-    if (args->step < 1) fail(ACCEL_ERROR_INVALID_ARGUMENT, strformat("step must be >= 1, got %lld", static_cast<long long>(args->step)));
-    if (!(args->beta1 >= 0.0 && args->beta1 < 1.0 && args->beta2 >= 0.0 && args->beta2 < 1.0)) {
-      fail(ACCEL_ERROR_INVALID_ARGUMENT, strformat("betas must lie in [0, 1), got %g, %g", args->beta1, args->beta2));
-    }
+    require_adamw_schedule(args->step, args->beta1, args->beta2);
     if (step_skipped(args->found_inf)) return;
     const at::Tensor g = scaled_grad(grad, args->grad_scale);
     const model::AdamWHyper hyper{args->lr, args->beta1, args->beta2, args->eps, args->weight_decay};
@@ -314,14 +325,7 @@ AccelStatus adamw_step_scaled(AccelHost* host, const AccelScaledAdamWArgs* args)
     if (args->pass != ACCEL_SCALED_ADAMW_UPDATE && args->pass != ACCEL_SCALED_ADAMW_STORE) {
       fail(ACCEL_ERROR_INVALID_ARGUMENT, strformat("unknown pass %d", static_cast<int>(args->pass)));
     }
-    at::Tensor param = to_aten(args->param, "param");
-    if (param.scalar_type() != at::kFloat) {
-      fail(ACCEL_ERROR_UNSUPPORTED, "param has dtype " + dtype_of(param) + "; AdamW steps fp32 masters only");
-    }
-    require_flat(param, "param");
-    const at::Tensor grad = to_aten(args->grad, "grad");
-    require_float(grad, "grad", false);
-    require_flat(grad, "grad", param.numel());
+    auto [param, grad] = adamw_param_and_grad(args->param, args->grad);
     require_same_device(grad, "grad", param, "param");
     at::Tensor exp_avg = to_aten(args->exp_avg, "exp_avg");
     at::Tensor exp_avg_sq = to_aten(args->exp_avg_sq, "exp_avg_sq");
@@ -336,10 +340,7 @@ AccelStatus adamw_step_scaled(AccelHost* host, const AccelScaledAdamWArgs* args)
       require_same_device(*t, what, param, "param");
     }
     check_stream(args->stream, param);
-    if (args->step < 1) fail(ACCEL_ERROR_INVALID_ARGUMENT, strformat("step must be >= 1, got %lld", static_cast<long long>(args->step)));
-    if (!(args->beta1 >= 0.0 && args->beta1 < 1.0 && args->beta2 >= 0.0 && args->beta2 < 1.0)) {
-      fail(ACCEL_ERROR_INVALID_ARGUMENT, strformat("betas must lie in [0, 1), got %g, %g", args->beta1, args->beta2));
-    }
+    require_adamw_schedule(args->step, args->beta1, args->beta2);
     if (step_skipped(args->found_inf)) return;
     const auto scalar = [](const DLTensor* t, const char* what) {
       return t == nullptr ? 1.0f : fp32_scalar(t, what).item<float>();
