@@ -683,12 +683,8 @@ def fp8_all_reduce_reference(grads):
     return total * (torch.tensor(1.0, dtype=torch.float32) / (s * n))
 
 
-@unittest.skipUnless(MPIRUN, "mpirun not found")
-class MsAmpO1(TempDirMixin, unittest.TestCase):
-    """MS-AMP O1: the parallel plugins all-reduce (ddp) and reduce-scatter
-    (fsdp, through plugins/sharding) gradients as scaled E4M3, a quarter of
-    the fp32 bytes; one step's reduced gradients equal a Python reference of
-    the numerics; training stays within 2 % of the te backend's loss."""
+class TokenFileMixin:
+    """A learnable token file in the test's directory, read in order."""
 
     def setUp(self):
         super().setUp()
@@ -697,6 +693,14 @@ class MsAmpO1(TempDirMixin, unittest.TestCase):
 
     def data(self):
         return ["--data", "tokens:" + self.tokens_path, "--data-order", "sequential"]
+
+
+@unittest.skipUnless(MPIRUN, "mpirun not found")
+class MsAmpO1(TokenFileMixin, TempDirMixin, unittest.TestCase):
+    """MS-AMP O1: the parallel plugins all-reduce (ddp) and reduce-scatter
+    (fsdp, through plugins/sharding) gradients as scaled E4M3, a quarter of
+    the fp32 bytes; one step's reduced gradients equal a Python reference of
+    the numerics; training stays within 2 % of the te backend's loss."""
 
     def test_gradient_bytes_are_a_quarter_of_fp32(self):
         ckpt = self.path("shapes")
@@ -825,20 +829,12 @@ class ScaledAdamW:
         return p
 
 
-class MsAmpO2(TempDirMixin, unittest.TestCase):
+class MsAmpO2(TokenFileMixin, TempDirMixin, unittest.TestCase):
     """MS-AMP O2: AdamW with an E4M3 first moment and an FP16 second moment,
     each with a per-tensor scale re-chosen every step (the host's AdamW and
     the sharding machinery's); fp32 moments in checkpoints."""
 
     STEPS = 4
-
-    def setUp(self):
-        super().setUp()
-        self.tokens_path = self.path("tokens.bin")
-        write_tokens(self.tokens_path, 40_000, 256)
-
-    def data(self):
-        return ["--data", "tokens:" + self.tokens_path, "--data-order", "sequential"]
 
     def test_one_process_step_against_a_python_reference(self):
         grads, ckpt, metrics = self.path("grads"), self.path("ckpt"), self.path("m.jsonl")
