@@ -24,6 +24,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "host/checkpoint/checkpoint_json.h"
+
 namespace accel::checkpoint {
 namespace fs = std::filesystem;
 namespace {
@@ -218,49 +220,37 @@ Manifest read_manifest(const fs::path& dir) {
 }
 
 Manifest parse_manifest(std::string_view text, const fs::path& path) {
-  nlohmann::json root;
-  try {
-    root = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& error) {
-    fail(path, std::string("not valid JSON: ") + error.what());
-  }
-  if (!root.is_object()) fail(path, "not a JSON object");
-  const auto format = root.find("format");
-  if (format == root.end() || !format->is_string() ||
-      format->get_ref<const std::string&>() != kManifestFormat) {
-    fail(path, "\"format\" is not \"" + std::string(kManifestFormat) + "\"");
-  }
-  const auto version = root.find("format_version");
-  if (version == root.end() || !version->is_number_integer()) {
-    fail(path, "\"format_version\" is missing or not an integer");
-  }
-  if (*version != kManifestFormatVersion) {
-    fail(path, "format_version " + version->dump() + " is not supported (this build reads " +
-                   std::to_string(kManifestFormatVersion) + ")");
-  }
-  const auto files = root.find("files");
-  if (files == root.end() || !files->is_array()) fail(path, "\"files\" is not an array");
-
-  Manifest manifest;
-  std::set<std::string> seen;
-  for (const nlohmann::json& item : *files) {
-    const auto file = item.find("file");
-    const auto size = item.find("size");
-    const auto crc = item.find("crc32");
-    if (!item.is_object() || file == item.end() || !file->is_string() || size == item.end() ||
-        !size->is_number_unsigned() || crc == item.end() || !crc->is_number_unsigned() ||
-        crc->get<uint64_t>() > 0xffffffffu) {
-      fail(path, "malformed entry " + item.dump());
+  // The one JSON rule (accel/sdk/json_input.hpp): a depth limit, exact types,
+  // values quoted through describe().
+  return read_checkpoint_json([&] {
+    const nlohmann::json root = sdk::parse_json(text, path.string());
+    const sdk::JsonFields fields(root, path.string());
+    if (!fields.contains("format") || !fields.value("format").is_string() ||
+        fields.value("format").get_ref<const std::string&>() != kManifestFormat) {
+      fail(path, "\"format\" is not \"" + std::string(kManifestFormat) + "\"");
     }
-    ManifestEntry entry{file->get<std::string>(), size->get<uint64_t>(),
-                        static_cast<uint32_t>(crc->get<uint64_t>())};
-    if (!is_plain_name(entry.file) || entry.file == kManifestFileName) {
-      fail(path, "entry names an invalid file " + file->dump());
+    const int64_t version = fields.integer("format_version");
+    if (version != kManifestFormatVersion) {
+      fail(path, "format_version " + std::to_string(version) + " is not supported (this build reads " +
+                     std::to_string(kManifestFormatVersion) + ")");
     }
-    if (!seen.insert(entry.file).second) fail(path, "file " + entry.file + " listed twice");
-    manifest.files.push_back(std::move(entry));
-  }
-  return manifest;
+    Manifest manifest;
+    std::set<std::string> seen;
+    size_t index = 0;
+    for (const nlohmann::json& item : fields.array("files")) {
+      const sdk::JsonFields entry_fields(item, path.string(), "files[" + std::to_string(index++) + "].");
+      ManifestEntry entry{entry_fields.string("file"), entry_fields.unsigned_integer("size"),
+                          static_cast<uint32_t>(entry_fields.integer("crc32", 0, 0xffffffff))};
+      if (!is_plain_name(entry.file) || entry.file == kManifestFileName) {
+        fail(path, "entry names an invalid file " + sdk::describe(entry_fields.value("file")));
+      }
+      if (!seen.insert(entry.file).second) {
+        fail(path, "file " + sdk::describe(entry_fields.value("file")) + " listed twice");
+      }
+      manifest.files.push_back(std::move(entry));
+    }
+    return manifest;
+  });
 }
 
 bool verify_manifest(const fs::path& dir, std::string* why) {

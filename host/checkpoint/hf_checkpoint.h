@@ -15,46 +15,31 @@
 // width, attention scaling, untied head) is refused by name: a model that
 // loads here computes what transformers computes.
 //
+// config.json is read by hf_config.h (no LibTorch there).
+//
 // Errors: CheckpointError, one line naming the file and the key or tensor.
 // Thread-safety: free functions without shared state.
 #pragma once
 
 #include <ATen/ATen.h>
-#include <nlohmann/json_fwd.hpp>
 
 #include <filesystem>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "host/checkpoint/hf_config.h"  // read_hf_config, HfModelConfig
 #include "host/checkpoint/safetensors.h"
 #include "host/model/gpt_config.h"
 #include "host/model/param_init.h"
 
 namespace accel::checkpoint {
 
-// What config.json says the model is, and what the host cannot honour but
-// may ignore with a warning (dropout rates: the host trains without
-// dropout), one line each.
-struct HfModelConfig {
-  model::GptConfig shape;  // n_positions becomes seq_len
-  std::vector<std::string> ignored;
-};
-
-// Reads DIR/config.json of a GPT2LMHeadModel or a LlamaForCausalLM (by its
-// model_type; another is refused naming it).
-HfModelConfig read_hf_config(const std::filesystem::path& dir);
-
-// The same by family: the weights, the host's tensors as transformers names
-// them, and config.json (below, per family).
+// The same by family: the weights and the host's tensors as transformers
+// names them (below, per family; config.json is hf_config.h's).
 model::NamedWeights read_hf_weights(const std::filesystem::path& dir, const model::GptConfig& shape);
 std::vector<std::pair<std::string, at::Tensor>> to_hf_tensors(
     const std::vector<std::pair<std::string, at::Tensor>>& host_tensors, const model::GptConfig& shape);
-std::string hf_config_json(const model::GptConfig& shape);
-
-// The config.json (at `path`, parsed) of each family.
-HfModelConfig read_hf_gpt2_config(const std::filesystem::path& path, const nlohmann::json& config);
-HfModelConfig read_hf_llama_config(const std::filesystem::path& path, const nlohmann::json& config);
 
 // Reads the weights of DIR (model.safetensors, or the shards that
 // model.safetensors.index.json lists), converted to fp32 and to the host's
@@ -69,15 +54,10 @@ model::NamedWeights read_hf_gpt2_weights(const std::filesystem::path& dir, const
 std::vector<std::pair<std::string, at::Tensor>> to_hf_gpt2_tensors(
     const std::vector<std::pair<std::string, at::Tensor>>& host_tensors);
 
-// config.json for `shape`, the way GPT2Config.to_json_string lays out the
-// keys the host sets (dropout 0: the host trained without it).
-std::string hf_gpt2_config_json(const model::GptConfig& shape);
-
 // Llama's weights (model.-prefixed names, no transposes; an inv_freq buffer
-// is skipped), tensors and config.json (transformers 5's rope_parameters).
+// is skipped) and tensors.
 model::NamedWeights read_hf_llama_weights(const std::filesystem::path& dir, const model::GptConfig& shape);
 std::vector<std::pair<std::string, at::Tensor>> to_hf_llama_tensors(
     const std::vector<std::pair<std::string, at::Tensor>>& host_tensors);
-std::string hf_llama_config_json(const model::GptConfig& shape);
 
 }  // namespace accel::checkpoint

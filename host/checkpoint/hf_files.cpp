@@ -1,9 +1,10 @@
 // What the Hugging Face checkpoint readers share (see hf_files.h).
 #include "host/checkpoint/hf_files.h"
 
-#include <fstream>
+#include <accel/sdk/input_file.hpp>
+#include <accel/sdk/json_input.hpp>
+
 #include <set>
-#include <sstream>
 
 namespace accel::checkpoint::hf {
 namespace {
@@ -35,26 +36,13 @@ at::Tensor read_tensor(const SafetensorsFile& file, const TensorInfo& info) {
 }  // namespace
 
 json read_json(const fs::path& path) {
-  std::error_code error;
-  const std::uintmax_t size = fs::file_size(path, error);
-  if (error) throw CheckpointError(path.string() + ": cannot read: " + error.message());
-  if (size > kMaxJsonBytes) throw CheckpointError(path.string() + ": larger than any config (" + std::to_string(size) + " bytes)");
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  if (!in) throw CheckpointError(path.string() + ": cannot read");
   try {
-    return json::parse(text.str());
-  } catch (const json::exception& e) {
-    throw CheckpointError(path.string() + ": not valid JSON (" + e.what() + ")");
+    return sdk::parse_json(sdk::read_input_file(path.string(), kMaxJsonBytes), path.string());
+  } catch (const sdk::InputFileError& e) {
+    throw CheckpointError(e.what());
+  } catch (const sdk::JsonInputError& e) {
+    throw CheckpointError(e.what());
   }
-}
-
-int64_t positive_key(const json& config, const fs::path& path, const char* key) {
-  const std::optional<int64_t> value = optional_key<int64_t>(config, path, key);
-  if (!value) throw CheckpointError(path.string() + ": \"" + std::string(key) + "\" is missing");
-  if (*value <= 0) throw CheckpointError(path.string() + ": \"" + std::string(key) + "\" must be positive, got " + std::to_string(*value));
-  return *value;
 }
 
 at::Tensor read_tensor(const SafetensorsFile& file, const TensorInfo& info) {
@@ -76,10 +64,14 @@ std::vector<fs::path> weight_files(const fs::path& dir) {
   if (weights == map.end() || !weights->is_object()) throw CheckpointError(index.string() + ": \"weight_map\" is missing");
   std::set<std::string> names;
   for (const auto& [tensor, file] : weights->items()) {
-    if (!file.is_string()) throw CheckpointError(index.string() + ": the file of " + tensor + " is not a string");
+    if (!file.is_string()) {
+      throw CheckpointError(index.string() + ": the file of tensor " + sdk::describe(tensor) + " is " +
+                            sdk::describe(file) + ", not a string");
+    }
     const std::string name = file.get<std::string>();
     if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..") {
-      throw CheckpointError(index.string() + ": shard name '" + name + "' is not a file name in " + dir.string());
+      throw CheckpointError(index.string() + ": shard name " + sdk::describe(file) + " is not a file name in " +
+                            dir.string());
     }
     names.insert(name);
   }

@@ -1,6 +1,7 @@
 // The multi-rank commit protocol (see rank_commit.h).
 #include "host/checkpoint/rank_commit.h"
 
+#include <accel/sdk/json_input.hpp>
 #include <nlohmann/json.hpp>
 
 #include <exception>
@@ -105,21 +106,27 @@ fs::path commit_from_all_ranks(const fs::path& root, const std::string& name, co
   std::vector<std::string> notes;
   std::vector<std::optional<std::string>> failures(all.size());
   for (size_t r = 0; r < all.size(); ++r) {
+    // The one JSON rule (accel/sdk/json_input.hpp): what a peer sent is input
+    // like any file, and a message quotes none of it unbounded.
+    const std::string where = "malformed commit message from rank " + std::to_string(r);
     try {
-      const nlohmann::json j = nlohmann::json::parse(all[r]);
-      if (j.contains("error")) {
-        failures[r] = j.at("error").get<std::string>();
+      const nlohmann::json j = sdk::parse_json(all[r], where);
+      const sdk::JsonFields message(j, where);
+      if (message.contains("error")) {
+        failures[r] = message.string("error");
         continue;
       }
-      for (const auto& e : j.at("entries")) {
-        entries.push_back({e.at("file").get<std::string>(), e.at("size").get<uint64_t>(),
-                           e.at("crc32").get<uint32_t>()});
+      size_t index = 0;
+      for (const nlohmann::json& e : message.array("entries")) {
+        const sdk::JsonFields entry(e, where, "entries[" + std::to_string(index++) + "].");
+        entries.push_back({entry.string("file"), entry.unsigned_integer("size"),
+                           static_cast<uint32_t>(entry.integer("crc32", 0, 0xffffffff))});
       }
-      notes.push_back(j.at("note").get<std::string>());
-    } catch (const nlohmann::json::exception& e) {
+      notes.push_back(message.string("note"));
+    } catch (const sdk::JsonInputError& e) {
       // Every rank parses the same strings, so every rank lands here alike.
       if (group.rank == 0) abandon_quietly(pending);
-      throw CheckpointError(failed + "malformed commit message from rank " + std::to_string(r) + ": " + e.what());
+      throw CheckpointError(failed + e.what());
     }
   }
   if (const auto failure = first_failure(failures)) {

@@ -21,6 +21,7 @@
 #include <set>
 #include <utility>
 
+#include <accel/sdk/json_input.hpp>  // describe
 #include <nlohmann/json.hpp>
 
 namespace accel::checkpoint {
@@ -192,7 +193,7 @@ OrderedJson parse_header_json(std::string_view text, std::string_view source) {
 uint64_t unsigned_field(const OrderedJson& value, std::string_view tensor, const char* what) {
   if (!value.is_number_unsigned()) {
     throw CheckpointError("tensor " + quote_name(tensor) + ": " + what +
-                          " must be a non-negative integer, got " + printable(value.dump(), 40));
+                          " must be a non-negative integer, got " + sdk::describe(nlohmann::json(value)));
   }
   return value.get<uint64_t>();
 }

@@ -1,88 +1,23 @@
 // Strict reading and writing of trainer_state.json (see trainer_state.h).
-// Every accessor below checks the JSON type exactly (nlohmann's get<int64_t>
-// would truncate 2.5 to 2 and wrap -1 into a huge unsigned) before the range.
+// Fields are read through sdk::JsonFields (accel/sdk/json_input.hpp), which
+// checks the JSON type exactly (nlohmann's get<int64_t> would truncate 2.5 to
+// 2 and wrap -1 into a huge unsigned) before the range, and quotes values
+// through describe(); the document is parsed with the SDK's depth limit.
 #include "host/checkpoint/trainer_state.h"
 
 #include <nlohmann/json.hpp>
 
-#include <cmath>
 #include <limits>
 #include <set>
 
 #include "host/checkpoint/atomic_dir.h"
+#include "host/checkpoint/checkpoint_json.h"
 
 namespace accel::checkpoint {
 namespace {
 
 using json = nlohmann::json;
-
-// One validated JSON object; errors name the file and the dotted field.
-class Fields {
- public:
-  Fields(const json& object, std::string where, std::string prefix)
-      : object_(object), where_(std::move(where)), prefix_(std::move(prefix)) {
-    if (!object_.is_object()) {
-      const std::string what = prefix_.empty() ? "the document" : "\"" + prefix_.substr(0, prefix_.size() - 1) + "\"";
-      throw CheckpointError("'" + where_ + "': " + what + " must be a JSON object");
-    }
-  }
-
-  // Unknown keys are refused: a field this build does not understand would
-  // be silently dropped on the next save.
-  void only(std::initializer_list<const char*> known) const {
-    const std::set<std::string> allowed(known.begin(), known.end());
-    for (const auto& item : object_.items()) {
-      if (!allowed.contains(item.key())) fail(item.key(), "is not a known field");
-    }
-  }
-  bool has(const char* key) const { return object_.contains(key); }
-
-  int64_t integer(const char* key, int64_t min, int64_t max) const {
-    const json& v = at(key);
-    if (!v.is_number_integer()) fail(key, "must be an integer, got " + v.dump());
-    // Unsigned values beyond int64 are out of range, not wrapped.
-    if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(max)) {
-      fail(key, "must be at most " + std::to_string(max) + ", got " + v.dump());
-    }
-    const int64_t value = v.get<int64_t>();
-    if (value < min) fail(key, "must be at least " + std::to_string(min) + ", got " + v.dump());
-    if (value > max) fail(key, "must be at most " + std::to_string(max) + ", got " + v.dump());
-    return value;
-  }
-  uint64_t unsigned_integer(const char* key) const {
-    const json& v = at(key);
-    if (!v.is_number_unsigned()) fail(key, "must be an integer >= 0, got " + v.dump());
-    return v.get<uint64_t>();
-  }
-  double positive_finite(const char* key) const {
-    const json& v = at(key);
-    if (!v.is_number()) fail(key, "must be a number, got " + v.dump());
-    const double value = v.get<double>();
-    if (!std::isfinite(value) || value <= 0.0) fail(key, "must be a finite number > 0, got " + v.dump());
-    return value;
-  }
-  std::string string(const char* key) const {
-    const json& v = at(key);
-    if (!v.is_string()) fail(key, "must be a string, got " + v.dump());
-    return v.get<std::string>();
-  }
-  Fields object(const char* key) const { return Fields(at(key), where_, prefix_ + key + "."); }
-
-  [[noreturn]] void fail(const std::string& key, const std::string& problem) const {
-    throw CheckpointError("'" + where_ + "': \"" + prefix_ + key + "\" " + problem);
-  }
-
- private:
-  const json& at(const char* key) const {
-    const auto it = object_.find(key);
-    if (it == object_.end()) fail(key, "is missing");
-    return *it;
-  }
-
-  const json& object_;
-  std::string where_;
-  std::string prefix_;
-};
+using sdk::JsonFields;
 
 // A plugin descriptor's name: [a-z][a-z0-9_]* (loaded_plugin.cpp's rule).
 bool plugin_name_ok(std::string_view name) {
@@ -94,7 +29,7 @@ bool plugin_name_ok(std::string_view name) {
 }
 
 // "" or "a,b,c" of valid, distinct plugin names.
-void check_plugin_list(const Fields& fields, const std::string& list) {
+void check_plugin_list(const JsonFields& fields, const std::string& list) {
   if (list.empty()) return;
   std::set<std::string> seen;
   size_t start = 0;
@@ -102,8 +37,8 @@ void check_plugin_list(const Fields& fields, const std::string& list) {
     const size_t comma = list.find(',', start);
     const std::string name = list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
     if (!plugin_name_ok(name) || !seen.insert(name).second) {
-      fields.fail("plugins", "must be distinct comma-separated plugin names ([a-z][a-z0-9_]*), got \"" + list +
-                                 "\"");
+      fields.fail("plugins", "must be distinct comma-separated plugin names ([a-z][a-z0-9_]*), got " +
+                                 sdk::describe(fields.value("plugins")));
     }
     if (comma == std::string::npos) return;
     start = comma + 1;
@@ -112,7 +47,7 @@ void check_plugin_list(const Fields& fields, const std::string& list) {
 
 constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
 // Model dimensions beyond this are not a GPT this host can build.
-constexpr int64_t kMaxDimension = int64_t{1} << 32;
+constexpr int64_t kMaxDimension = model::kMaxModelDimension;
 // Ranks of a saving run: far above any real job, far below int32 overflow.
 constexpr int64_t kMaxWorldSize = int64_t{1} << 24;
 
@@ -142,14 +77,9 @@ std::string trainer_state_json(const TrainerState& state) {
   return j.dump(2) + "\n";
 }
 
-TrainerState parse_trainer_state(std::string_view text, const std::string& where) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    throw CheckpointError("'" + where + "' is not valid JSON: " + e.what());
-  }
-  const Fields top(j, where, "");
+// The fields of `document`; messages begin "'<where>': ".
+static TrainerState read_fields(const json& document, const std::string& where) {
+  const JsonFields top(document, "'" + where + "'");
   // The version first: a newer file's other fields may mean something else.
   const int64_t version = top.integer("format_version", 0, kInt64Max);
   if (version != kTrainerStateFormatVersion) {
@@ -164,18 +94,20 @@ TrainerState parse_trainer_state(std::string_view text, const std::string& where
   s.optimizer_steps = top.integer("optimizer_steps", 0, s.step);
   s.data_position = top.integer("data_position", 0, kInt64Max);
 
-  const Fields rng = top.object("rng");
+  const JsonFields rng = top.object("rng");
   rng.only({"kind", "data_seed"});
   const std::string kind = rng.string("kind");
-  if (kind != kTrainerRngKind) rng.fail("kind", "must be \"" + std::string(kTrainerRngKind) + "\", got \"" + kind + "\"");
+  if (kind != kTrainerRngKind) {
+    rng.fail("kind", "must be \"" + std::string(kTrainerRngKind) + "\", got " + sdk::describe(rng.value("kind")));
+  }
   s.data_seed = rng.unsigned_integer("data_seed");
 
-  const Fields scaler = top.object("loss_scaler");
+  const JsonFields scaler = top.object("loss_scaler");
   scaler.only({"scale", "growth_tracker"});
   s.loss_scale = scaler.positive_finite("scale");
   s.loss_scale_growth_tracker = scaler.integer("growth_tracker", 0, kInt64Max);
 
-  const Fields model = top.object("model");
+  const JsonFields model = top.object("model");
   model.only({"n_layer", "n_head", "n_embd", "seq_len", "vocab_size", "family", "n_kv_head", "ffn_size", "rope_theta",
               "norm_eps"});
   s.model.n_layer = model.integer("n_layer", 1, kMaxDimension);
@@ -184,9 +116,11 @@ TrainerState parse_trainer_state(std::string_view text, const std::string& where
   s.model.seq_len = model.integer("seq_len", 1, kMaxDimension);
   s.model.vocab_size = model.integer("vocab_size", 1, kMaxDimension);
   // Optional: GPT-2 checkpoints written before the llama family existed.
-  if (model.has("family")) {
+  if (model.contains("family")) {
     const std::string family = model.string("family");
-    if (family != "gpt2" && family != "llama") model.fail("family", "must be \"gpt2\" or \"llama\", got \"" + family + "\"");
+    if (family != "gpt2" && family != "llama") {
+      model.fail("family", "must be \"gpt2\" or \"llama\", got " + sdk::describe(model.value("family")));
+    }
     s.model.family = family == "llama" ? model::ModelFamily::llama : model::ModelFamily::gpt2;
   }
   if (s.model.family == model::ModelFamily::llama) {
@@ -194,18 +128,22 @@ TrainerState parse_trainer_state(std::string_view text, const std::string& where
     if (s.model.n_head % s.model.n_kv_head != 0) model.fail("n_kv_head", "must divide n_head");
     s.model.ffn_size = model.integer("ffn_size", 1, kMaxDimension);
     s.model.rope_theta = model.positive_finite("rope_theta");
-  } else if (model.has("n_kv_head") && model.integer("n_kv_head", 0, 0) != 0) {
+  } else if (model.contains("n_kv_head") && model.integer("n_kv_head", 0, 0) != 0) {
     model.fail("n_kv_head", "must be 0 for gpt2");
   }
-  if (model.has("norm_eps")) s.model.norm_eps = model.positive_finite("norm_eps");
+  if (model.contains("norm_eps")) s.model.norm_eps = model.positive_finite("norm_eps");
 
   // Optional: files written before these fields existed.
-  if (top.has("plugins")) {
+  if (top.contains("plugins")) {
     s.plugins = top.string("plugins");
     check_plugin_list(top, s.plugins);
   }
-  if (top.has("world_size")) s.world_size = static_cast<int32_t>(top.integer("world_size", 1, kMaxWorldSize));
+  if (top.contains("world_size")) s.world_size = static_cast<int32_t>(top.integer("world_size", 1, kMaxWorldSize));
   return s;
+}
+
+TrainerState parse_trainer_state(std::string_view text, const std::string& where) {
+  return read_checkpoint_json([&] { return read_fields(sdk::parse_json(text, "'" + where + "'"), where); });
 }
 
 TrainerState read_trainer_state(const std::filesystem::path& dir) {

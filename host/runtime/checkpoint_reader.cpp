@@ -2,6 +2,7 @@
 // checkpoint_reader.h).
 #include "host/runtime/checkpoint_reader.h"
 
+#include <accel/sdk/json_input.hpp>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -102,61 +103,71 @@ void CheckpointReader::add_plugin_state(const fs::path& path, bool verify_overla
   const size_t file_index = files_.size();
   std::map<std::string, StoredTensor> tensors;
   std::map<std::string, std::string> strings;
+  // The one JSON rule (accel/sdk/json_input.hpp): depth limit, exact types
+  // (an offset of 2.5 is refused, not read as 2), values and names quoted
+  // through describe().
+  const auto name = [](const std::string& text) { return sdk::describe(nlohmann::json(text)); };
   try {
-    const nlohmann::json meta = nlohmann::json::parse(meta_it->second);
-    if (meta.at("format") != kPluginStateFormat) {
-      throw CheckpointError(where + "unknown format " + meta.at("format").dump());
+    const nlohmann::json document = sdk::parse_json(meta_it->second, where + "metadata");
+    const sdk::JsonFields meta(document, where + "metadata");
+    if (meta.string("format") != kPluginStateFormat) {
+      meta.fail("format", "is " + sdk::describe(meta.value("format")) + ", not \"" + kPluginStateFormat + "\"");
     }
-    if (meta.at("format_version") != kPluginStateFormatVersion) {
-      throw CheckpointError(where + "format_version " + meta.at("format_version").dump() + " is not 1");
+    if (meta.integer("format_version") != kPluginStateFormatVersion) {
+      meta.fail("format_version", "is " + sdk::describe(meta.value("format_version")) + ", not 1");
     }
-    for (const auto& [stored, j] : meta.at("tensors").items()) {
+    const sdk::JsonFields all_tensors = meta.object("tensors");
+    for (const auto& [stored, j] : all_tensors.json().items()) {
+      const sdk::JsonFields fields(j, where + "metadata", "tensors." + stored + ".");
       StoredTensor t;
-      const auto space = checkpoint_space_from_name(j.at("space").get<std::string>());
-      if (!space) throw CheckpointError(where + "'" + stored + "': unknown space " + j.at("space").dump());
+      const auto space = checkpoint_space_from_name(fields.string("space"));
+      if (!space) throw CheckpointError(where + name(stored) + ": unknown space " + sdk::describe(fields.value("space")));
       t.space = *space;
-      t.plugin = j.at("plugin").get<std::string>();
-      t.name = j.at("name").get<std::string>();
-      t.global_shape = j.at("global_shape").get<std::vector<int64_t>>();
+      t.plugin = fields.string("plugin");
+      t.name = fields.string("name");
+      t.global_shape = fields.integer_array("global_shape", 0);
       if (stored != plugin_state_name(t.space, t.plugin, t.name)) {
-        throw CheckpointError(where + "'" + stored + "' does not match its space, plugin and name");
+        throw CheckpointError(where + name(stored) + " does not match its space, plugin and name");
       }
-      const auto file_dtype = checkpoint::dtype_from_name(j.at("dtype").get<std::string>());
+      const auto file_dtype = checkpoint::dtype_from_name(fields.string("dtype"));
       if (!file_dtype || !from_file_dtype(*file_dtype)) {
-        throw CheckpointError(where + "'" + stored + "': unknown dtype " + j.at("dtype").dump());
+        throw CheckpointError(where + name(stored) + ": unknown dtype " + sdk::describe(fields.value("dtype")));
       }
       t.dtype = *from_file_dtype(*file_dtype);
-      for (int64_t d : t.global_shape) {
-        if (d < 0) throw CheckpointError(where + "'" + stored + "': negative global shape");
-      }
-      for (const auto& js : j.at("slices")) {
+      size_t index = 0;
+      for (const nlohmann::json& js : fields.array("slices")) {
+        const sdk::JsonFields slice(js, where + "metadata", "tensors." + stored + ".slices[" + std::to_string(index++) + "].");
         StoredTensor::Slice s;
         s.file = file_index;
-        s.tensor = js.at("tensor").get<std::string>();
-        s.offset = js.at("offset").get<std::vector<int64_t>>();
+        s.tensor = slice.string("tensor");
+        s.offset = slice.integer_array("offset", 0);
         const checkpoint::TensorInfo* info = file.find(s.tensor);
         if (info == nullptr) {
-          throw CheckpointError(where + "'" + stored + "': slice tensor '" + s.tensor + "' is missing");
+          throw CheckpointError(where + name(stored) + ": slice tensor " + name(s.tensor) + " is missing");
         }
         if (info->dtype != *file_dtype) {
-          throw CheckpointError(where + "'" + s.tensor + "' has another dtype than its tensor");
+          throw CheckpointError(where + name(s.tensor) + " has another dtype than its tensor");
         }
         s.shape = info->shape;
         if (s.shape.size() != t.global_shape.size() || s.offset.size() != t.global_shape.size()) {
-          throw CheckpointError(where + "'" + s.tensor + "' has the wrong number of dimensions");
+          throw CheckpointError(where + name(s.tensor) + " has the wrong number of dimensions");
         }
         for (size_t i = 0; i < s.shape.size(); ++i) {
-          if (s.offset[i] < 0 || s.offset[i] + s.shape[i] > t.global_shape[i]) {
-            throw CheckpointError(where + "'" + s.tensor + "' lies outside its global shape");
+          // offset + shape <= global, written so that neither side overflows.
+          if (s.shape[i] > t.global_shape[i] || s.offset[i] > t.global_shape[i] - s.shape[i]) {
+            throw CheckpointError(where + name(s.tensor) + " lies outside its global shape");
           }
         }
         t.slices.push_back(std::move(s));
       }
       tensors.emplace(stored, std::move(t));
     }
-    for (const auto& [stored, j] : meta.at("strings").items()) strings[stored] = j.at("value").get<std::string>();
-  } catch (const nlohmann::json::exception& e) {
-    throw CheckpointError(where + "malformed metadata: " + e.what());
+    const sdk::JsonFields all_strings = meta.object("strings");
+    for (const auto& [stored, j] : all_strings.json().items()) {
+      strings[stored] = sdk::JsonFields(j, where + "metadata", "strings." + stored + ".").string("value");
+    }
+  } catch (const sdk::JsonInputError& e) {
+    throw CheckpointError(e.what());
   }
   merge(std::move(file), std::move(tensors), strings, verify_overlaps);
 }

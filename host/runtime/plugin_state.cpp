@@ -2,6 +2,7 @@
 // and the commit-time tiling check (see plugin_state.h).
 #include "host/runtime/plugin_state.h"
 
+#include <accel/sdk/json_input.hpp>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -180,25 +181,33 @@ std::string SliceInventory::to_json() const {
 }
 
 SliceInventory SliceInventory::from_json(const std::string& text) {
+  // Another rank's text, read by the one JSON rule (accel/sdk/json_input.hpp):
+  // depth limit, exact types, names and values quoted through describe().
+  const std::string where = "slice inventory";
   SliceInventory inventory;
   try {
-    const nlohmann::json parsed = nlohmann::json::parse(text);  // outlives the loop over its items
-    for (const auto& [stored, j] : parsed.items()) {
+    const nlohmann::json parsed = sdk::parse_json(text, where);  // outlives the loop over its items
+    const sdk::JsonFields all(parsed, where);
+    for (const auto& [stored, j] : all.json().items()) {
+      const sdk::JsonFields fields(j, where, stored + ".");
       Entry& entry = inventory.entries_[stored];
-      const auto dtype = checkpoint::dtype_from_name(j.at("dtype").get<std::string>());
-      if (!dtype) throw CheckpointError("slice inventory: '" + stored + "' has an unknown dtype");
+      const auto dtype = checkpoint::dtype_from_name(fields.string("dtype"));
+      if (!dtype) fields.fail("dtype", "is unknown: " + sdk::describe(fields.value("dtype")));
       entry.dtype = *dtype;
-      entry.global_shape = j.at("global_shape").get<std::vector<int64_t>>();
-      for (const auto& b : j.at("boxes")) {
-        entry.boxes.push_back({b.at(0).get<std::vector<int64_t>>(), b.at(1).get<std::vector<int64_t>>()});
+      entry.global_shape = fields.integer_array("global_shape", 0);
+      size_t index = 0;
+      for (const nlohmann::json& b : fields.array("boxes")) {
+        const std::string box = "boxes[" + std::to_string(index++) + "]";
+        if (!b.is_array() || b.size() != 2) fields.fail(box, "must be [offset, extent], got " + sdk::describe(b));
+        entry.boxes.push_back({fields.integer_list(box + "[0]", b[0], 0), fields.integer_list(box + "[1]", b[1], 0)});
         if (entry.boxes.back().offset.size() != entry.global_shape.size() ||
             entry.boxes.back().extent.size() != entry.global_shape.size()) {
-          throw CheckpointError("slice inventory: '" + stored + "' has a box of the wrong rank");
+          fields.fail(box, "is of the wrong rank");
         }
       }
     }
-  } catch (const nlohmann::json::exception& e) {
-    throw CheckpointError(std::string("slice inventory is malformed: ") + e.what());
+  } catch (const sdk::JsonInputError& e) {
+    throw CheckpointError(e.what());
   }
   return inventory;
 }

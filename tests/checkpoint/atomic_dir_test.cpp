@@ -206,7 +206,7 @@ TEST_F(AtomicDirTest, MalformedManifestsAreRejected) {
     EXPECT_NE(why.find(fragment), std::string::npos) << why;
   };
   expect_bad("{", "not valid JSON");
-  expect_bad("[]", "not a JSON object");
+  expect_bad("[]", "must be a JSON object");
   expect_bad(R"({"format":"other","format_version":1,"files":[]})", "\"format\" is not");
   expect_bad(R"({"format":"accel-checkpoint-manifest","format_version":2,"files":[]})",
              "format_version 2 is not supported");
@@ -218,9 +218,44 @@ TEST_F(AtomicDirTest, MalformedManifestsAreRejected) {
              "listed twice");
   expect_bad(R"({"format":"accel-checkpoint-manifest","format_version":1,"files":[)"
              R"({"file":"a","size":1,"crc32":4294967296}]})",
-             "malformed entry");
+             "\"files[0].crc32\" must be at most 4294967295, got 4294967296");
   write_text(dir / "manifest.json", good);
   EXPECT_TRUE(verify_manifest(dir));
+}
+
+// The one JSON rule (accel/sdk/json_input.hpp): a manifest nested 300,000
+// deep is refused while it is parsed, and a huge wrong-typed value or file
+// name is quoted bounded (the refusal printed entries with dump()).
+TEST(ManifestJson, ADeepDocumentAndAHugeValueGiveOneBoundedLine) {
+  const auto error_of = [](const std::string& text) -> std::string {
+    try {
+      parse_manifest(text, "ckpt/manifest.json");
+    } catch (const CheckpointError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  const std::string head = R"({"format":"accel-checkpoint-manifest","format_version":1,"files":)";
+  EXPECT_EQ(error_of(head + std::string(300000, '[') + std::string(300000, ']') + "}"),
+            "ckpt/manifest.json: nests arrays or objects deeper than 64 levels");
+  std::string many(2 * (1 << 19), ',');
+  for (size_t i = 0; i < many.size(); i += 2) many[i] = '7';
+  many.pop_back();
+  const std::string huge_name(1 << 20, 'n');
+  for (const std::string& files : {
+           "[" + many + "]",                                                       // entries that are not objects
+           R"([{"file":")" + huge_name + R"(/x","size":1,"crc32":0}])",             // an invalid huge name
+           R"([{"file":")" + huge_name + R"(","size":1,"crc32":0},{"file":")" + huge_name + R"(","size":1,"crc32":0}])",
+           R"([{"file":"a","size":[)" + many + R"(],"crc32":0}])",                   // a huge wrong-typed size
+           R"([{"file":"a","size":1,"crc32":0.5}])"}) {
+    const std::string e = error_of(head + files + "}");
+    EXPECT_EQ(e.rfind("ckpt/manifest.json: ", 0), 0u) << e.substr(0, 300);
+    EXPECT_LT(e.size(), 300u) << e.substr(0, 300);
+    EXPECT_EQ(e.find('\n'), std::string::npos);
+  }
+  EXPECT_NE(error_of(head + R"([{"file":"a","size":1,"crc32":0.5}]})").find("\"files[0].crc32\" must be an integer, got 0.5"),
+            std::string::npos);
+  EXPECT_NE(error_of(head + "[7]}").find("\"files[0]\" must be a JSON object, got 7"), std::string::npos);
 }
 
 TEST_F(AtomicDirTest, ManifestThatIsASymlinkIsRefused) {

@@ -156,6 +156,43 @@ TEST_F(RankCommitTest, ACreateThatFailsOnRankZeroStopsEveryRankBeforeWriting) {
   for (const RankOutcome& o : outcomes) EXPECT_NE(o.error.find("not saved: rank 0: "), std::string::npos) << o.error;
 }
 
+// What a peer sends is read by the one JSON rule (accel/sdk/json_input.hpp):
+// a message nested 300,000 deep, or one whose entry is a huge wrong-typed
+// value, is refused as one bounded line and nothing is published. Rank 0
+// runs here; "rank 1" is the exchange, which sends `peer` in the round of
+// entries.
+TEST_F(RankCommitTest, AMalformedPeerMessageIsOneBoundedLine) {
+  std::string many(2 * (1 << 19), ',');
+  for (size_t i = 0; i < many.size(); i += 2) many[i] = '7';
+  many.pop_back();
+  const std::pair<std::string, std::string> cases[] = {
+      {"{\"entries\":" + std::string(300000, '[') + std::string(300000, ']') + "}", "deeper than 64 levels"},
+      {R"({"entries":[{"file":"a","size":[)" + many + R"(],"crc32":0}],"note":""})",
+       "\"entries[0].size\" must be an integer >= 0, got an array of 524288 element(s)"},
+      {R"({"entries":[{"file":"a","size":1,"crc32":4294967296}],"note":""})",
+       "\"entries[0].crc32\" must be at most 4294967295"},
+      {R"({"entries":[],"note":)" + std::string("[") + many + "]}", "\"note\" must be a string, got an array"},
+      {"not json", "not valid JSON"},
+  };
+  for (const auto& [peer, expected] : cases) {
+    fs::remove_all(root_);
+    int round = 0;
+    RankGroup group{0, 2, [&](const std::string& mine) -> std::vector<std::string> {
+                      return {mine, ++round == 2 ? peer : std::string()};
+                    }};
+    std::string error;
+    try {
+      commit_from_all_ranks(root_, "step_3", group, [](const fs::path& dir) { return write_file(0, dir); });
+    } catch (const CheckpointError& e) {
+      error = e.what();
+    }
+    EXPECT_NE(error.find("malformed commit message from rank 1: "), std::string::npos) << error.substr(0, 300);
+    EXPECT_NE(error.find(expected), std::string::npos) << error.substr(0, 300);
+    EXPECT_LT(error.size(), 400u) << error.substr(0, 300);
+    EXPECT_FALSE(fs::exists(root_ / "step_3"));
+  }
+}
+
 TEST_F(RankCommitTest, OneProcessNeedsNoExchange) {
   const fs::path dir = commit_from_all_ranks(root_, "step_3", RankGroup{}, [](const fs::path& d) {
     return write_file(0, d);

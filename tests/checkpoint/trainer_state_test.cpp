@@ -175,8 +175,39 @@ TEST(TrainerState, MissingFieldsAndNonObjectsAreNamed) {
     parse_trainer_state("{\"step\": ", "f");
     ADD_FAILURE() << "truncated JSON accepted";
   } catch (const CheckpointError& e) {
-    EXPECT_EQ(std::string(e.what()).rfind("'f' is not valid JSON", 0), 0u) << e.what();
+    EXPECT_EQ(std::string(e.what()).rfind("'f': not valid JSON", 0), 0u) << e.what();
   }
+}
+
+// The one JSON rule (accel/sdk/json_input.hpp): a document nested 300,000
+// deep is refused while it is parsed (a recursive walk or dump() of it
+// overflows the stack), and a huge wrong-typed value is quoted bounded.
+TEST(TrainerState, ADeepDocumentAndAHugeValueGiveOneBoundedLine) {
+  std::string text = sample_json().dump();
+  text.insert(1, "\"step\": " + std::string(300000, '[') + std::string(300000, ']') + ", ");
+  std::string e;
+  try {
+    parse_trainer_state(text, "ckpt/trainer_state.json");
+  } catch (const CheckpointError& error) {
+    e = error.what();
+  }
+  EXPECT_EQ(e, "'ckpt/trainer_state.json': nests arrays or objects deeper than 64 levels");
+  for (const json& huge : {json(std::string(1 << 20, 'x')), json(std::vector<int>(1 << 20, 7))}) {
+    for (const char* pointer : {"/step", "/plugins", "/rng/kind", "/model/family"}) {
+      json j = sample_json();
+      j[json::json_pointer(pointer)] = huge;
+      e = error_of(j);
+      EXPECT_NE(e, "") << pointer;
+      EXPECT_LT(e.size(), 300u) << pointer << ": " << e.substr(0, 300);
+      EXPECT_EQ(e.find('\n'), std::string::npos) << pointer;
+    }
+  }
+  json j = sample_json();
+  j[std::string(1 << 20, 'k') + "\n"] = 1;  // an unknown key is named, cut and escaped
+  e = error_of(j);
+  EXPECT_NE(e.find("is not a known field"), std::string::npos) << e.substr(0, 300);
+  EXPECT_LT(e.size(), 300u);
+  EXPECT_EQ(e.find('\n'), std::string::npos);
 }
 
 class TrainerStateFile : public ::testing::Test {

@@ -188,11 +188,41 @@ class HuggingFaceBadInput(TempDirMixin, unittest.TestCase):
 
     def test_another_architecture(self):
         self.edit_config(model_type="mistral", architectures=["MistralForCausalLM"])
-        self.refused(mentions=["config.json", "model_type 'mistral'", "gpt2, llama"])
+        self.refused(mentions=["config.json", '"model_type" is "mistral"', "gpt2, llama"])
 
     def test_another_activation(self):
         self.edit_config(activation_function="relu")
         self.refused(mentions=["activation_function", "relu"])
+
+    def test_a_wrong_typed_value_nested_deep_is_one_line(self):
+        # 300,000 nested arrays (a 600 KB file) crashed the host with SIGSEGV:
+        # the refusal printed the value with dump(), which recursed.
+        path = os.path.join(self.hf_dir, "config.json")
+        with open(path) as f:
+            text = f.read()
+        depth = 300_000
+        with open(path, "w") as f:
+            f.write('{"vocab_size": ' + "[" * depth + "]" * depth + ", " + text.lstrip()[1:])
+        self.refused(mentions=["config.json", "deeper than 64 levels"])
+
+    def test_numbers_are_read_by_the_json_rule(self):
+        cases = [
+            (dict(vocab_size=256.9), ['"vocab_size" must be an integer, got 256.9']),
+            (dict(vocab_size=1e19), ['"vocab_size" must be an integer, got 1e+19']),
+            (dict(vocab_size=[[[[1]]]]), ['"vocab_size" must be an integer, got an array of 1 element(s)']),
+            (dict(layer_norm_epsilon=0), ['"layer_norm_epsilon" must be a finite number > 0, got 0']),
+            (dict(n_head=3), ['"n_embd" (64) must be a multiple of "n_head" (3)']),
+            (dict(activation_function="x" * 100_000), ["activation_function", "(100000 characters)"]),
+        ]
+        path = os.path.join(self.hf_dir, "config.json")
+        with open(path) as f:
+            original = f.read()
+        for changes, mentions in cases:
+            with self.subTest(changes=str(changes)[:60]):
+                with open(path, "w") as f:
+                    f.write(original)
+                self.edit_config(**changes)
+                self.refused(mentions=["config.json"] + mentions)
 
     def test_untied_head(self):
         self.edit_config(tie_word_embeddings=False)

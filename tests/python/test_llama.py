@@ -229,8 +229,29 @@ class LlamaBadInput(TempDirMixin, unittest.TestCase):
             (dict(tie_word_embeddings=True), ["tie_word_embeddings"]),
             (dict(hidden_act="gelu"), ["hidden_act", "gelu"]),
             (dict(head_dim=32), ["head_dim", "32"]),
-            (dict(num_key_value_heads=3), ["multiple of --n-kv-head 3"]),
-            (dict(model_type="mistral"), ["model_type 'mistral'", "gpt2, llama"]),
+            (dict(num_key_value_heads=3), ['"num_attention_heads" (4) must be a multiple of "num_key_value_heads" (3)']),
+            (dict(model_type="mistral"), ['"model_type" is "mistral"', "gpt2, llama"]),
+        ]
+        with open(os.path.join(self.hf_dir, "config.json")) as f:
+            original = f.read()
+        for changes, mentions in cases:
+            with self.subTest(changes=changes):
+                with open(os.path.join(self.hf_dir, "config.json"), "w") as f:
+                    f.write(original)
+                self.edit_config(**changes)
+                self.refused("config.json", *mentions)
+
+    def test_numbers_are_read_by_the_json_rule(self):
+        # rms_norm_eps 0 trained and saved a checkpoint nothing could read
+        # back; -1.0 gave a NaN first loss; 256.9 ran as 256; 1e19 was
+        # reported as -9223372036854775808.
+        cases = [
+            (dict(rms_norm_eps=0), ['"rms_norm_eps" must be a finite number > 0, got 0']),
+            (dict(rms_norm_eps=-1.0), ['"rms_norm_eps" must be a finite number > 0, got -1.0']),
+            (dict(rope_parameters={"rope_type": "default", "rope_theta": 0.0}), ['"rope_parameters.rope_theta"']),
+            (dict(vocab_size=256.9), ['"vocab_size" must be an integer, got 256.9']),
+            (dict(vocab_size=1e19), ['"vocab_size" must be an integer, got 1e+19']),
+            (dict(max_position_embeddings=0), ['"max_position_embeddings" must be at least 1, got 0']),
         ]
         with open(os.path.join(self.hf_dir, "config.json")) as f:
             original = f.read()

@@ -8,9 +8,12 @@
 
 #include <unistd.h>
 
+#include <cstdint>
 #include <filesystem>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "host/checkpoint/atomic_dir.h"
 #include "host/checkpoint/safetensors.h"
@@ -242,6 +245,94 @@ TEST(FindOverlappingBoxes, SweepsRowsAndSkipsEmptyBoxes) {
   EXPECT_EQ(find_overlapping_boxes({{{0, 0}, {4, 2}}, {{0, 2}, {4, 2}}}), std::nullopt);
   // Two puts of one scalar.
   EXPECT_TRUE(find_overlapping_boxes({{{}, {}}, {{}, {}}}).has_value());
+}
+
+// Plugin-state metadata is read by the one JSON rule (accel/sdk/json_input.hpp):
+// depth limit, exact types, bounded messages (refusals printed values with
+// dump()), and an offset near INT64_MAX is refused rather than overflowing
+// offset + shape.
+TEST_F(CheckpointReaderTest, MetadataIsReadByTheJsonRule) {
+  write_rank(0, [&](PluginStateWriter& w) { put(w, ACCEL_CHECKPOINT_MODEL, "h.0.w", {8, 6}, {0, 0}, kFull); });
+  const fs::path good = dir_ / plugin_state_file_name(0);
+  const checkpoint::SafetensorsFile file = checkpoint::SafetensorsFile::open(good);
+  const nlohmann::json meta = nlohmann::json::parse(file.metadata().at(kPluginStateMetadataKey));
+  const std::string stored = meta.at("tensors").begin().key();
+  const auto error_with = [&](const std::string& metadata) -> std::string {
+    checkpoint::SafetensorsWriter writer;
+    for (const checkpoint::TensorInfo& info : file.tensors()) {
+      std::vector<char> bytes(info.nbytes());
+      file.read(info, bytes.data(), bytes.size());
+      writer.add(info.name, info.dtype, info.shape, bytes.data(), bytes.size());
+    }
+    writer.set_metadata(kPluginStateMetadataKey, metadata);
+    const fs::path path = dir_ / "edited.safetensors";
+    writer.write(path);
+    try {
+      CheckpointReader reader;
+      reader.add_plugin_state_file(path);
+    } catch (const CheckpointError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  const auto edited = [&](const std::string& pointer, const nlohmann::json& value) {
+    nlohmann::json j = meta;
+    j[nlohmann::json::json_pointer(pointer)] = value;
+    return error_with(j.dump());
+  };
+  std::string escaped;  // stored names hold '/': a JSON pointer spells it ~1
+  for (char c : stored) escaped += c == '/' ? std::string("~1") : c == '~' ? std::string("~0") : std::string(1, c);
+  const std::string tensor = "/tensors/" + escaped;
+  EXPECT_EQ(error_with(meta.dump()), "");
+  std::string many(2 * (1 << 19), ',');
+  for (size_t i = 0; i < many.size(); i += 2) many[i] = '7';
+  many.pop_back();
+  const std::pair<std::string, std::string> cases[] = {
+      {error_with("{\"tensors\":" + std::string(300000, '[') + std::string(300000, ']') + "}"),
+       "metadata: nests arrays or objects deeper than 64 levels"},
+      {edited("/format", nlohmann::json::parse(std::string(40, '[') + std::string(40, ']'))),
+       "\"format\" must be a string, got an array of 1 element(s)"},
+      {edited("/format_version", 1.5), "\"format_version\" must be an integer, got 1.5"},
+      {edited(tensor + "/global_shape/0", 8.5), "global_shape[0]\" must be an integer, got 8.5"},
+      {edited(tensor + "/global_shape/1", -6), "global_shape[1]\" must be at least 0, got -6"},
+      {edited(tensor + "/slices/0/offset/0", INT64_MAX), "lies outside its global shape"},
+      {edited(tensor + "/space", std::string(1 << 20, 's')), "(1048576 characters)"},
+      {edited(tensor + "/dtype", nlohmann::json::parse("[" + many + "]")),
+       "\"dtype\" must be a string, got an array of 524288 element(s)"},
+      {edited(tensor + "/slices/0/tensor", std::string(1 << 20, 't')), "is missing"},
+      {edited("/strings", nlohmann::json{{"k", {{"value", nlohmann::json::parse("[" + many + "]")}}}}),
+       "\"strings.k.value\" must be a string, got an array of 524288 element(s)"},
+  };
+  for (const auto& [error, expected] : cases) {
+    EXPECT_NE(error.find(expected), std::string::npos) << error.substr(0, 300);
+    EXPECT_LT(error.size(), 500u) << error.substr(0, 300);
+    EXPECT_EQ(error.find('\n'), std::string::npos);
+  }
+}
+
+// A slice inventory (another rank's text) likewise.
+TEST(SliceInventoryJson, IsReadByTheJsonRule) {
+  const auto error_of = [](const std::string& text) -> std::string {
+    try {
+      SliceInventory::from_json(text);
+    } catch (const CheckpointError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_EQ(error_of(R"({"@model/w":{"dtype":"F32","global_shape":[8,6],"boxes":[[[0,0],[8,6]]]}})"), "");
+  EXPECT_EQ(error_of("{\"@model/w\":" + std::string(300000, '[') + std::string(300000, ']') + "}"),
+            "slice inventory: nests arrays or objects deeper than 64 levels");
+  EXPECT_NE(error_of(R"({"@model/w":{"dtype":"F32","global_shape":[8,6],"boxes":[[[0,0.5],[8,6]]]}})")
+                .find("\"@model/w.boxes[0][0][1]\" must be an integer, got 0.5"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"@model/w":{"dtype":"F32","global_shape":[8,-6],"boxes":[]}})")
+                .find("\"@model/w.global_shape[1]\" must be at least 0, got -6"),
+            std::string::npos);
+  const std::string huge = error_of(R"({"@model/w":{"dtype":")" + std::string(1 << 20, 'd') +
+                                    R"(","global_shape":[8,6],"boxes":[]}})");
+  EXPECT_NE(huge.find("(1048576 characters)"), std::string::npos) << huge.substr(0, 300);
+  EXPECT_LT(huge.size(), 300u);
 }
 
 // The commit-time check over every rank's inventory (accel/checkpoint.h:

@@ -32,6 +32,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace accel::sdk {
 
@@ -96,8 +97,7 @@ class JsonFields {
   JsonFields(const nlohmann::json& object, std::string where, std::string prefix = {})
       : object_(object), where_(std::move(where)), prefix_(std::move(prefix)) {
     if (!object_.is_object()) {
-      const std::string what =
-          prefix_.empty() ? "the document" : "\"" + prefix_.substr(0, prefix_.size() - 1) + "\"";
+      const std::string what = prefix_.empty() ? "the document" : quoted_name(prefix_.substr(0, prefix_.size() - 1));
       throw JsonInputError(where_ + ": " + what + " must be a JSON object, got " + describe(object_));
     }
   }
@@ -182,6 +182,24 @@ class JsonFields {
     if (!v.is_array()) fail(key, "must be an array, got " + describe(v));
     return v;
   }
+  // An array of integers, each by the rule and within [min, max] (a shape,
+  // an offset); element i is named "<key>[i]" in messages.
+  std::vector<int64_t> integer_array(const char* key, int64_t min = std::numeric_limits<int64_t>::min(),
+                                     int64_t max = std::numeric_limits<int64_t>::max()) const {
+    return integer_list(key, at(key), min, max);
+  }
+  // The same for any value (an element of an array field), named `name`.
+  std::vector<int64_t> integer_list(const std::string& name, const nlohmann::json& v,
+                                    int64_t min = std::numeric_limits<int64_t>::min(),
+                                    int64_t max = std::numeric_limits<int64_t>::max()) const {
+    if (!v.is_array()) fail(name, "must be an array of integers, got " + describe(v));
+    std::vector<int64_t> values;
+    values.reserve(v.size());
+    for (size_t i = 0; i < v.size(); ++i) {
+      values.push_back(integer_value(name + "[" + std::to_string(i) + "]", v[i], min, max));
+    }
+    return values;
+  }
   // The raw value, present (for fields whose type decides their meaning).
   const nlohmann::json& value(const char* key) const { return at(key); }
 
@@ -200,8 +218,12 @@ class JsonFields {
     return value;
   }
 
+  // The key (and the prefix, when a reader names an object by its key in
+  // the document) may be the document's own text, as where only() names an
+  // unknown one: it is shown escaped (a newline in it cannot break the line)
+  // and cut after 128 characters, so the message stays one bounded line.
   [[noreturn]] void fail(const std::string& key, const std::string& problem) const {
-    throw JsonInputError(where_ + ": \"" + prefix_ + key + "\" " + problem);
+    throw JsonInputError(where_ + ": " + quoted_name(prefix_ + key) + " " + problem);
   }
 
  private:
@@ -209,6 +231,12 @@ class JsonFields {
     const auto it = object_.find(key);
     if (it == object_.end()) fail(key, "is missing");
     return *it;
+  }
+  // `name` in double quotes, escaped, cut after 128 characters.
+  static std::string quoted_name(const std::string& name) {
+    constexpr size_t kShownName = 128;
+    const nlohmann::json cut = name.size() <= kShownName ? name : name.substr(0, kShownName) + "...";
+    return cut.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   }
   static std::string shortest(double value) {
     char text[32];

@@ -1,0 +1,235 @@
+// Hugging Face config.json is read by the one JSON rule: every field a GPT-2
+// or Llama reader takes is mutated to a wrong type or an out-of-range value
+// and must be refused with one bounded line naming the file and the key.
+// Regressions pinned here: a wrong-typed value nested 300,000 deep crashed
+// the host (its refusal printed the value with dump(), which recursed);
+// rms_norm_eps 0 trained and saved a checkpoint nothing could read back and
+// -1.0 gave a NaN loss; "vocab_size": 256.9 ran as 256 and 1e19 was
+// reported as "got -9223372036854775808". Also: what export-hf writes
+// parses back to the same shape, and a FIFO config.json is refused without
+// blocking.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "host/checkpoint/hf_config.h"
+
+namespace accel::checkpoint {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+json gpt2_json() {
+  return json::parse(R"({"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": 256,
+    "n_positions": 32, "n_embd": 64, "n_layer": 2, "n_head": 4, "n_inner": null,
+    "activation_function": "gelu_new", "layer_norm_epsilon": 1e-05, "resid_pdrop": 0.1, "embd_pdrop": 0.0,
+    "attn_pdrop": 0.0, "scale_attn_weights": true, "tie_word_embeddings": true, "bos_token_id": 50256})");
+}
+
+json llama_json() {
+  return json::parse(R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 256,
+    "max_position_embeddings": 64, "hidden_size": 64, "intermediate_size": 176, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "hidden_act": "silu",
+    "rms_norm_eps": 1e-06, "rope_parameters": {"rope_theta": 500000.0, "rope_type": "default"},
+    "attention_bias": false, "attention_dropout": 0.0, "mlp_bias": false, "pretraining_tp": 1,
+    "tie_word_embeddings": false})");
+}
+
+constexpr const char* kWhere = "hf/config.json";
+
+std::string error_of_text(const std::string& text) {
+  try {
+    parse_hf_config(text, kWhere);
+  } catch (const CheckpointError& e) {
+    return e.what();
+  }
+  return "";
+}
+std::string error_of(const json& j) { return error_of_text(j.dump()); }
+
+// The error must be one line naming the file, under 400 characters.
+void expect_refused(const std::string& error, const std::string& fragment, const std::string& context) {
+  EXPECT_EQ(error.rfind(std::string(kWhere) + ": ", 0), 0u) << context << ": " << error;
+  EXPECT_NE(error.find(fragment), std::string::npos) << context << ": " << error;
+  EXPECT_EQ(error.find('\n'), std::string::npos) << context << ": " << error;
+  EXPECT_LT(error.size(), 400u) << context;
+}
+
+// `depth` nested arrays around 1: dump() of it recursed once per level.
+std::string nested_arrays(size_t depth) { return std::string(depth, '[') + "1" + std::string(depth, ']'); }
+
+TEST(HfConfig, BothFamiliesParse) {
+  const HfModelConfig gpt2 = parse_hf_config(gpt2_json().dump(), kWhere);
+  EXPECT_EQ(gpt2.shape.family, model::ModelFamily::gpt2);
+  EXPECT_EQ(gpt2.shape.seq_len, 32);
+  EXPECT_EQ(gpt2.shape.vocab_size, 256);
+  ASSERT_EQ(gpt2.ignored.size(), 1u);
+  EXPECT_NE(gpt2.ignored[0].find("resid_pdrop 0.1"), std::string::npos);
+  const HfModelConfig llama = parse_hf_config(llama_json().dump(), kWhere);
+  EXPECT_EQ(llama.shape.family, model::ModelFamily::llama);
+  EXPECT_EQ(llama.shape.n_kv_head, 2);
+  EXPECT_EQ(llama.shape.ffn_size, 176);
+  EXPECT_EQ(llama.shape.rope_theta, 500000.0);
+  EXPECT_EQ(llama.shape.norm_eps, 1e-6);
+}
+
+TEST(HfConfig, WhatExportWritesParsesBack) {
+  for (const json& j : {gpt2_json(), llama_json()}) {
+    const model::GptConfig shape = parse_hf_config(j.dump(), kWhere).shape;
+    EXPECT_EQ(parse_hf_config(hf_config_json(shape), kWhere).shape, shape) << shape.describe();
+  }
+}
+
+TEST(HfConfig, AWrongTypedValueNestedDeepIsOneLine) {
+  // 300,000 levels (a 600 KB file) crashed the host with SIGSEGV.
+  for (const char* key : {"vocab_size", "rms_norm_eps", "architectures", "rope_scaling", "model_type"}) {
+    std::string text = llama_json().dump();
+    text.insert(1, "\"" + std::string(key) + "\": " + nested_arrays(300000) + ", ");
+    expect_refused(error_of_text(text), "deeper than 64 levels", key);
+  }
+  // Within the depth limit a wrong-typed value is named by its size.
+  json j = gpt2_json();
+  j["vocab_size"] = json::parse(nested_arrays(40));
+  expect_refused(error_of(j), "\"vocab_size\" must be an integer, got an array of 1 element(s)", "vocab_size");
+  j = llama_json();
+  j["rope_scaling"] = json::parse(nested_arrays(40));
+  expect_refused(error_of(j), "\"rope_scaling\" is an array of 1 element(s)", "rope_scaling");
+}
+
+TEST(HfConfig, AHugeValueIsQuotedBounded) {
+  json j = gpt2_json();
+  j["activation_function"] = std::string(1 << 20, 'x');
+  expect_refused(error_of(j), "(1048576 characters)", "activation_function");
+  j = gpt2_json();
+  j["architectures"] = json::array({std::string(1 << 20, 'y')});
+  expect_refused(error_of(j), "(1048576 characters)", "architectures");
+  j = gpt2_json();
+  j["model_type"] = std::string(1 << 20, 'z') + "\n";
+  expect_refused(error_of(j), "(1048577 characters)", "model_type");
+  j = llama_json();
+  j["rope_parameters"][std::string(1 << 20, 'k')] = 1;
+  expect_refused(error_of(j), "is not supported", "a rope_parameters key");
+}
+
+TEST(HfConfig, IntegersAreIntegers) {
+  json j = gpt2_json();
+  j["vocab_size"] = 256.9;  // ran as 256
+  expect_refused(error_of(j), "\"vocab_size\" must be an integer, got 256.9", "256.9");
+  j["vocab_size"] = 1e19;  // was "got -9223372036854775808"
+  expect_refused(error_of(j), "\"vocab_size\" must be an integer, got 1e+19", "1e19");
+  j["vocab_size"] = 18446744073709551615ull;
+  expect_refused(error_of(j), "\"vocab_size\" must be at most 4294967296, got 18446744073709551615", "2^64-1");
+  j["vocab_size"] = "256";
+  expect_refused(error_of(j), "\"vocab_size\" must be an integer, got \"256\"", "a string");
+  j = llama_json();
+  j["num_key_value_heads"] = 2.0;
+  expect_refused(error_of(j), "\"num_key_value_heads\" must be an integer, got 2.0", "2.0");
+}
+
+TEST(HfConfig, EpsilonsAndRopeThetaAreFiniteAndPositive) {
+  for (const json& bad : {json(0), json(-1.0), json(0.0), json("1e-6"), json(nullptr)}) {
+    json j = llama_json();
+    j["rms_norm_eps"] = bad;
+    if (bad.is_null()) {
+      EXPECT_EQ(parse_hf_config(j.dump(), kWhere).shape.norm_eps, 1e-6);  // absent: transformers' default
+      continue;
+    }
+    expect_refused(error_of(j), "\"rms_norm_eps\" must be", bad.dump());
+  }
+  json j = llama_json();
+  j["rope_parameters"]["rope_theta"] = 0;
+  expect_refused(error_of(j), "\"rope_parameters.rope_theta\" must be a finite number > 0, got 0", "theta 0");
+  j = llama_json();
+  j.erase("rope_parameters");
+  j["rope_theta"] = -10000.0;
+  expect_refused(error_of(j), "\"rope_theta\" must be a finite number > 0", "theta < 0");
+  j = gpt2_json();
+  j["layer_norm_epsilon"] = 0;
+  expect_refused(error_of(j), "\"layer_norm_epsilon\" must be a finite number > 0, got 0", "gpt2 eps 0");
+  j["layer_norm_epsilon"] = 1e-6;
+  expect_refused(error_of(j), "epsilon 1e-05", "gpt2 eps 1e-6");
+  // 1e400 is not JSON a finite double can hold: refused whatever nlohmann makes of it.
+  j = gpt2_json();
+  j.erase("layer_norm_epsilon");
+  std::string text = j.dump();
+  text.insert(1, "\"layer_norm_epsilon\": 1e400, ");
+  EXPECT_NE(error_of_text(text), "");
+}
+
+TEST(HfConfig, EveryDimensionIsRangeChecked) {
+  struct Case {
+    json document;
+    const char* key;
+    json value;
+    const char* expected;
+  };
+  const Case cases[] = {
+      {gpt2_json(), "n_layer", 0, "\"n_layer\" must be at least 1, got 0"},
+      {gpt2_json(), "n_head", -4, "\"n_head\" must be at least 1, got -4"},
+      {gpt2_json(), "n_head", 3, "\"n_embd\" (64) must be a multiple of \"n_head\" (3)"},
+      {gpt2_json(), "vocab_size", 1, "\"vocab_size\" must be at least 2, got 1"},
+      {gpt2_json(), "n_positions", int64_t{1} << 40, "\"n_positions\" must be at most 4294967296"},
+      {gpt2_json(), "n_inner", 100, "\"n_inner\" is 100"},
+      {gpt2_json(), "n_inner", 256.5, "\"n_inner\" must be an integer, got 256.5"},
+      {gpt2_json(), "resid_pdrop", 1.5, "\"resid_pdrop\" must be at most 1, got 1.5"},
+      {gpt2_json(), "scale_attn_weights", "yes", "\"scale_attn_weights\" must be true or false, got \"yes\""},
+      {gpt2_json(), "tie_word_embeddings", false, "\"tie_word_embeddings\" is false"},
+      {llama_json(), "hidden_size", 60, "\"hidden_size\" (60) must be a multiple of \"num_attention_heads\" (4)"},
+      {llama_json(), "num_attention_heads", 64, "head width"},
+      {llama_json(), "num_key_value_heads", 3, "\"num_attention_heads\" (4) must be a multiple of \"num_key_value_heads\" (3)"},
+      {llama_json(), "num_key_value_heads", 8, "\"num_key_value_heads\" must be at most 4, got 8"},
+      {llama_json(), "num_key_value_heads", 0, "\"num_key_value_heads\" must be at least 1, got 0"},
+      {llama_json(), "intermediate_size", 0, "\"intermediate_size\" must be at least 1, got 0"},
+      {llama_json(), "head_dim", 8, "\"head_dim\" is 8"},
+      {llama_json(), "pretraining_tp", 2, "\"pretraining_tp\" is 2"},
+      {llama_json(), "attention_dropout", -0.1, "\"attention_dropout\" must be at least 0"},
+      {llama_json(), "hidden_act", "gelu", "\"hidden_act\" is \"gelu\""},
+      {llama_json(), "rope_parameters", json::array(), "\"rope_parameters\" must be a JSON object, got an array"},
+      {llama_json(), "architectures", json::array({"LlamaForCausalLM", 7}), "\"architectures\" holds 7"},
+      {llama_json(), "architectures", "LlamaForCausalLM", "\"architectures\" must be an array"},
+  };
+  for (const Case& c : cases) {
+    json j = c.document;
+    j[c.key] = c.value;
+    expect_refused(error_of(j), c.expected, std::string(c.key) + " = " + c.value.dump());
+  }
+}
+
+TEST(HfConfig, TheDocumentAndItsModelTypeAreNamed) {
+  expect_refused(error_of_text("[1, 2]"), "the document must be a JSON object, got an array of 2 element(s)", "array");
+  expect_refused(error_of_text("{"), "not valid JSON", "truncated");
+  expect_refused(error_of_text("{}"), "\"model_type\" is missing", "empty");
+  expect_refused(error_of(json{{"model_type", "mistral"}}), "\"model_type\" is \"mistral\", which is not supported",
+                 "mistral");
+  expect_refused(error_of(json{{"model_type", 2}}), "\"model_type\" must be a string, got 2", "number");
+  expect_refused(error_of(json{{"model_type", "gpt2"}}), "\"vocab_size\" is missing", "no vocab_size");
+}
+
+TEST(HfConfig, AFifoConfigIsRefusedWithoutBlocking) {
+  const fs::path dir = fs::temp_directory_path() / ("hf_config_test_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  ASSERT_EQ(::mkfifo((dir / "config.json").c_str(), 0600), 0);
+  auto read = std::async(std::launch::async, [&]() -> std::string {
+    try {
+      read_hf_config(dir);
+    } catch (const CheckpointError& e) {
+      return e.what();
+    }
+    return "";
+  });
+  ASSERT_EQ(read.wait_for(std::chrono::seconds(10)), std::future_status::ready) << "blocked on the FIFO";
+  EXPECT_NE(read.get().find("is a FIFO, not a regular file"), std::string::npos);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace accel::checkpoint
