@@ -247,7 +247,7 @@ TEST(ManifestJson, ADeepDocumentAndAHugeValueGiveOneBoundedLine) {
            R"([{"file":")" + huge_name + R"(/x","size":1,"crc32":0}])",             // an invalid huge name
            R"([{"file":")" + huge_name + R"(","size":1,"crc32":0},{"file":")" + huge_name + R"(","size":1,"crc32":0}])",
            R"([{"file":"a","size":[)" + many + R"(],"crc32":0}])",                   // a huge wrong-typed size
-           R"([{"file":"a","size":1,"crc32":0.5}])"}) {
+           std::string(R"([{"file":"a","size":1,"crc32":0.5}])")}) {
     const std::string e = error_of(head + files + "}");
     EXPECT_EQ(e.rfind("ckpt/manifest.json: ", 0), 0u) << e.substr(0, 300);
     EXPECT_LT(e.size(), 300u) << e.substr(0, 300);
