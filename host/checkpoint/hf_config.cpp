@@ -14,6 +14,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "host/model/model_limits.h"
 #include "host/util/strformat.h"
 
 namespace accel::checkpoint {

@@ -12,6 +12,7 @@
 
 #include "host/checkpoint/atomic_dir.h"
 #include "host/checkpoint/checkpoint_json.h"
+#include "host/model/model_limits.h"
 
 namespace accel::checkpoint {
 namespace {

@@ -13,12 +13,6 @@ namespace accel::model {
 
 enum class ModelFamily { gpt2, llama };
 
-// The largest dimension (layers, heads, width, sequence, vocabulary, MLP
-// width) a stored shape may name: trainer_state.json and config.json are
-// read against it, far above any real model and far below int64 overflow of
-// a product of two.
-inline constexpr int64_t kMaxModelDimension = int64_t{1} << 32;
-
 struct GptConfig {
   int64_t n_layer = 2;
   int64_t n_head = 4;

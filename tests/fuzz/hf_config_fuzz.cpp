@@ -19,6 +19,7 @@
 #include <string_view>
 
 #include "host/checkpoint/hf_config.h"
+#include "host/model/model_limits.h"
 
 namespace {
 
