@@ -5,6 +5,7 @@
 // file only, never a blocking open, bounded in size.
 #include <accel/sdk/error.hpp>
 #include <accel/sdk/input_file.hpp>
+#include <accel/sdk/json_input.hpp>
 
 #include <filesystem>
 #include <fstream>
@@ -97,7 +98,12 @@ ZeroConfig read_config(const sdk::Services& s) {
     out.close();
     std::error_code ec;
     std::filesystem::remove(probe, ec);
-    if (!out) refuse(std::string(key) + " " + path + ": not a writable directory");
+    if (!out) {
+      // The path comes from the config: shown whole up to any real path's
+      // length, an unbounded one cut (describe()).
+      const std::string shown = path.size() <= 256 ? path : sdk::describe(nlohmann::json(path));
+      refuse(std::string(key) + " " + shown + ": not a writable directory");
+    }
   }
   return c;
 }

@@ -197,7 +197,7 @@ std::string text_of(const std::string& value) { return shown(value); }
 template <typename T>
 std::string text_of(const T& value) {
   std::ostringstream out;
-  out << value;
+  out << std::boolalpha << value;
   return out.str();
 }
 
