@@ -160,6 +160,8 @@ Settings run_settings(const RunConfig& c, const model::GptConfig& shape, const p
       {"--grad_scaler.growth_factor", real(c.grad_scaler.growth_factor)},
       {"--grad_scaler.backoff_factor", real(c.grad_scaler.backoff_factor)},
       {"--grad_scaler.growth_interval", whole(c.grad_scaler.growth_interval)},
+      {"--grad_scaler.hysteresis", whole(c.grad_scaler.hysteresis)},
+      {"--grad_scaler.min_scale", real(c.grad_scaler.min_scale)},
       {"--init_process_group.backend", c.comm.backend},
       {"--init_process_group.timeout", real(c.comm.timeout_s)},
       {"--save", c.save_dir},

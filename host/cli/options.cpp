@@ -219,7 +219,12 @@ po::options_description run_options(RunConfig& c, RawStrings& raw) {
        "scale multiplier after a step with inf/nan gradients")
       ("grad_scaler.growth_interval",
        po::value(&c.grad_scaler.growth_interval)->default_value(c.grad_scaler.growth_interval),
-       "finite steps between growths");
+       "finite steps between growths")
+      ("grad_scaler.hysteresis", po::value(&c.grad_scaler.hysteresis)->default_value(c.grad_scaler.hysteresis),
+       "overflowing steps that back off the scale only at the Nth since the last growth (DeepSpeed's "
+       "fp16.hysteresis; 1: every one)")
+      ("grad_scaler.min_scale", po::value(&c.grad_scaler.min_scale)->default_value(c.grad_scaler.min_scale),
+       "the scale never backs off below this (DeepSpeed's fp16.min_loss_scale; 0: no floor)");
 
   po::options_description autocast("AutocastKwargs ([autocast] in --config)");
   autocast.add_options()
@@ -268,6 +273,7 @@ void validate(const RunConfig& c) {
       {"grad_scaler.init_scale", c.grad_scaler.init_scale},
       {"grad_scaler.growth_factor", c.grad_scaler.growth_factor},
       {"grad_scaler.backoff_factor", c.grad_scaler.backoff_factor},
+      {"grad_scaler.min_scale", c.grad_scaler.min_scale},
       {"init_process_group.timeout", c.comm.timeout_s},
   };
   for (const auto& [option, value] : reals) require_finite(option, value);
@@ -293,6 +299,9 @@ void validate(const RunConfig& c) {
   require(c.grad_scaler.backoff_factor > 0 && c.grad_scaler.backoff_factor < 1,
           "--grad_scaler.backoff_factor must lie in (0, 1)");
   require(c.grad_scaler.growth_interval > 0, "--grad_scaler.growth_interval must be > 0");
+  require(c.grad_scaler.hysteresis > 0, "--grad_scaler.hysteresis must be > 0");
+  require(c.grad_scaler.min_scale >= 0 && c.grad_scaler.min_scale <= c.grad_scaler.init_scale,
+          "--grad_scaler.min_scale must lie in [0, --grad_scaler.init_scale]");
   require(c.comm.backend == "auto" || c.comm.backend == "mpi" || c.comm.backend == "nccl",
           "--init_process_group.backend: '" + c.comm.backend + "' is not one of: auto, mpi, nccl");
   require(c.comm.timeout_s >= kMinTimeoutSeconds && c.comm.timeout_s <= kMaxTimeoutSeconds,
@@ -417,6 +426,7 @@ ParsedCommandLine parse_command_line(const std::vector<std::string>& args,
   if (vm.count("ffn-size")) c.model_overrides.ffn_size = raw.ffn_size;
   // The checkpoint's config.json gives the architecture: a preset beside it
   // would be silently ignored. Shape overrides are checked against it later.
+  c.optimizer.grad_clip_given = !vm["grad-clip"].defaulted();
   require(c.init_from.empty() || vm["model"].defaulted(),
           "--model and --init-from both choose the model; drop --model (the shape comes from " + c.init_from + ")");
   validate(c);

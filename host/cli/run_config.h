@@ -20,13 +20,17 @@ enum class DataOrder { shuffled, sequential };
 enum class LrScheduleKind { constant, linear, cosine };
 enum class MixedPrecision { no, bf16, fp16 };
 
-// GradScalerKwargs: the dynamic loss scaler used with fp16.
+// GradScalerKwargs: the dynamic loss scaler used with fp16. hysteresis and
+// min_scale are DeepSpeed's (fp16.hysteresis, fp16.min_loss_scale); their
+// defaults keep torch's GradScaler rules.
 struct GradScalerOptions {
   bool enabled = true;
   double init_scale = 65536.0;
   double growth_factor = 2.0;
   double backoff_factor = 0.5;
   int64_t growth_interval = 2000;
+  int64_t hysteresis = 1;   // overflowing steps (since the last growth) that back off; 1: every one
+  double min_scale = 0.0;   // the scale never backs off below this; 0: no floor
 };
 
 // AutocastKwargs: how --mixed-precision's autocast behaves.
@@ -54,6 +58,7 @@ struct OptimizerOptions {
   double eps = 1e-8;
   double weight_decay = 0.1;
   double grad_clip = 1.0;  // max global grad norm; 0 disables clipping
+  bool grad_clip_given = false;  // --grad-clip came from the user (a plugin's own clipping must then agree)
 };
 
 // --eval-every and its companions: every `every` optimizer steps and after

@@ -92,7 +92,9 @@ void fill_option_store(const PluginRegistry& registry, const std::map<std::strin
                                                     static_cast<double>(config.grad_accum), config.grad_accum));
   store.put("train", "micro_batch_size",
             host_value(ACCEL_OPTION_INT, std::to_string(micro), static_cast<double>(micro), micro));
-  store.put("train", "max_grad_norm", host_value(ACCEL_OPTION_DOUBLE, strformat("%g", o.grad_clip), o.grad_clip));
+  runtime::OptionValue max_grad_norm = host_value(ACCEL_OPTION_DOUBLE, strformat("%g", o.grad_clip), o.grad_clip);
+  max_grad_norm.given = o.grad_clip_given;  // a plugin's own clipping option may then take its place
+  store.put("train", "max_grad_norm", max_grad_norm);
   store.put("train", "lr", host_value(ACCEL_OPTION_DOUBLE, strformat("%g", o.lr), o.lr));
   store.put("train", "weight_decay", host_value(ACCEL_OPTION_DOUBLE, strformat("%g", o.weight_decay), o.weight_decay));
   // The schedule's settings, for a plugin whose configuration names its own
@@ -112,6 +114,19 @@ void fill_option_store(const PluginRegistry& registry, const std::map<std::strin
   // that runs host work of its own (the sharding plugins' offloaded AdamW).
   store.put("train", "threads", host_value(ACCEL_OPTION_INT, std::to_string(config.threads),
                                            static_cast<double>(config.threads), config.threads));
+  // The fp16 loss scaler's settings, for a plugin whose configuration names
+  // them (deepspeed_zero's fp16 section) and must agree.
+  const GradScalerOptions& scaler = config.grad_scaler;
+  store.put("train", "loss_scale_init",
+            host_value(ACCEL_OPTION_DOUBLE, strformat("%g", scaler.init_scale), scaler.init_scale));
+  store.put("train", "loss_scale_growth_interval",
+            host_value(ACCEL_OPTION_INT, std::to_string(scaler.growth_interval),
+                       static_cast<double>(scaler.growth_interval), scaler.growth_interval));
+  store.put("train", "loss_scale_hysteresis",
+            host_value(ACCEL_OPTION_INT, std::to_string(scaler.hysteresis), static_cast<double>(scaler.hysteresis),
+                       scaler.hysteresis));
+  store.put("train", "loss_scale_min",
+            host_value(ACCEL_OPTION_DOUBLE, strformat("%g", scaler.min_scale), scaler.min_scale));
   runtime::OptionValue precision = host_value(ACCEL_OPTION_ENUM, to_string(config.mixed_precision));
   precision.enum_index = static_cast<int32_t>(config.mixed_precision);
   store.put("train", "mixed_precision", precision);

@@ -1,7 +1,10 @@
 // The dynamic loss scaler for fp16 (GradScalerKwargs): multiply the loss by
 // `scale` before backward, divide the gradients after; a step whose
 // gradients hold inf/nan is skipped and the scale backs off; after
-// growth_interval finite steps in a row it grows. torch.amp.GradScaler's rules.
+// growth_interval finite steps in a row it grows. torch.amp.GradScaler's rules,
+// with DeepSpeed's two additions: hysteresis (only the Nth overflow since the
+// last growth backs off; the others just skip) and a floor (min_scale). A
+// resume restores the scale and the growth tracker and refills the hysteresis.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -32,6 +35,7 @@ class LossScaler {
   bool active_;
   double scale_;
   int64_t growth_tracker_ = 0;
+  int64_t hysteresis_left_;  // overflows still absorbed before the next back-off
 };
 
 }  // namespace accel::train

@@ -1,12 +1,15 @@
 // read_config.cpp — the deepspeed_zero options, accel-host's train.* section
 // and the hf_ds_config file read through the services, then resolved by
 // resolve_config (see zero_config.h); NVMe paths probed for writability.
+// The file is opened by the SDK's rule (accel/sdk/input_file.hpp): a regular
+// file only, never a blocking open, bounded in size.
 #include <accel/sdk/error.hpp>
+#include <accel/sdk/input_file.hpp>
+#include <accel/sdk/json_input.hpp>
 
 #include <filesystem>
 #include <fstream>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -22,6 +25,9 @@ namespace {
 
 [[noreturn]] void refuse(const std::string& message) { throw Error(ACCEL_ERROR_INVALID_ARGUMENT, message); }
 
+// Far above any DeepSpeed config (Accelerate's examples are about 1 KiB).
+constexpr uint64_t kMaxConfigBytes = 4u << 20;
+
 }  // namespace
 
 ZeroConfig read_config(const sdk::Services& s) {
@@ -34,12 +40,17 @@ ZeroConfig read_config(const sdk::Services& s) {
   h.grad_accum = s.option<int64_t>("train.grad_accum_steps");
   h.batch_size = s.option<int64_t>("train.micro_batch_size") * h.grad_accum;
   h.max_grad_norm = s.option<double>("train.max_grad_norm");
+  h.max_grad_norm_given = s.option_is_set("train.max_grad_norm");
   h.lr = s.option<double>("train.lr");
   h.min_lr = s.option<double>("train.min_lr");
   h.weight_decay = s.option<double>("train.weight_decay");
   h.warmup_steps = s.option<int64_t>("train.warmup_steps");
   h.decay_steps = s.option<int64_t>("train.decay_steps");
   h.mixed_precision = s.option<std::string>("train.mixed_precision");
+  h.loss_scale_init = s.option<double>("train.loss_scale_init");
+  h.loss_scale_growth_interval = s.option<int64_t>("train.loss_scale_growth_interval");
+  h.loss_scale_hysteresis = s.option<int64_t>("train.loss_scale_hysteresis");
+  h.loss_scale_min = s.option<double>("train.loss_scale_min");
 
   PluginFields f;
   const auto given_text = [&](const char* name) -> std::optional<std::string> {
@@ -66,16 +77,12 @@ ZeroConfig read_config(const sdk::Services& s) {
   std::string source = "the DeepSpeed config";
   if (!f.hf_ds_config.empty()) {
     source = "hf_ds_config " + f.hf_ds_config;
-    std::error_code ec;
-    if (!std::filesystem::is_regular_file(f.hf_ds_config, ec)) {
-      refuse("--deepspeed_zero.hf_ds_config " + f.hf_ds_config + ": not a readable regular file");
+    try {
+      text = sdk::read_input_file(f.hf_ds_config, kMaxConfigBytes, "--deepspeed_zero.hf_ds_config");
+    } catch (const sdk::InputFileError& e) {
+      refuse(e.what());
     }
-    std::ifstream in(f.hf_ds_config, std::ios::binary);
-    std::ostringstream buffer;
-    buffer << in.rdbuf();
-    if (!in) refuse("--deepspeed_zero.hf_ds_config " + f.hf_ds_config + ": cannot be read");
-    text = buffer.str();
-    if (text.empty()) refuse(source + ": invalid JSON: the file is empty");
+    if (text.empty()) refuse(source + ": not valid JSON: the file is empty");
   }
   ZeroConfig c = resolve_config(f, h, text, source);
   // NVMe: the path must be a writable directory (checked by writing a probe
@@ -91,7 +98,12 @@ ZeroConfig read_config(const sdk::Services& s) {
     out.close();
     std::error_code ec;
     std::filesystem::remove(probe, ec);
-    if (!out) refuse(std::string(key) + " " + path + ": not a writable directory");
+    if (!out) {
+      // The path comes from the config: shown whole up to any real path's
+      // length, an unbounded one cut (describe()).
+      const std::string shown = path.size() <= 256 ? path : sdk::describe(nlohmann::json(path));
+      refuse(std::string(key) + " " + shown + ": not a writable directory");
+    }
   }
   return c;
 }

@@ -3,10 +3,12 @@
 #include "zero_config.h"
 
 #include <accel/sdk/error.hpp>
+#include <accel/sdk/json_input.hpp>
 
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -47,15 +49,35 @@ namespace {
 
 [[noreturn]] void refuse(const std::string& message) { throw Error(ACCEL_ERROR_INVALID_ARGUMENT, message); }
 
+// A text value as a message shows it: short text as written, long text cut
+// (describe()'s rule), so a message never repeats an unbounded input.
+std::string shown(const std::string& text) {
+  constexpr size_t kShownAsIs = 40;
+  return text.size() <= kShownAsIs ? text : sdk::describe(json(text));
+}
+
+// Whether "auto" is a value for a key: Accelerate (deepspeed_config_process
+// and DeepSpeedPlugin's field mapping) fills the batch sizes,
+// gradient_clipping, the precision switches, the ZeRO stage, the offload
+// devices and paths, the bucket sizes it derives from the model, the
+// optimizer's and the scheduler's values; Transformers' Trainer fills betas
+// and eps likewise. Anywhere else DeepSpeed would meet the literal "auto"
+// and reject it, so it is refused here too.
+enum class Auto { filled, refused };
+
 // The JSON config as DeepSpeed reads it: values by dotted path ("a.b"),
-// "auto" told apart, every key looked at remembered so the rest can be
-// named in one warning.
+// every section on the way an object, each value of the type its key
+// takes, "auto" told apart, every key looked at remembered so the rest can
+// be named in one warning. Typed reads go through sdk::JsonFields, so the
+// messages read `<source>: "<path>" <problem>`.
 class Reader {
  public:
   Reader(json root, std::string source) : root_(std::move(root)), source_(std::move(source)) {}
 
   const std::string& source() const { return source_; }
-  // nullptr when absent. Marks the key (and its parents) as understood.
+  // nullptr when absent (or null where DeepSpeed's schema takes null).
+  // Marks the key and its sections as understood; a section that is not an
+  // object is refused, never read as absent.
   const json* find(const std::string& path) {
     for (size_t dot = path.find('.'); dot != std::string::npos; dot = path.find('.', dot + 1)) {
       seen_.insert(path.substr(0, dot));
@@ -63,47 +85,56 @@ class Reader {
     seen_.insert(path);
     const json* node = &root_;
     size_t start = 0;
-    while (start <= path.size()) {
-      const size_t dot = std::min(path.find('.', start), path.size());
-      const std::string key = path.substr(start, dot - start);
-      if (!node->is_object()) return nullptr;
-      const auto it = node->find(key);
-      if (it == node->end()) return nullptr;
+    for (;;) {
+      const size_t dot = path.find('.', start);
+      const auto it = node->find(path.substr(start, dot == std::string::npos ? std::string::npos : dot - start));
+      if (it == node->end() || (it->is_null() && nullable(path.substr(0, dot)))) return nullptr;
+      if (dot == std::string::npos) return &*it;
+      (void)sdk::JsonFields(*it, source_, path.substr(0, dot + 1));  // throws unless an object
       node = &*it;
       start = dot + 1;
     }
-    return node;
   }
-  static bool is_auto(const json* v) { return v != nullptr && v->is_string() && v->get<std::string>() == "auto"; }
+  // A section: absent, or an object (null too where the schema takes it).
+  void section(const std::string& path) {
+    const json* v = find(path);
+    if (v != nullptr) (void)sdk::JsonFields(*v, source_, path + ".");  // throws unless an object
+  }
+  static bool is_auto(const json* v) { return v != nullptr && v->is_string() && v->get_ref<const std::string&>() == "auto"; }
   std::string where(const std::string& path) const { return source_ + " " + path; }
+  [[noreturn]] void fail(const std::string& path, const std::string& problem) const {
+    refuse(source_ + ": \"" + path + "\" " + problem);
+  }
 
-  // A concrete value of the type, nullopt when absent or "auto".
-  std::optional<double> number(const std::string& path) {
-    const json* v = find(path);
-    if (v == nullptr || is_auto(v)) return std::nullopt;
-    if (!v->is_number()) refuse(where(path) + ": expected a number or \"auto\", got " + v->dump());
-    const double d = v->get<double>();
-    if (!std::isfinite(d)) refuse(where(path) + ": expected a finite number, got " + v->dump());
-    return d;
+  // A concrete value of the type, nullopt when absent or "auto" (filled by
+  // the caller); numbers within [min, max].
+  std::optional<double> number(const std::string& path, Auto rule, double min = -std::numeric_limits<double>::max(),
+                               double max = std::numeric_limits<double>::max()) {
+    const auto [fields, key] = field(path, rule);
+    if (!fields) return std::nullopt;
+    return fields->number(key.c_str(), min, max);
   }
-  std::optional<int64_t> integer(const std::string& path) {
-    const std::optional<double> d = number(path);
-    if (!d) return std::nullopt;
-    if (*d != std::floor(*d) || std::fabs(*d) > 9.0e15)
-      refuse(where(path) + ": expected a whole number, got " + format("%g", *d));
-    return static_cast<int64_t>(*d);
+  // A whole number: a JSON integer, or a number written with an exponent or
+  // a fraction of zero (Python writes 1e9 and 2e8 in the published configs,
+  // and DeepSpeed's schema takes them).
+  std::optional<int64_t> whole(const std::string& path, Auto rule, int64_t min = 0, int64_t max = kMaxWhole) {
+    const auto [fields, key] = field(path, rule);
+    if (!fields) return std::nullopt;
+    const json& v = fields->value(key.c_str());
+    if (v.is_number_integer()) return fields->integer(key.c_str(), min, max);
+    const double d = fields->number(key.c_str(), static_cast<double>(min), static_cast<double>(max));
+    if (d != std::floor(d)) fail(path, "must be a whole number, got " + sdk::describe(v));
+    return static_cast<int64_t>(d);
   }
-  std::optional<bool> boolean(const std::string& path) {
-    const json* v = find(path);
-    if (v == nullptr || is_auto(v)) return std::nullopt;
-    if (!v->is_boolean()) refuse(where(path) + ": expected true, false or \"auto\", got " + v->dump());
-    return v->get<bool>();
+  std::optional<bool> boolean(const std::string& path, Auto rule) {
+    const auto [fields, key] = field(path, rule);
+    if (!fields) return std::nullopt;
+    return fields->boolean(key.c_str());
   }
-  std::optional<std::string> text(const std::string& path) {
-    const json* v = find(path);
-    if (v == nullptr || is_auto(v)) return std::nullopt;
-    if (!v->is_string()) refuse(where(path) + ": expected a string, got " + v->dump());
-    return v->get<std::string>();
+  std::optional<std::string> text(const std::string& path, Auto rule) {
+    const auto [fields, key] = field(path, rule);
+    if (!fields) return std::nullopt;
+    return fields->string(key.c_str());
   }
 
   // Every leaf key of the config nobody asked for, by dotted path.
@@ -113,12 +144,35 @@ class Reader {
     return out;
   }
 
+  // Far beyond any count or size a config holds, and exact in a double.
+  static constexpr int64_t kMaxWhole = int64_t{1} << 53;
+
  private:
+  // The object holding `path`'s last key, read by the rule, and that key;
+  // no object when the value is absent or a filled "auto".
+  std::pair<std::optional<sdk::JsonFields>, std::string> field(const std::string& path, Auto rule) {
+    const json* v = find(path);
+    if (v == nullptr) return {std::nullopt, {}};
+    if (is_auto(v)) {
+      if (rule == Auto::filled) return {std::nullopt, {}};
+      fail(path, "is \"auto\", which nothing fills (Accelerate fills \"auto\" only for values it derives from the "
+                 "run): write the value");
+    }
+    const size_t dot = path.rfind('.');
+    if (dot == std::string::npos) return {sdk::JsonFields(root_, source_), path};
+    const json* parent = find(path.substr(0, dot));
+    return {sdk::JsonFields(*parent, source_, path.substr(0, dot + 1)), path.substr(dot + 1)};
+  }
+  // Keys DeepSpeed's schema declares Optional: null is their absence.
+  static bool nullable(const std::string& path) {
+    return path == "zero_optimization.offload_optimizer" || path == "zero_optimization.offload_param" ||
+           path == "zero_optimization.offload_optimizer.nvme_path" || path == "zero_optimization.offload_param.nvme_path";
+  }
   void collect(const json& node, const std::string& prefix, std::vector<std::string>& out) const {
     for (auto it = node.begin(); it != node.end(); ++it) {
       const std::string path = prefix.empty() ? it.key() : prefix + "." + it.key();
       if (seen_.count(path) != 0) {
-        if (it->is_object() && !is_whole(path)) collect(*it, path, out);
+        if (it->is_object() && !is_whole(path)) collect(*it, path, out);  // depth bounded by parse_json
         continue;
       }
       out.push_back(path);
@@ -136,7 +190,15 @@ OffloadDevice parse_device(const std::string& text, const std::string& where) {
   if (text == "none") return OffloadDevice::none;
   if (text == "cpu") return OffloadDevice::cpu;
   if (text == "nvme") return OffloadDevice::nvme;
-  refuse(where + ": " + text + " is not none, cpu or nvme");
+  refuse(where + ": " + shown(text) + " is not none, cpu or nvme");
+}
+
+std::string text_of(const std::string& value) { return shown(value); }
+template <typename T>
+std::string text_of(const T& value) {
+  std::ostringstream out;
+  out << std::boolalpha << value;
+  return out.str();
 }
 
 // A config value against accel-host's (or a plugin option's) setting: the
@@ -145,10 +207,7 @@ template <typename T>
 T agree(const std::optional<T>& config, T host, const std::string& config_name, const std::string& host_name) {
   if (!config) return host;
   if (*config != host) {
-    std::ostringstream a, b;
-    a << *config;
-    b << host;
-    refuse(config_name + " " + a.str() + " contradicts " + host_name + " " + b.str() +
+    refuse(config_name + " " + text_of(*config) + " contradicts " + host_name + " " + text_of(host) +
            " (make them agree, or write \"auto\")");
   }
   return *config;
@@ -165,9 +224,7 @@ void resolve_batch(Reader& r, const HostSettings& host, const PluginFields& fiel
     const json* v = r.find(key);
     if (v == nullptr) return std::nullopt;
     if (Reader::is_auto(v)) return host_value;
-    const std::optional<int64_t> n = r.integer(key);
-    if (*n <= 0) refuse(r.where(key) + format(" %lld: must be at least 1", static_cast<long long>(*n)));
-    return n;
+    return r.whole(key, Auto::filled, 1, int64_t{1} << 24);  // products stay far inside int64
   };
   std::optional<int64_t> batch = value("train_batch_size", host.batch_size);
   std::optional<int64_t> micro = value("train_micro_batch_size_per_gpu", host_micro);
@@ -209,40 +266,76 @@ void resolve_batch(Reader& r, const HostSettings& host, const PluginFields& fiel
   c.train_batch_size = agree(batch, host.batch_size, r.where("train_batch_size"), "accel-host's --batch-size");
 }
 
+// fp16's dynamic loss scale against accel-host's scaler (--grad_scaler.*),
+// which scales the loss here: each key DeepSpeed's DynamicLossScaler takes
+// must agree with the flag that sets the same thing, so the scale follows
+// the config. Absent keys leave the host's values.
+void resolve_loss_scale(Reader& r, const HostSettings& host, bool fp16) {
+  const std::optional<double> loss_scale = r.number("fp16.loss_scale", Auto::refused, 0.0);
+  const std::optional<int64_t> power = r.whole("fp16.initial_scale_power", Auto::refused, 0, 126);
+  const std::optional<int64_t> window = r.whole("fp16.loss_scale_window", Auto::refused, 1);
+  const std::optional<int64_t> hysteresis = r.whole("fp16.hysteresis", Auto::refused, 1);
+  const std::optional<double> min_scale = r.number("fp16.min_loss_scale", Auto::refused, 0.0);
+  const std::optional<bool> consecutive = r.boolean("fp16.consecutive_hysteresis", Auto::refused);
+  (void)r.boolean("fp16.auto_cast", Auto::refused);  // the host's autocast casts the inputs either way
+  if (!fp16) return;  // understood; the scaler is off
+  if (loss_scale && *loss_scale != 0.0) {
+    refuse(r.where("fp16.loss_scale") + format(" %g: a static loss scale is not served; 0 (dynamic, accel-host's "
+                                               "--grad_scaler.*) is",
+                                               *loss_scale));
+  }
+  const auto must_match = [&](const char* key, bool agrees, const std::string& config_value, const char* flag,
+                              const std::string& host_value, const std::string& wanted) {
+    if (agrees) return;
+    refuse(r.where(key) + " " + config_value + " contradicts accel-host's " + flag + " " + host_value + " (give " +
+           flag + " " + wanted + ", or remove the key)");
+  };
+  if (power) {
+    const double scale = std::ldexp(1.0, static_cast<int>(*power));
+    must_match("fp16.initial_scale_power", scale == host.loss_scale_init,
+               std::to_string(*power) + format(" (a scale of %.17g)", scale), "--grad_scaler.init_scale",
+               format("%.17g", host.loss_scale_init), format("%.17g", scale));
+  }
+  if (window) {
+    must_match("fp16.loss_scale_window", *window == host.loss_scale_growth_interval, std::to_string(*window),
+               "--grad_scaler.growth_interval", std::to_string(host.loss_scale_growth_interval),
+               std::to_string(*window));
+  }
+  if (hysteresis) {
+    must_match("fp16.hysteresis", *hysteresis == host.loss_scale_hysteresis, std::to_string(*hysteresis),
+               "--grad_scaler.hysteresis", std::to_string(host.loss_scale_hysteresis), std::to_string(*hysteresis));
+  }
+  if (min_scale) {
+    must_match("fp16.min_loss_scale", *min_scale == host.loss_scale_min, format("%.17g", *min_scale),
+               "--grad_scaler.min_scale", format("%.17g", host.loss_scale_min), format("%.17g", *min_scale));
+  }
+  if (consecutive && *consecutive) {
+    refuse(r.where("fp16.consecutive_hysteresis") +
+           " true: not served; the hysteresis refills when the scale grows (DeepSpeed's default, false)");
+  }
+}
+
 void resolve_precision(Reader& r, const HostSettings& host, ZeroConfig& c) {
-  const std::optional<bool> bf16 = r.boolean("bf16.enabled");
-  const std::optional<bool> fp16 = r.boolean("fp16.enabled");
-  (void)r.find("bf16");
-  (void)r.find("fp16");
+  r.section("bf16");
+  r.section("fp16");
+  r.section("bfloat16");  // DeepSpeed's older name for bf16: read below
+  std::optional<bool> bf16 = r.boolean("bf16.enabled", Auto::filled);
+  const char* bf16_key = "bf16.enabled";
+  if (!bf16 && r.find("bf16") == nullptr) {
+    bf16 = r.boolean("bfloat16.enabled", Auto::filled);
+    bf16_key = "bfloat16.enabled";
+  }
+  const std::optional<bool> fp16 = r.boolean("fp16.enabled", Auto::filled);
   if (bf16 && *bf16 != (host.mixed_precision == "bf16")) {
-    refuse(r.where("bf16.enabled") + (*bf16 ? " true" : " false") + " contradicts accel-host's --mixed-precision " +
+    refuse(r.where(bf16_key) + (*bf16 ? " true" : " false") + " contradicts accel-host's --mixed-precision " +
            host.mixed_precision);
   }
   if (fp16 && *fp16 != (host.mixed_precision == "fp16")) {
     refuse(r.where("fp16.enabled") + (*fp16 ? " true" : " false") + " contradicts accel-host's --mixed-precision " +
            host.mixed_precision);
   }
-  if (host.mixed_precision == "fp16") {
-    // The host's GradScaler (--grad_scaler.*) scales the loss; a static
-    // scale it cannot give.
-    const std::optional<double> loss_scale = r.number("fp16.loss_scale");
-    if (loss_scale && *loss_scale != 0.0) {
-      refuse(r.where("fp16.loss_scale") + format(" %g: a static loss scale is not served; 0 (dynamic, the host's "
-                                                 "GradScaler, --grad_scaler.*) is",
-                                                 *loss_scale));
-    }
-    for (const char* key : {"fp16.initial_scale_power", "fp16.loss_scale_window", "fp16.hysteresis",
-                            "fp16.min_loss_scale", "fp16.auto_cast"}) {
-      if (r.find(key) != nullptr) {
-        c.notes.push_back(r.where(key) + ": the dynamic loss scale is accel-host's GradScaler's (--grad_scaler.*)");
-      }
-    }
-  } else {
-    for (const char* key : {"fp16.loss_scale", "fp16.initial_scale_power", "fp16.loss_scale_window", "fp16.hysteresis",
-                            "fp16.min_loss_scale", "fp16.auto_cast"}) {
-      (void)r.find(key);  // understood; fp16 is off
-    }
-  }
+  (void)r.boolean("bf16.immediate_grad_update", Auto::refused);  // the host's optimizer steps in fp32 either way
+  resolve_loss_scale(r, host, host.mixed_precision == "fp16");
   // Stage 3 gathers and reduces in the compute precision, as DeepSpeed
   // keeps bf16/fp16 parameters beside the fp32 partitions; stages 1 and 2
   // leave the parameters to the host (fp32, autocast).
@@ -251,52 +344,57 @@ void resolve_precision(Reader& r, const HostSettings& host, ZeroConfig& c) {
 
 void resolve_optimizer(Reader& r, const HostSettings& host, ZeroConfig& c) {
   if (r.find("optimizer") == nullptr) return;
-  const std::optional<std::string> type = r.text("optimizer.type");
+  r.section("optimizer");
+  r.section("optimizer.params");
+  const std::optional<std::string> type = r.text("optimizer.type", Auto::refused);
   if (!type) refuse(r.where("optimizer.type") + ": missing (Adam or AdamW)");
   std::string lower;
   for (char ch : *type) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
   if (lower != "adam" && lower != "adamw") {
-    refuse(r.where("optimizer.type") + " " + *type + ": only Adam and AdamW are served (the sharded AdamW)");
+    refuse(r.where("optimizer.type") + " " + shown(*type) + ": only Adam and AdamW are served (the sharded AdamW)");
   }
   OptimizerChoice& o = c.optimizer;
   o.from_config = true;
   o.type = *type;
-  o.lr = r.number("optimizer.params.lr");
-  o.eps = r.number("optimizer.params.eps");
-  o.weight_decay = r.number("optimizer.params.weight_decay");
+  o.lr = r.number("optimizer.params.lr", Auto::filled, 0.0);
+  o.eps = r.number("optimizer.params.eps", Auto::filled, 0.0);
+  o.weight_decay = r.number("optimizer.params.weight_decay", Auto::filled, 0.0);
   if (const json* betas = r.find("optimizer.params.betas"); betas != nullptr && !Reader::is_auto(betas)) {
-    if (!betas->is_array() || betas->size() != 2 || !(*betas)[0].is_number() || !(*betas)[1].is_number()) {
-      refuse(r.where("optimizer.params.betas") + ": expected [beta1, beta2], got " + betas->dump());
+    if (!betas->is_array() || betas->size() != 2 || !(*betas)[0].is_number() || !(*betas)[1].is_number() ||
+        !std::isfinite((*betas)[0].get<double>()) || !std::isfinite((*betas)[1].get<double>())) {
+      r.fail("optimizer.params.betas", "must be [beta1, beta2], two finite numbers, got " + sdk::describe(*betas));
     }
     o.beta1 = (*betas)[0].get<double>();
     o.beta2 = (*betas)[1].get<double>();
   }
   // Adam's adam_w_mode (default true) is AdamW; L2-coupled Adam only
   // differs from it when it decays.
-  const bool w_mode = r.boolean("optimizer.params.adam_w_mode").value_or(true);
+  const bool w_mode = r.boolean("optimizer.params.adam_w_mode", Auto::refused).value_or(true);
   const double decay = o.weight_decay.value_or(host.weight_decay);
   if (lower == "adam" && !w_mode && decay != 0.0) {
     refuse(r.where("optimizer.params.adam_w_mode") + " false with weight_decay " + format("%g", decay) +
            ": L2-coupled Adam is not served (decoupled AdamW is)");
   }
-  if (r.boolean("optimizer.params.bias_correction").value_or(true) == false) {
+  if (r.boolean("optimizer.params.bias_correction", Auto::refused).value_or(true) == false) {
     refuse(r.where("optimizer.params.bias_correction") + " false: AdamW without bias correction is not served");
   }
-  if (r.boolean("optimizer.params.amsgrad").value_or(false)) {
+  if (r.boolean("optimizer.params.amsgrad", Auto::refused).value_or(false)) {
     refuse(r.where("optimizer.params.amsgrad") + " true: AMSGrad is not served");
   }
-  (void)r.find("optimizer.params.torch_adam");  // the host's kernel either way
+  (void)r.boolean("optimizer.params.torch_adam", Auto::refused);  // the host's kernel either way
   std::string replaced = "lr " + format("%g", o.lr.value_or(host.lr));
   if (o.beta1) replaced += format(", betas (%g, %g)", *o.beta1, *o.beta2);
   if (o.eps) replaced += format(", eps %g", *o.eps);
   replaced += format(", weight_decay %g", decay);
-  c.notes.push_back(r.source() + " names optimizer " + *type + ": its " + replaced +
+  c.notes.push_back(r.source() + " names optimizer " + shown(*type) + ": its " + replaced +
                     " replace accel-host's optimizer flags (DummyOptim)");
 }
 
 void resolve_scheduler(Reader& r, const HostSettings& host, ZeroConfig& c) {
   if (r.find("scheduler") == nullptr) return;
-  const std::optional<std::string> type = r.text("scheduler.type");
+  r.section("scheduler");
+  r.section("scheduler.params");
+  const std::optional<std::string> type = r.text("scheduler.type", Auto::refused);
   Schedule& s = c.schedule;
   if (!type) refuse(r.where("scheduler.type") + ": missing (WarmupLR, WarmupDecayLR or WarmupCosineLR)");
   if (*type == "WarmupLR") {
@@ -306,22 +404,23 @@ void resolve_scheduler(Reader& r, const HostSettings& host, ZeroConfig& c) {
   } else if (*type == "WarmupCosineLR") {
     s.kind = ScheduleKind::warmup_cosine_lr;
   } else {
-    refuse(r.where("scheduler.type") + " " + *type + ": unknown scheduler (WarmupLR, WarmupDecayLR or WarmupCosineLR)");
+    refuse(r.where("scheduler.type") + " " + shown(*type) +
+           ": unknown scheduler (WarmupLR, WarmupDecayLR or WarmupCosineLR)");
   }
   // "auto" as Accelerate fills it: the host's lr range, warmup and horizon.
-  s.warmup_min_lr = r.number("scheduler.params.warmup_min_lr").value_or(host.min_lr);
-  s.warmup_max_lr = r.number("scheduler.params.warmup_max_lr").value_or(c.optimizer.lr.value_or(host.lr));
-  s.warmup_num_steps = r.integer("scheduler.params.warmup_num_steps").value_or(host.warmup_steps);
-  s.total_num_steps = r.integer("scheduler.params.total_num_steps").value_or(host.decay_steps);
-  s.warmup_min_ratio = r.number("scheduler.params.warmup_min_ratio").value_or(0.0);
-  s.cos_min_ratio = r.number("scheduler.params.cos_min_ratio").value_or(1e-4);
-  const std::string warmup = r.text("scheduler.params.warmup_type").value_or("log");
-  if (warmup != "log" && warmup != "linear")
-    refuse(r.where("scheduler.params.warmup_type") + " " + warmup + ": log or linear");
+  s.warmup_min_lr = r.number("scheduler.params.warmup_min_lr", Auto::filled, 0.0).value_or(host.min_lr);
+  s.warmup_max_lr =
+      r.number("scheduler.params.warmup_max_lr", Auto::filled, 0.0).value_or(c.optimizer.lr.value_or(host.lr));
+  s.warmup_num_steps = r.whole("scheduler.params.warmup_num_steps", Auto::filled).value_or(host.warmup_steps);
+  s.total_num_steps = r.whole("scheduler.params.total_num_steps", Auto::filled).value_or(host.decay_steps);
+  s.warmup_min_ratio = r.number("scheduler.params.warmup_min_ratio", Auto::refused, 0.0, 1.0).value_or(0.0);
+  s.cos_min_ratio = r.number("scheduler.params.cos_min_ratio", Auto::refused, 0.0, 1.0).value_or(1e-4);
+  const std::string warmup = r.text("scheduler.params.warmup_type", Auto::refused).value_or("log");
+  if (warmup != "log" && warmup != "linear") {
+    refuse(r.where("scheduler.params.warmup_type") + " " + shown(warmup) + ": log or linear");
+  }
   s.warmup_type = warmup == "log" ? WarmupType::log : WarmupType::linear;
-  (void)r.find("scheduler.params.last_batch_iteration");
-  if (s.warmup_num_steps < 0 || s.total_num_steps < 0)
-    refuse(r.where("scheduler.params") + ": step counts must be >= 0");
+  (void)r.whole("scheduler.params.last_batch_iteration", Auto::refused, -1);
   if (s.kind == ScheduleKind::warmup_cosine_lr && s.total_num_steps <= s.warmup_num_steps) {
     refuse(r.where("scheduler.params.total_num_steps") + format(" %lld must exceed warmup_num_steps %lld",
                                                                 static_cast<long long>(s.total_num_steps),
@@ -332,18 +431,34 @@ void resolve_scheduler(Reader& r, const HostSettings& host, ZeroConfig& c) {
 }
 
 void resolve_zero(Reader& r, const PluginFields& f, bool from_file, ZeroConfig& c) {
-  const std::optional<int64_t> stage = r.integer("zero_optimization.stage");
-  const int64_t resolved = f.zero_stage ? agree(stage, *f.zero_stage, r.where("zero_optimization.stage"),
-                                                "--deepspeed_zero.zero_stage")
-                                        : stage.value_or(from_file ? 0 : 2);  // DeepSpeed's default; the plugin's
+  r.section("zero_optimization");
+  // "auto": Accelerate fills it from DeepSpeedPlugin's zero_stage (2 unless
+  // given), as it fills every field the plugin maps onto the config.
+  const bool stage_auto = Reader::is_auto(r.find("zero_optimization.stage"));
+  const std::optional<int64_t> stage =
+      r.whole("zero_optimization.stage", Auto::filled, -Reader::kMaxWhole, Reader::kMaxWhole);
+  int64_t resolved = 0;
+  if (f.zero_stage) {
+    resolved = agree(stage, *f.zero_stage, r.where("zero_optimization.stage"), "--deepspeed_zero.zero_stage");
+  } else if (stage) {
+    resolved = *stage;
+  } else {
+    resolved = from_file && !stage_auto ? 0 : 2;  // DeepSpeed's default without the key; the plugin's for "auto"
+  }
   if (resolved < 0 || resolved > 3) {
     refuse((f.zero_stage && !stage ? std::string("--deepspeed_zero.zero_stage") : r.where("zero_optimization.stage")) +
            format(" %lld: ZeRO stages are 0, 1, 2 and 3", static_cast<long long>(resolved)));
   }
   c.stage = static_cast<int>(resolved);
+  if (stage_auto) {
+    c.notes.push_back(r.where("zero_optimization.stage") + " \"auto\": stage " + std::to_string(c.stage) +
+                      " (--deepspeed_zero.zero_stage)");
+  }
 
+  r.section("zero_optimization.offload_optimizer");
+  r.section("zero_optimization.offload_param");
   const auto device = [&](const char* key, const std::optional<std::string>& field, const char* option) {
-    std::optional<std::string> text = r.text(key);
+    std::optional<std::string> text = r.text(key, Auto::filled);
     if (field) text = agree(text, *field, r.where(key), option);
     return text ? parse_device(*text, r.where(key)) : OffloadDevice::none;
   };
@@ -352,7 +467,7 @@ void resolve_zero(Reader& r, const PluginFields& f, bool from_file, ZeroConfig& 
   c.offload_param =
       device("zero_optimization.offload_param.device", f.offload_param_device, "--deepspeed_zero.offload_param_device");
   const auto path = [&](const char* key, const std::optional<std::string>& field, const char* option) {
-    std::optional<std::string> text = r.text(key);
+    std::optional<std::string> text = r.text(key, Auto::filled);
     if (field) text = agree(text, *field, r.where(key), option);
     return text.value_or("");
   };
@@ -361,7 +476,8 @@ void resolve_zero(Reader& r, const PluginFields& f, bool from_file, ZeroConfig& 
   c.param_nvme_path = path("zero_optimization.offload_param.nvme_path", f.offload_param_nvme_path,
                            "--deepspeed_zero.offload_param_nvme_path");
   // NVMe swap buffers of the optimizer's moments (DeepSpeed's default: 4).
-  const std::optional<int64_t> buffers = r.integer("zero_optimization.offload_optimizer.buffer_count");
+  const std::optional<int64_t> buffers =
+      r.whole("zero_optimization.offload_optimizer.buffer_count", Auto::refused, 0, Reader::kMaxWhole);
   if (buffers && (*buffers < 2 || *buffers > 64)) {
     refuse(r.where("zero_optimization.offload_optimizer.buffer_count") + " " + std::to_string(*buffers) +
            ": must be 2 to 64 (one buffer steps while the next is read)");
@@ -370,23 +486,29 @@ void resolve_zero(Reader& r, const PluginFields& f, bool from_file, ZeroConfig& 
   // aio.block_size: DeepSpeed's NVMe request size (default 1 MiB). Here each
   // swap piece (a pair of fp32 moments, 8 bytes per element) is one request
   // of that size, so it also sizes the swap buffers.
-  const int64_t block = r.integer("aio.block_size").value_or(1 << 20);
+  r.section("aio");
+  const int64_t block = r.whole("aio.block_size", Auto::refused, 0, Reader::kMaxWhole).value_or(1 << 20);
   if (block < 8 || block % 8 != 0 || block > (int64_t{1} << 30)) {
     refuse(r.where("aio.block_size") + " " + std::to_string(block) +
            ": must be a multiple of 8 bytes, from 8 to 1 GiB (one element's pair of fp32 moments is 8 bytes)");
   }
   c.moment_swap_piece_elements = block / 8;
-  for (const char* key : {"aio.queue_depth", "aio.thread_count", "aio.single_submit", "aio.overlap_events",
-                          "aio.use_gds"}) {
-    (void)r.find(key);  // tuning of DeepSpeed's libaio engine: one I/O thread serves here
+  // Tuning of DeepSpeed's libaio engine: one I/O thread serves here.
+  for (const char* key : {"aio.queue_depth", "aio.thread_count", "aio.intra_op_parallelism"}) {
+    (void)r.whole(key, Auto::refused);
   }
+  for (const char* key : {"aio.single_submit", "aio.overlap_events", "aio.use_gds"}) (void)r.boolean(key, Auto::refused);
+  // Tuning of DeepSpeed's own offload engine.
   for (const char* key :
-       {"zero_optimization.offload_optimizer.pin_memory",
-        "zero_optimization.offload_optimizer.fast_init", "zero_optimization.offload_optimizer.ratio",
+       {"zero_optimization.offload_optimizer.pin_memory", "zero_optimization.offload_optimizer.fast_init",
         "zero_optimization.offload_optimizer.pipeline_read", "zero_optimization.offload_optimizer.pipeline_write",
-        "zero_optimization.offload_param.pin_memory", "zero_optimization.offload_param.buffer_count",
-        "zero_optimization.offload_param.buffer_size", "zero_optimization.offload_param.max_in_cpu"}) {
-    (void)r.find(key);  // tuning of DeepSpeed's own offload engine
+        "zero_optimization.offload_optimizer.pipeline", "zero_optimization.offload_param.pin_memory"}) {
+    (void)r.boolean(key, Auto::refused);
+  }
+  (void)r.number("zero_optimization.offload_optimizer.ratio", Auto::refused, 0.0, 1.0);
+  for (const char* key : {"zero_optimization.offload_param.buffer_count", "zero_optimization.offload_param.buffer_size",
+                          "zero_optimization.offload_param.max_in_cpu"}) {
+    (void)r.whole(key, Auto::refused);
   }
   if (c.offload_param != OffloadDevice::none && c.stage < 3) {
     refuse(r.where("zero_optimization.offload_param.device") + " " + to_string(c.offload_param) +
@@ -408,20 +530,16 @@ void resolve_zero(Reader& r, const PluginFields& f, bool from_file, ZeroConfig& 
   // resolved when the model is planned (-1 until then).
   const auto sized = [&](const char* key, int64_t deepspeed_default) -> int64_t {
     if (Reader::is_auto(r.find(key))) return -1;  // filled from the model when planning
-    return r.integer(key).value_or(deepspeed_default);
+    return r.whole(key, Auto::refused).value_or(deepspeed_default);
   };
   c.prefetch_bucket_size = sized("zero_optimization.stage3_prefetch_bucket_size", 50000000);
   c.param_persistence_threshold = sized("zero_optimization.stage3_param_persistence_threshold", 100000);
-  c.max_live_parameters = r.integer("zero_optimization.stage3_max_live_parameters").value_or(c.max_live_parameters);
-  c.max_reuse_distance = r.integer("zero_optimization.stage3_max_reuse_distance").value_or(c.max_reuse_distance);
-  for (const char* key :
-       {"zero_optimization.stage3_prefetch_bucket_size", "zero_optimization.stage3_param_persistence_threshold",
-        "zero_optimization.stage3_max_live_parameters", "zero_optimization.stage3_max_reuse_distance"}) {
-    const json* v = r.find(key);
-    if (v != nullptr && v->is_number() && v->get<double>() < 0) refuse(r.where(key) + ": must be >= 0");
-  }
-  std::optional<bool> save16 = r.boolean("zero_optimization.stage3_gather_16bit_weights_on_model_save");
-  if (!save16) save16 = r.boolean("zero_optimization.stage3_gather_fp16_weights_on_model_save");
+  c.max_live_parameters =
+      r.whole("zero_optimization.stage3_max_live_parameters", Auto::refused).value_or(c.max_live_parameters);
+  c.max_reuse_distance =
+      r.whole("zero_optimization.stage3_max_reuse_distance", Auto::refused).value_or(c.max_reuse_distance);
+  std::optional<bool> save16 = r.boolean("zero_optimization.stage3_gather_16bit_weights_on_model_save", Auto::filled);
+  if (!save16) save16 = r.boolean("zero_optimization.stage3_gather_fp16_weights_on_model_save", Auto::filled);
   if (f.zero3_save_16bit_model) {
     save16 =
         agree(save16, *f.zero3_save_16bit_model, r.where("zero_optimization.stage3_gather_16bit_weights_on_model_save"),
@@ -432,68 +550,79 @@ void resolve_zero(Reader& r, const PluginFields& f, bool from_file, ZeroConfig& 
   // asynchronous per unit (overlap_comm), gradients land in one flat shard
   // per unit (contiguous_gradients), reductions are reduce-scatters.
   for (const char* key : {"zero_optimization.overlap_comm", "zero_optimization.contiguous_gradients",
-                          "zero_optimization.reduce_bucket_size", "zero_optimization.allgather_bucket_size",
                           "zero_optimization.allgather_partitions", "zero_optimization.reduce_scatter",
-                          "zero_optimization.round_robin_gradients", "zero_optimization.sub_group_size",
-                          "zero_optimization.load_from_fp32_weights", "zero_optimization.elastic_checkpoint",
-                          "zero_optimization.ignore_unused_parameters", "zero_optimization.cpu_offload"}) {
-    (void)r.find(key);
+                          "zero_optimization.round_robin_gradients", "zero_optimization.load_from_fp32_weights",
+                          "zero_optimization.elastic_checkpoint", "zero_optimization.ignore_unused_parameters"}) {
+    (void)r.boolean(key, Auto::refused);
   }
-  if (r.boolean("zero_optimization.cpu_offload").value_or(false)) {
+  (void)r.whole("zero_optimization.reduce_bucket_size", Auto::filled);  // Accelerate fills it: h^2
+  for (const char* key : {"zero_optimization.allgather_bucket_size", "zero_optimization.sub_group_size"}) {
+    (void)r.whole(key, Auto::refused);
+  }
+  if (r.boolean("zero_optimization.cpu_offload", Auto::refused).value_or(false)) {
     refuse(r.where("zero_optimization.cpu_offload") +
            " true: the deprecated spelling; write offload_optimizer {\"device\": \"cpu\"}");
   }
 }
 
+// gradient_clipping: the config's, --deepspeed_zero.gradient_clipping and
+// accel-host's --grad-clip name one max norm; whichever are given must
+// agree, the first given is the run's (--grad-clip's default otherwise).
+// The plugin's clip hook applies it in place of --grad-clip.
+double resolve_clipping(Reader& r, const HostSettings& host, const PluginFields& f) {
+  const std::optional<double> config = r.number("gradient_clipping", Auto::filled, 0.0);
+  std::optional<double> clip = config;
+  std::string named = r.where("gradient_clipping");
+  if (f.gradient_clipping) {
+    clip = agree(clip, *f.gradient_clipping, named, "--deepspeed_zero.gradient_clipping");
+    if (!config) named = "--deepspeed_zero.gradient_clipping";
+  }
+  if (host.max_grad_norm_given || !clip) clip = agree(clip, host.max_grad_norm, named, "accel-host's --grad-clip");
+  return *clip;
+}
+
 }  // namespace
 
-ZeroConfig resolve_config(const PluginFields& f, const HostSettings& host, const std::string& json_text,
-                          const std::string& source) {
+namespace {
+
+ZeroConfig resolve(const PluginFields& f, const HostSettings& host, const std::string& json_text,
+                   const std::string& source) {
+  const std::string name = source.empty() ? std::string("the DeepSpeed config") : source;
   // Without a file, the config Accelerate builds from the plugin's fields:
   // the batch sizes "auto".
   json root = {{"train_batch_size", "auto"},
                {"train_micro_batch_size_per_gpu", "auto"},
                {"gradient_accumulation_steps", "auto"}};
   if (!json_text.empty()) {
-    try {
-      root = json::parse(json_text);
-    } catch (const json::parse_error& e) {
-      // e.what() is "[json.exception.parse_error.101] parse error at line 3, column 5: ..."
-      std::string what = e.what();
-      const size_t at = what.find("] ");
-      refuse(source + ": invalid JSON: " + (at == std::string::npos ? what : what.substr(at + 2)));
+    root = sdk::parse_json(json_text, name);
+    if (!root.is_object()) {
+      refuse(name + ": invalid DeepSpeed config: the top level is not a JSON object, got " + sdk::describe(root));
     }
-    if (!root.is_object()) refuse(source + ": invalid DeepSpeed config: the top level is not a JSON object");
   }
-  Reader r(std::move(root), source.empty() ? std::string("the DeepSpeed config") : source);
+  Reader r(std::move(root), name);
   ZeroConfig c;
   c.mesh = sharding::MeshShape{host.world_size, 1};
   c.limit_all_gathers = false;  // ZeRO-3 bounds gathers by elements (stage3_max_live_parameters)
   c.state_dict_type = sharding::StateDictType::sharded;  // every rank saves its partition, as DeepSpeed does
 
   resolve_zero(r, f, !json_text.empty(), c);
-  const std::optional<double> clip = r.number("gradient_clipping");
-  c.gradient_clipping =
-      f.gradient_clipping
-          ? agree(clip, *f.gradient_clipping, r.where("gradient_clipping"), "--deepspeed_zero.gradient_clipping")
-          : agree(clip, host.max_grad_norm, r.where("gradient_clipping"), "accel-host's --grad-clip");
+  c.gradient_clipping = resolve_clipping(r, host, f);
   resolve_precision(r, host, c);
   resolve_optimizer(r, host, c);
   resolve_scheduler(r, host, c);
-  c.steps_per_print = r.integer("steps_per_print").value_or(10);
-  c.wall_clock_breakdown = r.boolean("wall_clock_breakdown").value_or(false);
-  for (const char* key : {"zero_allow_untested_optimizer", "prescale_gradients", "gradient_predivide_factor"}) {
-    (void)r.find(key);
-  }
-  if (const std::optional<bool> amp = r.boolean("amp.enabled"); amp && *amp) {
+  c.steps_per_print = r.whole("steps_per_print", Auto::refused).value_or(10);
+  c.wall_clock_breakdown = r.boolean("wall_clock_breakdown", Auto::refused).value_or(false);
+  for (const char* key : {"zero_allow_untested_optimizer", "prescale_gradients"}) (void)r.boolean(key, Auto::refused);
+  (void)r.number("gradient_predivide_factor", Auto::refused);
+  r.section("amp");
+  if (const std::optional<bool> amp = r.boolean("amp.enabled", Auto::refused); amp && *amp) {
     refuse(r.where("amp.enabled") + " true: NVIDIA Apex AMP is not served (use bf16 or fp16)");
   }
-  (void)r.find("amp");
-  (void)r.find("amp.opt_level");
+  (void)r.text("amp.opt_level", Auto::refused);
 
   // Fields that cannot apply here.
   if (!f.transformer_moe_cls_names.empty()) {
-    refuse("--deepspeed_zero.transformer_moe_cls_names " + f.transformer_moe_cls_names +
+    refuse("--deepspeed_zero.transformer_moe_cls_names " + shown(f.transformer_moe_cls_names) +
            ": the model has no mixture-of-experts units to shard as experts");
   }
   if (f.enable_msamp) {
@@ -502,7 +631,7 @@ ZeroConfig resolve_config(const PluginFields& f, const HostSettings& host, const
         "(--plugin fp8), which composes with this one");
   }
   if (f.msamp_opt_level) {
-    refuse("--deepspeed_zero.msamp_opt_level " + *f.msamp_opt_level +
+    refuse("--deepspeed_zero.msamp_opt_level " + shown(*f.msamp_opt_level) +
            ": only meaningful with enable_msamp, "
            "which is not available here");
   }
@@ -535,6 +664,17 @@ ZeroConfig resolve_config(const PluginFields& f, const HostSettings& host, const
   }
   c.unknown_keys = r.unknown();
   return c;
+}
+
+}  // namespace
+
+ZeroConfig resolve_config(const PluginFields& f, const HostSettings& host, const std::string& json_text,
+                          const std::string& source) {
+  try {
+    return resolve(f, host, json_text, source);
+  } catch (const sdk::JsonInputError& e) {
+    refuse(e.what());  // the SDK's reader's line, as every other refusal
+  }
 }
 
 std::string to_json(const ZeroConfig& c) {

@@ -6,7 +6,10 @@
 // world size, the missing one derived), a concrete value that contradicts
 // accel-host's setting or a plugin option refused naming both, keys that
 // are not understood collected for one warning, keys understood but not
-// honoured here refused with the reason.
+// honoured here refused with the reason. The JSON is read by the SDK's rule
+// (accel/sdk/json_input.hpp): depth-limited, exact types, every section an
+// object, "auto" only where Accelerate fills it, values in messages through
+// describe() (never a whole value).
 //
 // Invariant: a ZeroConfig that exists is consistent and honourable. Every
 // refusal is an accel::sdk::Error with one line naming the key (or option)
@@ -39,12 +42,19 @@ struct HostSettings {
   int64_t batch_size = 8;              // global sequences per optimizer step (--batch-size)
   int64_t grad_accum = 1;              // --grad-accum
   double max_grad_norm = 1.0;          // --grad-clip
+  bool max_grad_norm_given = false;    // the user gave --grad-clip (else max_grad_norm is its default)
   double lr = 1e-3;                    // --lr
   double min_lr = 0.0;                 // --min-lr
   double weight_decay = 0.1;           // --weight-decay
   int64_t warmup_steps = 0;            // --warmup-steps
   int64_t decay_steps = 100;           // --lr-decay-steps, else --steps
   std::string mixed_precision = "no";  // no | bf16 | fp16
+  // The dynamic loss scaler under fp16 (--grad_scaler.*): what the fp16
+  // section's keys must agree with.
+  double loss_scale_init = 65536.0;         // --grad_scaler.init_scale
+  int64_t loss_scale_growth_interval = 2000;  // --grad_scaler.growth_interval
+  int64_t loss_scale_hysteresis = 1;        // --grad_scaler.hysteresis
+  double loss_scale_min = 0.0;              // --grad_scaler.min_scale
 };
 
 // The --deepspeed_zero.* options; unset ones are nullopt.
@@ -96,6 +106,8 @@ struct ZeroConfig : sharding::ShardingOptions {
   int64_t train_batch_size = 0;
   int64_t micro_batch_per_gpu = 0;
   int64_t gradient_accumulation_steps = 1;
+  // The max gradient norm the run clips to (0: none): the config's, else
+  // --deepspeed_zero.gradient_clipping, else --grad-clip; those given agree.
   double gradient_clipping = 0.0;
   OffloadDevice offload_optimizer = OffloadDevice::none;
   OffloadDevice offload_param = OffloadDevice::none;

@@ -20,6 +20,8 @@
 #include <accel/sdk/sdk.hpp>
 
 #include <chrono>
+#include <cmath>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -55,8 +57,9 @@ class DeepSpeedZero final : public sdk::Plugin {
        "when given: must agree with accel-host's --grad-accum (the host runs the micro-batches) and the config's",
        nullptr, "1"},
       {"gradient_clipping", ACCEL_OPTION_DOUBLE, "1.0",
-       "when given: must agree with the config's gradient_clipping (default there: accel-host's --grad-clip)", nullptr,
-       "0"},
+       "when given: the max gradient norm the run clips to (0: none), in place of accel-host's --grad-clip; must "
+       "agree with the config's gradient_clipping and with --grad-clip when those are given",
+       nullptr, "0"},
       {"zero_stage", ACCEL_OPTION_INT, "2",
        "0: data parallel; 1: + optimizer state partitioned; 2: + gradients; "
        "3: + parameters",
@@ -82,7 +85,8 @@ class DeepSpeedZero final : public sdk::Plugin {
       {"msamp_opt_level", ACCEL_OPTION_ENUM, "O1", "MS-AMP level (refused when given, with enable_msamp)", "O1|O2"},
   };
 
-  explicit DeepSpeedZero(const sdk::Services& s) : Plugin(s), config_(read_config(s)), ops_(s) {
+  explicit DeepSpeedZero(const sdk::Services& s)
+      : Plugin(s), config_(read_config(s)), host_max_grad_norm_(s.option<double>("train.max_grad_norm")), ops_(s) {
     if (s.rank() != 0) return;
     for (const std::string& note : config_.notes) s.info() << "deepspeed_zero: " << note;
     if (!config_.unknown_keys.empty()) {
@@ -188,7 +192,20 @@ class DeepSpeedZero final : public sdk::Plugin {
 
   void gradients_finalize(const AccelStepArgs&) override { m_.reducer->finish(); }
 
-  void clip_gradients(const AccelClipArgs& args) override { m_.optimizer->clip_gradients(args); }
+  // The run clips to the resolved gradient_clipping (the config's,
+  // --deepspeed_zero.gradient_clipping or --grad-clip; zero_config.h). The
+  // host asks for its --grad-clip, times the fp16 loss scale when it clips
+  // in scaled space, or +infinity to measure only: the resolved value takes
+  // --grad-clip's place in that product (0: measure only, clip nothing).
+  void clip_gradients(const AccelClipArgs& args) override {
+    AccelClipArgs clip = args;
+    if (std::isfinite(args.max_norm) && config_.gradient_clipping != host_max_grad_norm_) {
+      clip.max_norm = config_.gradient_clipping > 0
+                          ? args.max_norm / host_max_grad_norm_ * config_.gradient_clipping
+                          : std::numeric_limits<double>::infinity();
+    }
+    m_.optimizer->clip_gradients(clip);
+  }
 
   // The configured optimizer and schedule (DummyOptim / DummyScheduler)
   // replace the host's values; then stage 1/2 all-gather the partitions.
@@ -273,6 +290,7 @@ class DeepSpeedZero final : public sdk::Plugin {
   }
 
   ZeroConfig config_;
+  double host_max_grad_norm_;  // --grad-clip, > 0 whenever the host asks for a finite max norm
   const sdk::Kernels ops_;
   sharding::GatherPlan plan_;
   std::vector<UnitLayout> units_;

@@ -119,4 +119,30 @@ TEST(LossScaler, BacksOffOnOverflowAndGrowsAfterTheInterval) {
   EXPECT_FALSE(inactive.unscale_and_check(bad));
 }
 
+// DeepSpeed's fp16.hysteresis and fp16.min_loss_scale (--grad_scaler.hysteresis,
+// --grad_scaler.min_scale): before them an overflow always halved the scale
+// and nothing bounded it below.
+TEST(LossScaler, HysteresisAbsorbsOverflowsUntilTheNthAndTheFloorHolds) {
+  accel::GradScalerOptions o;
+  o.init_scale = 8;
+  o.growth_interval = 3;
+  o.hysteresis = 2;
+  o.min_scale = 2;
+  LossScaler scaler(o, /*active=*/true);
+  scaler.update(true);  // the first overflow is absorbed: skipped, scale kept
+  EXPECT_DOUBLE_EQ(scaler.scale(), 8);
+  scaler.update(true);  // the second backs off
+  EXPECT_DOUBLE_EQ(scaler.scale(), 4);
+  scaler.update(true);  // hysteresis spent: every overflow backs off, down to the floor
+  EXPECT_DOUBLE_EQ(scaler.scale(), 2);
+  scaler.update(true);
+  EXPECT_DOUBLE_EQ(scaler.scale(), 2);
+  for (int i = 0; i < 3; ++i) scaler.update(false);  // a growth refills the hysteresis
+  EXPECT_DOUBLE_EQ(scaler.scale(), 4);
+  scaler.update(true);
+  EXPECT_DOUBLE_EQ(scaler.scale(), 4);
+  scaler.update(true);
+  EXPECT_DOUBLE_EQ(scaler.scale(), 2);
+}
+
 }  // namespace

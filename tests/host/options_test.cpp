@@ -49,6 +49,23 @@ TEST(Options, ParsesRunAndKwargsOptions) {
   EXPECT_FALSE(c.model_overrides.n_head.has_value());
 }
 
+// Issue 30: DeepSpeed's fp16.hysteresis and fp16.min_loss_scale have a host
+// flag to agree with, and a plugin's own clipping option needs to know
+// whether --grad-clip was given or holds its default.
+TEST(Options, ScalerHysteresisFloorAndWhetherGradClipWasGiven) {
+  const accel::RunConfig defaults = parse({});
+  EXPECT_EQ(defaults.grad_scaler.hysteresis, 1);
+  EXPECT_DOUBLE_EQ(defaults.grad_scaler.min_scale, 0.0);
+  EXPECT_FALSE(defaults.optimizer.grad_clip_given);
+  const accel::RunConfig c = parse({"--grad_scaler.hysteresis", "2", "--grad_scaler.min_scale", "1", "--grad-clip", "1"});
+  EXPECT_EQ(c.grad_scaler.hysteresis, 2);
+  EXPECT_DOUBLE_EQ(c.grad_scaler.min_scale, 1.0);
+  EXPECT_TRUE(c.optimizer.grad_clip_given);
+  EXPECT_NE(error_of({"--grad_scaler.hysteresis", "0"}).find("--grad_scaler.hysteresis must be > 0"), std::string::npos);
+  EXPECT_NE(error_of({"--grad_scaler.min_scale", "1e6"}).find("--grad_scaler.min_scale must lie in [0, "),
+            std::string::npos);
+}
+
 TEST(Options, ConfigFileSectionsMapToKwargsOptions) {
   const std::string path = ::testing::TempDir() + "accel_options_test.cfg";
   std::ofstream(path) << "steps = 5\n[grad_scaler]\ngrowth_interval = 17\n";

@@ -31,6 +31,13 @@ def zero(stage, *extra):
     return ["--plugin", "deepspeed_zero", "--deepspeed_zero.zero_stage", stage, *extra]
 
 
+# Accelerate's published configs name DeepSpeed's fp16 scaler settings
+# (loss_scale_window 1000, hysteresis 2, min_loss_scale 1; initial_scale_power
+# 16 is accel-host's 65536 already): accel-host's scaler is told the same.
+PUBLISHED_FP16_SCALER = ["--grad_scaler.growth_interval", 1000, "--grad_scaler.hysteresis", 2,
+                         "--grad_scaler.min_scale", 1]
+
+
 def error_lines(stderr):
     return [line for line in stderr.splitlines() if "[error]" in line]
 
@@ -424,7 +431,7 @@ class ZeroConfigFiles(TempDirMixin, unittest.TestCase):
             with self.subTest(config=name):
                 metrics = self.path(name + ".jsonl")
                 proc = mpirun(2, *BASE, "--log-level", "info", "--steps", 6, "--batch-size", 8,
-                              "--mixed-precision", "fp16", "--plugin", "deepspeed_zero",
+                              "--mixed-precision", "fp16", *PUBLISHED_FP16_SCALER, "--plugin", "deepspeed_zero",
                               "--deepspeed_zero.hf_ds_config", os.path.join(DATA, "deepspeed", name),
                               "--metrics-file", metrics)
                 rows = read_metrics(metrics)
@@ -476,7 +483,31 @@ class ZeroBadInput(TempDirMixin, unittest.TestCase):
         self.assertNotIn("terminate called", proc.stderr)
 
     def test_invalid_json(self):
-        self.refused('{"zero_optimization": {"stage": 2,}}', mentions=["ds.json", "invalid JSON"])
+        self.refused('{"zero_optimization": {"stage": 2,}}', mentions=["ds.json", "not valid JSON"])
+
+    def test_deeply_nested_value(self):
+        """Issue 30: the refusal's dump() of a value nested 100,000 deep overflowed the stack, killing the
+        rank beyond any exception guard; the depth-limited parse refuses it."""
+        depth = 100000
+        self.refused('{"gradient_clipping": ' + "[" * depth + "]" * depth + "}",
+                     mentions=["ds.json", "deeper than 64 levels"])
+
+    def test_section_that_is_not_an_object(self):
+        """Issue 30: {"zero_optimization": 3} read as absent and ran ZeRO stage 0 without a word."""
+        self.refused({"zero_optimization": 3, "bf16": True},
+                     mentions=["ds.json", '"zero_optimization" must be a JSON object, got 3'])
+
+    def test_auto_where_nothing_fills_it(self):
+        self.refused({"zero_optimization": {"stage": 2, "stage3_max_live_parameters": "auto"}},
+                     mentions=['"zero_optimization.stage3_max_live_parameters" is "auto"', "write the value"])
+
+    def test_a_fifo_is_refused_without_blocking(self):
+        fifo = self.path("fifo.json")
+        os.mkfifo(fifo)
+        proc = mpirun(2, *COMMON, "--steps", 2, "--batch-size", 8, "--plugin", "deepspeed_zero",
+                      "--deepspeed_zero.hf_ds_config", fifo, check=False, timeout=120)
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertIn("is a FIFO, not a regular file", "\n".join(error_lines(proc.stderr)), proc.stderr)
 
     def test_train_batch_size_inconsistent_with_the_world(self):
         self.refused({"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1},
@@ -522,6 +553,92 @@ class ZeroBadInput(TempDirMixin, unittest.TestCase):
 
     def test_contradiction_with_a_host_flag_names_both(self):
         self.refused({"gradient_accumulation_steps": 4}, mentions=["gradient_accumulation_steps 4", "--grad-accum 1"])
+
+    def test_clipping_given_twice_disagreeing(self):
+        self.refused({"gradient_clipping": 0.5}, "--deepspeed_zero.gradient_clipping", 0.25,
+                     mentions=["gradient_clipping 0.5 contradicts --deepspeed_zero.gradient_clipping 0.25"])
+        self.refused({"gradient_accumulation_steps": "auto"}, "--deepspeed_zero.gradient_clipping", 0.25,
+                     "--grad-clip", 2, mentions=["--deepspeed_zero.gradient_clipping 0.25 contradicts accel-host's "
+                                                 "--grad-clip 2"])
+
+    def test_fp16_scaler_key_without_the_flag(self):
+        self.refused({"fp16": {"enabled": True, "initial_scale_power": 10}}, "--mixed-precision", "fp16",
+                     mentions=["fp16.initial_scale_power 10 (a scale of 1024) contradicts accel-host's "
+                               "--grad_scaler.init_scale 65536", "give --grad_scaler.init_scale 1024"])
+
+
+@unittest.skipUnless(MPIRUN, "mpirun not found")
+class ZeroGradientClipping(TempDirMixin, unittest.TestCase):
+    """Issue 30: --deepspeed_zero.gradient_clipping was accepted and never used (the run clipped to
+    --grad-clip). Accelerate's own clip_grad_norm_ does nothing under DeepSpeed, so this is where its users
+    set clipping: at every stage it now clips exactly as --grad-clip does, and so does the config's
+    gradient_clipping."""
+
+    CLIP = 0.05  # far below gpt-tiny's gradient norms: every step is clipped
+
+    def losses(self, *extra, name):
+        path = self.path(name + ".jsonl")
+        mpirun(2, *COMMON, "--steps", 4, "--batch-size", 8, *extra, "--metrics-file", path)
+        return read_metrics(path)
+
+    def test_every_stage_clips_to_the_plugins_and_the_configs_value(self):
+        for stage in (0, 1, 2, 3):
+            with self.subTest(stage=stage):
+                config = self.path(f"clip{stage}.json")
+                with open(config, "w") as f:
+                    json.dump({"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto",
+                               "gradient_accumulation_steps": "auto", "gradient_clipping": self.CLIP,
+                               "zero_optimization": {"stage": stage, "stage3_param_persistence_threshold": 0}}, f)
+                host = self.losses(*zero(stage), "--grad-clip", self.CLIP, name=f"host{stage}")
+                option = self.losses(*zero(stage), "--deepspeed_zero.gradient_clipping", self.CLIP,
+                                     name=f"option{stage}")
+                from_config = self.losses("--plugin", "deepspeed_zero", "--deepspeed_zero.hf_ds_config",
+                                          config, name=f"config{stage}")
+                unclipped = self.losses(*zero(stage), name=f"default{stage}")  # --grad-clip 1
+                self.assertGreater(host[0]["grad_norm"], 4 * self.CLIP)
+                for run in (option, from_config):
+                    self.assertEqual(len(run), 4)
+                    for x, y in zip(host, run):
+                        self.assertLess(abs(x["loss"] - y["loss"]) / x["loss"], 1e-6, (stage, x["step"]))
+                        self.assertLess(abs(x["grad_norm"] - y["grad_norm"]) / x["grad_norm"], 1e-5,
+                                        (stage, x["step"]))
+                self.assertGreater(abs(unclipped[-1]["loss"] - option[-1]["loss"]), 1e-4)
+
+
+@unittest.skipUnless(MPIRUN, "mpirun not found")
+class ZeroFp16LossScale(TempDirMixin, unittest.TestCase):
+    """Issue 30: fp16's initial_scale_power, loss_scale_window, hysteresis and min_loss_scale were understood
+    and not honoured (the scale stayed 65536). Each now agrees with accel-host's --grad_scaler.* flag, and the
+    scale follows them."""
+
+    def run_fp16(self, config, *flags, name):
+        path = self.path(name + ".json")
+        with open(path, "w") as f:
+            json.dump({"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto",
+                       "gradient_accumulation_steps": "auto", "zero_optimization": {"stage": 2},
+                       "fp16": {"enabled": True, "loss_scale": 0, **config}}, f)
+        metrics = self.path(name + ".jsonl")
+        mpirun(2, *COMMON, "--steps", 4, "--batch-size", 8, "--mixed-precision", "fp16", *flags,
+               "--plugin", "deepspeed_zero", "--deepspeed_zero.hf_ds_config", path, "--metrics-file", metrics)
+        return [r["loss_scale"] for r in read_metrics(metrics)]
+
+    def test_scale_follows_initial_scale_power(self):
+        scales = self.run_fp16({"initial_scale_power": 10, "loss_scale_window": 1000, "hysteresis": 2,
+                                "min_loss_scale": 1}, "--grad_scaler.init_scale", 1024, *PUBLISHED_FP16_SCALER,
+                               name="power10")
+        self.assertEqual(scales, [1024.0] * 4)
+
+    def test_hysteresis_and_floor(self):
+        # 2^40 overflows fp16 at once: with hysteresis 2 the first overflow keeps the scale, the second halves
+        # it; with hysteresis 1 each halves it, down to the floor.
+        big = 2.0 ** 40
+        scales = self.run_fp16({"initial_scale_power": 40, "hysteresis": 2}, "--grad_scaler.init_scale", big,
+                               "--grad_scaler.hysteresis", 2, name="hysteresis2")
+        self.assertEqual(scales[:2], [big, big / 2])
+        scales = self.run_fp16({"initial_scale_power": 40, "hysteresis": 1, "min_loss_scale": big / 4},
+                               "--grad_scaler.init_scale", big, "--grad_scaler.min_scale", big / 4,
+                               name="floor")
+        self.assertEqual(scales, [big / 2, big / 4, big / 4, big / 4])
 
 
 if __name__ == "__main__":

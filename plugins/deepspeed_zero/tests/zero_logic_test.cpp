@@ -85,9 +85,11 @@ TEST(BatchRule, ConsistentButNotTheHostsIsRefusedNamingBoth) {
 // ------------------------------------------------------------ contradictions
 
 TEST(Contradictions, ConfigAgainstHostFlagsAndPluginOptions) {
-  EXPECT_NE(
-      refusal(R"({"gradient_clipping": 0.5})").find("gradient_clipping 0.5 contradicts accel-host's --grad-clip 1"),
-      std::string::npos);
+  HostSettings clip_given = host();
+  clip_given.max_grad_norm_given = true;
+  EXPECT_NE(refusal(R"({"gradient_clipping": 0.5})", clip_given)
+                .find("gradient_clipping 0.5 contradicts accel-host's --grad-clip 1"),
+            std::string::npos);
   EXPECT_NE(
       refusal(R"({"bf16": {"enabled": true}})").find("bf16.enabled true contradicts accel-host's --mixed-precision no"),
       std::string::npos);
@@ -104,7 +106,7 @@ TEST(Contradictions, ConfigAgainstHostFlagsAndPluginOptions) {
 // ---------------------------------------------------------------- refusals
 
 TEST(Refusals, BadInputsAreOneLineNamingTheKey) {
-  EXPECT_NE(refusal("{\"zero_optimization\": {\"stage\": 2,}").find("hf_ds_config ds.json: invalid JSON"),
+  EXPECT_NE(refusal("{\"zero_optimization\": {\"stage\": 2,}").find("hf_ds_config ds.json: not valid JSON"),
             std::string::npos);
   EXPECT_NE(refusal("[1, 2]").find("not a JSON object"), std::string::npos);
   EXPECT_NE(refusal(R"({"zero_optimization": {"stage": 4}})")
@@ -119,7 +121,9 @@ TEST(Refusals, BadInputsAreOneLineNamingTheKey) {
   EXPECT_NE(refusal(R"({"optimizer": {"type": "Lamb", "params": {}}})").find("optimizer.type Lamb"), std::string::npos);
   EXPECT_NE(refusal(R"({"optimizer": {"type": "AdamW", "params": {"amsgrad": true}}})").find("AMSGrad"),
             std::string::npos);
-  EXPECT_NE(refusal(R"({"train_batch_size": "sixteen"})").find("train_batch_size: expected a number or \"auto\""),
+  EXPECT_NE(refusal(R"({"train_batch_size": "sixteen"})").find("\"train_batch_size\" must be a number, got \"sixteen\""),
+            std::string::npos);
+  EXPECT_NE(refusal(R"({"train_batch_size": 16.5})").find("\"train_batch_size\" must be a whole number, got 16.5"),
             std::string::npos);
   PluginFields moe;
   moe.transformer_moe_cls_names = "MixtralBlock";
@@ -135,6 +139,137 @@ TEST(Refusals, UnknownKeysAreCollectedForOneWarning) {
                                    "steps_per_print": 5, "gradient_accumulation_steps": 2})");
   EXPECT_EQ(c.unknown_keys, (std::vector<std::string>{"tensorboard", "zero_optimization.mystery_knob"}));
   EXPECT_EQ(c.steps_per_print, 5);
+}
+
+// ------------------------------------------- issue 30: reading by the rule
+
+// A value nested far deeper than any config: refused while parsing. Before,
+// the refusal's dump() of the value recursed once per level and overflowed
+// the stack, beyond any exception guard.
+TEST(Issue30, DeeplyNestedValueIsRefusedNotAStackOverflow) {
+  const size_t depth = 200000;
+  const std::string text = "{\"gradient_clipping\": " + std::string(depth, '[') + std::string(depth, ']') + "}";
+  const std::string why = refusal(text);
+  EXPECT_NE(why.find("hf_ds_config ds.json: nests arrays or objects deeper than 64 levels"), std::string::npos) << why;
+}
+
+// Messages quote input values bounded (describe()), never whole.
+TEST(Issue30, MessagesNeverRepeatAWholeInputValue) {
+  const std::string long_text(5000, 'x');
+  for (const std::string& text :
+       {R"({"optimizer": {"type": ")" + long_text + R"("}})", R"({"gradient_clipping": [)" + std::string(3000, '1') + "]}",
+        R"({"steps_per_print": ")" + long_text + R"("})", R"({"zero_optimization": {"stage": ")" + long_text,
+        R"({"zero_optimization": {"offload_optimizer": {"device": ")" + long_text + R"("}}})"}) {
+    const std::string why = refusal(text);
+    EXPECT_FALSE(why.empty());
+    EXPECT_LT(why.size(), 300u) << why.substr(0, 300);
+  }
+}
+
+// A section that is not an object, or "auto" where nothing fills it, read as
+// absent before: {"zero_optimization": 3} ran ZeRO stage 0 without a word.
+TEST(Issue30, SectionsMustBeObjectsAndAutoOnlyWhereAccelerateFillsIt) {
+  EXPECT_NE(refusal(R"({"zero_optimization": 3, "bf16": true})")
+                .find("hf_ds_config ds.json: \"zero_optimization\" must be a JSON object, got 3"),
+            std::string::npos);
+  EXPECT_NE(refusal(R"({"bf16": true})").find("\"bf16\" must be a JSON object, got true"), std::string::npos);
+  for (const char* section : {"fp16", "optimizer", "scheduler", "aio", "amp"}) {
+    const std::string why = refusal(std::string("{\"") + section + "\": [1]}");
+    EXPECT_NE(why.find(std::string("\"") + section + "\" must be a JSON object, got an array of 1 element(s)"),
+              std::string::npos)
+        << why;
+  }
+  EXPECT_NE(refusal(R"({"optimizer": {"type": "AdamW", "params": 0.1}})").find("\"optimizer.params\" must be a JSON object"),
+            std::string::npos);
+  EXPECT_NE(refusal(R"({"zero_optimization": {"stage": 3, "offload_param": "cpu"}})")
+                .find("\"zero_optimization.offload_param\" must be a JSON object"),
+            std::string::npos);
+  // "auto" where Accelerate fills nothing: DeepSpeed would reject it.
+  for (const char* key : {R"({"steps_per_print": "auto"})", R"({"fp16": {"loss_scale_window": "auto"}})",
+                          R"({"zero_optimization": {"stage3_max_live_parameters": "auto"}})",
+                          R"({"zero_optimization": {"overlap_comm": "auto"}})",
+                          R"({"optimizer": {"type": "auto"}})"}) {
+    EXPECT_NE(refusal(key).find("is \"auto\", which nothing fills"), std::string::npos) << key;
+  }
+  // The stage's "auto" is Accelerate's to fill, from DeepSpeedPlugin's
+  // zero_stage (2 unless given), not DeepSpeed's absent-key default of 0.
+  const ZeroConfig filled = resolve(R"({"zero_optimization": {"stage": "auto"}, "gradient_accumulation_steps": 2})");
+  EXPECT_EQ(filled.stage, 2);
+  ASSERT_FALSE(filled.notes.empty());
+  EXPECT_NE(filled.notes[0].find("zero_optimization.stage \"auto\": stage 2"), std::string::npos);
+  PluginFields one;
+  one.zero_stage = 1;
+  EXPECT_EQ(resolve(R"({"zero_optimization": {"stage": "auto"}, "gradient_accumulation_steps": 2})", host(), one).stage,
+            1);
+  // Python writes big counts as 1e9: whole numbers, accepted; fractions not.
+  const ZeroConfig big = resolve(R"({"zero_optimization": {"stage": 3, "stage3_max_live_parameters": 1e9,
+      "sub_group_size": 1e9}, "gradient_accumulation_steps": 2})");
+  EXPECT_EQ(big.max_live_parameters, 1000000000);
+  EXPECT_NE(refusal(R"({"zero_optimization": {"stage3_max_reuse_distance": 1.5}})").find("must be a whole number"),
+            std::string::npos);
+  EXPECT_NE(refusal(R"({"zero_optimization": {"overlap_comm": 1}})")
+                .find("\"zero_optimization.overlap_comm\" must be true or false, got 1"),
+            std::string::npos);
+}
+
+// --deepspeed_zero.gradient_clipping was accepted and never used, and giving
+// it switched off the check of the config's value against --grad-clip.
+TEST(Issue30, GradientClippingGivenAnywhereIsTheRunsAndGivenValuesAgree) {
+  PluginFields clip;
+  clip.gradient_clipping = 0.25;
+  const std::string batch = R"("gradient_accumulation_steps": 2)";
+  EXPECT_DOUBLE_EQ(resolve("{" + batch + "}", host(), clip).gradient_clipping, 0.25);
+  EXPECT_DOUBLE_EQ(resolve("", host(), clip).gradient_clipping, 0.25);
+  EXPECT_DOUBLE_EQ(resolve(R"({"gradient_clipping": 0.5, )" + batch + "}").gradient_clipping, 0.5);
+  EXPECT_DOUBLE_EQ(resolve(R"({"gradient_clipping": "auto", )" + batch + "}", host(), clip).gradient_clipping, 0.25);
+  EXPECT_DOUBLE_EQ(resolve("{" + batch + "}").gradient_clipping, 1.0);  // --grad-clip's
+  EXPECT_DOUBLE_EQ(resolve(R"({"gradient_clipping": 0, )" + batch + "}").gradient_clipping, 0.0);
+  EXPECT_NE(refusal(R"({"gradient_clipping": 0.5})", host(), clip)
+                .find("gradient_clipping 0.5 contradicts --deepspeed_zero.gradient_clipping 0.25"),
+            std::string::npos);
+  HostSettings given = host();
+  given.max_grad_norm_given = true;
+  given.max_grad_norm = 2.0;
+  EXPECT_NE(refusal("{" + batch + "}", given, clip)
+                .find("--deepspeed_zero.gradient_clipping 0.25 contradicts accel-host's --grad-clip 2"),
+            std::string::npos);
+  clip.gradient_clipping = 2.0;
+  EXPECT_DOUBLE_EQ(resolve("{" + batch + "}", given, clip).gradient_clipping, 2.0);
+}
+
+// fp16's dynamic-scale keys were understood and not honoured (the scale
+// stayed 65536): each must now agree with the host scaler's flag.
+TEST(Issue30, LossScaleKeysAgreeWithTheHostsScaler) {
+  HostSettings fp16 = host();
+  fp16.mixed_precision = "fp16";
+  const std::string batch = R"("gradient_accumulation_steps": 2)";
+  EXPECT_NE(refusal(R"({"fp16": {"enabled": true, "initial_scale_power": 12}})", fp16)
+                .find("fp16.initial_scale_power 12 (a scale of 4096) contradicts accel-host's --grad_scaler.init_scale "
+                      "65536 (give --grad_scaler.init_scale 4096"),
+            std::string::npos)
+      << refusal(R"({"fp16": {"enabled": true, "initial_scale_power": 12}})", fp16);
+  EXPECT_NE(refusal(R"({"fp16": {"loss_scale_window": 1000}})", fp16)
+                .find("fp16.loss_scale_window 1000 contradicts accel-host's --grad_scaler.growth_interval 2000 (give "
+                      "--grad_scaler.growth_interval 1000"),
+            std::string::npos);
+  EXPECT_NE(refusal(R"({"fp16": {"hysteresis": 2}})", fp16).find("--grad_scaler.hysteresis 1 (give --grad_scaler.hysteresis 2"),
+            std::string::npos);
+  EXPECT_NE(refusal(R"({"fp16": {"min_loss_scale": 1}})", fp16).find("--grad_scaler.min_scale 0 (give --grad_scaler.min_scale 1"),
+            std::string::npos);
+  EXPECT_NE(refusal(R"({"fp16": {"consecutive_hysteresis": true}})", fp16).find("consecutive_hysteresis true: not served"),
+            std::string::npos);
+  // Accelerate's published fp16 section, with the flags that say the same.
+  fp16.loss_scale_init = 4096;
+  fp16.loss_scale_growth_interval = 1000;
+  fp16.loss_scale_hysteresis = 2;
+  fp16.loss_scale_min = 1;
+  EXPECT_NO_THROW(resolve(R"({"fp16": {"enabled": true, "loss_scale": 0, "loss_scale_window": 1000,
+      "initial_scale_power": 12, "hysteresis": 2, "min_loss_scale": 1}, )" + batch + "}",
+                          fp16));
+  // Without fp16 the keys are read (types checked) and not used.
+  EXPECT_NO_THROW(resolve(R"({"fp16": {"enabled": false, "initial_scale_power": 12}, )" + batch + "}"));
+  EXPECT_NE(refusal(R"({"fp16": {"enabled": false, "initial_scale_power": "12"}})").find("must be a number"),
+            std::string::npos);
 }
 
 // -------------------------------------------------------- optimizer, offload

@@ -85,7 +85,12 @@ inline nlohmann::json parse_json(std::string_view text, const std::string& where
   try {
     return nlohmann::json::parse(text, limit_depth);
   } catch (const nlohmann::json::exception& e) {
-    throw JsonInputError(where + ": not valid JSON (" + e.what() + ")");
+    // nlohmann quotes the token it stopped at ("last read: '...'", "number
+    // overflow parsing '...'"), which runs as long as the input does: cut.
+    constexpr size_t kShownReason = 160;
+    std::string reason = e.what();
+    if (reason.size() > kShownReason) reason = reason.substr(0, kShownReason) + "...";
+    throw JsonInputError(where + ": not valid JSON (" + reason + ")");
   }
 }
 
