@@ -67,7 +67,9 @@ ElfDynamic read_elf_dynamic(int fd) {
       header.e_ident[EI_DATA] != kOurByteOrder) {
     return result;
   }
-  if (header.e_phentsize != sizeof(Elf64_Phdr)) throw std::runtime_error("its program header entries have an unknown size");
+  if (header.e_phentsize != sizeof(Elf64_Phdr)) {
+    throw std::runtime_error("its program header entries have an unknown size");
+  }
   const std::string table =
       file.read(header.e_phoff, uint64_t{header.e_phnum} * sizeof(Elf64_Phdr), "program header table");
   std::vector<Elf64_Phdr> loads;

@@ -52,16 +52,16 @@ fs::path write_temp(const std::string& name, const std::string& bytes) {
 
 TEST(ElfDynamic, ReadsWhatTheDynamicLoaderReads) {
   const ElfDynamic plugin = read_file(kOrigin / "libaccel_origin.so");
-  EXPECT_NE(std::find(plugin.needed.begin(), plugin.needed.end(), "libaccel_test_origin_helper.so"),
+  EXPECT_NE(std::find(plugin.needed.begin(), plugin.needed.end(), "libvendor_origin_helper.so"),
             plugin.needed.end());
   EXPECT_EQ(plugin.search_path, std::vector<std::string>{"$ORIGIN"});
-  const ElfDynamic helper = read_file(kOrigin / "libaccel_test_origin_helper.so");
-  EXPECT_EQ(helper.soname, "libaccel_test_origin_helper.so");
+  const ElfDynamic helper = read_file(kOrigin / "libvendor_origin_helper.so");
+  EXPECT_EQ(helper.soname, "libvendor_origin_helper.so");
 }
 
 TEST(ElfDynamic, NotAnElfIsEmpty) {
-  const ElfDynamic dynamic = read_file(write_temp("not_elf.so", "not an ELF file at all, but long enough to read a header "
-                                                                "from: 64 bytes and more"));
+  const ElfDynamic dynamic =
+      read_file(write_temp("not_elf.so", "not an ELF file at all, but long enough to read a header from: 64 bytes+"));
   EXPECT_TRUE(dynamic.needed.empty() && dynamic.search_path.empty() && dynamic.soname.empty());
 }
 

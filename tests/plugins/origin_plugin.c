@@ -7,7 +7,7 @@
 
 #include <stdio.h>
 
-int accel_test_origin_count(int add); /* libaccel_test_origin_helper.so */
+int accel_test_origin_count(int add); /* libvendor_origin_helper.so */
 
 static int g_steps;
 

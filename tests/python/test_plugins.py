@@ -501,7 +501,7 @@ class BundledLibraries(TempDirMixin, unittest.TestCase):
     the helper was not found (issue 30); the helper is now checked and
     loaded from the plugin's real directory, under the plugin's rules."""
 
-    HELPER = "libaccel_test_origin_helper.so"
+    HELPER = "libvendor_origin_helper.so"
 
     def setUp(self):
         super().setUp()
