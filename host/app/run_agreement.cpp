@@ -1,9 +1,7 @@
 // The start-up agreement on the run's configuration (see run_agreement.h).
 #include "host/app/run_agreement.h"
 
-#include <fcntl.h>
 #include <mpi.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,6 +9,7 @@
 #include <map>
 #include <sstream>
 
+#include "accel/sdk/input_file.hpp"
 #include "host/comm/mpi_session.h"
 #include "host/plugin/plugin_registry.h"
 #include "host/util/agreed_error.h"
@@ -81,17 +80,16 @@ std::string data_identity(const std::string& spec) {
   const size_t colon = spec.find(':');
   if (colon == std::string::npos) return spec;
   const std::string kind = spec.substr(0, colon);
-  // Opened non-blocking and type-checked on the descriptor: a FIFO named as
-  // the data must not stall the agreement (the dataset refuses it later,
-  // with its own line).
-  const int fd = ::open(spec.substr(colon + 1).c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) return kind + ": unreadable";
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return kind + ": not a regular file";
+  // The SDK's rule for inputs: a FIFO named as the data must not stall the
+  // agreement (the dataset refuses it later, with its own line).
+  sdk::InputFile file;
+  try {
+    file = sdk::open_input_file(spec.substr(colon + 1));
+  } catch (const sdk::InputFileError&) {
+    return kind + ": unreadable";
   }
-  const auto size = static_cast<int64_t>(st.st_size);
+  const int fd = file.fd();
+  const auto size = static_cast<int64_t>(file.size());
   constexpr int64_t kWhole = 64ll << 20, kEdge = 1ll << 20;
   uint64_t hash = kFnvOffset;
   std::string buffer;
@@ -116,7 +114,6 @@ std::string data_identity(const std::string& spec) {
     identity = strformat("%s: %lld bytes, fnv1a64 of first and last MiB %016llx", kind.c_str(),
                          static_cast<long long>(size), static_cast<unsigned long long>(hash));
   }
-  ::close(fd);
   return identity;
 }
 

@@ -24,6 +24,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "accel/sdk/input_file.hpp"
 #include "host/checkpoint/checkpoint_json.h"
 
 namespace accel::checkpoint {
@@ -74,16 +75,6 @@ int open_or_fail(const fs::path& path, int flags, mode_t mode = 0) {
   } while (fd < 0 && errno == EINTR);
   if (fd < 0) fail_errno(path, "open", errno);
   return fd;
-}
-
-// What `mode` is, for "is a FIFO, not a regular file" messages.
-const char* file_kind(mode_t mode) {
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISFIFO(mode)) return "a FIFO";
-  if (S_ISLNK(mode)) return "a symlink";
-  if (S_ISSOCK(mode)) return "a socket";
-  if (S_ISCHR(mode) || S_ISBLK(mode)) return "a device";
-  return "not a regular file";
 }
 
 void write_file_durably(const fs::path& path, std::string_view bytes) {
@@ -157,42 +148,28 @@ std::string first_problem(const fs::path& dir) {
 // ---------------------------------------------------------------------------
 
 std::string read_regular_file(const fs::path& path, uint64_t max_bytes) {
-  // The type is checked before opening (open() of a FIFO blocks until a
-  // writer appears), and again on the descriptor, opened non-blocking and
-  // without following a symlink, in case the name was swapped in between.
-  struct stat st {};
-  if (::lstat(path.c_str(), &st) != 0) fail_errno(path, "stat", errno);
-  if (!S_ISREG(st.st_mode)) fail(path, std::string("is ") + file_kind(st.st_mode) + ", not a regular file");
-  FdCloser fd(open_or_fail(path, O_RDONLY | O_NONBLOCK | O_NOFOLLOW));
-  if (::fstat(fd.get(), &st) != 0) fail_errno(path, "stat", errno);
-  if (!S_ISREG(st.st_mode)) fail(path, std::string("is ") + file_kind(st.st_mode) + ", not a regular file");
-  if (static_cast<uint64_t>(st.st_size) > max_bytes) {
-    fail(path, "larger than " + std::to_string(max_bytes) + " bytes");
-  }
-  std::string text;
-  char buffer[64 * 1024];
-  for (;;) {
-    const ssize_t got = ::read(fd.get(), buffer, sizeof(buffer));
-    if (got < 0) {
-      if (errno == EINTR) continue;
-      fail_errno(path, "read", errno);
-    }
-    if (got == 0) return text;
-    text.append(buffer, static_cast<size_t>(got));
-    if (text.size() > max_bytes) fail(path, "larger than " + std::to_string(max_bytes) + " bytes");
+  try {
+    return sdk::read_input_file(path.string(), max_bytes, {}, sdk::Symlinks::refuse);
+  } catch (const sdk::InputFileError& error) {
+    throw CheckpointError(error.what());
   }
 }
 
 ManifestEntry describe_file(const fs::path& file) {
-  // O_NONBLOCK: a FIFO put in place of a file fails to read instead of
-  // blocking the resume forever.
-  FdCloser fd(open_or_fail(file, O_RDONLY | O_NONBLOCK));
+  // A FIFO put in place of a file is refused instead of blocking the resume
+  // forever; a symlink is not a file this directory holds.
+  sdk::InputFile input;
+  try {
+    input = sdk::open_input_file(file.string(), {}, sdk::Symlinks::refuse);
+  } catch (const sdk::InputFileError& error) {
+    throw CheckpointError(error.what());
+  }
   ManifestEntry entry;
   entry.file = file.filename().string();
   uLong crc = ::crc32(0L, Z_NULL, 0);
   std::vector<unsigned char> buffer(4 << 20);
   for (;;) {
-    const ssize_t got = ::read(fd.get(), buffer.data(), buffer.size());
+    const ssize_t got = ::read(input.fd(), buffer.data(), buffer.size());
     if (got < 0) {
       if (errno == EINTR) continue;
       fail_errno(file, "read", errno);

@@ -54,9 +54,10 @@ ManifestEntry describe_file(const std::filesystem::path& file);
 // creations and renames inside it, durable). Throws CheckpointError.
 void fsync_path(const std::filesystem::path& path);
 
-// The whole of `path`, which must be a regular file (not a symlink, FIFO,
-// device or directory: checked before opening, so nothing blocks) of at
-// most `max_bytes`. Throws CheckpointError naming the path.
+// The whole of `path`, a file inside a checkpoint directory: the SDK's
+// read_input_file (accel/sdk/input_file.hpp) with Symlinks::refuse, so a
+// FIFO, device, directory or symlink is refused without blocking; at most
+// `max_bytes`. Throws CheckpointError naming the path.
 std::string read_regular_file(const std::filesystem::path& path, uint64_t max_bytes);
 
 // Reads and validates `dir/manifest.json` (a regular file, never a symlink) (format, version, entry names that

@@ -24,6 +24,8 @@
 #include <accel/sdk/json_input.hpp>  // describe
 #include <nlohmann/json.hpp>
 
+#include "accel/sdk/input_file.hpp"
+
 namespace accel::checkpoint {
 namespace {
 
@@ -458,13 +460,19 @@ void SafetensorsWriter::write(const std::filesystem::path& path) const {
 
 SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
   const std::string source = path.string();
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail(source, "cannot open: " + errno_text(errno));
+  // The SDK's one rule for inputs: a FIFO named as a weight file (an hf:
+  // directory's model.safetensors or a shard) is refused, never waited on;
+  // a symlink is followed (the Hugging Face cache is made of them).
+  int fd;
+  uint64_t file_size;
   try {
-    struct stat status {};
-    if (::fstat(fd, &status) != 0) fail(source, "cannot stat: " + errno_text(errno));
-    if (!S_ISREG(status.st_mode)) fail(source, "not a regular file");
-    const auto file_size = static_cast<uint64_t>(status.st_size);
+    sdk::InputFile opened = sdk::open_input_file(source);
+    file_size = opened.size();
+    fd = opened.release();
+  } catch (const sdk::InputFileError& e) {
+    throw CheckpointError(e.what());
+  }
+  try {
 
     // Read the length first and only allocate for a header that can be valid.
     std::string prefix(std::min<uint64_t>(file_size, 8), '\0');

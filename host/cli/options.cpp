@@ -14,6 +14,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "accel/sdk/input_file.hpp"
 #include "host/util/strformat.h"
 
 namespace po = boost::program_options;
@@ -89,20 +90,20 @@ void refuse_message_placeholders(const std::vector<std::string>& args) {
   for (const std::string& arg : args) refuse_message_placeholders(arg, "argument '" + arg + "'");
 }
 
-// --config must name a readable regular file: an ifstream opens a directory
-// and reads nothing from it, which would silently drop every option. The
-// text is read whole (and checked like the arguments) before parsing.
+// --config must name a readable regular file, opened by the SDK's rule for
+// inputs: a directory would read as nothing (silently dropping every
+// option) and a FIFO would block. The text is read whole (and checked like
+// the arguments) before parsing.
 std::istringstream open_config_file(const std::string& path) {
-  std::error_code error;
-  if (std::filesystem::is_directory(path, error)) {
-    throw UsageError("--config: '" + path + "' is a directory, not a file of key=value lines");
+  constexpr uint64_t kMaxConfigBytes = 16ull << 20;  // key=value lines; far larger is not a config
+  std::string text;
+  try {
+    text = sdk::read_input_file(path, kMaxConfigBytes, "--config");
+  } catch (const sdk::InputFileError& error) {
+    throw UsageError(error.what());
   }
-  std::ifstream file(path);
-  if (!file) throw UsageError("--config: cannot open '" + path + "'");
-  std::ostringstream text;
-  text << file.rdbuf();
-  refuse_message_placeholders(text.str(), "--config '" + path + "'");
-  return std::istringstream(text.str());
+  refuse_message_placeholders(text, "--config '" + path + "'");
+  return std::istringstream(text);
 }
 
 // accel-host takes options only (subcommands are dispatched before parsing):

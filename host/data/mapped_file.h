@@ -1,7 +1,7 @@
 // A read-only memory map of a regular file (the token datasets' storage).
-// Opening refuses FIFOs, directories, sockets and devices before open()
-// (which would block on a FIFO) and again on the descriptor, with one line
-// naming the file. Immutable once built: thread-safe for reads.
+// Opened by accel/sdk/input_file.hpp's rule: FIFOs, directories, sockets and
+// devices are refused without blocking, with one line naming the file; a
+// symlink is followed. Immutable once built: thread-safe for reads.
 #pragma once
 
 #include <cstddef>

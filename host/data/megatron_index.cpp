@@ -63,6 +63,14 @@ MegatronIndex parse_megatron_index(std::span<const uint8_t> idx, int64_t bin_byt
                          static_cast<unsigned long long>(documents)));
   }
   const auto s = static_cast<int64_t>(sequences), d = static_cast<int64_t>(documents);
+  // Megatron's writer starts the document indices with 0 and appends the
+  // sequence count at each document's end: there is always at least one,
+  // and with sequences, at least two (a start and an end).
+  if (d == 0 || (s > 0 && d < 2)) {
+    throw fail(strformat(".idx has %lld sequences but %lld document indices (Megatron writes 0, then each "
+                         "document's end: at least %d)",
+                         static_cast<long long>(s), static_cast<long long>(d), s > 0 ? 2 : 1));
+  }
   const uint8_t* lengths = idx.data() + kHeaderBytes;
   const uint8_t* pointers = lengths + 4 * s;
   const uint8_t* doc_index = pointers + 8 * s;
@@ -77,6 +85,13 @@ MegatronIndex parse_megatron_index(std::span<const uint8_t> idx, int64_t bin_byt
                            static_cast<long long>(expected)));
     }
     expected += int64_t{length} * dtype->bytes;
+    // The sum can only grow toward the .bin's size: stopping past it keeps
+    // billions of large lengths from overflowing the sum.
+    if (expected > bin_bytes) {
+      throw fail(strformat("the .idx describes more than the %lld bytes of its .bin by sequence %lld (the .idx "
+                           "does not match its .bin)",
+                           static_cast<long long>(bin_bytes), static_cast<long long>(i)));
+    }
   }
   if (expected != bin_bytes) {
     throw fail(strformat("the .idx describes %lld bytes of %s tokens but the .bin has %lld (the .idx does not match "

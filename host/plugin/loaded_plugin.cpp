@@ -2,15 +2,18 @@
 #include "host/plugin/loaded_plugin.h"
 
 #include <dlfcn.h>
+#include <sys/stat.h>
 
 #include <boost/dll/library_info.hpp>
 #include <boost/dll/shared_library.hpp>
 
 #include <cstring>
+#include <optional>
 #include <regex>
 #include <set>
 
 #include "host/plugin/discovery.h"
+#include "host/plugin/elf_dynamic.h"
 #include "host/plugin/option_values.h"
 #include "host/plugin/plugin_error.h"
 #include "host/plugin/trusted_file.h"
@@ -188,6 +191,110 @@ struct LoadedPlugin::Library {
   boost::dll::shared_library handle;
 };
 
+namespace {
+
+// The one name knowable before loading. dlopen runs a library's
+// constructors before its descriptor can be read, so a file not named
+// libaccel_<name>.so, or not the plugin that was asked for, is refused
+// without loading it; a descriptor naming another plugin than its file can
+// only be refused after (check_descriptor).
+void check_file_name(const std::filesystem::path& file, const std::string& expected_name) {
+  const std::string name = file.filename().string();
+  const std::string prefix = "libaccel_", suffix = ".so";
+  const bool shaped = name.size() > prefix.size() + suffix.size() && name.starts_with(prefix) &&
+                      name.ends_with(suffix) &&
+                      valid_name(name.substr(prefix.size(), name.size() - prefix.size() - suffix.size()).c_str());
+  if (!shaped) {
+    throw PluginError(file.string() + ": refused without loading it: a plugin file is named libaccel_<name>.so, "
+                      "<name> being [a-z][a-z0-9_]*");
+  }
+  if (!expected_name.empty() && name != plugin_file_name(expected_name)) {
+    throw PluginError(file.string() + ": refused without loading it: plugin '" + expected_name +
+                      "' was requested, whose file is " + plugin_file_name(expected_name));
+  }
+}
+
+ElfDynamic dynamic_section(const TrustedFile& file, const std::filesystem::path& label) {
+  try {
+    return read_elf_dynamic(file.fd());
+  } catch (const std::exception& e) {
+    throw PluginError(label.string() + ": not a loadable shared library (" + e.what() + ")");
+  }
+}
+
+// ld.so's $ORIGIN, spelled either way, replaced by `origin`; nullopt for an
+// entry without it (searched by the dynamic loader as for any library) or
+// with another token ($LIB, $PLATFORM) we do not expand.
+std::optional<std::filesystem::path> origin_entry(std::string entry, const std::string& origin) {
+  bool found = false;
+  for (const std::string token : {"${ORIGIN}", "$ORIGIN"}) {
+    for (size_t at; (at = entry.find(token)) != std::string::npos;) {
+      entry.replace(at, token.size(), origin);
+      found = true;
+    }
+  }
+  if (!found || entry.find('$') != std::string::npos) return std::nullopt;
+  return std::filesystem::path(entry);
+}
+
+constexpr int kMaxBundleDepth = 8;
+
+}  // namespace
+
+// Libraries a plugin ships beside itself. dlopen of /proc/self/fd/N makes
+// $ORIGIN mean /proc/self/fd, so a plugin whose RUNPATH says $ORIGIN would
+// not find them; and the dynamic loader would open them by name, unchecked.
+// So each library `object` needs that lies in a directory its RUNPATH names
+// through $ORIGIN (taken as the directory the object really is in, its
+// symlinks resolved) is opened by the same trust rules (trusted_file.h),
+// its own bundled libraries first, and dlopen'ed from its descriptor before
+// the object: the dynamic loader then finds it already loaded by its SONAME
+// and searches nothing. A library that is already resident (libc, libtorch)
+// is left to the loader, as it would be. The bundled library's SONAME must
+// be the name it is needed by, or the loader would not recognise it.
+void LoadedPlugin::load_bundled(const ElfDynamic& object, const TrustedFile& file,
+                                const std::filesystem::path& label, int depth) {
+  const std::string origin = file.resolved().parent_path().string();
+  std::vector<std::filesystem::path> origin_dirs;
+  for (const std::string& entry : object.search_path) {
+    if (std::optional<std::filesystem::path> dir = origin_entry(entry, origin)) origin_dirs.push_back(*dir);
+  }
+  if (origin_dirs.empty()) return;
+  for (const std::string& needed : object.needed) {
+    if (needed.find('/') != std::string::npos) continue;  // a path: ld.so searches nothing for it
+    if (void* resident = ::dlopen(needed.c_str(), RTLD_LAZY | RTLD_NOLOAD)) {
+      ::dlclose(resident);
+      continue;
+    }
+    for (const std::filesystem::path& dir : origin_dirs) {
+      const std::filesystem::path candidate = dir / needed;
+      struct stat st {};
+      if (::lstat(candidate.c_str(), &st) != 0) continue;  // not in this directory: the next one
+      if (depth >= kMaxBundleDepth) {
+        throw PluginError(label.string() + ": refused: bundled libraries need each other more than " +
+                          std::to_string(kMaxBundleDepth) + " levels deep");
+      }
+      TrustedFile dependency = TrustedFile::open(candidate);
+      const ElfDynamic dynamic = dynamic_section(dependency, candidate);
+      if (dynamic.soname != needed) {
+        throw PluginError(candidate.string() + ": refused: " + label.filename().string() + " needs it as " + needed +
+                          " but its SONAME is " + (dynamic.soname.empty() ? "missing" : "'" + dynamic.soname + "'") +
+                          " (link it with -Wl,-soname," + needed + ")");
+      }
+      load_bundled(dynamic, dependency, candidate, depth + 1);
+      auto library = std::make_unique<Library>(std::move(dependency));
+      try {
+        library->handle.load(library->file.proc_path(),
+                             boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local);
+      } catch (const std::exception& e) {
+        throw PluginError(candidate.string() + ": dlopen failed: " + e.what());
+      }
+      bundled_.push_back(std::move(library));
+      break;
+    }
+  }
+}
+
 AccelHooks normalise_hooks(const AccelHooks* table) {
   AccelHooks hooks{};
   if (table) std::memcpy(&hooks, table, std::min(table->struct_size, sizeof(AccelHooks)));
@@ -197,6 +304,7 @@ AccelHooks normalise_hooks(const AccelHooks* table) {
 
 std::unique_ptr<LoadedPlugin> LoadedPlugin::load(const std::filesystem::path& file, const std::string& expected_name,
                                                  runtime::HostContext& context, bool info_only) {
+  check_file_name(file, expected_name);
   TrustedFile trusted = TrustedFile::open(file);
   const std::set<int> majors = exported_majors(trusted, file);
   if (majors.empty()) throw PluginError(file.string() + ": not an Accel plugin (no accel_plugin_init_v<N> symbol)");
@@ -207,6 +315,7 @@ std::unique_ptr<LoadedPlugin> LoadedPlugin::load(const std::filesystem::path& fi
 
   std::unique_ptr<LoadedPlugin> plugin(new LoadedPlugin());
   plugin->path_ = file;
+  plugin->load_bundled(dynamic_section(trusted, file), trusted, file, 0);
   plugin->library_ = std::make_unique<Library>(std::move(trusted));
   try {
     plugin->library_->handle.load(plugin->library_->file.proc_path(),

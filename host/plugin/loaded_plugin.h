@@ -2,10 +2,13 @@
 // hook table (normalised copies: fields beyond the plugin's struct_size read
 // as zero/NULL), its AccelHost handle and, once created, its instance.
 //
-// Loading order (DESIGN.md "Loading"): the file is opened once and its trust
-// checked on that descriptor (trusted_file.h), the ELF inspected with
-// Boost.DLL's library_info (a truncated .so can SIGBUS inside dlopen), then
-// dlopened with RTLD_NOW | RTLD_LOCAL — both through /proc/self/fd/N, so a
+// Loading order (DESIGN.md "Loading"): the file name is checked
+// (libaccel_<name>.so: nothing misnamed is mapped), the file is opened once
+// and its trust checked on that descriptor (trusted_file.h), the ELF
+// inspected with Boost.DLL's library_info (a truncated .so can SIGBUS inside
+// dlopen), the libraries it ships beside itself and finds through $ORIGIN
+// opened and checked the same way and loaded first, then the plugin
+// dlopened with RTLD_NOW | RTLD_LOCAL — all through /proc/self/fd/N, so a
 // name swapped meanwhile changes nothing — then the entry symbol of the
 // newest ABI major this host knows, then descriptor validation (hook table
 // at least 1.0's; a gradient reducer has a hook to reduce in). The library stays
@@ -23,6 +26,9 @@
 #include "host/runtime/host_context.h"
 
 namespace accel::plugin {
+
+struct ElfDynamic;
+class TrustedFile;
 
 class LoadedPlugin {
  public:
@@ -53,9 +59,15 @@ class LoadedPlugin {
  private:
   LoadedPlugin() = default;
   struct Library;
+  // Loads the libraries `object` (the file open as `file`) ships beside
+  // itself and finds through $ORIGIN, checked like the plugin (loaded_plugin.cpp).
+  void load_bundled(const ElfDynamic& object, const TrustedFile& file, const std::filesystem::path& label, int depth);
 
   std::filesystem::path path_;
   std::string name_;
+  // Declared before library_: destroyed after it, the plugin unloaded
+  // before the libraries it needs.
+  std::vector<std::unique_ptr<Library>> bundled_;
   std::unique_ptr<Library> library_;
   std::unique_ptr<AccelHost> host_;
   AccelPluginDescriptor descriptor_{};

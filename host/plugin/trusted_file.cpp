@@ -47,15 +47,31 @@ std::string octal_mode(mode_t mode) {
   return text;
 }
 
-// Empty when `st` may be trusted; else why not ("owned by ...", "writable by ...").
-std::string distrust(const struct stat& st, bool directory) {
+// What is being judged: a directory walked through, the directory that
+// holds the file itself, or the file.
+enum class Role { passed_directory, holding_directory, file };
+
+std::string not_ours(const struct stat& st) {
   if (st.st_uid != 0 && st.st_uid != ::geteuid()) {
     return "owned by uid " + std::to_string(st.st_uid) + ", neither root nor the current user";
   }
+  return "";
+}
+
+// Empty when `st` may be trusted; else why not ("owned by ...", "writable by ...").
+std::string distrust(const struct stat& st, Role role) {
+  if (std::string why = not_ours(st); !why.empty()) return why;
   // In a sticky directory only an entry's owner (or the directory's, checked
   // above) may rename or remove it: writers cannot swap what we walk into.
-  if (directory && (st.st_mode & S_ISVTX)) return "";
-  if (st.st_mode & S_IWOTH) return "writable by other users (mode " + octal_mode(st.st_mode) + ")";
+  // Not so for the directory holding the file: there, whoever may write
+  // chooses which files sit under plugin names (a hard link to any
+  // root-owned library passes every check on the file), and the sticky bit
+  // does not stop them adding one.
+  if (role == Role::passed_directory && (st.st_mode & S_ISVTX)) return "";
+  const char* sticky_note = role == Role::holding_directory && (st.st_mode & S_ISVTX)
+                                ? "; the sticky bit does not stop others adding files beside the plugin"
+                                : "";
+  if (st.st_mode & S_IWOTH) return "writable by other users (mode " + octal_mode(st.st_mode) + sticky_note + ")";
   if ((st.st_mode & S_IWGRP) && st.st_gid != 0) {
     return "writable by its group, gid " + std::to_string(st.st_gid) + " (mode " + octal_mode(st.st_mode) +
            "; only root's group may write to a plugin or the directories above it)";
@@ -89,7 +105,7 @@ TrustedFile TrustedFile::open(const fs::path& file) {
     Fd root(::open("/", O_PATH | O_DIRECTORY | O_CLOEXEC));
     struct stat st {};
     if (root.get() < 0 || ::fstat(root.get(), &st) != 0) throw system_error("cannot open /");
-    if (const std::string why = distrust(st, true); !why.empty()) throw refuse("directory / is " + why);
+    if (const std::string why = distrust(st, Role::passed_directory); !why.empty()) throw refuse("directory / is " + why);
     return root;
   };
   Fd dir = open_root();
@@ -107,7 +123,7 @@ TrustedFile TrustedFile::open(const fs::path& file) {
       struct stat st {};
       if (parent.get() < 0 || ::fstat(parent.get(), &st) != 0) throw system_error("cannot open " + where.string() + "/..");
       where = where.has_relative_path() ? where.parent_path() : where;
-      if (const std::string why = distrust(st, true); !why.empty()) {
+      if (const std::string why = distrust(st, Role::passed_directory); !why.empty()) {
         throw refuse("directory " + where.string() + " is " + why);
       }
       dir = std::move(parent);
@@ -120,7 +136,14 @@ TrustedFile TrustedFile::open(const fs::path& file) {
 
     if (S_ISLNK(st.st_mode)) {
       // The link lives in a checked directory; its target is walked and
-      // checked like the rest of the path.
+      // checked like the rest of the path. Its owner chooses where it
+      // points, so the link is ours or root's like everything else we walk
+      // (in a sticky directory another user's link would otherwise choose
+      // which of our files we load: the kernel's fs.protected_symlinks
+      // refuses following such a link for the same reason).
+      if (const std::string why = not_ours(st); !why.empty()) {
+        throw refuse("symbolic link " + here.string() + " is " + why);
+      }
       if (++links > kMaxSymlinks) throw refuse("too many levels of symbolic links");
       std::string target(PATH_MAX, '\0');
       const ssize_t length = ::readlinkat(next.get(), "", target.data(), target.size());
@@ -136,7 +159,7 @@ TrustedFile TrustedFile::open(const fs::path& file) {
       continue;
     }
     if (S_ISDIR(st.st_mode)) {
-      if (const std::string why = distrust(st, true); !why.empty()) {
+      if (const std::string why = distrust(st, Role::passed_directory); !why.empty()) {
         throw refuse("directory " + here.string() + " is " + why);
       }
       dir = std::move(next);
@@ -152,7 +175,12 @@ TrustedFile TrustedFile::open(const fs::path& file) {
     Fd opened(::openat(dir.get(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
     if (opened.get() < 0 || ::fstat(opened.get(), &st) != 0) throw system_error("cannot open " + here.string());
     if (!S_ISREG(st.st_mode)) throw refuse(here.string() + " is not a regular file");
-    if (const std::string why = distrust(st, false); !why.empty()) {
+    struct stat holder {};
+    if (::fstat(dir.get(), &holder) != 0) throw system_error("cannot stat " + where.string());
+    if (const std::string why = distrust(holder, Role::holding_directory); !why.empty()) {
+      throw refuse("directory " + where.string() + " is " + why);
+    }
+    if (const std::string why = distrust(st, Role::file); !why.empty()) {
       throw refuse(std::string(here == absolute ? "the file" : "the file " + here.string()) + " is " + why);
     }
     return TrustedFile(opened.release(), here);

@@ -15,10 +15,18 @@
 // with one relaxation ssh does not make:
 // - every directory walked through (the path's and every symlink target's)
 //   is owned by root or the effective user and writable by no one else;
-// - a sticky directory (like /tmp, mode 1777) may be writable by others: the
-//   sticky bit stops them renaming or removing entries they do not own, so
-//   the entry below it, checked like any other, cannot be swapped (the
-//   reasoning of the kernel's fs.protected_symlinks and systemd's chase());
+// - a sticky directory (like /tmp, mode 1777) may be writable by others when
+//   it is passed through: the sticky bit stops them renaming or removing
+//   entries they do not own, so the entry below it, checked like any other,
+//   cannot be swapped (the reasoning of the kernel's fs.protected_symlinks
+//   and systemd's chase());
+// - but not the directory that holds the file: the sticky bit stops
+//   removals, not additions, and whoever may add files there chooses what
+//   sits under a plugin's name (a hard link to any root-owned library passes
+//   every check on the file);
+// - a symbolic link is owned by root or the effective user: its owner
+//   chooses where it points, so which file is loaded (its mode means
+//   nothing); its target is walked and checked like the rest;
 // - the file is a regular file owned by root or the effective user and
 //   writable by no one else;
 // - "no one else" includes the file's or directory's group, unless that group

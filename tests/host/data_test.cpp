@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <climits>
 #include <cstdio>
 #include <fstream>
 #include <future>
@@ -224,7 +225,7 @@ TEST(Dataset, FifoIsRefusedWithoutBlocking) {
     ADD_FAILURE() << "open_dataset blocked on a FIFO";
   }
   const std::string e = opened.get();
-  EXPECT_NE(e.find("--data: '" + fifo + "' is a FIFO; token files must be regular files"), std::string::npos) << e;
+  EXPECT_NE(e.find("--data: '" + fifo + "' is a FIFO, not a regular file"), std::string::npos) << e;
   ::unlink(fifo.c_str());
 }
 
@@ -353,4 +354,25 @@ TEST(MegatronDataset, AnIndexThatDoesNotMatchItsBinIsOneLine) {
             std::string::npos);
   EXPECT_NE(error_of("megatron:/nonexistent/corpus", 4, 100).find("cannot open '/nonexistent/corpus.idx'"),
             std::string::npos);
+}
+
+// Issue 30: an .idx of 2 sequences and 0 document indices was accepted
+// (the document check ran over no indices). Megatron writes 0 and then each
+// document's end, so sequences need at least two.
+TEST(MegatronDataset, SequencesWithoutDocumentIndicesAreRefused) {
+  const std::string bin = uint16_tokens(std::vector<uint16_t>(20, 1));
+  const auto error = [&](const std::string& name, const std::string& idx) {
+    return error_of("megatron:" + megatron_prefix(name, idx, bin), 4, 100);
+  };
+  const std::string none = error("m_no_docs", megatron_idx(8, 2, {10, 10}, {}));
+  EXPECT_NE(none.find(".idx has 2 sequences but 0 document indices"), std::string::npos) << none;
+  EXPECT_EQ(none.find('\n'), std::string::npos) << none;
+  const std::string start_only = error("m_start_only", megatron_idx(8, 2, {10, 10}, {0}));
+  EXPECT_NE(start_only.find("2 sequences but 1 document indices"), std::string::npos) << start_only;
+  EXPECT_NE(error("m_nothing", megatron_idx(8, 2, {}, {})).find("0 sequences but 0 document indices"),
+            std::string::npos);
+  // The lengths' sum is checked against the .bin as it grows, not only at
+  // the end (a sum of billions of large lengths would overflow first).
+  const std::string past = error("m_past_bin", megatron_idx(8, 2, {INT32_MAX, 10}, {0, 2}));
+  EXPECT_NE(past.find("describes more than the 40 bytes of its .bin by sequence 0"), std::string::npos) << past;
 }

@@ -95,4 +95,35 @@ TEST_F(TrustedFileTest, AMissingFileNamesTheMissingPath) {
   EXPECT_NE(why.find("cannot open " + (dir_ / "nope").string()), std::string::npos) << why;
 }
 
+// Issue 30: a sticky world-writable directory was accepted as the one
+// holding the plugin. Passing through one (/tmp) is fine: its sticky bit
+// keeps others from swapping our entry; holding the plugin is not: others
+// may add files there, and so choose what sits under a plugin's name.
+TEST_F(TrustedFileTest, AStickyDirectoryMayBePassedThroughButNotHoldThePlugin) {
+  file("sticky/mine/libaccel_x.so");
+  ASSERT_EQ(::chmod((dir_ / "sticky").c_str(), 01777), 0);
+  EXPECT_NO_THROW(TrustedFile::open(dir_ / "sticky" / "mine" / "libaccel_x.so"));
+  file("sticky/libaccel_y.so");
+  ASSERT_EQ(::chmod((dir_ / "sticky").c_str(), 01777), 0);
+  const std::string why = refusal(dir_ / "sticky" / "libaccel_y.so");
+  EXPECT_NE(why.find("directory " + (dir_ / "sticky").string() + " is writable by other users (mode 1777"),
+            std::string::npos)
+      << why;
+}
+
+// Issue 30: a symlink's own owner went unchecked; whoever owns a link
+// chooses where it points, and so which file is loaded.
+TEST_F(TrustedFileTest, ASymlinkOfAnotherUserIsNotFollowed) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to give a symlink to another user";
+  file("real/libaccel_x.so");
+  fs::create_directories(dir_ / "links");
+  const fs::path link = dir_ / "links" / "libaccel_x.so";
+  fs::create_symlink("../real/libaccel_x.so", link);
+  ASSERT_EQ(::lchown(link.c_str(), 65534, 65534), 0);
+  const std::string why = refusal(link);
+  EXPECT_NE(why.find("symbolic link " + link.string() + " is owned by uid 65534"), std::string::npos) << why;
+  ASSERT_EQ(::lchown(link.c_str(), 0, 0), 0);
+  EXPECT_NO_THROW(TrustedFile::open(link));
+}
+
 }  // namespace

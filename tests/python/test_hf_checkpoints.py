@@ -5,6 +5,7 @@ torch.optim.AdamW on the same batches, and comes back out through export-hf
 as a directory from_pretrained loads, under one process and under fsdp."""
 import json
 import os
+import subprocess
 import unittest
 
 import numpy as np
@@ -247,6 +248,49 @@ class HuggingFaceBadInput(TempDirMixin, unittest.TestCase):
     def test_not_a_directory(self):
         self.hf_dir = self.path("nowhere")
         self.refused(mentions=["nowhere", "not a directory"])
+
+    def refused_without_blocking(self, mentions):
+        try:
+            self.refused(mentions=mentions)
+        except subprocess.TimeoutExpired:
+            self.fail(f"--init-from hf:{self.hf_dir} blocked on a FIFO")
+
+    def test_fifo_as_the_weights_is_refused_without_blocking(self):
+        # Issue 30: open() of model.safetensors blocked forever on a FIFO
+        # with no writer (the subprocess timeout is the failure).
+        weights = os.path.join(self.hf_dir, "model.safetensors")
+        os.remove(weights)
+        os.mkfifo(weights)
+        self.refused_without_blocking([weights, "is a FIFO, not a regular file"])
+
+    def test_fifo_as_a_shard_the_index_names_is_refused_without_blocking(self):
+        self.hf_dir = self.path("hf_sharded")
+        random_hf_model().save_pretrained(self.hf_dir, safe_serialization=True, max_shard_size="100KB")
+        with open(os.path.join(self.hf_dir, "model.safetensors.index.json")) as f:
+            shards = sorted(set(json.load(f)["weight_map"].values()))
+        self.assertGreater(len(shards), 1)
+        shard = os.path.join(self.hf_dir, shards[-1])
+        os.remove(shard)
+        os.mkfifo(shard)
+        self.refused_without_blocking([shard, "is a FIFO, not a regular file"])
+
+    def test_symlinked_files_are_followed_like_the_hugging_face_cache(self):
+        # The cache's snapshots/<rev>/ holds symlinks into blobs/: a user's
+        # input path is followed (accel/sdk/input_file.hpp, Symlinks::follow);
+        # only what the links name must be regular files.
+        blobs, snapshot = self.path("blobs"), self.path("snapshot")
+        os.makedirs(blobs)
+        os.makedirs(snapshot)
+        for name in os.listdir(self.hf_dir):
+            os.rename(os.path.join(self.hf_dir, name), os.path.join(blobs, name))
+            os.symlink(os.path.join("..", "blobs", name), os.path.join(snapshot, name))
+        proc = run_host("--init-from", "hf:" + snapshot, "--steps", 1, check=False, timeout=120)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        # A link to a FIFO is a FIFO: refused on the descriptor, unblocked.
+        os.remove(os.path.join(blobs, "model.safetensors"))
+        os.mkfifo(os.path.join(blobs, "model.safetensors"))
+        self.hf_dir = snapshot
+        self.refused_without_blocking([os.path.join(snapshot, "model.safetensors"), "is a FIFO"])
 
     def test_export_of_something_that_is_not_a_checkpoint(self):
         proc = run_host("export-hf", self.hf_dir, self.path("out"), check=False, timeout=60)

@@ -7,6 +7,7 @@ import shutil
 import stat
 import subprocess
 import unittest
+import unittest.mock
 
 from accel_testing import ACCEL_HOST, MPI_ENV, MPIRUN, TempDirMixin, mpirun, read_metrics, run_host
 
@@ -378,6 +379,56 @@ class BrokenPlugins(TempDirMixin, unittest.TestCase):
         run_host("--plugin-path", d, "--plugin", "recorder", *TINY)
 
     @unittest.skipUnless(os.geteuid() == 0, "needs root to give a directory to another user")
+    def test_sticky_world_writable_directory_holding_the_plugin_is_refused(self):
+        # Issue 30: accepted before. Where others may add files, they choose
+        # which files sit under plugin names (a hard link to any root-owned
+        # library passes every check on the file); the sticky bit stops
+        # removals, not additions.
+        d, _ = self.copy_recorder("sticky_holder")
+        os.chmod(d, 0o1777)
+        err = self.refused("--plugin-path", d, "--plugin", "recorder",
+                           mentions=["writable by other users (mode 1777", "sticky bit"])
+        self.assertIn(f"directory {os.path.realpath(d)} is", err)
+
+    @unittest.skipUnless(os.geteuid() == 0, "needs root to give a symlink to another user")
+    def test_symlink_of_another_user_is_not_followed(self):
+        # Issue 30: the link's own owner went unchecked. In a sticky directory
+        # another user's link chooses which of our files is loaded. (Group-
+        # writable, not world-writable: the kernel's fs.protected_symlinks
+        # guards only the latter, and would refuse before the loader looks.)
+        _, target = self.copy_recorder("real")
+        links = self.path("sticky_links")
+        os.makedirs(links)
+        os.chown(links, 0, 65534)
+        os.chmod(links, 0o1775)
+        link = os.path.join(links, "libaccel_recorder.so")
+        os.symlink(target, link)
+        os.lchown(link, 65534, 65534)
+        self.refused("--plugin", link, mentions=[f"symbolic link {os.path.realpath(links)}/libaccel_recorder.so",
+                                                 "owned by uid 65534"])
+        os.lchown(link, 0, 0)  # root's, or ours: followed
+        run_host("--plugin", link, *TINY)
+
+    def test_misnamed_plugin_file_is_refused_before_its_code_runs(self):
+        # Issue 30: the name was checked after dlopen had run the file's
+        # constructors. This plugin's constructor creates the mark file.
+        d = self.path("renamed")
+        os.makedirs(d, mode=0o755)
+        renamed = os.path.join(d, "swap.so")
+        shutil.copy(os.path.join(plugin_dir("swap_untrusted"), "libaccel_swap.so"), renamed)
+        os.chmod(renamed, 0o644)
+        mark = self.path("constructor_ran")
+        with unittest.mock.patch.dict(os.environ, ACCEL_TEST_UNTRUSTED_MARK=mark):
+            self.refused("--plugin", renamed, mentions=[renamed, "refused without loading it",
+                                                        "libaccel_<name>.so"])
+            self.assertFalse(os.path.exists(mark), "the misnamed file's constructor ran")
+            # Named right, the same file loads (its constructor runs: the mark
+            # is what the refusal above did not leave).
+            named = os.path.join(d, "libaccel_swap.so")
+            os.rename(renamed, named)
+            run_host("--plugin", named, *TINY)
+            self.assertTrue(os.path.exists(mark))
+
     def test_directory_of_another_user_below_a_sticky_one(self):
         d, _ = self.copy_recorder("sticky", "theirs")
         os.chmod(self.path("sticky"), 0o1777)
@@ -441,6 +492,61 @@ class BrokenPlugins(TempDirMixin, unittest.TestCase):
                                *map(str, TINY)], capture_output=True, text=True, env=env, timeout=120)
         self.assertNotEqual(proc.returncode, 0)
         self.assertIn("ABI major 2", proc.stderr)
+
+
+class BundledLibraries(TempDirMixin, unittest.TestCase):
+    """A plugin whose RUNPATH is $ORIGIN and that needs a library beside it
+    (tests/plugins/origin_plugin.c, origin_helper.c): vendors ship plugins
+    this way. Loaded through /proc/self/fd/N, $ORIGIN meant /proc/self/fd and
+    the helper was not found (issue 30); the helper is now checked and
+    loaded from the plugin's real directory, under the plugin's rules."""
+
+    HELPER = "libvendor_origin_helper.so"
+
+    def setUp(self):
+        super().setUp()
+        self.dir = self.path("vendor")
+        os.makedirs(self.dir, mode=0o755)
+        for name in ("libaccel_origin.so", self.HELPER):
+            shutil.copy(os.path.join(plugin_dir("origin"), name), self.dir)
+            os.chmod(os.path.join(self.dir, name), 0o755)
+
+    def test_runpath_origin_is_what_the_plugin_needs(self):
+        dynamic = subprocess.run(["readelf", "-d", os.path.join(self.dir, "libaccel_origin.so")],
+                                 capture_output=True, text=True).stdout
+        if not dynamic:
+            self.skipTest("no readelf")
+        self.assertIn(f"Shared library: [{self.HELPER}]", dynamic)
+        self.assertRegex(dynamic, r"\(RUNPATH\)\s+Library runpath: \[\$ORIGIN\]")
+
+    def test_plugin_with_a_helper_beside_it_loads_and_runs(self):
+        out = run_host("--plugin-path", self.dir, "--list-plugins").stdout
+        self.assertIn("its bundled helper answered 41", out)
+        # teardown fails unless the helper counted each of the two steps
+        run_host("--plugin-path", self.dir, "--plugin", "origin", *TINY)
+
+    def test_through_a_symlink_origin_is_the_real_directory(self):
+        links = self.path("links")
+        os.makedirs(links, mode=0o755)
+        os.symlink(os.path.join(self.dir, "libaccel_origin.so"), os.path.join(links, "libaccel_origin.so"))
+        run_host("--plugin-path", links, "--plugin", "origin", *TINY)
+
+    def test_helper_is_checked_like_the_plugin(self):
+        helper = os.path.join(self.dir, self.HELPER)
+        os.chmod(helper, 0o666)
+        proc = run_host("--plugin-path", self.dir, "--plugin", "origin", *TINY, check=False, timeout=120)
+        self.assertEqual(proc.returncode, 2, proc.stderr)
+        err = [l for l in proc.stderr.splitlines() if l.strip()]
+        self.assertEqual(len(err), 1, proc.stderr)
+        self.assertIn(f"{helper}: refused: the file is writable by other users", err[0])
+
+    def test_missing_helper_is_one_line(self):
+        os.remove(os.path.join(self.dir, self.HELPER))
+        proc = run_host("--plugin-path", self.dir, "--plugin", "origin", *TINY, check=False, timeout=120)
+        self.assertEqual(proc.returncode, 2, proc.stderr)
+        err = [l for l in proc.stderr.splitlines() if l.strip()]
+        self.assertEqual(len(err), 1, proc.stderr)
+        self.assertIn(self.HELPER, err[0])
 
 
 if __name__ == "__main__":
