@@ -59,7 +59,8 @@ class Fsdp final : public sdk::Plugin {
        "release gathered parameters after forward (true) or keep them until backward (false); with fsdp_version 1 "
        "also a sharding strategy name"},
       {"hybrid_shard_group_size", ACCEL_OPTION_INT, "0",
-       "HYBRID_*: ranks per sharding group (0: the local world size); must divide the world size", nullptr, "0"},
+       "HYBRID_*: ranks per sharding group (0: the local world size); must divide the world size", nullptr, "0",
+       "2147483647"},
       {"backward_prefetch", ACCEL_OPTION_ENUM, "NO_PREFETCH",
        "issue the next group's all_gather before (BACKWARD_PRE) or after (BACKWARD_POST) this group's backward",
        "BACKWARD_PRE|BACKWARD_POST|NO_PREFETCH"},
@@ -81,7 +82,7 @@ class Fsdp final : public sdk::Plugin {
        "comma-separated unit kinds (embedding, block, head) or unit-name prefixes wrapped alone by "
        "transformer_based_wrap (default: block)"},
       {"min_num_params", ACCEL_OPTION_INT, "100000000", "elements per wrap group under size_based_wrap", nullptr,
-       "0"},
+       "0", "1000000000000000"},
       {"cpu_offload", ACCEL_OPTION_BOOL, "false",
        "keep parameter, gradient and optimizer shards in pinned host memory; the optimizer steps on the host"},
       {"ignored_modules", ACCEL_OPTION_STRING, nullptr,
