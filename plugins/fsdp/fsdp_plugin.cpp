@@ -93,9 +93,11 @@ class Fsdp final : public sdk::Plugin {
        "FULL_STATE_DICT|SHARDED_STATE_DICT|LOCAL_STATE_DICT"},
       {"activation_checkpointing", ACCEL_OPTION_BOOL, "false",
        "recompute every block's activations in backward"},
-      {"sync_module_states", ACCEL_OPTION_BOOL, "false", "broadcast each unit's initial weights from rank 0"},
+      {"sync_module_states", ACCEL_OPTION_BOOL, "false",
+       "broadcast each unit's initial weights from rank 0 before the shards are cut"},
       {"cpu_ram_efficient_loading", ACCEL_OPTION_BOOL, "false",
-       "only rank 0 initialises the weights, the others receive them (requires sync_module_states)"},
+       "each rank initialises only its own shard's slice of the seeded weights (model->init_range; no rank holds a "
+       "whole unit), which are rank 0's weights (requires sync_module_states)"},
       {"use_orig_params", ACCEL_OPTION_BOOL, "false",
        "accepted, not applicable: the optimizer already sees each parameter's range"},
       {"param_init_fn", ACCEL_OPTION_STRING, nullptr,
