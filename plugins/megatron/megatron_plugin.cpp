@@ -198,7 +198,7 @@ class Megatron final : public sdk::Plugin {
     wd_.end = s.option_is_set("end_weight_decay") ? s.option<double>("end_weight_decay") : host_wd;
     const int64_t global_batch =
         samples_product(s.option<int64_t>("train.micro_batch_size"), s.option<int64_t>("train.grad_accum_steps"),
-                        "--batch-size x --grad-accum");
+                        "the global batch (--batch-size)");
     const int64_t train_samples = samples_product(s.option<int64_t>("train.steps"), global_batch, "--steps");
     wd_.incr_samples = train_samples;
     read_lr_schedule(s, global_batch, train_samples);
