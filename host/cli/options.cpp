@@ -9,10 +9,14 @@
 #include <boost/program_options.hpp>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
+#include <stdexcept>
 
 #include "accel/sdk/input_file.hpp"
 #include "host/util/strformat.h"
@@ -124,6 +128,44 @@ struct RawStrings {
   std::string config_file;
   int64_t n_layer = 0, n_head = 0, n_embd = 0, seq_len = 0, vocab_size = 0, n_kv_head = 0, ffn_size = 0;
 };
+
+// The numbers behind integer_option_ranges (see options.h for the products
+// they keep in int64).
+constexpr int64_t kMaxSteps = 1'000'000'000;     // steps, intervals, counts of steps
+constexpr int64_t kMaxBatch = int64_t{1} << 20;  // sequences per step, micro-steps
+constexpr int64_t kMaxSeqLen = int64_t{1} << 20;
+constexpr int64_t kMaxWidth = int64_t{1} << 20;  // n-embd, and head counts that divide it
+constexpr int64_t kMaxLayers = int64_t{1} << 14;
+constexpr int64_t kMaxVocab = int64_t{1} << 24;
+constexpr int64_t kMaxFfn = int64_t{1} << 22;
+constexpr int64_t kMaxThreads = 65536;
+
+// A parsed integer option's value, whatever integer type Boost stored it as
+// (int, int64_t, uint64_t): wide enough for all of them. nullopt for a
+// non-integer value.
+std::optional<__int128> integer_value(const boost::any& value) {
+  if (const auto* v = boost::any_cast<int64_t>(&value)) return *v;
+  if (const auto* v = boost::any_cast<uint64_t>(&value)) return *v;
+  if (const auto* v = boost::any_cast<int>(&value)) return *v;
+  return std::nullopt;
+}
+
+std::string integer_text(__int128 value) {
+  if (value < 0) return std::to_string(static_cast<long long>(value));
+  return std::to_string(static_cast<unsigned long long>(value));
+}
+
+// Every integer option given (or defaulted) lies in its range.
+void require_integer_ranges(const po::variables_map& vm) {
+  for (const IntegerOptionRange& range : integer_option_ranges()) {
+    if (!vm.count(range.option)) continue;
+    const std::optional<__int128> value = integer_value(vm[range.option].value());
+    if (!value) throw std::logic_error(std::string("--") + range.option + " is not stored as an integer");
+    require(*value >= range.min && *value <= range.max,
+            strformat("--%s %s: must be >= %lld and <= %lld", range.option, integer_text(*value).c_str(),
+                      static_cast<long long>(range.min), static_cast<long long>(range.max)));
+  }
+}
 
 po::options_description run_options(RunConfig& c, RawStrings& raw) {
   po::options_description general("General");
@@ -278,23 +320,16 @@ void validate(const RunConfig& c) {
       {"init_process_group.timeout", c.comm.timeout_s},
   };
   for (const auto& [option, value] : reals) require_finite(option, value);
-  require(c.steps >= 0, "--steps must be >= 0");
-  require(c.batch_size > 0, "--batch-size must be > 0");
-  require(c.grad_accum > 0, "--grad-accum must be > 0");
+  // Integer options' bounds: require_integer_ranges, before this.
   require(c.optimizer.lr > 0, "--lr must be > 0");
   require(c.optimizer.min_lr >= 0 && c.optimizer.min_lr <= c.optimizer.lr,
           "--min-lr must lie in [0, --lr]");
-  require(c.optimizer.warmup_steps >= 0, "--warmup-steps must be >= 0");
-  require(c.optimizer.decay_steps >= 0, "--lr-decay-steps must be >= 0");
   require(c.optimizer.beta1 >= 0 && c.optimizer.beta1 < 1, "--beta1 must lie in [0, 1)");
   require(c.optimizer.beta2 >= 0 && c.optimizer.beta2 < 1, "--beta2 must lie in [0, 1)");
   require(c.optimizer.eps > 0, "--eps must be > 0");
   require(c.optimizer.weight_decay >= 0, "--weight-decay must be >= 0");
   require(c.optimizer.grad_clip >= 0, "--grad-clip must be >= 0");
-  require(c.save_every >= 0, "--save-every must be >= 0");
   require(c.save_every == 0 || !c.save_dir.empty(), "--save-every needs --save DIR");
-  require(c.log_every > 0, "--log-every must be > 0");
-  require(c.threads >= 0, "--threads must be >= 0");
   require(c.grad_scaler.init_scale > 0, "--grad_scaler.init_scale must be > 0");
   require(c.grad_scaler.growth_factor > 1, "--grad_scaler.growth_factor must be > 1");
   require(c.grad_scaler.backoff_factor > 0 && c.grad_scaler.backoff_factor < 1,
@@ -308,7 +343,6 @@ void validate(const RunConfig& c) {
   require(c.comm.timeout_s >= kMinTimeoutSeconds && c.comm.timeout_s <= kMaxTimeoutSeconds,
           strformat("--init_process_group.timeout: %g s is outside [%g, %g] seconds", c.comm.timeout_s,
                     kMinTimeoutSeconds, kMaxTimeoutSeconds));
-  require(c.nonfinite_loss_skips >= 0, "--nonfinite-loss-skips must be >= 0");
   static constexpr const char* kLevels[] = {"trace", "debug", "info", "warn", "error", "off"};
   require(std::find(std::begin(kLevels), std::end(kLevels), c.log_level) != std::end(kLevels),
           "--log-level: '" + c.log_level + "' is not one of: trace, debug, info, warn, error, off");
@@ -325,8 +359,6 @@ void validate(const RunConfig& c) {
   };
   require(c.data == "synthetic" || is_file_data(c.data),
           "--data: '" + c.data + "' is not synthetic, text:PATH, tokens:PATH or megatron:PREFIX");
-  require(c.eval.every >= 0, "--eval-every must be >= 0 (0: no evaluation)");
-  require(c.eval.steps > 0, "--eval-steps must be > 0");
   require(c.eval.fraction > 0.0 && c.eval.fraction < 1.0,
           strformat("--eval-fraction must be in (0, 1), got %g", c.eval.fraction));
   require(c.eval.data.empty() || c.eval.every > 0, "--eval-data is given but --eval-every is 0: nothing would read it");
@@ -338,6 +370,39 @@ void validate(const RunConfig& c) {
 }
 
 }  // namespace
+
+const std::vector<IntegerOptionRange>& integer_option_ranges() {
+  static const std::vector<IntegerOptionRange> ranges = {
+      {"log-every", 1, kMaxSteps},
+      {"threads", 0, kMaxThreads},
+      {"n-layer", 1, kMaxLayers},
+      {"n-head", 1, kMaxWidth},
+      {"n-embd", 1, kMaxWidth},
+      {"seq-len", 1, kMaxSeqLen},
+      {"vocab-size", 2, kMaxVocab},
+      {"n-kv-head", 1, kMaxWidth},
+      {"ffn-size", 1, kMaxFfn},
+      {"eval-every", 0, kMaxSteps},
+      {"eval-steps", 1, kMaxSteps},
+      {"steps", 0, kMaxSteps},
+      {"batch-size", 1, kMaxBatch},
+      {"grad-accum", 1, kMaxBatch},
+      // Plugins read it as the INT option train.seed: int64's positive half.
+      {"seed", 0, INT64_MAX},
+      {"warmup-steps", 0, kMaxSteps},
+      {"lr-decay-steps", 0, kMaxSteps},
+      {"nonfinite-loss-skips", 0, kMaxSteps},
+      {"grad_scaler.growth_interval", 1, kMaxSteps},
+      {"save-every", 0, kMaxSteps},
+  };
+  return ranges;
+}
+
+po::options_description describe_run_options() {
+  static RunConfig unread_config;
+  static RawStrings unread_raw;
+  return run_options(unread_config, unread_raw);
+}
 
 PluginRequest scan_plugin_request(const std::vector<std::string>& args) {
   refuse_message_placeholders(args);
@@ -407,6 +472,7 @@ ParsedCommandLine parse_command_line(const std::vector<std::string>& args,
     return parsed;
   }
 
+  require_integer_ranges(vm);
   c.data_order = parse_choice<DataOrder>("data-order", raw.data_order,
                                          {{"shuffled", DataOrder::shuffled},
                                           {"sequential", DataOrder::sequential}});

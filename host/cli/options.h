@@ -6,6 +6,7 @@
 
 #include <boost/program_options/options_description.hpp>
 
+#include <cstdint>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -27,6 +28,26 @@ inline constexpr const char* kSubcommands = "check-plugin, merge-weights, export
 // counts whole milliseconds, and a week is longer than any collective.
 inline constexpr double kMinTimeoutSeconds = 0.001;
 inline constexpr double kMaxTimeoutSeconds = 604800.0;
+
+// An integer option's accepted values, inclusive. Every integer option of the
+// run's command line has one (tests/host/options_test.cpp fails on one
+// without), checked while parsing with one line naming the option. The
+// maxima are generous yet keep every product the host and the plugins form
+// of options inside int64: samples (steps x batch <= 2^50), tokens per step
+// (batch x seq_len <= 2^40), parameters and FLOPs per token (layers x
+// width^2, layers x width x seq_len < 2^61); plugins bound their own
+// options alike (their schema's min_value/max_value).
+struct IntegerOptionRange {
+  const char* option;  // long name, without "--"
+  int64_t min;
+  int64_t max;
+};
+const std::vector<IntegerOptionRange>& integer_option_ranges();
+
+// The run's options, as parse_command_line declares them (plugins' sections
+// aside): what --help lists, for tests that walk the schema. Only a
+// description: parsing with it writes into storage nobody reads.
+boost::program_options::options_description describe_run_options();
 
 enum class Action { run, help, version, list_plugins };
 

@@ -35,7 +35,9 @@ std::vector<int64_t> sample_continuation(const GptModel& model, const std::vecto
     }
   }
   const auto prompt_length = static_cast<int64_t>(prompt.size());
-  if (prompt_length + options.max_new_tokens > shape.seq_len) {
+  // Subtracted, not added: prompt + a --max-new-tokens near INT64_MAX
+  // wrapped negative and passed, then failed at seq_len with another message.
+  if (prompt_length > shape.seq_len || options.max_new_tokens > shape.seq_len - prompt_length) {
     throw std::invalid_argument("the prompt's " + std::to_string(prompt_length) + " tokens and " +
                                 std::to_string(options.max_new_tokens) + " new ones pass the model's context of " +
                                 std::to_string(shape.seq_len) + " positions");

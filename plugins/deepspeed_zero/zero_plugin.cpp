@@ -55,7 +55,7 @@ class DeepSpeedZero final : public sdk::Plugin {
        "path to a DeepSpeed JSON config, read as DeepSpeed reads it (\"auto\" filled from accel-host's settings)"},
       {"gradient_accumulation_steps", ACCEL_OPTION_INT, "1",
        "when given: must agree with accel-host's --grad-accum (the host runs the micro-batches) and the config's",
-       nullptr, "1"},
+       nullptr, "1", "1048576"},
       {"gradient_clipping", ACCEL_OPTION_DOUBLE, "1.0",
        "when given: the max gradient norm the run clips to (0: none), in place of accel-host's --grad-clip; must "
        "agree with the config's gradient_clipping and with --grad-clip when those are given",

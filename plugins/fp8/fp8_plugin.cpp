@@ -40,9 +40,10 @@ class Fp8 final : public sdk::Plugin {
   static constexpr sdk::Option options[] = {
       {"fp8_format", ACCEL_OPTION_STRING, "HYBRID",
        "HYBRID (E4M3 inputs and weights, E5M2 gradients) or E4M3 (everywhere); case-insensitive"},
-      {"margin", ACCEL_OPTION_INT, "0", "scale = fp8_max / amax / 2^margin; 0..64"},
-      {"interval", ACCEL_OPTION_INT, "1", "recompute the scales every interval steps (the history records every step)"},
-      {"amax_history_len", ACCEL_OPTION_INT, "1024", "steps of amax history per tensor; >= 1"},
+      {"margin", ACCEL_OPTION_INT, "0", "scale = fp8_max / amax / 2^margin", nullptr, "0", "64"},
+      {"interval", ACCEL_OPTION_INT, "1", "recompute the scales every interval steps (the history records every step)",
+       nullptr, "1", "1000000000"},
+      {"amax_history_len", ACCEL_OPTION_INT, "1024", "steps of amax history per tensor", nullptr, "1", "1048576"},
       {"amax_compute_algo", ACCEL_OPTION_STRING, "most_recent",
        "max (largest amax in the history) or most_recent (this step's)"},
       {"override_linear_precision", ACCEL_OPTION_STRING, "false,false,false",

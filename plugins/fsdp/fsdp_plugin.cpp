@@ -59,7 +59,8 @@ class Fsdp final : public sdk::Plugin {
        "release gathered parameters after forward (true) or keep them until backward (false); with fsdp_version 1 "
        "also a sharding strategy name"},
       {"hybrid_shard_group_size", ACCEL_OPTION_INT, "0",
-       "HYBRID_*: ranks per sharding group (0: the local world size); must divide the world size", nullptr, "0"},
+       "HYBRID_*: ranks per sharding group (0: the local world size); must divide the world size", nullptr, "0",
+       "2147483647"},
       {"backward_prefetch", ACCEL_OPTION_ENUM, "NO_PREFETCH",
        "issue the next group's all_gather before (BACKWARD_PRE) or after (BACKWARD_POST) this group's backward",
        "BACKWARD_PRE|BACKWARD_POST|NO_PREFETCH"},
@@ -81,7 +82,7 @@ class Fsdp final : public sdk::Plugin {
        "comma-separated unit kinds (embedding, block, head) or unit-name prefixes wrapped alone by "
        "transformer_based_wrap (default: block)"},
       {"min_num_params", ACCEL_OPTION_INT, "100000000", "elements per wrap group under size_based_wrap", nullptr,
-       "0"},
+       "0", "1000000000000000"},
       {"cpu_offload", ACCEL_OPTION_BOOL, "false",
        "keep parameter, gradient and optimizer shards in pinned host memory; the optimizer steps on the host"},
       {"ignored_modules", ACCEL_OPTION_STRING, nullptr,
@@ -92,9 +93,11 @@ class Fsdp final : public sdk::Plugin {
        "FULL_STATE_DICT|SHARDED_STATE_DICT|LOCAL_STATE_DICT"},
       {"activation_checkpointing", ACCEL_OPTION_BOOL, "false",
        "recompute every block's activations in backward"},
-      {"sync_module_states", ACCEL_OPTION_BOOL, "false", "broadcast each unit's initial weights from rank 0"},
+      {"sync_module_states", ACCEL_OPTION_BOOL, "false",
+       "broadcast each unit's initial weights from rank 0 before the shards are cut"},
       {"cpu_ram_efficient_loading", ACCEL_OPTION_BOOL, "false",
-       "only rank 0 initialises the weights, the others receive them (requires sync_module_states)"},
+       "each rank initialises only its own shard's slice of the seeded weights (model->init_range; no rank holds a "
+       "whole unit), which are rank 0's weights (requires sync_module_states)"},
       {"use_orig_params", ACCEL_OPTION_BOOL, "false",
        "accepted, not applicable: the optimizer already sees each parameter's range"},
       {"param_init_fn", ACCEL_OPTION_STRING, nullptr,

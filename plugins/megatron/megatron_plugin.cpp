@@ -38,6 +38,7 @@
 //
 // Built with the SDK against the ABI headers alone. Hooks run on the host's
 // loop thread only.
+#include <accel/sdk/checked_math.hpp>
 #include <accel/sdk/sdk.hpp>
 
 #include <memory>
@@ -69,14 +70,26 @@ class Megatron final : public sdk::Plugin {
           ACCEL_CAP_SHARDS_OPTIMIZER | ACCEL_CAP_RESHARD_ON_LOAD,
       "ddp,fsdp,deepspeed_zero"};
 
+  // The schema's upper bounds. Degrees and layer counts are int32 on the
+  // ABI (world size, mesh sizes, unit indices); iterations, micro-batches
+  // and sequence lengths mirror the host's own --steps, --grad-accum and
+  // --seq-len maxima, and samples are iterations x the largest global batch
+  // (--batch-size <= 2^20): every product the plugin forms stays in int64.
+  static constexpr const char* kMaxDegree = "2147483647";
+  static constexpr const char* kMaxMicroBatches = "1048576";
+  static constexpr const char* kMaxIterations = "1000000000";
+  static constexpr const char* kMaxSamples = "1048576000000000";
+  static constexpr const char* kMaxSequence = "1048576";
+
   static constexpr sdk::Option options[] = {
       {"tp_degree", ACCEL_OPTION_INT, "1", "tensor-parallel degree T: ranks splitting each layer (world = T x data)",
-       nullptr, "1"},
+       nullptr, "1", kMaxDegree},
       {"pp_degree", ACCEL_OPTION_INT, "1",
-       "pipeline-parallel degree P: stages the units are cut into (world = P x data x tp_degree)", nullptr, "1"},
+       "pipeline-parallel degree P: stages the units are cut into (world = P x data x tp_degree)", nullptr, "1",
+       kMaxDegree},
       {"num_layers_per_virtual_pipeline_stage", ACCEL_OPTION_INT, "0",
        "layers per virtual stage: each stage runs L / (P x this) chunks, interleaved (0: one chunk per stage)",
-       nullptr, "0"},
+       nullptr, "0", kMaxDegree},
       {"pipeline_schedule", ACCEL_OPTION_ENUM, "1f1b",
        "1f1b (Megatron's; interleaved with virtual stages) or gpipe (every forward, then every backward)",
        "1f1b|gpipe"},
@@ -92,7 +105,8 @@ class Megatron final : public sdk::Plugin {
       {"gradient_clipping", ACCEL_OPTION_DOUBLE, "0",
        "refused when given: the host's --grad-clip is the one global-norm clip setting", nullptr, "0"},
       {"num_micro_batches", ACCEL_OPTION_INT, "1",
-       "micro-batches per step: must equal the host's --grad-accum (the one accumulation setting)", nullptr, "1"},
+       "micro-batches per step: must equal the host's --grad-accum (the one accumulation setting)", nullptr, "1",
+       kMaxMicroBatches},
       {"weight_decay_incr_style", ACCEL_OPTION_ENUM, "constant",
        "weight decay from start_weight_decay to end_weight_decay over the run's --steps", "constant|linear|cosine"},
       {"start_weight_decay", ACCEL_OPTION_DOUBLE, "0", "weight decay at step 1 (when not given: the host's --weight-decay)",
@@ -102,31 +116,32 @@ class Megatron final : public sdk::Plugin {
       {"lr_decay_style", ACCEL_OPTION_ENUM, "linear",
        "Megatron's schedule (when any lr_ field is given): decay after warmup, to min_lr",
        "constant|linear|cosine|inverse-square-root"},
-      {"lr_decay_iters", ACCEL_OPTION_INT, "0", "decay horizon in iterations (default: --steps)", nullptr, "0"},
+      {"lr_decay_iters", ACCEL_OPTION_INT, "0", "decay horizon in iterations (default: --steps)", nullptr, "0",
+       kMaxIterations},
       {"lr_decay_samples", ACCEL_OPTION_INT, "0", "decay horizon in samples (global batches x --batch-size)", nullptr,
-       "0"},
-      {"lr_warmup_iters", ACCEL_OPTION_INT, "0", "linear warmup from 0, in iterations", nullptr, "0"},
-      {"lr_warmup_samples", ACCEL_OPTION_INT, "0", "linear warmup from 0, in samples", nullptr, "0"},
+       "0", kMaxSamples},
+      {"lr_warmup_iters", ACCEL_OPTION_INT, "0", "linear warmup from 0, in iterations", nullptr, "0", kMaxIterations},
+      {"lr_warmup_samples", ACCEL_OPTION_INT, "0", "linear warmup from 0, in samples", nullptr, "0", kMaxSamples},
       {"lr_warmup_fraction", ACCEL_OPTION_DOUBLE, "0", "linear warmup over this fraction of the decay horizon", nullptr,
        "0", "1"},
       {"min_lr", ACCEL_OPTION_DOUBLE, "0", "the learning rate after decay (when not given: the host's --min-lr)",
        nullptr, "0"},
       {"eval_iters", ACCEL_OPTION_INT, "0", "refused when given: the host's --eval-steps is the one setting", nullptr,
-       "0"},
+       "0", kMaxIterations},
       {"eval_interval", ACCEL_OPTION_INT, "0", "refused when given: the host's --eval-every is the one setting",
-       nullptr, "0"},
+       nullptr, "0", kMaxIterations},
       {"train_iters", ACCEL_OPTION_INT, "0", "refused when given: the host's --steps is the run's length", nullptr,
-       "0"},
+       "0", kMaxIterations},
       {"train_samples", ACCEL_OPTION_INT, "0",
-       "refused when given: give --steps = train_samples / --batch-size", nullptr, "0"},
+       "refused when given: give --steps = train_samples / --batch-size", nullptr, "0", kMaxSamples},
       {"train_step_class", ACCEL_OPTION_STRING, "GPTTrainStep",
        "GPTTrainStep (the host's decoder models); BertTrainStep and T5TrainStep need models the host lacks"},
       {"encoder_seq_length", ACCEL_OPTION_INT, "0", "refused when given: needs an encoder-decoder (T5) model",
-       nullptr, "0"},
+       nullptr, "0", kMaxSequence},
       {"decoder_seq_length", ACCEL_OPTION_INT, "0", "refused when given: needs an encoder-decoder (T5) model",
-       nullptr, "0"},
+       nullptr, "0", kMaxSequence},
       {"pipeline_model_parallel_split_rank", ACCEL_OPTION_INT, "0",
-       "refused when given: the encoder/decoder split of a T5 model", nullptr, "0"},
+       "refused when given: the encoder/decoder split of a T5 model", nullptr, "0", kMaxDegree},
   };
 
   explicit Megatron(const sdk::Services& s)
@@ -139,7 +154,10 @@ class Megatron final : public sdk::Plugin {
         full_recompute_(recompute_ && s.option<std::string>("recompute_granularity") == "full"),
         distributed_optimizer_(s.option<bool>("use_distributed_optimizer")) {
     const int world = s.world_size();
-    if (world % (tp_ * pp_) != 0) {
+    // Checked: tp x pp past int64 wrapped, to 0 (a division by zero) or to
+    // a divisor of the world that then failed far away with another message.
+    const std::optional<int64_t> model_parallel = sdk::checked_mul(tp_, pp_);
+    if (!model_parallel || world % *model_parallel != 0) {
       throw Error(ACCEL_ERROR_INVALID_ARGUMENT,
                   "tp_degree " + std::to_string(tp_) + " x pp_degree " + std::to_string(pp_) +
                       " does not divide the world size " + std::to_string(world) +
@@ -178,8 +196,10 @@ class Megatron final : public sdk::Plugin {
     const double host_wd = s.option<double>("train.weight_decay");
     wd_.start = s.option_is_set("start_weight_decay") ? s.option<double>("start_weight_decay") : host_wd;
     wd_.end = s.option_is_set("end_weight_decay") ? s.option<double>("end_weight_decay") : host_wd;
-    const int64_t global_batch = s.option<int64_t>("train.micro_batch_size") * s.option<int64_t>("train.grad_accum_steps");
-    const int64_t train_samples = s.option<int64_t>("train.steps") * global_batch;
+    const int64_t global_batch =
+        samples_product(s.option<int64_t>("train.micro_batch_size"), s.option<int64_t>("train.grad_accum_steps"),
+                        "the global batch (--batch-size)");
+    const int64_t train_samples = samples_product(s.option<int64_t>("train.steps"), global_batch, "--steps");
     wd_.incr_samples = train_samples;
     read_lr_schedule(s, global_batch, train_samples);
     if (wd_.style == "constant" && wd_.start != wd_.end) {
@@ -187,7 +207,7 @@ class Megatron final : public sdk::Plugin {
                   "weight_decay_incr_style constant needs start_weight_decay equal to end_weight_decay (Megatron's "
                   "rule); give linear or cosine to change it over the run");
     }
-    const int32_t data = static_cast<int32_t>(world / (tp_ * pp_));
+    const int32_t data = static_cast<int32_t>(world / *model_parallel);
     // The distributed optimizer partitions over the whole data group; without
     // it every data rank is a replica.
     config_.mesh.sharding_size = distributed_optimizer_ ? data : 1;
@@ -408,6 +428,18 @@ class Megatron final : public sdk::Plugin {
     }
   }
 
+  // a x b in samples (iterations x the global batch), or one line naming
+  // what was multiplied when it leaves int64.
+  static int64_t samples_product(int64_t a, int64_t b, const char* what) {
+    const std::optional<int64_t> product = sdk::checked_mul(a, b);
+    if (!product) {
+      throw Error(ACCEL_ERROR_INVALID_ARGUMENT,
+                  sdk::format("%s: %lld x %lld samples does not fit in a 64-bit count", what,
+                              static_cast<long long>(a), static_cast<long long>(b)));
+    }
+    return *product;
+  }
+
   // Megatron's OptimizerParamScheduler when any of its lr_ fields is given
   // (else the host's schedule stands): horizons in samples, iterations x G.
   void read_lr_schedule(const sdk::Services& s, int64_t global_batch, int64_t train_samples) {
@@ -431,11 +463,13 @@ class Megatron final : public sdk::Plugin {
     lr.max_lr = s.option<double>("train.lr");
     lr.min_lr = s.option_is_set("min_lr") ? s.option<double>("min_lr") : s.option<double>("train.min_lr");
     lr.decay_samples = s.option_is_set("lr_decay_samples") ? s.option<int64_t>("lr_decay_samples")
-                       : s.option_is_set("lr_decay_iters") ? s.option<int64_t>("lr_decay_iters") * global_batch
+                       : s.option_is_set("lr_decay_iters")
+                           ? samples_product(s.option<int64_t>("lr_decay_iters"), global_batch, "lr_decay_iters")
                                                            : train_samples;
     lr.warmup_samples =
         s.option_is_set("lr_warmup_samples") ? s.option<int64_t>("lr_warmup_samples")
-        : s.option_is_set("lr_warmup_iters") ? s.option<int64_t>("lr_warmup_iters") * global_batch
+        : s.option_is_set("lr_warmup_iters")
+            ? samples_product(s.option<int64_t>("lr_warmup_iters"), global_batch, "lr_warmup_iters")
         : static_cast<int64_t>(s.option<double>("lr_warmup_fraction") * static_cast<double>(lr.decay_samples));
     if (lr.decay_samples <= lr.warmup_samples && lr.style != "constant") {
       throw Error(ACCEL_ERROR_INVALID_ARGUMENT,
@@ -474,14 +508,16 @@ class Megatron final : public sdk::Plugin {
       if (pp_ == 1) {
         throw Error(ACCEL_ERROR_INVALID_ARGUMENT, "num_layers_per_virtual_pipeline_stage needs pp_degree > 1");
       }
-      if (layers % (pp_ * per_virtual) != 0) {
+      // Checked like tp x pp: a wrapped product divided the layers or by 0.
+      const std::optional<int64_t> layers_per_round = sdk::checked_mul(pp_, per_virtual);
+      if (!layers_per_round || layers % *layers_per_round != 0) {
         throw Error(ACCEL_ERROR_INVALID_ARGUMENT,
                     sdk::format("num_layers_per_virtual_pipeline_stage %lld: the model's %lld layers do not divide "
                                 "into pp_degree %lld x virtual stages of %lld layers",
                                 static_cast<long long>(per_virtual), static_cast<long long>(layers),
                                 static_cast<long long>(pp_), static_cast<long long>(per_virtual)));
       }
-      chunks = static_cast<int32_t>(layers / (pp_ * per_virtual));
+      chunks = static_cast<int32_t>(layers / *layers_per_round);
     }
     schedule_ = chunks > 1 ? PipelineSchedule::interleaved : parse_pipeline_schedule(s.option<std::string>("pipeline_schedule"));
     if (chunks > 1 && s.option_is_set("pipeline_schedule") && s.option<std::string>("pipeline_schedule") == "gpipe") {

@@ -62,6 +62,12 @@ ProfilerConfig read_config(const accel::sdk::Services& s) {
   for (const char* name : {"wait", "warmup", "active", "repeat", "skip_first"}) {
     c.schedule.enabled = c.schedule.enabled || s.option_is_set(name);
   }
+  if (c.schedule.enabled && !cycle_length(c.schedule)) {
+    throw Error(ACCEL_ERROR_INVALID_ARGUMENT,
+                "--profiler.wait " + std::to_string(c.schedule.wait) + " + warmup " +
+                    std::to_string(c.schedule.warmup) + " + active " + std::to_string(c.schedule.active) +
+                    ": the schedule's cycle does not fit in a 64-bit step count");
+  }
   c.record_shapes = s.option<bool>("record_shapes");
   c.profile_memory = s.option<bool>("profile_memory");
   c.with_stack = s.option<bool>("with_stack");

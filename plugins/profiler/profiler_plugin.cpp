@@ -54,14 +54,19 @@ class Profiler final : public accel::sdk::Plugin {
       "Chrome traces of the host's ranges and LibTorch operators per rank, merged and clock-aligned (ProfileKwargs)",
       ACCEL_PLUGIN_OBSERVER, ACCEL_CAP_CPU | ACCEL_CAP_CUDA};
 
+  // The schedule's counts are steps: the host's --steps maximum bounds each,
+  // so wait + warmup + active always fits (the schedule checks the sum too).
+  static constexpr const char* kMaxSteps = "1000000000";
+
   static constexpr accel::sdk::Option options[] = {
       {"activities", ACCEL_OPTION_STRING, "cpu,cuda",
        "what to record besides the host's own ranges: cpu (LibTorch operators), cuda (device ranges); comma-separated"},
-      {"wait", ACCEL_OPTION_INT, "0", "schedule: idle steps at the start of each cycle", nullptr, "0"},
-      {"warmup", ACCEL_OPTION_INT, "0", "schedule: traced-and-discarded steps after wait", nullptr, "0"},
-      {"active", ACCEL_OPTION_INT, "1", "schedule: recorded steps of each cycle", nullptr, "1"},
-      {"repeat", ACCEL_OPTION_INT, "0", "schedule: number of cycles (0: until the run ends)", nullptr, "0"},
-      {"skip_first", ACCEL_OPTION_INT, "0", "schedule: steps skipped before the first cycle", nullptr, "0"},
+      {"wait", ACCEL_OPTION_INT, "0", "schedule: idle steps at the start of each cycle", nullptr, "0", kMaxSteps},
+      {"warmup", ACCEL_OPTION_INT, "0", "schedule: traced-and-discarded steps after wait", nullptr, "0", kMaxSteps},
+      {"active", ACCEL_OPTION_INT, "1", "schedule: recorded steps of each cycle", nullptr, "1", kMaxSteps},
+      {"repeat", ACCEL_OPTION_INT, "0", "schedule: number of cycles (0: until the run ends)", nullptr, "0", kMaxSteps},
+      {"skip_first", ACCEL_OPTION_INT, "0", "schedule: steps skipped before the first cycle", nullptr, "0",
+       kMaxSteps},
       {"record_shapes", ACCEL_OPTION_BOOL, "false", "record operators' input shapes and dtypes"},
       {"profile_memory", ACCEL_OPTION_BOOL, "false",
        "record allocations and frees, and a counter track per memory category"},
@@ -72,11 +77,11 @@ class Profiler final : public accel::sdk::Plugin {
        "directory for profile_<rank>.json, profile_merged.json and the summaries (unset: summary logged only)"},
       {"peak_tflops", ACCEL_OPTION_DOUBLE, "0", "peak TFLOP/s of one rank's device, for MFU (0: no MFU)", nullptr,
        "0"},
-      {"row_limit", ACCEL_OPTION_INT, "20", "rows of the summary table", nullptr, "1"},
+      {"row_limit", ACCEL_OPTION_INT, "20", "rows of the summary table", nullptr, "1", "1000000"},
       {"clock_sync_rounds", ACCEL_OPTION_INT, "20", "ping-pong rounds per rank when aligning clocks", nullptr, "1",
        "10000"},
       {"test_straggler_rank", ACCEL_OPTION_INT, "-1", "testing only: the rank that sleeps in every step_begin",
-       nullptr, "-1"},
+       nullptr, "-1", "2147483647"},
       {"test_straggler_ms", ACCEL_OPTION_INT, "0", "testing only: how long test_straggler_rank sleeps", nullptr, "0",
        "60000"},
   };

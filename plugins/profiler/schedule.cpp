@@ -8,9 +8,27 @@
 //   else RECORD, or RECORD_AND_SAVE on the cycle's last step.
 #include "schedule.h"
 
+#include <accel/sdk/checked_math.hpp>
+
 #include <cstdio>
+#include <stdexcept>
 
 namespace accel::profiler {
+
+std::optional<int64_t> cycle_length(const ScheduleSpec& spec) {
+  const std::optional<int64_t> idle = sdk::checked_add(spec.wait, spec.warmup);
+  return idle ? sdk::checked_add(*idle, spec.active) : std::nullopt;
+}
+
+Schedule::Schedule(const ScheduleSpec& spec) : spec_(spec) {
+  if (!spec.enabled) return;
+  const std::optional<int64_t> length = cycle_length(spec);
+  if (!length || *length < 1) {
+    throw std::invalid_argument("the profiler schedule's cycle (wait + warmup + active) is not a positive 64-bit "
+                                "step count");
+  }
+  cycle_length_ = *length;
+}
 
 const char* action_name(StepAction action) {
   switch (action) {
@@ -26,7 +44,7 @@ StepAction Schedule::action(int64_t step) const {
   if (!spec_.enabled) return StepAction::record;
   if (step < spec_.skip_first) return StepAction::none;
   step -= spec_.skip_first;
-  const int64_t num_steps = spec_.wait + spec_.warmup + spec_.active;
+  const int64_t num_steps = cycle_length_;
   if (spec_.repeat > 0 && step / num_steps >= spec_.repeat) return StepAction::none;
   const int64_t mod = step % num_steps;
   if (mod < spec_.wait) return StepAction::none;
@@ -36,7 +54,7 @@ StepAction Schedule::action(int64_t step) const {
 
 int64_t Schedule::cycle(int64_t step) const {
   if (!spec_.enabled || step < spec_.skip_first) return 0;
-  return (step - spec_.skip_first) / (spec_.wait + spec_.warmup + spec_.active);
+  return (step - spec_.skip_first) / cycle_length_;
 }
 
 const char* Schedule::describe(char* buffer, int size) const {

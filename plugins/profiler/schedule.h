@@ -6,11 +6,14 @@
 // (on_trace_ready); `repeat` cycles (0: forever). Without a schedule every
 // step is recorded and the trace is saved at the end of the run.
 //
-// Invariant: active >= 1 and every field >= 0 (the option schema enforces
-// it). Pure value type; no threads.
+// Invariant: active >= 1, every field >= 0 (the option schema enforces
+// it) and wait + warmup + active fits in int64 (cycle_length; the
+// constructor refuses a spec whose cycle does not, which once made the cycle
+// wrap to 0 and `step % 0` kill the process). Pure value type; no threads.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 namespace accel::profiler {
 
@@ -27,9 +30,13 @@ struct ScheduleSpec {
   int64_t skip_first = 0;
 };
 
+// wait + warmup + active, or nullopt when the sum leaves int64.
+std::optional<int64_t> cycle_length(const ScheduleSpec& spec);
+
 class Schedule {
  public:
-  explicit Schedule(const ScheduleSpec& spec) : spec_(spec) {}
+  // Throws std::invalid_argument when the cycle does not fit (cycle_length).
+  explicit Schedule(const ScheduleSpec& spec);
 
   // What step `step` (0-based, this run's) does.
   StepAction action(int64_t step) const;
@@ -48,6 +55,7 @@ class Schedule {
 
  private:
   ScheduleSpec spec_;
+  int64_t cycle_length_ = 1;  // wait + warmup + active, checked
 };
 
 }  // namespace accel::profiler

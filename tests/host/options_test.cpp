@@ -1,8 +1,13 @@
 // Command-line parsing: defaults, kwargs sections, and one clear error per bad input.
 #include <gtest/gtest.h>
 
+#include <boost/program_options.hpp>
+
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
+#include <set>
+#include <typeinfo>
 
 #include "host/cli/options.h"
 
@@ -164,6 +169,65 @@ TEST(Options, ChoicesAreCheckedWhileParsing) {
   EXPECT_NE(error_of({"--log-level", "verbose"}).find("--log-level: 'verbose'"), std::string::npos);
   EXPECT_NE(error_of({"--model", "gpt-huge"}).find("--model: 'gpt-huge'"), std::string::npos);
   EXPECT_NE(error_of({"--nonfinite-loss-skips", "-1"}).find("--nonfinite-loss-skips"), std::string::npos);
+}
+
+// Issue 30: integer options without bounds let products of them leave
+// int64 further on (a division by zero, a check that passed on a wrapped
+// value). Every integer option the run's parser declares, now or later, has
+// an entry in integer_option_ranges(), and every entry names a real one.
+TEST(Options, EveryIntegerOptionHasARange) {
+  namespace po = boost::program_options;
+  std::set<std::string> ranged;
+  for (const auto& range : accel::cli::integer_option_ranges()) {
+    EXPECT_TRUE(ranged.insert(range.option).second) << range.option << " listed twice";
+    EXPECT_LE(range.min, range.max) << range.option;
+  }
+  const std::type_info* integer_types[] = {&typeid(short),     &typeid(unsigned short),     &typeid(int),
+                                           &typeid(unsigned),  &typeid(long),               &typeid(unsigned long),
+                                           &typeid(long long), &typeid(unsigned long long), &typeid(signed char),
+                                           &typeid(unsigned char)};
+  std::set<std::string> integer_options;
+  const po::options_description run = accel::cli::describe_run_options();
+  for (const auto& option : run.options()) {
+    const auto* typed = dynamic_cast<const po::typed_value_base*>(option->semantic().get());
+    if (typed == nullptr) continue;  // a flag without a value (--help)
+    bool integer = false;
+    for (const std::type_info* type : integer_types) integer = integer || typed->value_type() == *type;
+    if (!integer) continue;
+    integer_options.insert(option->long_name());
+    EXPECT_TRUE(ranged.count(option->long_name()))
+        << "--" << option->long_name() << " is an integer option without an entry in integer_option_ranges()";
+  }
+  EXPECT_GE(integer_options.size(), 15u);  // the walk itself found them (--steps, --batch-size, ...)
+  for (const std::string& name : ranged) {
+    EXPECT_TRUE(integer_options.count(name)) << name << " has a range but is not an integer option";
+  }
+}
+
+// Each range is enforced: one past either end is one line naming the option.
+TEST(Options, IntegerOptionsPastTheirRangeAreRefused) {
+  for (const auto& range : accel::cli::integer_option_ranges()) {
+    const std::string flag = std::string("--") + range.option;
+    std::vector<std::string> past;
+    if (range.max < INT64_MAX) {
+      past.push_back(std::to_string(range.max + 1));
+    } else {
+      past.push_back(std::to_string(static_cast<unsigned long long>(range.max) + 1));
+    }
+    if (range.min > INT64_MIN) past.push_back(std::to_string(range.min - 1));
+    for (const std::string& value : past) {
+      const std::string error = error_of({flag, value});
+      EXPECT_NE(error.find(flag), std::string::npos) << flag << " " << value << " gave '" << error << "'";
+      EXPECT_EQ(error.find('\n'), std::string::npos) << error;
+    }
+  }
+  // The bounds themselves are accepted.
+  EXPECT_EQ(parse({"--steps", "1000000000"}).steps, 1000000000);
+  EXPECT_EQ(parse({"--batch-size", "1048576"}).batch_size, int64_t{1} << 20);
+  EXPECT_EQ(parse({"--seed", "0"}).seed, 0u);
+  EXPECT_EQ(error_of({"--steps", "1000000001"}), "--steps 1000000001: must be >= 0 and <= 1000000000");
+  EXPECT_EQ(error_of({"--grad-accum", "9223372036854775807"}),
+            "--grad-accum 9223372036854775807: must be >= 1 and <= 1048576");
 }
 
 TEST(Options, GlobalBatchMustSplitAcrossRanksAndMicroSteps) {

@@ -174,8 +174,10 @@ class Evaluation(TempDirMixin, unittest.TestCase):
         small = self.path("small.bin")
         write_tokens(small, 5 * (SEQ + 1), VOCAB)
         cases = {
-            ("--eval-every", 2, "--eval-steps", 0): "--eval-steps must be > 0",
-            ("--eval-every", -1): "--eval-every must be >= 0",
+            ("--eval-every", 2, "--eval-steps", 0): "--eval-steps 0: must be >= 1",
+            ("--eval-every", -1): "--eval-every -1: must be >= 0",
+            ("--eval-every", 2, "--eval-steps", 9223372036854775807): "--eval-steps 9223372036854775807: must be >= 1 "
+                                                                       "and <= 1000000000",
             ("--eval-every", 2, "--eval-fraction", 1): "--eval-fraction must be in (0, 1), got 1",
             ("--eval-every", 2, "--eval-fraction", "nan"): "--eval-fraction must be in (0, 1)",
             ("--eval-data", "tokens:" + self.data): "--eval-data is given but --eval-every is 0",

@@ -1009,11 +1009,19 @@ class BadOptions(unittest.TestCase):
     def test_unknown_fp8_format(self):
         self.refused("--fp8.fp8_format", "E5M3", mentions=["fp8_format", "E5M3", "HYBRID"])
 
+    # The schema's bounds (issue 30: every INT option has a range) refuse
+    # these as the option is parsed, before the plugin runs.
     def test_negative_margin(self):
-        self.refused("--fp8.margin", -1, mentions=["margin -1", "0..64"])
+        self.refused("--fp8.margin", -1, mentions=["--fp8.margin", "'-1'", "minimum 0"])
+        self.refused("--fp8.margin", 65, mentions=["--fp8.margin", "'65'", "maximum 64"])
 
     def test_zero_history_length(self):
-        self.refused("--fp8.amax_history_len", 0, mentions=["amax_history_len 0", "1..1048576"])
+        self.refused("--fp8.amax_history_len", 0, mentions=["--fp8.amax_history_len", "'0'", "minimum 1"])
+        self.refused("--fp8.amax_history_len", 1048577, mentions=["--fp8.amax_history_len", "maximum 1048576"])
+
+    def test_interval_out_of_range(self):
+        self.refused("--fp8.interval", 0, mentions=["--fp8.interval", "minimum 1"])
+        self.refused("--fp8.interval", 9223372036854775807, mentions=["--fp8.interval", "maximum 1000000000"])
 
     def test_opt_level_o3(self):
         self.refused("--fp8.backend", "msamp", "--fp8.opt_level", "O3", mentions=["O3", "DeepSpeed-only"])

@@ -107,6 +107,9 @@ class Generate(TempDirMixin, unittest.TestCase):
             ("--prompt", "a", "--top-k", "x"): "--top-k: 'x' is not a number",
             ("--prompt", "a", "--max-new-tokens", 48): "the prompt's 1 tokens and 48 new ones pass the model's "
                                                       "context of 48 positions",
+            # Regression (issue 30): the sum wrapped and passed the check.
+            ("--prompt", "a", "--max-new-tokens", 9223372036854775807):
+                "the prompt's 1 tokens and 9223372036854775807 new ones pass the model's context of 48 positions",
             ("--prompt-ids", "1 256"): "the prompt holds token id 256, outside the model's vocabulary of 256",
             ("--prompt", "a", "--output", "json"): "--output: 'json' is not text or ids",
             ("--prompt", "a", "--beam", "2"): "unknown option '--beam'",

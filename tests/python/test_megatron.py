@@ -296,6 +296,15 @@ class MegatronBadInput(TempDirMixin, unittest.TestCase):
     def test_tp_not_dividing_the_world(self):
         self.refused(3, "--megatron.tp_degree", 2, mentions=["tp_degree 2", "world size 3"])
 
+    def test_degrees_whose_product_leaves_int64(self):
+        # Regression (issue 30): tp x pp wrapped. 2^32 x 2^32 is 0 mod 2^64:
+        # `world % 0` killed every rank with SIGFPE; 7 x 7905747460161236407
+        # is 1 mod 2^64: it "divided" the world and failed later, elsewhere.
+        self.refused(1, "--megatron.tp_degree", 4294967296, "--megatron.pp_degree", 4294967296,
+                     mentions=["--megatron.tp_degree", "maximum"])
+        self.refused(1, "--megatron.tp_degree", 7, "--megatron.pp_degree", 7905747460161236407,
+                     mentions=["--megatron.pp_degree", "maximum"])
+
     def test_tp_not_dividing_the_heads(self):
         self.refused(4, "--megatron.tp_degree", 4, "--n-head", 2, "--n-embd", 64, mentions=["4", "2 attention heads"])
 

@@ -249,6 +249,12 @@ class PipelineBadInput(TempDirMixin, unittest.TestCase):
         self.refused(2, *pipeline(2, "--megatron.num_layers_per_virtual_pipeline_stage", 3),
                      mentions=["num_layers_per_virtual_pipeline_stage 3", "4 layers"])
 
+    def test_virtual_stages_whose_product_with_p_leaves_int64(self):
+        # Regression (issue 30): pp x 9223372036854775807 wrapped to -2, which
+        # divides the 4 layers: "-2 chunks" then failed with another message.
+        self.refused(2, *pipeline(2, "--megatron.num_layers_per_virtual_pipeline_stage", 9223372036854775807),
+                     mentions=["num_layers_per_virtual_pipeline_stage", "maximum"])
+
     def test_interleaving_needs_micro_batches_in_groups_of_p(self):
         self.refused(2, *pipeline(2, "--megatron.num_layers_per_virtual_pipeline_stage", 1), "--grad-accum", 1,
                      mentions=["multiple of the pipeline stages"])

@@ -3,6 +3,7 @@ order with its options; each deliberately broken plugin is refused with one
 line naming the file and the reason, exit non-zero, no crash."""
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -547,6 +548,49 @@ class BundledLibraries(TempDirMixin, unittest.TestCase):
         err = [l for l in proc.stderr.splitlines() if l.strip()]
         self.assertEqual(len(err), 1, proc.stderr)
         self.assertIn(self.HELPER, err[0])
+class ShippedSchemas(unittest.TestCase):
+    """Issue 30: an integer option without bounds let products of options
+    leave int64 (megatron's tp x pp wrapped to 0: SIGFPE; the profiler's
+    cycle to 0: `step % 0`). Every INT option of every plugin this build
+    ships gives both a min_value and a max_value, read back from the
+    schema as `accel-host --help --plugin NAME` prints it ("[int, MIN..MAX]")."""
+
+    SHIPPED = os.path.join(os.path.dirname(ACCEL_HOST), "..", "lib", "accel", "plugins")
+    TYPE = re.compile(r"\[(bool|int|double|string|enum)\b([^\]]*)\]")
+
+    def schema(self, name):
+        """{option: (type, details)} of plugin `name`, from its --help section."""
+        text = " ".join(run_host("--plugin", name, "--help").stdout.split())
+        options = {}
+        for entry in re.split(r"(?= --%s\.)" % re.escape(name), text)[1:]:
+            option = re.match(r" --%s\.(\w+)" % re.escape(name), entry).group(1)
+            kind = self.TYPE.search(entry)
+            self.assertIsNotNone(kind, f"--{name}.{option}: no [type] in its help: {entry}")
+            options[option] = (kind.group(1), kind.group(2))
+        return options
+
+    def test_every_int_option_of_every_shipped_plugin_has_a_min_and_a_max(self):
+        names = sorted(f[len("libaccel_"):-len(".so")] for f in os.listdir(self.SHIPPED)
+                       if f.startswith("libaccel_") and f.endswith(".so"))
+        self.assertLessEqual({"ddp", "fsdp", "deepspeed_zero", "megatron", "fp8", "profiler"}, set(names), names)
+        unbounded = []
+        for name in names:
+            schema = self.schema(name)
+            self.assertTrue(schema, f"{name}: no options found in its --help")
+            for option, (kind, details) in schema.items():
+                if kind != "int":
+                    continue
+                bounds = re.fullmatch(r", (-?\d+)\.\.(-?\d+)", details)
+                if bounds is None or int(bounds.group(1)) > int(bounds.group(2)):
+                    unbounded.append(f"--{name}.{option} [int{details}]")
+        self.assertEqual(unbounded, [], "INT options without both bounds")
+
+    def test_the_schema_reader_sees_bounds_and_their_absence(self):
+        # The reader itself: megatron's tp_degree is bounded on both sides,
+        # its double gradient_clipping only below (DOUBLE options may be).
+        schema = self.schema("megatron")
+        self.assertEqual(schema["tp_degree"], ("int", ", 1..2147483647"))
+        self.assertEqual(schema["gradient_clipping"], ("double", ", 0.."))
 
 
 if __name__ == "__main__":

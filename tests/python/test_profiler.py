@@ -282,6 +282,13 @@ class ProfilerOptions(TempDirMixin, unittest.TestCase):
                 self.refused(f"--profiler.{field}", -1, words=[f"profiler.{field}", "minimum"])
         self.refused("--profiler.active", 0, words=["profiler.active", "minimum"])
 
+    def test_a_schedule_cycle_past_int64_is_refused(self):
+        # Regression (issue 30): wait + warmup + active wrapped to 0 and the
+        # first step's `step % 0` killed accel-host with SIGFPE.
+        big = 9223372036854775807
+        self.refused("--profiler.wait", big, "--profiler.warmup", big, words=["profiler.wait", "maximum"])
+        self.refused("--profiler.skip_first", big, words=["profiler.skip_first", "maximum"])
+
     def test_unwritable_output_trace_dir(self):
         blocker = self.path("a_file")
         open(blocker, "w").close()

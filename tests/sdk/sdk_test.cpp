@@ -6,12 +6,14 @@
 // schema generated from static metadata, NULL hooks for methods a class does
 // not override, typed option lookup, logging, tensors and Buffer.
 #include <accel/sdk/buffer_pool.hpp>
+#include <accel/sdk/checked_math.hpp>
 #include <accel/sdk/precision.hpp>
 #include <accel/sdk/sdk.hpp>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -834,6 +836,23 @@ TEST(SdkBufferPool, ReusesBuffersOfAShapeAndKeepsNoMoreThanThePlan) {
     EXPECT_EQ(pool.stats().reused, 1);
   }
   EXPECT_EQ(fake.deallocations, fake.allocations) << "the pool frees its idle buffers and leases theirs";
+}
+
+// ------------------------------------------------------------ checked_math
+
+// Issue 30: products of options wrapped silently. 2^32 x 2^32 is 0 mod 2^64
+// (megatron's `world % (tp x pp)` divided by it), 7 x 7905747460161236407 is
+// 1 mod 2^64 (it "divided" every world). Both are nullopt; what fits is exact.
+TEST(SdkCheckedMath, ProductsAndSumsThatLeaveInt64AreNullopt) {
+  EXPECT_FALSE(accel::sdk::checked_mul(int64_t{1} << 32, int64_t{1} << 32).has_value());
+  EXPECT_FALSE(accel::sdk::checked_mul(7, 7905747460161236407).has_value());
+  EXPECT_FALSE(accel::sdk::checked_mul(INT64_MIN, -1).has_value());
+  EXPECT_EQ(accel::sdk::checked_mul(2147483647, 2147483647), int64_t{4611686014132420609});
+  EXPECT_EQ(accel::sdk::checked_mul(-3, 4), -12);
+  EXPECT_FALSE(accel::sdk::checked_add(INT64_MAX, INT64_MAX).has_value());
+  EXPECT_FALSE(accel::sdk::checked_add(INT64_MAX, 1).has_value());
+  EXPECT_FALSE(accel::sdk::checked_add(INT64_MIN, -1).has_value());
+  EXPECT_EQ(accel::sdk::checked_add(INT64_MAX - 1, 1), INT64_MAX);
 }
 
 }  // namespace

@@ -8,9 +8,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -93,6 +95,26 @@ TEST(ProfilerSchedule, RepeatZeroCyclesUntilTheEnd) {
   spec.active = 1;  // every cycle's only active step also saves
   const Schedule s(spec);
   EXPECT_EQ(actions(s, 10), "..S..S..S.");
+}
+
+// Regression (issue 30): wait and warmup of INT64_MAX wrapped the cycle
+// wait + warmup + active to 0, and the first step's `step % 0` killed the
+// process with SIGFPE. The cycle is checked; a spec that does not fit is
+// refused, one that just fits still schedules.
+TEST(ProfilerSchedule, ACycleLongerThanInt64IsRefusedNotDividedByZero) {
+  ScheduleSpec spec;
+  spec.enabled = true;
+  spec.wait = INT64_MAX;
+  spec.warmup = INT64_MAX;
+  spec.active = 2;  // the sum wraps to exactly 0
+  EXPECT_FALSE(cycle_length(spec).has_value());
+  EXPECT_THROW(Schedule{spec}, std::invalid_argument);
+  spec.warmup = 0;
+  spec.active = 1;  // wait + active wraps to INT64_MIN
+  EXPECT_THROW(Schedule{spec}, std::invalid_argument);
+  spec.wait = INT64_MAX - 1;  // fits exactly: every step waits
+  const Schedule fits(spec);
+  EXPECT_EQ(actions(fits, 3), "...");
 }
 
 TEST(ProfilerSchedule, WithoutAScheduleEveryStepIsRecorded) {
