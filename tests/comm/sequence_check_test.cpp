@@ -137,9 +137,12 @@ TEST_F(SequenceChecks, ABlockedRankLearnsAtOnceThatItsPredecessorSkipped) {
 }
 
 // Issue 30: a rank that failed alone (a hook threw on it) tells its ring
-// successor, which passes it on; a rank waiting in a collective (poll) and
-// one at step end both hear it at once, naming the rank and what it failed
-// in, instead of waiting out the deadline. The failed rank is not told.
+// successor, which passes it on; a rank waiting in a collective (poll)
+// hears it at once, naming the rank and what it failed in, instead of
+// waiting out the deadline. The failed rank is not told. (A rank at step
+// end hears it the same way: tests/python/test_rank_agreement.py. Here no
+// rank ends the step, so no message is left in flight for the next test's
+// communicator.)
 TEST_F(SequenceChecks, AFailureOfOneRankTravelsTheRingToEveryRank) {
   if (size_ < 2) GTEST_SKIP() << "needs a peer";
   SequenceCheck check(MPI_COMM_WORLD, "world", identity_ranks(size_), 20000, false);
@@ -148,16 +151,10 @@ TEST_F(SequenceChecks, AFailureOfOneRankTravelsTheRingToEveryRank) {
     check.announce_failure(0, "step_end", 4);
     return;
   }
-  const bool at_step_end = rank_ == size_ - 1;  // the others wait "in a collective"
   const auto start = std::chrono::steady_clock::now();
   std::optional<PeerFailed> heard;
   while (!heard && std::chrono::steady_clock::now() - start < std::chrono::seconds(10)) {
     try {
-      if (at_step_end) {
-        check.end_step(4);
-        ADD_FAILURE() << "rank " << rank_ << " ended the step without hearing of the failure";
-        break;
-      }
       check.poll();
     } catch (const PeerFailed& e) {
       heard = e;
