@@ -179,7 +179,7 @@ class SameFailureOnEveryRank(TempDirMixin, unittest.TestCase):
         proc = mpirun(2, *COMMON, "--data", f"megatron:{prefix}", check=False, timeout=120)
         self.assertEqual(proc.returncode, 1, proc.stderr)
         for line in one_line_per_rank(self, proc).values():
-            self.assertIn(prefix + ".idx", line)
+            self.assertIn(f"--data megatron:{prefix}: .idx has", line)
 
     def test_a_weight_missing_from_a_hugging_face_directory(self):
         try:
@@ -194,8 +194,7 @@ class SameFailureOnEveryRank(TempDirMixin, unittest.TestCase):
         del tensors["transformer.h.1.mlp.c_fc.weight"]
         save_file(tensors, weights, metadata={"format": "pt"})
         proc = mpirun(2, "--log-level", "warn", "--threads", 1, "--steps", 1, "--batch-size", 8, "--init-from",
-                      "hf:" + self.path("hf"), check=False,
-                      timeout=120)
+                      "hf:" + self.path("hf"), check=False, timeout=120)
         self.assertEqual(proc.returncode, 1, proc.stderr)
         for line in one_line_per_rank(self, proc).values():
             self.assertIn("h.1.mlp.c_fc.weight", line)
