@@ -9,11 +9,16 @@
 // Exit codes: 0 success, 1 runtime failure, 2 usage error (bad option or
 // value, a plugin that cannot be loaded, ranks started with different
 // settings). Every error is one line: LibTorch's backtraces are cut off.
-// When one rank fails alone the job is aborted (MPI_Abort) so no rank waits
-// forever; an AgreedError was raised by every rank at once, so each exits
-// normally with its code and only rank 0 prints it.
+// An AgreedError was raised by every rank at once, so each exits normally
+// with its code (only rank 0 prints it, unless each printed its own). Any
+// other failure is printed by the rank that met it; the failing ranks then
+// wait a moment for each other (MpiSession::every_rank_is_failing): when
+// every rank failed (the same damaged file read by all) each exits normally
+// with its code, one line per rank and no MPI_Abort banner; when a rank
+// failed alone the job is aborted (MPI_Abort) so no rank waits forever.
 #include <c10/util/Exception.h>
 
+#include <cstdint>
 #include <exception>
 #include <string>
 #include <vector>
@@ -30,6 +35,11 @@
 #include "host/util/log.h"
 
 namespace {
+
+// How long a failing rank waits for the others to fail too before it ends
+// the job: ranks that read the same bad input fail within moments of each
+// other; a rank that failed alone costs the job this much more.
+constexpr int64_t kWaitForOtherFailuresMs = 5000;
 
 std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
 
@@ -69,6 +79,8 @@ int main(int argc, char** argv) {
     accel::log::error(first_line(e.what()));
     code = 1;
   }
-  if (code != 0 && mpi.world_size() > 1 && !agreed) mpi.abort_job(code);
+  if (code != 0 && mpi.world_size() > 1 && !agreed && !mpi.every_rank_is_failing(kWaitForOtherFailuresMs)) {
+    mpi.abort_job(code);
+  }
   return code;
 }

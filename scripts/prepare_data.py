@@ -17,8 +17,8 @@ little-endian int32 (magic, version, token count) then the tokens, uint16
 the model's --vocab-size with one line.
 
 Exit status 2 with one line for bad input (a missing file, a tokenizer that
-cannot be read, an unknown --eot, an output too large for llm.c's int32
-token count); every file is written beside its final name and renamed into
+cannot be read, an unknown --eot, inputs that encode to no tokens, an --out
+that cannot be written, an output too large for llm.c's int32 token count); every file is written beside its final name and renamed into
 place, so an interrupted run leaves no half-written token file.
 """
 import argparse
@@ -120,15 +120,21 @@ def main(argv=None):
         if args.val_fraction > 0 and val_count == 0:
             raise UsageError(f"--val-fraction {args.val_fraction} of {len(stream)} tokens is none; "
                              "give more text or --val-fraction 0")
-        os.makedirs(args.out, exist_ok=True)
+        if len(stream) == 0:
+            # A 0-token train.bin would only fail later, in accel-host.
+            raise UsageError("the inputs encode to no tokens (empty text and --eot none); nothing to write")
         outputs = [("train.bin", stream[: len(stream) - val_count])]
         if val_count:
             outputs.append(("val.bin", stream[len(stream) - val_count:]))
         vocab = tokenizer.get_vocab_size(with_added_tokens=True)
-        for name, tokens in outputs:
-            path = os.path.join(args.out, name)
-            width = write_token_file(path, tokens, vocab)
-            print(f"{path}: {len(tokens)} tokens, uint{8 * width}")
+        try:
+            os.makedirs(args.out, exist_ok=True)
+            for name, tokens in outputs:
+                path = os.path.join(args.out, name)
+                width = write_token_file(path, tokens, vocab)
+                print(f"{path}: {len(tokens)} tokens, uint{8 * width}")
+        except OSError as e:  # an --out that is a file, under a file, read-only, or a full disk
+            raise UsageError(f"--out: cannot write '{e.filename or args.out}': {e.strerror or e}") from e
         print(f"{len(documents)} documents; vocabulary {vocab} (train with --vocab-size >= {vocab})")
     except UsageError as e:
         print(f"prepare_data.py: {e}", file=sys.stderr)

@@ -3,8 +3,10 @@
 
 #include <mpi.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <stdexcept>
+#include <thread>
 
 namespace accel::comm {
 
@@ -22,12 +24,33 @@ MpiSession::MpiSession(int* argc, char*** argv) {
   MPI_Comm_rank(node_comm, &local_rank_);
   MPI_Comm_size(node_comm, &local_world_size_);
   MPI_Comm_free(&node_comm);
+  if (world_size_ > 1) {
+    MPI_Comm_dup(MPI_COMM_WORLD, &ending_comm_);
+    // A dead peer must make every_rank_is_failing answer false, not abort.
+    MPI_Comm_set_errhandler(ending_comm_, MPI_ERRORS_RETURN);
+  }
 }
 
 MpiSession::~MpiSession() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized) MPI_Finalize();
+  if (finalized) return;
+  if (ending_comm_ != MPI_COMM_NULL) MPI_Comm_free(&ending_comm_);
+  MPI_Finalize();
+}
+
+bool MpiSession::every_rank_is_failing(int64_t wait_ms) const {
+  if (ending_comm_ == MPI_COMM_NULL) return true;  // a world of one
+  MPI_Request request = MPI_REQUEST_NULL;
+  if (MPI_Ibarrier(ending_comm_, &request) != MPI_SUCCESS) return false;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
+  for (int done = 0;;) {
+    if (MPI_Test(&request, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) return false;
+    if (done) return true;
+    // Left pending when it gives up: the job is aborted next.
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
 }
 
 bool MpiSession::all_succeeded(bool local_ok) const {

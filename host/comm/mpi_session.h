@@ -7,6 +7,9 @@
 // reference, never reached through a global. Not thread-safe to construct.
 #pragma once
 
+#include <mpi.h>
+
+#include <cstdint>
 #include <string>
 
 namespace accel::comm {
@@ -30,11 +33,22 @@ class MpiSession {
   // Rank 0's `value` on every rank (a collective; at most 4 KiB).
   std::string broadcast_from_root(const std::string& value) const;
 
+  // Whether every rank of the job is ending with a failure of its own:
+  // each failing rank calls it (after printing its line) and it returns
+  // true once all have, false when `wait_ms` passes first (a rank still
+  // runs, waits elsewhere, or died). A non-blocking barrier on a
+  // communicator kept for this alone, so it can pair with nothing else and
+  // never blocks past the wait. How the same failure on every rank (a
+  // damaged file all of them read) ends with each rank's line and a normal
+  // exit, instead of MPI_Abort's banner.
+  bool every_rank_is_failing(int64_t wait_ms) const;
+
   // Ends every rank of the job at once: the way out when one rank fails and
   // the others might otherwise wait on it forever. Does not return.
   [[noreturn]] void abort_job(int exit_code) const;
 
  private:
+  MPI_Comm ending_comm_ = MPI_COMM_NULL;  // every_rank_is_failing's own
   int rank_ = 0;
   int world_size_ = 1;
   int local_rank_ = 0;

@@ -35,6 +35,13 @@ constexpr size_t kMaxMessage = sizeof(WireHeader) + sizeof(WireOp) * SequenceChe
 
 }  // namespace
 
+PeerFailed::PeerFailed(int failed_rank, std::string failed_in, int64_t failed_step)
+    : CommError(ErrorCode::aborted, strformat("rank %d failed in %s at step %lld: see its line", failed_rank,
+                                              failed_in.c_str(), static_cast<long long>(failed_step + 1))),
+      world_rank(failed_rank),
+      where(std::move(failed_in)),
+      step(failed_step) {}
+
 std::string describe_op(const OpDescriptor& d) {
   std::string text = op_name(d.op);
   if (!d.label.empty()) text += " '" + d.label + "'";
@@ -176,6 +183,7 @@ SequenceCheck::Record SequenceCheck::next(const std::string& waiting_for) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       pump_locked();
+      throw_if_failure_locked();
       if (!inbox_.empty()) {
         Record r = std::move(inbox_.front());
         inbox_.pop_front();
@@ -184,12 +192,16 @@ SequenceCheck::Record SequenceCheck::next(const std::string& waiting_for) {
     }
     const auto now = SteadyClock::now();
     if (now >= deadline) {
+      // Worded as every operation's deadline is (work.cpp): this receive is
+      // the operation the rank waits in, so it is the one named (a peer that
+      // died after the step's last collective is met here, not elsewhere).
+      const int predecessor = (rank_ + size_ - 1) % size_;
       throw CommError(ErrorCode::timeout,
-                      strformat("%s: the sequence check of group '%s' did not hear from %s within %lld ms while "
-                                "waiting for %s",
-                                rank_name(rank_).c_str(), group_name_.c_str(),
-                                rank_name((rank_ + size_ - 1) % size_).c_str(),
-                                static_cast<long long>(timeout_ms_), waiting_for.c_str()));
+                      strformat("%s (rank %d of %d in group '%s'): recv 'sequence check: %s' from peer %d (world "
+                                "%s) did not complete within %lld ms; the peer did not send it (stuck, exited or out "
+                                "of order)",
+                                rank_name(rank_).c_str(), rank_, size_, group_name_.c_str(), waiting_for.c_str(),
+                                predecessor, rank_name(predecessor).c_str(), static_cast<long long>(timeout_ms_)));
     }
     if (now - start < std::chrono::milliseconds(100)) {
       std::this_thread::yield();
@@ -291,10 +303,31 @@ void SequenceCheck::compare_step(const Record& theirs, int64_t step, bool at_ste
   }
 }
 
+void SequenceCheck::throw_if_failure_locked() const {
+  for (const Record& r : inbox_) {
+    if (r.kind == kFailed) throw PeerFailed(static_cast<int>(r.count), r.ops.empty() ? "?" : r.ops[0].label, r.step);
+  }
+}
+
+void SequenceCheck::announce_failure(int failed_rank, const std::string& where, int64_t step) {
+  if (!active()) return;
+  const int successor = (rank_ + 1) % size_;
+  if (world_ranks_.at(static_cast<size_t>(successor)) == failed_rank) return;
+  Record failure;
+  failure.kind = kFailed;
+  failure.step = step;
+  failure.count = failed_rank;
+  OpDescriptor what;
+  what.label = where;
+  failure.ops.push_back(std::move(what));
+  send(failure);
+}
+
 void SequenceCheck::poll() {
   if (!active()) return;
   std::unique_lock<std::mutex> lock(mu_);
   pump_locked();
+  throw_if_failure_locked();
   for (const Record& r : inbox_) {
     if (r.kind == kStepEnd && r.step == step_) {
       const Record copy = r;

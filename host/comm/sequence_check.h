@@ -27,6 +27,14 @@
 // A mismatch throws CommError(aborted) whose message names the step, the
 // group, and both operations; the host then ends the job.
 //
+// The same ring carries the news of a rank that failed on its own (a
+// plugin hook that threw on this rank only): announce_failure sends a
+// failure record to the successor, and a rank that receives one — while it
+// waits in a collective (poll) or at step end — throws PeerFailed instead of
+// waiting for a collective the failed rank will never issue. The host
+// forwards what it learned to its own successors (runtime/comm_checks.h), so
+// every rank of every ring hears it, each within one hop of the last.
+//
 // Thread-safety: record/before_op/end_step on the loop thread; poll from any
 // thread (an internal mutex serialises the inbox).
 #pragma once
@@ -66,6 +74,15 @@ std::string describe_op(const OpDescriptor& d);
 // 64-bit FNV-1a of the compared fields, chained onto `hash`.
 uint64_t fold_op(uint64_t hash, const OpDescriptor& d);
 
+// A rank of the group announced that it failed on its own (announce_failure):
+// what it was doing, so the others can point at its line.
+struct PeerFailed : CommError {
+  PeerFailed(int world_rank, std::string where, int64_t step);
+  int world_rank;     // the rank that failed first
+  std::string where;  // what it failed in ("step_end"); the wire keeps 47 bytes of it
+  int64_t step;
+};
+
 class SequenceCheck {
  public:
   static constexpr int kMaxListed = 64;  // descriptors sent per step record
@@ -93,17 +110,23 @@ class SequenceCheck {
   void poll();
   // At the end of step `step` (every rank of the group calls it): exchanges
   // and compares the step records, then starts the next step afresh.
+  // Throws PeerFailed when the predecessor announced a failure instead.
   void end_step(int64_t step);
+  // Tells the successor that world rank `failed_rank` failed in `where`
+  // during `step` (this rank itself, or one it heard of). Never blocks; not
+  // sent when the successor is `failed_rank` (it knows). Loop thread.
+  void announce_failure(int failed_rank, const std::string& where, int64_t step);
 
   uint64_t step_hash() const { return hash_; }
   int64_t step_ops() const { return count_; }
 
  private:
-  enum Kind : int32_t { kOp = 1, kStepEnd = 2 };
+  enum Kind : int32_t { kOp = 1, kStepEnd = 2, kFailed = 3 };
   struct Record {
     Kind kind = kOp;
     int64_t step = 0;
-    int64_t count = 0;  // kOp: this op's index (1-based) in the step; kStepEnd: ops in the step
+    int64_t count = 0;  // kOp: this op's index (1-based) in the step; kStepEnd: ops in the step;
+                        // kFailed: the world rank that failed (ops[0].label: what it failed in)
     uint64_t hash = 0;
     std::vector<OpDescriptor> ops;  // kOp: the op; kStepEnd: the first kMaxListed
   };
@@ -114,6 +137,8 @@ class SequenceCheck {
   // The next message from the predecessor, waiting up to the deadline.
   Record next(const std::string& waiting_for);
   void post_receive_locked();
+  // Throws PeerFailed for the first failure record in the inbox (lock held).
+  void throw_if_failure_locked() const;
   // Throws unless `theirs` (the predecessor's step end) agrees with ours.
   void compare_step(const Record& theirs, int64_t step, bool at_step_end) const;
   [[noreturn]] void diverged(int64_t step, const std::string& detail) const;

@@ -40,8 +40,9 @@ std::vector<std::string> HookDispatcher::plugin_names() const {
 void HookDispatcher::check(const LoadedPlugin& plugin, const char* hook, AccelStatus status) {
   if (status == ACCEL_OK) return;
   const runtime::PendingError error = runtime::take_pending_error();
-  throw PluginError("plugin " + plugin.name() + ": " + hook + " failed (" + accel_status_name(status) + ")" +
-                    (error.message.empty() ? std::string() : ": " + error.message));
+  throw HookError("plugin " + plugin.name() + ": " + hook + " failed (" + accel_status_name(status) + ")" +
+                      (error.message.empty() ? std::string() : ": " + error.message),
+                  hook, static_cast<int>(status));
 }
 
 void HookDispatcher::create_all() {

@@ -66,10 +66,42 @@ void poll_sequences(HostContext& context) {
     if (!entry->sequence) continue;
     try {
       entry->sequence->poll();
+    } catch (const comm::PeerFailed& e) {
+      pass_on_rank_failure(context, e);
+      fail(ACCEL_ERROR_ABORTED, e.what());
     } catch (const comm::CommError& e) {
       fail(ACCEL_ERROR_ABORTED, e.what());
     }
   }
+}
+
+namespace {
+
+void tell_every_successor(HostContext& context, const HostContext::RankFailure& failure) {
+  if (!context.comm_handles) return;
+  for (const auto& entry : context.comm_handles->groups.objects()) {
+    if (!entry->sequence) continue;
+    try {
+      entry->sequence->announce_failure(failure.rank, failure.where, failure.step);
+    } catch (const comm::CommError&) {
+      // A send that cannot start: that successor learns at its deadline, as
+      // it would have without the news; the others still hear it.
+    }
+  }
+}
+
+}  // namespace
+
+void announce_rank_failure(HostContext& context, const std::string& where, int64_t step) {
+  if (context.rank_failure) return;
+  context.rank_failure = HostContext::RankFailure{context.identity.rank, where, step};
+  tell_every_successor(context, *context.rank_failure);
+}
+
+void pass_on_rank_failure(HostContext& context, const comm::PeerFailed& heard) {
+  if (context.rank_failure) return;
+  context.rank_failure = HostContext::RankFailure{heard.world_rank, heard.where, heard.step};
+  tell_every_successor(context, *context.rank_failure);
 }
 
 namespace {

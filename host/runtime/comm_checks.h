@@ -88,8 +88,21 @@ ResolvedGroup resolve_group(HostContext& context, const AccelGroup* handle, cons
 
 // Polls every group's sequence check (while a collective waits); throws
 // ServiceError ABORTED naming both operations once a peer is known to have
-// diverged.
+// diverged, or naming the rank once one announced a failure (recorded in
+// context.rank_failure and passed on, see below).
 void poll_sequences(HostContext& context);
+
+// A failure of one rank alone (a plugin hook that threw here) must not
+// leave the others waiting in the step's collectives until the deadline:
+// this rank records it in context.rank_failure and sends it to its ring
+// successor in every group (SequenceCheck::announce_failure). Once per
+// process; never blocks. Loop thread.
+void announce_rank_failure(HostContext& context, const std::string& where, int64_t step);
+
+// What a rank heard (a PeerFailed from a sequence check): recorded in
+// context.rank_failure and passed on to this rank's successors, so the news
+// travels each ring to its end. Loop thread.
+void pass_on_rank_failure(HostContext& context, const comm::PeerFailed& heard);
 
 // Refuses (ServiceError INVALID_ARGUMENT) a tensor whose `bytes` from its
 // first byte run past the end of the host allocation it points into; with

@@ -194,7 +194,13 @@ void check_collective_sequences(HostContext& context, int64_t step) {
   // exchanges are non-blocking sends plus one receive each, so groups that
   // overlap cannot deadlock whatever the order.
   for (const auto& entry : context.comm_handles->groups.objects()) {
-    if (entry->sequence) entry->sequence->end_step(step);
+    if (!entry->sequence) continue;
+    try {
+      entry->sequence->end_step(step);
+    } catch (const comm::PeerFailed& e) {
+      pass_on_rank_failure(context, e);
+      throw;
+    }
   }
 }
 

@@ -19,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -162,6 +163,15 @@ class HostContext {
   // The standard groups' handles by AccelGroupKind (entries of
   // comm_handles->groups), made by resolve_standard_groups.
   std::map<int, AccelGroup*> standard_groups;
+  // A rank that failed on its own during a step and told the others over
+  // the sequence checks' rings (comm_checks.h): this rank, or the one it
+  // heard of first. Set once; the trainer turns it into an agreed stop.
+  struct RankFailure {
+    int rank = -1;
+    std::string where;  // "step_end", "gradients_finalize", ...
+    int64_t step = 0;   // 0-based
+  };
+  std::optional<RankFailure> rank_failure;
   // The mesh plugins declared while planning (0: not said).
   AccelMeshSpec mesh{};
   // Bytes of the full tensor each collective plugins issued works on: the

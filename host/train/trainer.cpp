@@ -16,7 +16,9 @@
 #include "host/train/checkpoint_format.h"
 #include "host/plugin/hook_dispatch.h"
 #include "host/plugin/loaded_plugin.h"
+#include "host/plugin/plugin_error.h"
 #include "host/comm/process_group.h"
+#include "host/runtime/comm_checks.h"
 #include "host/runtime/host_context.h"
 #include "host/model/tensor_memory.h"
 #include "host/runtime/memory_ledger.h"
@@ -166,10 +168,37 @@ double Trainer::average_over_ranks(double value, const char* label) {
     for (int r = 0; r < world_size_; ++r) ranks += (r ? "," : "") + std::to_string(r);
     return "label=" + std::string(label) + "; group_ranks=" + ranks;
   }, -1, -1, static_cast<int64_t>(sizeof(value)));
-  const comm::Status status =
-      context_->world->all_reduce(comm::host_buffer(&value, 1, comm::DType::f64), comm::ReduceOp::avg, {0, label});
+  const comm::Buffer buffer = comm::host_buffer(&value, 1, comm::DType::f64);
+  const std::shared_ptr<comm::Work> work = context_->world->all_reduce_async(buffer, buffer, comm::ReduceOp::avg, {0, label});
+  const comm::Status status = work->wait(0, [this] { runtime::poll_sequences(*context_); });
   if (!status.ok()) throw std::runtime_error(status.message);
   return value;
+}
+
+template <typename Body>
+auto Trainer::stopping_together(int64_t step, Body&& body) -> decltype(body()) {
+  try {
+    return body();
+  } catch (const std::exception& e) {
+    if (!context_ || !context_->world || world_size_ == 1) throw;
+    if (!context_->rank_failure) {
+      // A hook's communication failure (a timeout, a diverged sequence)
+      // leaves peers where no message reaches them: not agreed here.
+      const auto* hook = dynamic_cast<const plugin::HookError*>(&e);
+      if (hook == nullptr || hook->status == ACCEL_ERROR_TIMEOUT || hook->status == ACCEL_ERROR_ABORTED ||
+          context_->world->failure()) {
+        throw;
+      }
+      log::error(e.what());
+      runtime::announce_rank_failure(*context_, hook->hook, step);
+      throw AgreedError(1, e.what(), /*logged_on_every_rank=*/true);
+    }
+    if (context_->rank_failure->rank == rank_) throw;  // announced already: the line is out
+    const runtime::HostContext::RankFailure& heard = *context_->rank_failure;
+    const std::string line = comm::PeerFailed(heard.rank, heard.where, heard.step).what();
+    log::error(line);
+    throw AgreedError(1, line, /*logged_on_every_rank=*/true);
+  }
 }
 
 StepOutcome Trainer::train_step(int64_t step) {
@@ -490,7 +519,7 @@ void Trainer::run() {
     if (context_ && context_->memory) context_->memory->reset_peak();
     model::reset_tensor_memory_peak();
     memory_watch_.begin_step(logged_step(completed_steps_ + 1));
-    const StepOutcome outcome = train_step(completed_steps_);
+    const StepOutcome outcome = stopping_together(completed_steps_, [&] { return train_step(completed_steps_); });
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     ++completed_steps_;
 
@@ -520,7 +549,7 @@ void Trainer::run() {
       m.memory_ledger_peak = memory_watch_.take_peak(accounted_memory());
     }
     if (evaluates_after(completed_steps_)) {
-      m.eval_loss = evaluate();
+      m.eval_loss = stopping_together(completed_steps_ - 1, [&] { return evaluate(); });
       log::info(strformat("eval  step %5lld/%lld  loss %.4f  ppl %.3f  (%lld batches of %lld held-out sequences)",
                           static_cast<long long>(completed_steps_), static_cast<long long>(config_.steps),
                           *m.eval_loss, std::exp(*m.eval_loss), static_cast<long long>(config_.eval.steps),

@@ -145,8 +145,19 @@ class Trainer final : public runtime::ModelRunner {
   // each batch as an ACCEL_STEP_EVAL step. Changes no weight or state.
   double evaluate();
   // The mean of `value` over every rank (each holds an equal share), one
-  // collective labelled `label`; `value` itself with one rank.
+  // collective labelled `label`; `value` itself with one rank. Polls the
+  // sequence checks while it waits, as the plugins' collectives do, so a
+  // rank that failed alone is heard of here too.
   double average_over_ranks(double value, const char* label);
+  // Runs `body` (a step or an evaluation at step `step`, 0-based) so that a
+  // failure of one rank alone inside a plugin hook stops every rank
+  // together: the failing rank prints its line and tells the others over
+  // the sequence checks' rings (runtime/comm_checks.h) instead of leaving
+  // them in the step's collectives until the deadline; each of them prints
+  // "rank R failed in HOOK at step S: see its line"; all throw AgreedError.
+  // A communication failure inside a hook is not agreed (the job is ended).
+  template <typename Body>
+  auto stopping_together(int64_t step, Body&& body) -> decltype(body());
   // Whether an evaluation follows step `step` (1-based).
   bool evaluates_after(int64_t step) const {
     return config_.eval.every > 0 && (step % config_.eval.every == 0 || step == config_.steps);

@@ -16,8 +16,11 @@
 // loop thread only.
 #include <accel/sdk/sdk.hpp>
 #include <accel/sdk/kernels.hpp>
+#include <sys/stat.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <string>
 
@@ -29,6 +32,27 @@
 
 namespace accel::fp8 {
 namespace {
+
+// --fp8.state_log is written at every step end by rank 0: a path it cannot
+// append to is refused at create, where every rank stops together with one
+// line, not at the first step end, where rank 0 alone would fail while the
+// others wait in the next step's collectives. A file the probe made is
+// removed again (the first step writes it). Anything but a regular file is
+// refused before it is opened (a FIFO's open would block).
+void require_appendable(const std::string& path) {
+  struct stat info {};
+  const bool existed = ::stat(path.c_str(), &info) == 0;
+  if (existed && !S_ISREG(info.st_mode)) {
+    throw sdk::Error(ACCEL_ERROR_INVALID_ARGUMENT, "--fp8.state_log: '" + path + "' is not a regular file");
+  }
+  std::FILE* f = std::fopen(path.c_str(), "a");
+  if (f == nullptr) {
+    throw sdk::Error(ACCEL_ERROR_INVALID_ARGUMENT,
+                     "--fp8.state_log: cannot append to '" + path + "': " + std::strerror(errno));
+  }
+  std::fclose(f);
+  if (!existed) std::remove(path.c_str());
+}
 
 class Fp8 final : public sdk::Plugin {
  public:
@@ -66,6 +90,7 @@ class Fp8 final : public sdk::Plugin {
   };
 
   explicit Fp8(const sdk::Services& s) : Plugin(s), config_(read_config(s)), ops_(s) {
+    if (!config_.state_log.empty() && s.rank() == 0) require_appendable(config_.state_log);
     if (!config_.fp8_weight_gather) {  // no codec: sharding plugins gather as they would without fp8
       decline(&AccelHooks::gather_codec_query);
       decline(&AccelHooks::gather_encode);

@@ -4,10 +4,12 @@
 // both operations at step end by itself and its ring successor; a rank that
 // ended the step without a collective its successor is blocked in is caught
 // by the successor's poll, long before any deadline; verify mode names the
-// mismatch before the collective is issued.
+// mismatch before the collective is issued; a failure one rank announces
+// reaches every rank around the ring.
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <optional>
 #include <thread>
 
 #include "host/comm/mpi_communicator.h"
@@ -95,8 +97,20 @@ TEST_F(SequenceChecks, ABlockedRankLearnsAtOnceThatItsPredecessorSkipped) {
   SequenceCheck check(MPI_COMM_WORLD, "world", identity_ranks(size_), 1500, false);
   if (rank_ == skipper) {
     check.before_op(all_reduce(16, "B"), 1);
-    // Its successor never ends the step (it fails instead): this times out.
-    EXPECT_THROW(check.end_step(1), CommError);
+    // Its successor never ends the step (it fails instead): this times out,
+    // named as the receive it waited in (as every operation's deadline is).
+    try {
+      check.end_step(1);
+      ADD_FAILURE() << "the step end did not time out";
+    } catch (const CommError& e) {
+      const std::string m = e.what();
+      EXPECT_EQ(e.code(), ErrorCode::timeout);
+      const int predecessor = skipper - 1;
+      EXPECT_NE(m.find("recv 'sequence check: the end of step 1' from peer " + std::to_string(predecessor) +
+                       " (world rank " + std::to_string(predecessor) + ") did not complete within 1500 ms"),
+                std::string::npos)
+          << m;
+    }
   } else if (rank_ == blocked) {
     check.before_op(all_reduce(16, "A"), 1);
     check.before_op(all_reduce(16, "B"), 1);  // "blocked in it"
@@ -120,6 +134,39 @@ TEST_F(SequenceChecks, ABlockedRankLearnsAtOnceThatItsPredecessorSkipped) {
               std::string::npos)
         << message;
   }
+}
+
+// Issue 30: a rank that failed alone (a hook threw on it) tells its ring
+// successor, which passes it on; a rank waiting in a collective (poll)
+// hears it at once, naming the rank and what it failed in, instead of
+// waiting out the deadline. The failed rank is not told. (A rank at step
+// end hears it the same way: tests/python/test_rank_agreement.py. Here no
+// rank ends the step, so no message is left in flight for the next test's
+// communicator.)
+TEST_F(SequenceChecks, AFailureOfOneRankTravelsTheRingToEveryRank) {
+  if (size_ < 2) GTEST_SKIP() << "needs a peer";
+  SequenceCheck check(MPI_COMM_WORLD, "world", identity_ranks(size_), 20000, false);
+  check.before_op(all_reduce(16, "grads"), 4);
+  if (rank_ == 0) {
+    check.announce_failure(0, "step_end", 4);
+    return;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  std::optional<PeerFailed> heard;
+  while (!heard && std::chrono::steady_clock::now() - start < std::chrono::seconds(10)) {
+    try {
+      check.poll();
+    } catch (const PeerFailed& e) {
+      heard = e;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_TRUE(heard.has_value()) << "rank " << rank_ << " did not hear of rank 0's failure";
+  EXPECT_EQ(heard->world_rank, 0);
+  EXPECT_EQ(heard->where, "step_end");
+  EXPECT_EQ(heard->step, 4);
+  EXPECT_STREQ(heard->what(), "rank 0 failed in step_end at step 5: see its line");
+  check.announce_failure(heard->world_rank, heard->where, heard->step);  // as the host passes it on
 }
 
 TEST_F(SequenceChecks, VerifyModeNamesTheMismatchBeforeTheCollectiveRuns) {

@@ -6,6 +6,9 @@
 //    one line; nothing else in a correct run makes replicas drift apart.
 //  - action stall: sleeps 120 s, so the other ranks wait in the step's
 //    collectives and the communication timeout must end the job.
+//  - action fail: the hook named by `hook` (step_begin, gradients_finalize
+//    or step_end) returns an error on that rank alone, so the others must
+//    hear of it instead of waiting in the step's collectives.
 #include <accel/sdk/sdk.hpp>
 
 #include <chrono>
@@ -21,17 +24,25 @@ class Drift final : public accel::sdk::Plugin {
   static constexpr accel::sdk::Option options[] = {
       {"rank", ACCEL_OPTION_INT, "1", "the rank that misbehaves", nullptr, "0"},
       {"at_step", ACCEL_OPTION_INT, "0", "the optimizer step (0-based) at whose start it does", nullptr, "0"},
-      {"action", ACCEL_OPTION_ENUM, "perturb", "what it does", "perturb|stall"},
+      {"action", ACCEL_OPTION_ENUM, "perturb", "what it does", "perturb|stall|fail"},
+      {"hook", ACCEL_OPTION_ENUM, "step_begin", "where action fail fails",
+       "step_begin|gradients_finalize|step_end"},
   };
 
   explicit Drift(const accel::sdk::Services& services)
       : Plugin(services),
         rank_(services.option<int64_t>("rank")),
         at_step_(services.option<int64_t>("at_step")),
-        stall_(services.option<std::string>("action") == "stall") {}
+        stall_(services.option<std::string>("action") == "stall"),
+        fail_in_(services.option<std::string>("action") == "fail" ? services.option<std::string>("hook") : "") {}
+
+  void gradients_finalize(const AccelStepArgs& args) override { fail_if_chosen("gradients_finalize", args); }
+  void step_end(const AccelStepArgs& args) override { fail_if_chosen("step_end", args); }
 
   void step_begin(const AccelStepArgs& args) override {
     if (services().rank() != rank_ || args.step != at_step_) return;
+    if (fail_in_ == "step_begin") fail_if_chosen("step_begin", args);
+    if (!fail_in_.empty()) return;
     if (stall_) {
       std::this_thread::sleep_for(std::chrono::seconds(120));
       return;
@@ -44,9 +55,15 @@ class Drift final : public accel::sdk::Plugin {
   }
 
  private:
+  void fail_if_chosen(const char* hook, const AccelStepArgs& args) const {
+    if (fail_in_ != hook || services().rank() != rank_ || args.step != at_step_) return;
+    throw accel::sdk::Error(ACCEL_ERROR_IO, std::string("drift: failing on purpose in ") + hook);
+  }
+
   const int64_t rank_;
   const int64_t at_step_;
   const bool stall_;
+  const std::string fail_in_;  // the hook action fail fails in; "" for the other actions
 };
 
 }  // namespace

@@ -139,6 +139,33 @@ class PrepareData(TempDirMixin, unittest.TestCase):
                 self.assertIn(message, lines[0])
         self.assertFalse(os.path.exists(self.path("o")) and os.listdir(self.path("o")))
 
+    def one_line_refusal(self, args, message):
+        proc = self.prepare(*args, check=False)
+        self.assertEqual(proc.returncode, 2, proc.stderr)
+        lines = proc.stderr.strip().splitlines()
+        self.assertEqual(len(lines), 1, proc.stderr)
+        self.assertIn(message, lines[0])
+
+    def test_an_unwritable_out_is_one_line_and_exit_2(self):
+        # A path under a regular file cannot be made a directory, root or not.
+        _, directory = self.byte_level_bpe()
+        docs = self.documents(count=1, words=100)
+        blocker = self.path("a_file")
+        with open(blocker, "w") as f:
+            f.write("x")
+        for out in (blocker, os.path.join(blocker, "sub")):
+            with self.subTest(out=out):
+                self.one_line_refusal(("--tokenizer", directory, "--out", out, *docs), f"--out: cannot write '{out}")
+
+    def test_an_empty_token_stream_is_refused(self):
+        _, directory = self.byte_level_bpe()
+        empty = self.path("empty.txt")
+        open(empty, "w").close()
+        out = self.path("o")
+        self.one_line_refusal(("--tokenizer", directory, "--eot", "none", "--val-fraction", 0, "--out", out, empty),
+                              "no tokens")
+        self.assertFalse(os.path.exists(os.path.join(out, "train.bin")))
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -5,7 +5,10 @@ loss stops every rank together; ddp's weight checksum is enforced; fsdp
 follows --mixed-precision bf16 as accelerate does."""
 import os
 import subprocess
+import time
 import unittest
+
+import numpy as np
 
 from accel_testing import ACCEL_HOST, MPIRUN, MPI_ENV, TempDirMixin, error_lines, mpirun, read_metrics, write_tokens
 
@@ -104,6 +107,97 @@ class NonFiniteLoss(TempDirMixin, unittest.TestCase):
         self.assertIn("step 2: the loss averaged over every rank is", lines[0])
         self.assertNotIn("MPI_ABORT", proc.stderr)
         self.assertEqual(len(read_metrics(metrics)), 1)
+
+
+def one_line_per_rank(test, proc, ranks=2):
+    """Each rank's single error line, by rank; nothing of MPI_Abort, Open
+    MPI's error log or a flight recorder (a deadline that passed) around them."""
+    lines = error_lines(proc.stderr)
+    mine = {rank: [line for line in lines if f"[rank {rank}]" in line] for rank in range(ranks)}
+    for rank in range(ranks):
+        test.assertEqual(len(mine[rank]), 1, proc.stderr)
+    test.assertEqual(len(lines), ranks, proc.stderr)
+    for noise in ("MPI_ABORT", "ORTE_ERROR_LOG", "flight recorder", "did not complete within"):
+        test.assertNotIn(noise, proc.stderr)
+    return {rank: found[0] for rank, found in mine.items()}
+
+
+@unittest.skipUnless(MPIRUN, "mpirun not found")
+class OneRankFailsInAStepHook(TempDirMixin, unittest.TestCase):
+    """A plugin hook that fails on one rank alone in the middle of a run stops
+    every rank at once: the failing rank prints its cause, each other rank
+    one line pointing at it, all exit 1, and none waits out the
+    communication deadline in the next collective (set long here, so a rank
+    that waited for it would show in the time taken)."""
+
+    def fail_in(self, hook, rank):
+        start = time.monotonic()
+        proc = mpirun(2, *COMMON, "--steps", 4, "--init_process_group.timeout", 120, "--plugin-path",
+                      os.path.join(TEST_PLUGINS, "drift"), "--plugin", "drift", "--drift.action", "fail",
+                      "--drift.hook", hook, "--drift.rank", rank, "--drift.at_step", 1, check=False, timeout=180)
+        self.assertLess(time.monotonic() - start, 60, proc.stderr)
+        self.assertEqual(proc.returncode, 1, proc.stderr)
+        lines = one_line_per_rank(self, proc)
+        self.assertIn(f"plugin drift: {hook} failed", lines[rank])
+        self.assertIn("drift: failing on purpose", lines[rank])
+        self.assertIn(f"rank {rank} failed in {hook} at step 2: see its line", lines[1 - rank])
+
+    def test_step_end_on_rank_0(self):
+        self.fail_in("step_end", 0)
+
+    def test_step_begin_on_rank_1(self):
+        self.fail_in("step_begin", 1)
+
+    def test_gradients_finalize_on_rank_1(self):
+        self.fail_in("gradients_finalize", 1)
+
+    def test_an_fp8_state_log_that_cannot_be_written_is_refused_at_create(self):
+        # Issue 30's case: rank 0 alone writes the log; a path it cannot
+        # write stops every rank before the first step.
+        proc = mpirun(2, *COMMON, "--plugin", "fp8", "--plugin", "profiler", "--profiler.output_trace_dir",
+                      self.path("trace"), "--fp8.state_log", "/nonexistent/x", check=False, timeout=180)
+        self.assertNotEqual(proc.returncode, 0, proc.stderr)
+        lines = one_line_per_rank(self, proc)
+        self.assertIn("--fp8.state_log: cannot append to '/nonexistent/x'", lines[0])
+        self.assertNotIn("step ", proc.stderr)
+
+
+@unittest.skipUnless(MPIRUN, "mpirun not found")
+class SameFailureOnEveryRank(TempDirMixin, unittest.TestCase):
+    """A failure every rank meets by itself (the same damaged input) ends
+    with each rank's own line and a plain exit code, not MPI_Abort's banner
+    and Open MPI's error log."""
+
+    def test_a_damaged_megatron_index(self):
+        import struct
+        prefix = self.path("corpus")
+        tokens = np.arange(600, dtype=np.uint16) % 256
+        tokens.tofile(prefix + ".bin")
+        with open(prefix + ".idx", "wb") as f:  # Megatron-LM's MMIDIDX header, then fewer bytes than it counts
+            f.write(b"MMIDIDX\x00\x00" + struct.pack("<QBQQ", 1, 8, 2, 3))
+            f.write(np.array([300, 300], dtype=np.int32).tobytes())
+        proc = mpirun(2, *COMMON, "--data", f"megatron:{prefix}", check=False, timeout=120)
+        self.assertEqual(proc.returncode, 1, proc.stderr)
+        for line in one_line_per_rank(self, proc).values():
+            self.assertIn(f"--data megatron:{prefix}: .idx has", line)
+
+    def test_a_weight_missing_from_a_hugging_face_directory(self):
+        try:
+            from safetensors.numpy import save_file
+            from test_hf_checkpoints import random_hf_model
+            random_hf_model().save_pretrained(self.path("hf"), safe_serialization=True)
+        except (ImportError, AttributeError) as e:  # transformers: requirements-tools.txt
+            self.skipTest(f"transformers is needed to write the checkpoint: {e}")
+        from safetensors.numpy import load_file
+        weights = os.path.join(self.path("hf"), "model.safetensors")
+        tensors = load_file(weights)
+        del tensors["transformer.h.1.mlp.c_fc.weight"]
+        save_file(tensors, weights, metadata={"format": "pt"})
+        proc = mpirun(2, "--log-level", "warn", "--threads", 1, "--steps", 1, "--batch-size", 8, "--init-from",
+                      "hf:" + self.path("hf"), check=False, timeout=120)
+        self.assertEqual(proc.returncode, 1, proc.stderr)
+        for line in one_line_per_rank(self, proc).values():
+            self.assertIn("h.1.mlp.c_fc.weight", line)
 
 
 @unittest.skipUnless(MPIRUN, "mpirun not found")
