@@ -14,24 +14,6 @@ using nlohmann::json;
 // config.json and the shard index are small; anything far larger is not one.
 constexpr std::uintmax_t kMaxJsonBytes = 64ull << 20;
 
-at::ScalarType torch_type(DType dtype, const std::string& where) {
-  switch (dtype) {
-    case DType::F32: return at::kFloat;
-    case DType::F16: return at::kHalf;
-    case DType::BF16: return at::kBFloat16;
-    case DType::F64: return at::kDouble;
-    default:
-      throw CheckpointError(where + ": dtype " + std::string(dtype_name(dtype)) + " is not a floating weight type");
-  }
-}
-
-at::Tensor read_tensor(const SafetensorsFile& file, const TensorInfo& info) {
-  const std::string where = file.path().string() + ": " + info.name;
-  at::Tensor raw = at::empty(info.shape, at::TensorOptions().dtype(torch_type(info.dtype, where)));
-  file.read(info, raw.data_ptr(), info.nbytes());
-  return raw.to(at::kFloat).contiguous();
-}
-
 }  // namespace
 
 json read_json(const fs::path& path) {
@@ -55,13 +37,6 @@ int64_t positive_key(const json& config, const fs::path& path, const char* key) 
   if (!value) throw CheckpointError(path.string() + ": \"" + std::string(key) + "\" is missing");
   if (*value <= 0) throw CheckpointError(path.string() + ": \"" + std::string(key) + "\" must be positive, got " + std::to_string(*value));
   return *value;
-}
-
-at::Tensor read_tensor(const SafetensorsFile& file, const TensorInfo& info) {
-  const std::string where = file.path().string() + ": " + info.name;
-  at::Tensor raw = at::empty(info.shape, at::TensorOptions().dtype(torch_type(info.dtype, where)));
-  file.read(info, raw.data_ptr(), info.nbytes());
-  return raw.to(at::kFloat).contiguous();
 }
 
 std::vector<fs::path> weight_files(const fs::path& dir) {
