@@ -243,8 +243,7 @@ int run_accel(const std::vector<std::string>& args, const comm::MpiSession& mpi)
     accel::train::Trainer trainer(config, mpi.rank(), mpi.world_size(), &hooks, &context);
     if (!config.init_from.empty()) {
       const std::filesystem::path dir = config.init_from.substr(3);
-      trainer.start_from_weights(
-          std::make_shared<const model::NamedWeights>(checkpoint::read_hf_weights(dir, shape)));
+      trainer.start_from_weights(checkpoint::read_hf_weights(dir, shape));
       accel::log::info("initial weights from " + dir.string());
     }
     trainer.run();

@@ -18,7 +18,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-using hf::read_tensor;
 using hf::weight_files;
 
 constexpr const char* kPrefix = "transformer.";
@@ -46,7 +45,7 @@ bool is_mask_buffer(const std::string& host_name) {
 
 }  // namespace
 
-model::NamedWeights read_hf_weights(const fs::path& dir, const model::GptConfig& shape) {
+std::shared_ptr<const HfWeightSource> read_hf_weights(const fs::path& dir, const model::GptConfig& shape) {
   return shape.family == model::ModelFamily::llama ? read_hf_llama_weights(dir, shape) : read_hf_gpt2_weights(dir, shape);
 }
 
@@ -55,19 +54,21 @@ std::vector<std::pair<std::string, at::Tensor>> to_hf_tensors(
   return shape.family == model::ModelFamily::llama ? to_hf_llama_tensors(host_tensors) : to_hf_gpt2_tensors(host_tensors);
 }
 
-model::NamedWeights read_hf_gpt2_weights(const fs::path& dir, const model::GptConfig& shape) {
+std::shared_ptr<const HfWeightSource> read_hf_gpt2_weights(const fs::path& dir, const model::GptConfig& shape) {
   std::map<std::string, std::vector<int64_t>> expected;  // host name -> host shape
   const model::GptModel layout(shape, at::kCPU, /*allocate=*/false);
   for (const model::Unit& unit : layout.units()) {
     for (const model::Param& p : unit.params()) expected[p.spec.name] = p.spec.shape;
   }
-  model::NamedWeights weights;
-  std::optional<std::pair<fs::path, at::Tensor>> lm_head;
+  // Headers only: where each weight lies. Values are read when a unit or a
+  // shard asks for them, each rank only its own (hf_weight_source.h).
+  auto weights = std::make_shared<HfWeightSource>("hf:" + dir.string());
+  std::optional<std::pair<size_t, TensorInfo>> lm_head;  // file index, tensor
   for (const fs::path& path : weight_files(dir)) {
-    const SafetensorsFile file = SafetensorsFile::open(path);
-    for (const TensorInfo& info : file.tensors()) {
+    const size_t index = weights->add_file(SafetensorsFile::open(path));
+    for (const TensorInfo& info : weights->file(index).tensors()) {
       if (info.name == "lm_head.weight") {
-        lm_head.emplace(path, read_tensor(file, info));
+        lm_head.emplace(index, info);
         continue;
       }
       const std::string host_name =
@@ -83,19 +84,19 @@ model::NamedWeights read_hf_gpt2_weights(const fs::path& dir, const model::GptCo
         throw CheckpointError(path.string() + ": " + info.name + " is " + c10::str(at::IntArrayRef(info.shape)) +
                               ", the model (" + shape.describe() + ") needs " + c10::str(at::IntArrayRef(stored)));
       }
-      if (weights.count(host_name) != 0) throw CheckpointError(path.string() + ": " + info.name + " is stored twice");
-      at::Tensor value = read_tensor(file, info);
-      weights[host_name] = is_conv1d(host_name) ? value.t().contiguous() : value;
+      if (weights->contains(host_name)) throw CheckpointError(path.string() + ": " + info.name + " is stored twice");
+      weights->add(host_name, index, info, want->second, is_conv1d(host_name));
     }
   }
   for (const auto& [name, unused] : expected) {
-    if (weights.count(name) == 0) throw CheckpointError(dir.string() + ": the weights have no " + kPrefix + name);
+    if (!weights->contains(name)) throw CheckpointError(dir.string() + ": the weights have no " + kPrefix + name);
   }
   if (lm_head) {
-    const at::Tensor& wte = weights.at("wte.weight");
-    if (lm_head->second.sizes() != wte.sizes() || !at::equal(lm_head->second, wte)) {
-      throw CheckpointError(lm_head->first.string() + ": lm_head.weight differs from wte.weight; accel-host's GPT-2 "
-                            "ties the head to the token embedding");
+    // Compared a chunk at a time: the tie check holds neither tensor whole.
+    const auto& [index, info] = *lm_head;
+    if (!weights->holds_same_values(index, info, "wte.weight")) {
+      throw CheckpointError(weights->file(index).path().string() + ": lm_head.weight differs from wte.weight; "
+                            "accel-host's GPT-2 ties the head to the token embedding");
     }
   }
   return weights;

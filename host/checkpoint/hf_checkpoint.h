@@ -24,11 +24,13 @@
 #include <ATen/ATen.h>
 
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "host/checkpoint/hf_config.h"  // read_hf_config, HfModelConfig
+#include "host/checkpoint/hf_weight_source.h"
 #include "host/checkpoint/safetensors.h"
 #include "host/model/gpt_config.h"
 #include "host/model/param_init.h"
@@ -37,16 +39,19 @@ namespace accel::checkpoint {
 
 // The same by family: the weights and the host's tensors as transformers
 // names them (below, per family; config.json is hf_config.h's).
-model::NamedWeights read_hf_weights(const std::filesystem::path& dir, const model::GptConfig& shape);
+std::shared_ptr<const HfWeightSource> read_hf_weights(const std::filesystem::path& dir, const model::GptConfig& shape);
 std::vector<std::pair<std::string, at::Tensor>> to_hf_tensors(
     const std::vector<std::pair<std::string, at::Tensor>>& host_tensors, const model::GptConfig& shape);
 
-// Reads the weights of DIR (model.safetensors, or the shards that
-// model.safetensors.index.json lists), converted to fp32 and to the host's
-// names and layouts, each checked against `shape`. A missing weight, one of
-// another shape, an untied lm_head and a tensor the model does not have are
-// refused by name; the causal-mask buffers older files hold are skipped.
-model::NamedWeights read_hf_gpt2_weights(const std::filesystem::path& dir, const model::GptConfig& shape);
+// The weights of DIR (model.safetensors, or the shards that
+// model.safetensors.index.json lists) under the host's names and layouts,
+// each checked against `shape` now and read (as fp32, block by block, only
+// what a rank asks for) later: hf_weight_source.h. A missing weight, one of
+// another shape or a non-floating dtype, an untied lm_head and a tensor the
+// model does not have are refused by name; the causal-mask buffers older
+// files hold are skipped.
+std::shared_ptr<const HfWeightSource> read_hf_gpt2_weights(const std::filesystem::path& dir,
+                                                           const model::GptConfig& shape);
 
 // The host's whole tensors (merge-weights' names) as transformers stores
 // them: "transformer."-prefixed, projections transposed to Conv1D, in the
@@ -56,7 +61,8 @@ std::vector<std::pair<std::string, at::Tensor>> to_hf_gpt2_tensors(
 
 // Llama's weights (model.-prefixed names, no transposes; an inv_freq buffer
 // is skipped) and tensors.
-model::NamedWeights read_hf_llama_weights(const std::filesystem::path& dir, const model::GptConfig& shape);
+std::shared_ptr<const HfWeightSource> read_hf_llama_weights(const std::filesystem::path& dir,
+                                                            const model::GptConfig& shape);
 std::vector<std::pair<std::string, at::Tensor>> to_hf_llama_tensors(
     const std::vector<std::pair<std::string, at::Tensor>>& host_tensors);
 

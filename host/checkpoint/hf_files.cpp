@@ -15,24 +15,6 @@ using nlohmann::json;
 // config.json and the shard index are small; anything far larger is not one.
 constexpr std::uintmax_t kMaxJsonBytes = 64ull << 20;
 
-at::ScalarType torch_type(DType dtype, const std::string& where) {
-  switch (dtype) {
-    case DType::F32: return at::kFloat;
-    case DType::F16: return at::kHalf;
-    case DType::BF16: return at::kBFloat16;
-    case DType::F64: return at::kDouble;
-    default:
-      throw CheckpointError(where + ": dtype " + std::string(dtype_name(dtype)) + " is not a floating weight type");
-  }
-}
-
-at::Tensor read_tensor(const SafetensorsFile& file, const TensorInfo& info) {
-  const std::string where = file.path().string() + ": " + info.name;
-  at::Tensor raw = at::empty(info.shape, at::TensorOptions().dtype(torch_type(info.dtype, where)));
-  file.read(info, raw.data_ptr(), info.nbytes());
-  return raw.to(at::kFloat).contiguous();
-}
-
 }  // namespace
 
 json read_json(const fs::path& path) {
@@ -43,13 +25,6 @@ json read_json(const fs::path& path) {
   } catch (const sdk::JsonInputError& e) {
     throw CheckpointError(e.what());
   }
-}
-
-at::Tensor read_tensor(const SafetensorsFile& file, const TensorInfo& info) {
-  const std::string where = file.path().string() + ": " + info.name;
-  at::Tensor raw = at::empty(info.shape, at::TensorOptions().dtype(torch_type(info.dtype, where)));
-  file.read(info, raw.data_ptr(), info.nbytes());
-  return raw.to(at::kFloat).contiguous();
 }
 
 std::vector<fs::path> weight_files(const fs::path& dir) {

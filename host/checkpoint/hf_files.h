@@ -1,6 +1,7 @@
 // What the Hugging Face checkpoint readers share (hf_checkpoint.cpp for
 // GPT-2, hf_llama.cpp for Llama; config.json is hf_config.h's): the shard
-// index, the weight files of a save_pretrained directory, tensors as fp32.
+// index and the weight files of a save_pretrained directory (their tensors
+// are read by hf_weight_source.h).
 // Internal to host/checkpoint. Errors: CheckpointError naming file and key.
 #pragma once
 
@@ -22,8 +23,5 @@ nlohmann::json read_json(const std::filesystem::path& path);
 // The files holding the weights: the one model.safetensors, or every shard
 // model.safetensors.index.json names (each once).
 std::vector<std::filesystem::path> weight_files(const std::filesystem::path& dir);
-
-// A stored floating tensor, converted to contiguous fp32.
-at::Tensor read_tensor(const SafetensorsFile& file, const TensorInfo& info);
 
 }  // namespace accel::checkpoint::hf

@@ -29,16 +29,17 @@ std::string hf_name(const std::string& host_name) {
 
 }  // namespace
 
-model::NamedWeights read_hf_llama_weights(const fs::path& dir, const model::GptConfig& shape) {
+std::shared_ptr<const HfWeightSource> read_hf_llama_weights(const fs::path& dir, const model::GptConfig& shape) {
   std::map<std::string, std::pair<std::string, std::vector<int64_t>>> expected;  // hf name -> host name, shape
   const model::GptModel layout(shape, at::kCPU, /*allocate=*/false);
   for (const model::Unit& unit : layout.units()) {
     for (const model::Param& p : unit.params()) expected[hf_name(p.spec.name)] = {p.spec.name, p.spec.shape};
   }
-  model::NamedWeights weights;
+  // Headers only; values are read block by block later (hf_weight_source.h).
+  auto weights = std::make_shared<HfWeightSource>("hf:" + dir.string());
   for (const fs::path& path : hf::weight_files(dir)) {
-    const SafetensorsFile file = SafetensorsFile::open(path);
-    for (const TensorInfo& info : file.tensors()) {
+    const size_t index = weights->add_file(SafetensorsFile::open(path));
+    for (const TensorInfo& info : weights->file(index).tensors()) {
       if (info.name.ends_with(".rotary_emb.inv_freq")) {
         continue;  // a buffer older files hold; recomputed from rope_theta
       }
@@ -51,12 +52,12 @@ model::NamedWeights read_hf_llama_weights(const fs::path& dir, const model::GptC
         throw CheckpointError(path.string() + ": " + info.name + " is " + c10::str(at::IntArrayRef(info.shape)) +
                               ", the model (" + shape.describe() + ") needs " + c10::str(at::IntArrayRef(host_shape)));
       }
-      if (weights.count(host_name) != 0) throw CheckpointError(path.string() + ": " + info.name + " is stored twice");
-      weights[host_name] = hf::read_tensor(file, info);
+      if (weights->contains(host_name)) throw CheckpointError(path.string() + ": " + info.name + " is stored twice");
+      weights->add(host_name, index, info, host_shape, /*transposed=*/false);
     }
   }
   for (const auto& [name, host] : expected) {
-    if (weights.count(host.first) == 0) throw CheckpointError(dir.string() + ": the weights have no " + name);
+    if (!weights->contains(host.first)) throw CheckpointError(dir.string() + ": the weights have no " + name);
   }
   return weights;
 }

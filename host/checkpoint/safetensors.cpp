@@ -540,7 +540,9 @@ void SafetensorsFile::read(const TensorInfo& info, void* dst, size_t dst_bytes) 
 
 void SafetensorsFile::read_bytes(const TensorInfo& info, uint64_t offset_in_tensor, void* dst,
                                  size_t nbytes) const {
-  const std::string source = path_.string();
+  // The path is formatted only for a message: read_strided calls this once
+  // per run, possibly thousands of times per slice.
+  const std::string_view source = path_.native();
   if (fd_ < 0) fail(source, "read from a moved-from SafetensorsFile");
   // A TensorInfo from another file could point anywhere: check against ours.
   if (info.data_begin > info.data_end || info.data_end > header_.data_section_bytes()) {
@@ -556,6 +558,37 @@ void SafetensorsFile::read_bytes(const TensorInfo& info, uint64_t offset_in_tens
   const uint64_t file_offset = header_.data_section_offset() + info.data_begin + offset_in_tensor;
   if (pread_fully(fd_, static_cast<char*>(dst), nbytes, file_offset, source) != nbytes) {
     fail(source, "file ended inside tensor " + quote_name(info.name) + " (truncated after open?)");
+  }
+}
+
+void SafetensorsFile::read_strided(const TensorInfo& info, uint64_t offset_in_tensor, size_t run_bytes,
+                                   uint64_t stride_bytes, size_t runs, void* dst) const {
+  if (runs == 0 || run_bytes == 0) return;
+  if (stride_bytes == run_bytes || runs == 1) {
+    uint64_t total = 0;
+    if (__builtin_mul_overflow(static_cast<uint64_t>(run_bytes), static_cast<uint64_t>(runs), &total) ||
+        total > std::numeric_limits<size_t>::max()) {
+      fail(path_.string(), "read of " + std::to_string(runs) + " runs of " + std::to_string(run_bytes) +
+                               " bytes overflows in tensor " + quote_name(info.name));
+    }
+    read_bytes(info, offset_in_tensor, dst, static_cast<size_t>(total));
+    return;
+  }
+  // The last run's end bounds them all: checked once, then each run is a
+  // plain read_bytes (which checks again against the tensor).
+  uint64_t last = 0, stop = 0;
+  if (stride_bytes < run_bytes ||
+      __builtin_mul_overflow(stride_bytes, static_cast<uint64_t>(runs - 1), &last) ||
+      __builtin_add_overflow(offset_in_tensor, last, &last) ||
+      __builtin_add_overflow(last, static_cast<uint64_t>(run_bytes), &stop) || stop > info.nbytes()) {
+    fail(path_.string(), "strided read of " + std::to_string(runs) + " runs of " + std::to_string(run_bytes) +
+                             " bytes every " + std::to_string(stride_bytes) + " from " +
+                             std::to_string(offset_in_tensor) + " does not fit tensor " + quote_name(info.name) +
+                             " of " + std::to_string(info.nbytes()) + " bytes");
+  }
+  auto* out = static_cast<char*>(dst);
+  for (size_t i = 0; i < runs; ++i) {
+    read_bytes(info, offset_in_tensor + i * stride_bytes, out + i * run_bytes, run_bytes);
   }
 }
 

@@ -163,6 +163,16 @@ class SafetensorsFile {
   void read_bytes(const TensorInfo& info, uint64_t offset_in_tensor, void* dst,
                   size_t nbytes) const;
 
+  // Reads `runs` byte ranges of `run_bytes` each, the first `offset_in_tensor`
+  // bytes into the tensor and each next one `stride_bytes` after the one
+  // before, back to back into dst (runs * run_bytes bytes): a block of rows
+  // and columns of a row-major tensor, without the bytes between them (how a
+  // rank reads only the slice of a weight it keeps). Runs that touch
+  // (stride_bytes == run_bytes) are one read. Every range must lie inside
+  // the tensor; throws CheckpointError naming the file and tensor otherwise.
+  void read_strided(const TensorInfo& info, uint64_t offset_in_tensor, size_t run_bytes,
+                    uint64_t stride_bytes, size_t runs, void* dst) const;
+
  private:
   SafetensorsFile(std::filesystem::path path, int fd, SafetensorsHeader header);
 

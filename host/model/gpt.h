@@ -47,10 +47,12 @@ class GptModel {
   // --init-from: every parameter starts from `weights` instead of the seed
   // streams. Call before initialise(). Throws std::invalid_argument naming
   // the first parameter that is missing or of another shape, and the first
-  // name that is not a parameter of this model.
+  // name that is not a parameter of this model. The NamedWeights form also
+  // refuses a tensor that is not contiguous fp32 on the CPU.
+  void set_initial_weights(std::shared_ptr<const WeightSource> weights);
   void set_initial_weights(std::shared_ptr<const NamedWeights> weights);
   // After start-up, when every unit (and every plugin's shard) has taken
-  // its values: frees the loaded copy (param_init.h).
+  // its values: frees the loaded copy or closes the files (param_init.h).
   void release_initial_weights() { param_init_.release_weights(); }
   void zero_grads();
 
@@ -125,7 +127,7 @@ class GptModel {
 
   GptConfig config_;
   ParamInit param_init_;
-  std::shared_ptr<const NamedWeights> initial_weights_;
+  std::shared_ptr<const WeightSource> initial_weights_;
   std::vector<Unit> units_;
   BlockLayout block_layout_{};
   LinearFn linear_;

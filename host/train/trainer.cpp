@@ -495,6 +495,9 @@ void Trainer::run() {
   plan_plugins();
   if (!config_.resume.empty()) resume_from(config_.resume);
   setup_plugins();
+  // What loading cost this rank (a file source: the bytes it read, which a
+  // rank keeping a shard keeps near its share).
+  if (const std::string loaded = model_.param_init().weights_summary(); !loaded.empty()) log::info(loaded);
   model_.release_initial_weights();
   // What start-up (materialising, plugin setup, resume) peaked at, reported
   // with the first step: how a sharding plugin shows that no rank ever held

@@ -58,9 +58,10 @@ class Trainer final : public runtime::ModelRunner {
 
   // --init-from: every parameter starts from `weights` (host names and
   // layouts, model/param_init.h) instead of the seed. Before run(); throws
-  // std::invalid_argument naming a missing or misshapen weight. The copy is
-  // freed once the host's units and every plugin's shards took their values.
-  void start_from_weights(std::shared_ptr<const model::NamedWeights> weights) {
+  // std::invalid_argument naming a missing or misshapen weight. The source
+  // is released (its summary logged) once the host's units and every
+  // plugin's shards took their values.
+  void start_from_weights(std::shared_ptr<const model::WeightSource> weights) {
     model_.set_initial_weights(std::move(weights));
   }
 

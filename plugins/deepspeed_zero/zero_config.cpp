@@ -641,8 +641,12 @@ ZeroConfig resolve(const PluginFields& f, const HostSettings& host, const std::s
   }
   if (host.mixed_precision == "fp16") c.model_16bit_dtype = DLDataType{kDLFloat, 16, 1};
   if (f.zero3_init_flag && *f.zero3_init_flag && c.stage != 3) {
-    c.notes.push_back("zero3_init_flag applies to stage 3 only (units are always initialised one at a time there)");
+    c.notes.push_back("zero3_init_flag applies to stage 3 only (each rank initialises only its partitions there)");
   }
+  // zero.Init: each rank fills only its partitions (init_range), reading
+  // only their bytes of --init-from's files; false materialises each unit
+  // whole, one at a time, and cuts the slice.
+  c.init_shard_slices = c.stage == 3 && f.zero3_init_flag.value_or(true);
   resolve_batch(r, host, f, c);  // last: its contradictions are what a user fixes after the rest
   // NVMe offload steps on the host, as cpu offload does, with the moments in
   // the swap file.

@@ -75,7 +75,8 @@ class DeepSpeedZero final : public sdk::Plugin {
       {"offload_optimizer_nvme_path", ACCEL_OPTION_STRING, nullptr, "directory for nvme optimizer offload"},
       {"offload_param_nvme_path", ACCEL_OPTION_STRING, nullptr, "directory for nvme parameter offload"},
       {"zero3_init_flag", ACCEL_OPTION_BOOL, "true",
-       "stage 3: units are always initialised one at a time, never the whole model on one rank"},
+       "stage 3: each rank initialises only its partitions (its slice of the seed or of --init-from's files); "
+       "false: each unit whole, one at a time, then cut"},
       {"zero3_save_16bit_model", ACCEL_OPTION_BOOL, "false",
        "stage 3: each checkpoint also holds model_16bit.safetensors, every parameter whole in fp16 (--mixed-precision "
        "fp16) or bf16, written by rank 0"},

@@ -124,10 +124,12 @@ ShardStore::ShardStore(const sdk::Kernels& ops, const ShardingOptions& config, c
     unit->master = ops.allocate(ACCEL_MEMORY_PARAMS, fp32, n, place, true, "sharding master shard");
     unit->grad = ops.allocate(ACCEL_MEMORY_GRADS, fp32, n, place, true, "sharding gradient shard");
 
-    // cpu_ram_efficient_loading: each rank computes just its shard's slice
-    // of the seeded initial weights (init_range), so no rank holds even one
-    // whole unit; every rank's slice comes from the same seed, which is what
-    // sync_module_states asks for. The padding stays zero.
+    // cpu_ram_efficient_loading (and init_shard_slices): each rank computes
+    // just its shard's slice of the initial weights (init_range: the seed
+    // streams, or only this slice's bytes of --init-from's files), so no
+    // rank holds, nor reads, even one whole unit; every rank's slice comes
+    // from the same seed or file, which is what sync_module_states asks for.
+    // The padding stays zero.
     if (unit->host_params) {
       const DLTensor* full = ops.storage(layout.index).params;
       if (config.sync_module_states) ops.broadcast(world, full, 0, "sharding sync_module_states");
@@ -139,7 +141,7 @@ ShardStore::ShardStore(const sdk::Kernels& ops, const ShardingOptions& config, c
       sharded_[index] = std::move(unit);
       continue;
     }
-    if (config.cpu_ram_efficient_loading) {
+    if (config.cpu_ram_efficient_loading || config.init_shard_slices) {
       const sdk::FlatView into(unit->master.tensor(), 0, unit->real.size());
       if (unit->real.empty() || ops.init_range(layout.index, unit->real.begin, into.get())) {
         keep(std::move(unit));

@@ -76,7 +76,8 @@ class ShardStore {
   // host's full parameters are sliced (broadcast first from world rank 0
   // when sync_module_states); with them, one unit at a time: materialise
   // (FROM_SEED; with cpu_ram_efficient_loading only on world rank 0, the
-  // others UNDEFINED), broadcast from rank 0 over WORLD when
+  // others UNDEFINED; with it or init_shard_slices each rank's slice alone
+  // through init_range, where the host has it), broadcast from rank 0 over WORLD when
   // sync_module_states, copy the slice, release. Host-owned units are
   // broadcast in place when sync_module_states. `units` may be a subset of
   // the model's (a pipeline stage holds its own): the rest have no state.

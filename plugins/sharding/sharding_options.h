@@ -61,6 +61,12 @@ struct ShardingOptions {
   StateDictType state_dict_type = StateDictType::full;
   bool sync_module_states = false;
   bool cpu_ram_efficient_loading = false;
+  // Each rank fills its plugin-managed shards with init_range (its slice of
+  // the seed streams or of --init-from's files) instead of materialising
+  // every unit whole: ZeRO-3's zero3_init_flag. Unlike
+  // cpu_ram_efficient_loading it needs no broadcast, and a host without
+  // init_range falls back to every rank materialising each unit.
+  bool init_shard_slices = false;
 
   AccelMemoryPlace shard_place() const { return cpu_offload ? ACCEL_MEMORY_HOST_PINNED : ACCEL_MEMORY_DEVICE; }
 };

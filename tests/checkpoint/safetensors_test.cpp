@@ -233,6 +233,42 @@ TEST_F(SafetensorsTest, PartialReadsAndBufferSizeChecks) {
   EXPECT_THROW(file.read_bytes(foreign, 0, row, 4), CheckpointError);
 }
 
+TEST_F(SafetensorsTest, StridedReadsTakeABlockOfRowsAndColumnsAndNothingOutsideTheTensor) {
+  std::vector<int32_t> values(20);
+  for (int i = 0; i < 20; ++i) values[i] = i;
+  SafetensorsWriter writer;
+  const uint8_t pad = 1;
+  writer.add("pad", DType::U8, {1}, &pad, 1);
+  writer.add("m", DType::I32, {4, 5}, values.data(), values.size() * 4);  // rows of 20 bytes
+  writer.write(dir_ / "m.safetensors");
+  const SafetensorsFile file = SafetensorsFile::open(dir_ / "m.safetensors");
+  const TensorInfo& m = *file.find("m");
+
+  int32_t block[6] = {};
+  file.read_strided(m, (1 * 5 + 2) * 4, 2 * 4, 5 * 4, 3, block);  // rows 1..3, columns 2..3
+  EXPECT_EQ(std::vector<int32_t>(block, block + 6), (std::vector<int32_t>{7, 8, 12, 13, 17, 18}));
+  int32_t column[4] = {};
+  file.read_strided(m, 4 * 4, 4, 5 * 4, 4, column);  // the last column
+  EXPECT_EQ(std::vector<int32_t>(column, column + 4), (std::vector<int32_t>{4, 9, 14, 19}));
+  int32_t rows[10] = {};
+  file.read_strided(m, 2 * 5 * 4, 5 * 4, 5 * 4, 2, rows);  // touching runs: whole rows 2..3
+  EXPECT_EQ(rows[0], 10);
+  EXPECT_EQ(rows[9], 19);
+  file.read_strided(m, 0, 4, 20, 0, rows);  // nothing asked, nothing read
+
+  // The last run past the tensor, overlapping runs, a stride that overflows.
+  EXPECT_THROW(file.read_strided(m, 4 * 4, 8, 5 * 4, 4, column), CheckpointError);
+  EXPECT_THROW(file.read_strided(m, 0, 8, 4, 2, column), CheckpointError);
+  EXPECT_THROW(file.read_strided(m, 0, 4, UINT64_MAX / 2, 3, column), CheckpointError);
+  try {
+    file.read_strided(m, 3 * 4, 4, 5 * 4, 5, column);
+    FAIL() << "a run past the tensor's end was read";
+  } catch (const CheckpointError& error) {
+    EXPECT_NE(std::string(error.what()).find("m.safetensors"), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find("'m'"), std::string::npos) << error.what();
+  }
+}
+
 TEST_F(SafetensorsTest, ConcurrentReadsFromOneFile) {
   std::vector<std::vector<unsigned char>> data;
   SafetensorsWriter writer;

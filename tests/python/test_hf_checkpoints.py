@@ -6,6 +6,7 @@ as a directory from_pretrained loads, under one process and under fsdp."""
 import json
 import os
 import subprocess
+import re
 import unittest
 
 import numpy as np
@@ -141,6 +142,14 @@ class HuggingFaceRoundTrip(TempDirMixin, unittest.TestCase):
                *self.host_args(self.path("fsdp"), self.path("fsdp.jsonl")))
         self.check_round_trip(self.path("fsdp"), self.path("fsdp.jsonl"), theirs)
 
+    @unittest.skipUnless(MPIRUN, "mpirun not found")
+    def test_gpt2_under_zero3_on_two_ranks(self):
+        # zero3_init_flag (the default): each rank reads only its partitions.
+        _, theirs = self.train_transformers()
+        mpirun(2, "--plugin", "deepspeed_zero", "--deepspeed_zero.zero_stage", 3,
+               *self.host_args(self.path("zero3"), self.path("zero3.jsonl")))
+        self.check_round_trip(self.path("zero3"), self.path("zero3.jsonl"), theirs)
+
     def test_sharded_index_form_loads(self):
         # save_pretrained's sharded layout: model.safetensors.index.json and
         # several files, read as one model.
@@ -152,6 +161,123 @@ class HuggingFaceRoundTrip(TempDirMixin, unittest.TestCase):
         self.hf_dir = self.path("hf")
         run_host(*self.host_args(self.path("b"), self.path("b.jsonl"), steps=1))
         self.assertEqual(read_metrics(self.path("a.jsonl"))[0]["loss"], read_metrics(self.path("b.jsonl"))[0]["loss"])
+
+
+# The loader's line at start-up: what rank 0 read of the weights' files.
+LOADED = re.compile(r"initial weights from hf:\S+: this rank read (\d+) of the (\d+) bytes")
+FSDP_SLICES = ("--plugin", "fsdp", "--fsdp.auto_wrap_policy", "transformer_based_wrap",
+               "--fsdp.sync_module_states", "true", "--fsdp.cpu_ram_efficient_loading", "true")
+ZERO3 = ("--plugin", "deepspeed_zero", "--deepspeed_zero.zero_stage", 3)
+ZERO3_WHOLE_UNITS = (*ZERO3, "--deepspeed_zero.zero3_init_flag", "false")
+FSDP_UNITS = ("--plugin", "fsdp", "--fsdp.auto_wrap_policy", "transformer_based_wrap")
+MEGATRON_TP2 = ("--plugin", "megatron", "--megatron.tp_degree", 2)
+
+
+def host_view(stored):
+    """A GPT2LMHeadModel file's tensors as the host keeps them: fp32 (an
+    exact widening from bf16/fp16), no "transformer." prefix, Conv1D weights
+    transposed to [out, in], the causal-mask buffers dropped."""
+    conv1d = (".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight")
+    out = {}
+    for name, tensor in stored.items():
+        name = name.removeprefix("transformer.")
+        if name == "lm_head.weight" or name.endswith((".attn.bias", ".attn.masked_bias")):
+            continue
+        value = tensor.float()
+        out[name] = value.t().contiguous() if name.endswith(conv1d) else value
+    return out
+
+
+def stored_tensors(hf_dir):
+    tensors = {}
+    for name in sorted(os.listdir(hf_dir)):
+        if name.endswith(".safetensors"):
+            tensors.update(load_file(os.path.join(hf_dir, name)))
+    return tensors
+
+
+@unittest.skipUnless(transformers, "transformers is not installed (requirements-tools.txt)")
+@unittest.skipUnless(MPIRUN, "mpirun not found")
+class HuggingFaceSlices(TempDirMixin, unittest.TestCase):
+    """--init-from hf:DIR under strategies that keep slices (issue 30): each
+    rank reads only the bytes of what it keeps (the loader's count), and the
+    model every strategy starts from is the file's, bit for bit, as reading
+    each tensor whole gave."""
+
+    def setUp(self):
+        super().setUp()
+        self.hf_dir = self.path("hf")
+        random_hf_model().save_pretrained(self.hf_dir, safe_serialization=True)
+        self.runs = 0
+
+    def start(self, n, *strategy, hf_dir=None):
+        """Rank 0's (bytes read, bytes stored) and the model saved at step 0, merged."""
+        self.runs += 1
+        run = self.path(f"run{self.runs}")
+        args = ["--init-from", "hf:" + (hf_dir or self.hf_dir), "--data", "synthetic", "--steps", 0,
+                "--batch-size", 4, "--threads", 1, "--save", run, "--log-level", "info", *strategy]
+        proc = mpirun(n, *args, timeout=120) if n > 1 else run_host(*args, timeout=120)
+        found = LOADED.findall(proc.stderr + proc.stdout)
+        self.assertEqual(len(found), 1, proc.stderr)  # rank 0's line, once
+        merged = run + "_merged"
+        run_host("merge-weights", os.path.join(run, "step_0"), merged)
+        return int(found[0][0]), int(found[0][1]), load_file(os.path.join(merged, "model.safetensors"))
+
+    def assert_same_bits(self, got, want, what):
+        self.assertEqual(sorted(got), sorted(want), what)
+        for name, value in want.items():
+            with self.subTest(what=what, tensor=name):
+                self.assertEqual(got[name].dtype, torch.float32)
+                self.assertTrue(torch.equal(got[name].view(torch.int32), value.view(torch.int32)),
+                                f"{what}: {name} is not the file's value bit for bit")
+
+    def test_every_strategy_starts_from_the_files_values_bit_for_bit(self):
+        want = host_view(stored_tensors(self.hf_dir))
+        for n, strategy in ((1, ()), (2, FSDP_SLICES), (2, FSDP_UNITS), (2, ZERO3), (2, ZERO3_WHOLE_UNITS),
+                            (2, MEGATRON_TP2)):
+            _, _, got = self.start(n, *strategy)
+            self.assert_same_bits(got, want, f"{n} ranks {' '.join(strategy)}")
+
+    def test_a_rank_that_keeps_a_shard_reads_only_its_share(self):
+        read, stored, _ = self.start(1)
+        self.assertEqual(read, stored, "one process keeps, and reads, everything once")
+        # cpu_ram_efficient_loading: rank 0's half of each unit (a flat shard
+        # rounded up by at most one element per unit), nothing else.
+        read, stored, _ = self.start(2, *FSDP_SLICES)
+        self.assertLessEqual(read, stored // 2 + 4 * 8, f"fsdp: rank 0 read {read} of {stored} bytes")
+        self.assertGreaterEqual(read, stored // 2 - 4 * 8)
+        # ZeRO-3 (zero3_init_flag): the same, plus the units small enough to
+        # persist whole on every rank (the final norm here).
+        read, stored, _ = self.start(2, *ZERO3)
+        self.assertLessEqual(read, stored // 2 + 4 * 2 * SHAPE["n_embd"] + 4 * 8,
+                             f"ZeRO-3: rank 0 read {read} of {stored} bytes")
+        # Without cpu_ram_efficient_loading (or zero3_init_flag) each unit is
+        # materialised whole, one at a time, before its shard is cut: every
+        # rank reads everything (and holds one unit at most).
+        for strategy in (FSDP_UNITS, ZERO3_WHOLE_UNITS):
+            read, stored, _ = self.start(2, *strategy)
+            self.assertEqual(read, stored, " ".join(strategy))
+
+    def test_a_tensor_parallel_rank_reads_its_splits_not_the_whole_model(self):
+        read, stored, _ = self.start(2, *MEGATRON_TP2)
+        # Split: the embeddings and every block's four projections (half
+        # each); replicated on both ranks: the norms, wpe and the row-parallel biases.
+        C, L, V, T = SHAPE["n_embd"], SHAPE["n_layer"], SHAPE["vocab_size"], SHAPE["seq_len"]
+        replicated = 4 * (T * C + 2 * C + L * (4 * C + 2 * C))
+        self.assertLess(read, stored // 2 + replicated + 4 * V, f"tp 2: rank 0 read {read} of {stored} bytes")
+
+    def test_bf16_and_sharded_files_convert_slice_by_slice_as_whole(self):
+        # A bf16 save_pretrained in its index form: conversion per slice, and
+        # slices of tensors that live in different files.
+        bf16 = self.path("hf_bf16")
+        random_hf_model().to(torch.bfloat16).save_pretrained(bf16, safe_serialization=True, max_shard_size="50KB")
+        self.assertTrue(os.path.exists(os.path.join(bf16, "model.safetensors.index.json")))
+        want = host_view(stored_tensors(bf16))
+        for n, strategy in ((1, ()), (2, FSDP_SLICES), (2, ZERO3), (2, MEGATRON_TP2)):
+            read, stored, got = self.start(n, *strategy, hf_dir=bf16)
+            self.assert_same_bits(got, want, f"bf16, {n} ranks {' '.join(strategy)}")
+            if strategy == FSDP_SLICES:
+                self.assertLessEqual(read, stored // 2 + 2 * 8)
 
 
 @unittest.skipUnless(transformers, "transformers is not installed (requirements-tools.txt)")
