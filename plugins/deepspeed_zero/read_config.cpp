@@ -5,7 +5,6 @@
 // file only, never a blocking open, bounded in size.
 #include <accel/sdk/error.hpp>
 #include <accel/sdk/input_file.hpp>
-#include <accel/sdk/json_input.hpp>
 
 #include <filesystem>
 #include <fstream>
@@ -100,9 +99,8 @@ ZeroConfig read_config(const sdk::Services& s) {
     std::filesystem::remove(probe, ec);
     if (!out) {
       // The path comes from the config: shown whole up to any real path's
-      // length, an unbounded one cut (describe()).
-      const std::string shown = path.size() <= 256 ? path : sdk::describe(nlohmann::json(path));
-      refuse(std::string(key) + " " + shown + ": not a writable directory");
+      // length, an unbounded or multi-line one through describe().
+      refuse(std::string(key) + " " + shown_text(path, 256) + ": not a writable directory");
     }
   }
   return c;

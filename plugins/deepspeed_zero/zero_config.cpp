@@ -21,6 +21,14 @@ using json = nlohmann::json;
 using sdk::Error;
 using sdk::format;
 
+std::string shown_text(const std::string& text, size_t max_as_is) {
+  const bool plain = std::none_of(text.begin(), text.end(), [](char ch) {
+    const auto byte = static_cast<unsigned char>(ch);
+    return byte < 0x20 || byte == 0x7f;
+  });
+  return plain && text.size() <= max_as_is ? text : sdk::describe(json(text));
+}
+
 const char* to_string(OffloadDevice device) {
   switch (device) {
     case OffloadDevice::cpu:
@@ -49,12 +57,7 @@ namespace {
 
 [[noreturn]] void refuse(const std::string& message) { throw Error(ACCEL_ERROR_INVALID_ARGUMENT, message); }
 
-// A text value as a message shows it: short text as written, long text cut
-// (describe()'s rule), so a message never repeats an unbounded input.
-std::string shown(const std::string& text) {
-  constexpr size_t kShownAsIs = 40;
-  return text.size() <= kShownAsIs ? text : sdk::describe(json(text));
-}
+std::string shown(const std::string& text) { return shown_text(text); }
 
 // Whether "auto" is a value for a key: Accelerate (deepspeed_config_process
 // and DeepSpeedPlugin's field mapping) fills the batch sizes,

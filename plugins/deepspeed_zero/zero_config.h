@@ -139,6 +139,12 @@ ZeroConfig resolve_config(const PluginFields& fields, const HostSettings& host, 
 // named, and resolves them; checks nvme paths are writable directories.
 ZeroConfig read_config(const sdk::Services& services);
 
+// A text from the input as a message shows it: as written when it is short
+// and plain, else through sdk::describe() (quoted, escaped, cut to 40
+// characters), so a message stays one bounded line (a JSON string may hold
+// "\n", found by ds_config_fuzz).
+std::string shown_text(const std::string& text, size_t max_as_is = 40);
+
 // A small JSON object of the resolved configuration (checkpoints, logs).
 std::string to_json(const ZeroConfig& config);
 

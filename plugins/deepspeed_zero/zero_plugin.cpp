@@ -91,8 +91,15 @@ class DeepSpeedZero final : public sdk::Plugin {
     if (s.rank() != 0) return;
     for (const std::string& note : config_.notes) s.info() << "deepspeed_zero: " << note;
     if (!config_.unknown_keys.empty()) {
+      // Key names come from the file: each shown bounded, at most 20 listed.
+      constexpr size_t kListed = 20;
       std::string keys;
-      for (const std::string& k : config_.unknown_keys) keys += (keys.empty() ? "" : ", ") + k;
+      for (size_t i = 0; i < config_.unknown_keys.size() && i < kListed; ++i) {
+        keys += (keys.empty() ? "" : ", ") + shown_text(config_.unknown_keys[i]);
+      }
+      if (config_.unknown_keys.size() > kListed) {
+        keys += sdk::format(" and %zu more", config_.unknown_keys.size() - kListed);
+      }
       s.warn() << "deepspeed_zero: keys not understood in the DeepSpeed config, ignored: " << keys;
     }
   }

@@ -7,8 +7,9 @@
 //   1. resolve_config throws accel::sdk::Error or nothing (any other
 //      exception escapes and libFuzzer reports it as a crash; a stack
 //      overflow or sanitizer report likewise);
-//   2. a refusal is one line of bounded length (no message repeats a whole
-//      input value);
+//   2. a refusal, an info note and a shown unknown key are each one line of
+//      bounded length (no message repeats a whole input value; found a
+//      JSON "\n" quoted as written, seed newline_in_value.json);
 //   3. an accepted config is consistent: stage 0-3, the batch rule holds,
 //      clipping finite and >= 0, and to_json serialises it.
 // Build: clang with -DACCEL_FUZZ=ON (tests/fuzz/CMakeLists.txt); run:
@@ -51,6 +52,12 @@ void check(const PluginFields& fields, const HostSettings& host, const std::stri
   require(std::isfinite(c.gradient_clipping) && c.gradient_clipping >= 0);
   require(c.moment_swap_buffers >= 2 && c.moment_swap_piece_elements >= 1);
   require(!accel::zero::to_json(c).empty());
+  for (const std::string& note : c.notes) require(note.find('\n') == std::string::npos && note.size() <= kMaxMessage);
+  for (const std::string& key : c.unknown_keys) {
+    const std::string shown = accel::zero::shown_text(key);
+    // describe() keeps 40 characters, each escaped to at most 6 ("\u0000").
+    require(shown.find('\n') == std::string::npos && shown.size() <= 300);
+  }
 }
 
 }  // namespace

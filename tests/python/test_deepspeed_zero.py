@@ -602,7 +602,8 @@ class ZeroGradientClipping(TempDirMixin, unittest.TestCase):
                         self.assertLess(abs(x["loss"] - y["loss"]) / x["loss"], 1e-6, (stage, x["step"]))
                         self.assertLess(abs(x["grad_norm"] - y["grad_norm"]) / x["grad_norm"], 1e-5,
                                         (stage, x["step"]))
-                self.assertGreater(abs(unclipped[-1]["loss"] - option[-1]["loss"]), 1e-4)
+                # AdamW is nearly scale-invariant: clipping changes the losses a little, but it changes them.
+                self.assertGreater(abs(unclipped[-1]["loss"] - option[-1]["loss"]), 1e-6)
 
 
 @unittest.skipUnless(MPIRUN, "mpirun not found")

@@ -166,6 +166,18 @@ TEST(Issue30, MessagesNeverRepeatAWholeInputValue) {
   }
 }
 
+// Found by ds_config_fuzz: a JSON string holds "\n", and a short one was
+// quoted as written, so the refusal of {"warmup_type": "li\near"} was two
+// lines. Text in messages is now escaped unless plain.
+TEST(Issue30, FuzzFoundANewlineInAQuotedValueMadeTwoLines) {
+  const std::string why =
+      refusal(R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_type": "li\near"}}})");  // refusal() checks one line
+  EXPECT_NE(why.find(R"(scheduler.params.warmup_type "li\near": log or linear)"), std::string::npos) << why;
+  EXPECT_NE(refusal(R"({"optimizer": {"type": "Ada\u0000m"}})").find(R"("Ada\u0000m")"), std::string::npos);
+  EXPECT_EQ(shown_text("cpu"), "cpu");
+  EXPECT_EQ(shown_text("a\tb"), R"("a\tb")");
+}
+
 // A section that is not an object, or "auto" where nothing fills it, read as
 // absent before: {"zero_optimization": 3} ran ZeRO stage 0 without a word.
 TEST(Issue30, SectionsMustBeObjectsAndAutoOnlyWhereAccelerateFillsIt) {
