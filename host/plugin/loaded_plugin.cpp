@@ -7,6 +7,7 @@
 #include <boost/dll/library_info.hpp>
 #include <boost/dll/shared_library.hpp>
 
+#include <cctype>
 #include <cstring>
 #include <optional>
 #include <regex>
@@ -226,15 +227,22 @@ ElfDynamic dynamic_section(const TrustedFile& file, const std::filesystem::path&
 // entry without it (searched by the dynamic loader as for any library) or
 // with another token ($LIB, $PLATFORM) we do not expand.
 std::optional<std::filesystem::path> origin_entry(std::string entry, const std::string& origin) {
+  std::string expanded;
   bool found = false;
-  for (const std::string token : {"${ORIGIN}", "$ORIGIN"}) {
-    for (size_t at; (at = entry.find(token)) != std::string::npos;) {
-      entry.replace(at, token.size(), origin);
-      found = true;
+  for (size_t at = 0; at < entry.size();) {
+    size_t length = entry.compare(at, 9, "${ORIGIN}") == 0 ? 9 : entry.compare(at, 7, "$ORIGIN") == 0 ? 7 : 0;
+    // "$ORIGINAL" is another token to ld.so, not $ORIGIN and "AL".
+    if (length == 7 && at + 7 < entry.size() && (std::isalnum(static_cast<unsigned char>(entry[at + 7])) ||
+                                                 entry[at + 7] == '_')) {
+      length = 0;
     }
+    if (length == 0 && entry[at] == '$') return std::nullopt;
+    expanded += length ? origin : std::string(1, entry[at]);
+    found = found || length;
+    at += length ? length : 1;
   }
-  if (!found || entry.find('$') != std::string::npos) return std::nullopt;
-  return std::filesystem::path(entry);
+  if (!found) return std::nullopt;
+  return std::filesystem::path(expanded);
 }
 
 constexpr int kMaxBundleDepth = 8;
