@@ -163,7 +163,8 @@ void require_integer_ranges(const po::variables_map& vm) {
   for (const IntegerOptionRange& range : integer_option_ranges()) {
     if (!vm.count(range.option)) continue;
     std::string text;
-    require(integer_in_range(vm[range.option].value(), range, &text),
+    const bool in_range = integer_in_range(vm[range.option].value(), range, &text);  // fills text first
+    require(in_range,
             strformat("--%s %s: must be >= %lld and <= %lld", range.option, text.c_str(),
                       static_cast<long long>(range.min), static_cast<long long>(range.max)));
   }
