@@ -14,7 +14,6 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
-#include <optional>
 #include <sstream>
 #include <stdexcept>
 
@@ -140,29 +139,34 @@ constexpr int64_t kMaxVocab = int64_t{1} << 24;
 constexpr int64_t kMaxFfn = int64_t{1} << 22;
 constexpr int64_t kMaxThreads = 65536;
 
-// A parsed integer option's value, whatever integer type Boost stored it as
-// (int, int64_t, uint64_t): wide enough for all of them. nullopt for a
-// non-integer value.
-std::optional<__int128> integer_value(const boost::any& value) {
-  if (const auto* v = boost::any_cast<int64_t>(&value)) return *v;
-  if (const auto* v = boost::any_cast<uint64_t>(&value)) return *v;
-  if (const auto* v = boost::any_cast<int>(&value)) return *v;
-  return std::nullopt;
-}
-
-std::string integer_text(__int128 value) {
-  if (value < 0) return std::to_string(static_cast<long long>(value));
-  return std::to_string(static_cast<unsigned long long>(value));
+// Whether a parsed integer option lies in `range`, whatever integer type
+// Boost stored it as (int, int64_t, uint64_t); *text is the value as given.
+bool integer_in_range(const boost::any& value, const IntegerOptionRange& range, std::string* text) {
+  if (const auto* v = boost::any_cast<uint64_t>(&value)) {
+    *text = std::to_string(*v);
+    // Every maximum is >= 0, so a value up to it converts exactly.
+    return *v <= static_cast<uint64_t>(range.max) && static_cast<int64_t>(*v) >= range.min;
+  }
+  int64_t number = 0;
+  if (const auto* v = boost::any_cast<int64_t>(&value)) {
+    number = *v;
+  } else if (const auto* v = boost::any_cast<int>(&value)) {
+    number = *v;
+  } else {
+    throw std::logic_error(std::string("--") + range.option + " is not stored as an integer");
+  }
+  *text = std::to_string(number);
+  return number >= range.min && number <= range.max;
 }
 
 // Every integer option given (or defaulted) lies in its range.
 void require_integer_ranges(const po::variables_map& vm) {
   for (const IntegerOptionRange& range : integer_option_ranges()) {
     if (!vm.count(range.option)) continue;
-    const std::optional<__int128> value = integer_value(vm[range.option].value());
-    if (!value) throw std::logic_error(std::string("--") + range.option + " is not stored as an integer");
-    require(*value >= range.min && *value <= range.max,
-            strformat("--%s %s: must be >= %lld and <= %lld", range.option, integer_text(*value).c_str(),
+    std::string text;
+    const bool in_range = integer_in_range(vm[range.option].value(), range, &text);  // fills text first
+    require(in_range,
+            strformat("--%s %s: must be >= %lld and <= %lld", range.option, text.c_str(),
                       static_cast<long long>(range.min), static_cast<long long>(range.max)));
   }
 }

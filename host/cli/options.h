@@ -40,7 +40,7 @@ inline constexpr double kMaxTimeoutSeconds = 604800.0;
 struct IntegerOptionRange {
   const char* option;  // long name, without "--"
   int64_t min;
-  int64_t max;
+  int64_t max;  // >= 0 (an unsigned option is compared against it)
 };
 const std::vector<IntegerOptionRange>& integer_option_ranges();
 

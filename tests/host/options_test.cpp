@@ -181,6 +181,7 @@ TEST(Options, EveryIntegerOptionHasARange) {
   for (const auto& range : accel::cli::integer_option_ranges()) {
     EXPECT_TRUE(ranged.insert(range.option).second) << range.option << " listed twice";
     EXPECT_LE(range.min, range.max) << range.option;
+    EXPECT_GE(range.max, 0) << range.option << ": the unsigned --seed is compared against a non-negative maximum";
   }
   const std::type_info* integer_types[] = {&typeid(short),     &typeid(unsigned short),     &typeid(int),
                                            &typeid(unsigned),  &typeid(long),               &typeid(unsigned long),
