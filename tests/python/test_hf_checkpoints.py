@@ -235,7 +235,7 @@ class HuggingFaceSlices(TempDirMixin, unittest.TestCase):
         for n, strategy in ((1, ()), (2, FSDP_SLICES), (2, FSDP_UNITS), (2, ZERO3), (2, ZERO3_WHOLE_UNITS),
                             (2, MEGATRON_TP2)):
             _, _, got = self.start(n, *strategy)
-            self.assert_same_bits(got, want, f"{n} ranks {' '.join(strategy)}")
+            self.assert_same_bits(got, want, f"{n} ranks {' '.join(map(str, strategy))}")
 
     def test_a_rank_that_keeps_a_shard_reads_only_its_share(self):
         read, stored, _ = self.start(1)
@@ -255,7 +255,7 @@ class HuggingFaceSlices(TempDirMixin, unittest.TestCase):
         # rank reads everything (and holds one unit at most).
         for strategy in (FSDP_UNITS, ZERO3_WHOLE_UNITS):
             read, stored, _ = self.start(2, *strategy)
-            self.assertEqual(read, stored, " ".join(strategy))
+            self.assertEqual(read, stored, " ".join(map(str, strategy)))
 
     def test_a_tensor_parallel_rank_reads_its_splits_not_the_whole_model(self):
         read, stored, _ = self.start(2, *MEGATRON_TP2)
@@ -274,7 +274,7 @@ class HuggingFaceSlices(TempDirMixin, unittest.TestCase):
         want = host_view(stored_tensors(bf16))
         for n, strategy in ((1, ()), (2, FSDP_SLICES), (2, ZERO3), (2, MEGATRON_TP2)):
             read, stored, got = self.start(n, *strategy, hf_dir=bf16)
-            self.assert_same_bits(got, want, f"bf16, {n} ranks {' '.join(strategy)}")
+            self.assert_same_bits(got, want, f"bf16, {n} ranks {' '.join(map(str, strategy))}")
             if strategy == FSDP_SLICES:
                 self.assertLessEqual(read, stored // 2 + 2 * 8)
 
