@@ -91,7 +91,8 @@ class HfWeightSourceTest : public ::testing::Test {
   ParamSpec spec(size_t i) const {
     ParamSpec s;
     s.name = tensors_[i].name;
-    s.shape = std::vector<int64_t>(whole(i).sizes().begin(), whole(i).sizes().end());
+    const at::Tensor value = whole(i);
+    s.shape = std::vector<int64_t>(value.sizes().begin(), value.sizes().end());
     return s;
   }
   int64_t element_bytes(size_t i) const { return static_cast<int64_t>(c10::elementSize(tensors_[i].type)); }
