@@ -397,6 +397,7 @@ const std::vector<IntegerOptionRange>& integer_option_ranges() {
       {"lr-decay-steps", 0, kMaxSteps},
       {"nonfinite-loss-skips", 0, kMaxSteps},
       {"grad_scaler.growth_interval", 1, kMaxSteps},
+      {"grad_scaler.hysteresis", 1, kMaxSteps},
       {"save-every", 0, kMaxSteps},
   };
   return ranges;

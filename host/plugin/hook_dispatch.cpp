@@ -45,7 +45,7 @@ void HookDispatcher::check(const LoadedPlugin& plugin, const char* hook, AccelSt
                   hook, static_cast<int>(status));
 }
 
-void HookDispatcher::create_all() {
+void HookDispatcher::create_all(const CreateAgreement& after_each) {
   // A PRECISION plugin sets the precision policy from its create only.
   context_.creating_plugins = true;
   struct CreatingGuard {
@@ -53,6 +53,23 @@ void HookDispatcher::create_all() {
     ~CreatingGuard() { context.creating_plugins = false; }
   } creating{context_};
   for (LoadedPlugin* p : plugins_) {
+    std::exception_ptr failure;
+    try {
+      create_one(p);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+    if (after_each) {
+      after_each(failure);
+    } else if (failure) {
+      std::rethrow_exception(failure);
+    }
+  }
+  creating_finished();
+}
+
+void HookDispatcher::create_one(LoadedPlugin* p) {
+  {
     const AccelHooks& hooks = p->hooks();
     if (hooks.create) {
       AccelCreateArgs args{};
@@ -88,6 +105,9 @@ void HookDispatcher::create_all() {
     }
     p->created = true;
   }
+}
+
+void HookDispatcher::creating_finished() {
   // Trace events reach the plugins that asked to capture them (any thread).
   std::vector<LoadedPlugin*> listeners;
   for (LoadedPlugin* p : plugins_) {

@@ -13,6 +13,8 @@
 #include <accel/accel.h>
 
 #include <cstdint>
+#include <exception>
+#include <functional>
 #include <vector>
 
 #include "host/plugin/plugin_registry.h"
@@ -27,7 +29,13 @@ class HookDispatcher {
   std::vector<std::string> plugin_names() const;
 
   // ---- lifecycle
-  void create_all();
+  // Creates every plugin in load order. `after_each`, when given, runs after
+  // each plugin's create with what it threw (null: it succeeded) and must
+  // throw when any rank failed: the ranks then stop at the same plugin, so
+  // no rank holds a plugin (and owes its teardown's collectives) that
+  // another rank never created. Without it, the first failure is thrown.
+  using CreateAgreement = std::function<void(std::exception_ptr failure)>;
+  void create_all(const CreateAgreement& after_each = {});
   void plan_model();
   void setup(int64_t first_step, int32_t micro_batches, bool resuming);
   void load_state(int64_t step, int32_t saved_world_size, const char* saved_plugins);
@@ -62,6 +70,8 @@ class HookDispatcher {
   static void check(const LoadedPlugin& plugin, const char* hook, AccelStatus status);
 
  private:
+  void create_one(LoadedPlugin* p);
+  void creating_finished();
   void require_precision_policy_owners() const;
 
   runtime::HostContext& context_;

@@ -331,35 +331,41 @@ StepOutcome Trainer::train_step(int64_t step) {
   return outcome;
 }
 
-// Every rank creates the same plugins from the same options, so a plugin
-// that refuses them refuses on every rank. The ranks agree before anyone
+// Every rank creates the same plugins from the same options, but a plugin
+// may refuse on one rank only (fp8's state_log is rank 0's). The ranks agree before anyone
 // exits: each prints its own line, then all exit with the code — no rank's
 // MPI_Abort kills another before it has said why.
 void Trainer::create_plugins_together() {
-  std::string failure;
-  int code = 0;
-  try {
-    hooks_->create_all();
-  } catch (const cli::UsageError& e) {
-    failure = e.what();
-    code = 2;
-  } catch (const std::exception& e) {
-    failure = e.what();
-    code = 1;
-  }
+  const auto classify = [](std::exception_ptr failure, std::string& message) {
+    try {
+      std::rethrow_exception(failure);
+    } catch (const cli::UsageError& e) {
+      message = e.what();
+      return 2;
+    } catch (const std::exception& e) {
+      message = e.what();
+      return 1;
+    }
+  };
   if (!context_->world || world_size_ == 1) {
-    if (code == 2) throw cli::UsageError(failure);
-    if (code != 0) throw std::runtime_error(failure);
+    hooks_->create_all();
     return;
   }
-  double worst = code;
-  const comm::Status status =
-      context_->world->all_reduce(comm::host_buffer(&worst, 1, comm::DType::f64), comm::ReduceOp::max,
-                                  {0, "host plugin creation agreement"});
-  if (!status.ok()) throw std::runtime_error(status.message);
-  if (worst == 0) return;
-  log::error(failure.empty() ? std::string("a plugin refused its options on another rank") : failure);
-  throw AgreedError(static_cast<int>(worst), failure, /*logged_on_every_rank=*/true);
+  // Agreed after each plugin, not once after all: a rank whose fp8 refused
+  // its options must not leave the others holding a profiler it never
+  // created, whose teardown would wait for it in a collective.
+  hooks_->create_all([&](std::exception_ptr failure) {
+    std::string message;
+    const int code = failure ? classify(failure, message) : 0;
+    double worst = code;
+    const comm::Status status =
+        context_->world->all_reduce(comm::host_buffer(&worst, 1, comm::DType::f64), comm::ReduceOp::max,
+                                    {0, "host plugin creation agreement"});
+    if (!status.ok()) throw std::runtime_error(status.message);
+    if (worst == 0) return;
+    log::error(message.empty() ? std::string("a plugin refused its options on another rank") : message);
+    throw AgreedError(static_cast<int>(worst), message, /*logged_on_every_rank=*/true);
+  });
 }
 
 void Trainer::plan_plugins() {
