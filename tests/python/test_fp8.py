@@ -311,7 +311,12 @@ class Parity(TempDirMixin, unittest.TestCase):
         for x, y in zip(one, many):
             self.assertLess(abs(x["loss"] - y["loss"]) / x["loss"], tolerance, (what, x["step"], x["loss"], y["loss"]))
             if same_scales:  # the gradients' scales do not depend on the world size
-                self.assertLess(abs(x["fp8.scale_grad"] - y["fp8.scale_grad"]) / x["fp8.scale_grad"], 1e-6,
+                # Current scaling takes the scale from this step's gradient
+                # amax, which tensor-parallel slices reach by another fp32
+                # summation order: 5.1e-6 apart at step 3 on this CPU
+                # (2026-11-27; the same on main before issue 30; 1e-6 held on earlier machines),
+                # so the scale is held to the fp32 bound of the loss.
+                self.assertLess(abs(x["fp8.scale_grad"] - y["fp8.scale_grad"]) / x["fp8.scale_grad"], tolerance,
                                 (what, x["step"]))
 
     def each_step_from_the_same_state(self, args, layouts, steps=(1, 4), tag="one"):
