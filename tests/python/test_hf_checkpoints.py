@@ -171,7 +171,8 @@ FSDP_SLICES = ("--plugin", "fsdp", "--fsdp.auto_wrap_policy", "transformer_based
 # keeps every unit of this small model whole on every rank: 0 partitions them all.
 ZERO3_CONFIG = os.path.join(tempfile.mkdtemp(prefix="accel-hf-zero3-"), "zero3.json")
 with open(ZERO3_CONFIG, "w") as _f:
-    json.dump({"zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0}}, _f)
+    json.dump({"gradient_accumulation_steps": "auto",
+               "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0}}, _f)
 ZERO3 = ("--plugin", "deepspeed_zero", "--deepspeed_zero.hf_ds_config", ZERO3_CONFIG)
 ZERO3_WHOLE_UNITS = (*ZERO3, "--deepspeed_zero.zero3_init_flag", "false")
 FSDP_UNITS = ("--plugin", "fsdp", "--fsdp.auto_wrap_policy", "transformer_based_wrap")
