@@ -339,7 +339,6 @@ void validate(const RunConfig& c) {
   require(c.grad_scaler.backoff_factor > 0 && c.grad_scaler.backoff_factor < 1,
           "--grad_scaler.backoff_factor must lie in (0, 1)");
   require(c.grad_scaler.growth_interval > 0, "--grad_scaler.growth_interval must be > 0");
-  require(c.grad_scaler.hysteresis > 0, "--grad_scaler.hysteresis must be > 0");
   require(c.grad_scaler.min_scale >= 0 && c.grad_scaler.min_scale <= c.grad_scaler.init_scale,
           "--grad_scaler.min_scale must lie in [0, --grad_scaler.init_scale]");
   require(c.comm.backend == "auto" || c.comm.backend == "mpi" || c.comm.backend == "nccl",

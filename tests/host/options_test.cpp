@@ -66,7 +66,7 @@ TEST(Options, ScalerHysteresisFloorAndWhetherGradClipWasGiven) {
   EXPECT_EQ(c.grad_scaler.hysteresis, 2);
   EXPECT_DOUBLE_EQ(c.grad_scaler.min_scale, 1.0);
   EXPECT_TRUE(c.optimizer.grad_clip_given);
-  EXPECT_NE(error_of({"--grad_scaler.hysteresis", "0"}).find("--grad_scaler.hysteresis must be > 0"), std::string::npos);
+  EXPECT_NE(error_of({"--grad_scaler.hysteresis", "0"}).find("--grad_scaler.hysteresis 0: must be >= 1"), std::string::npos);
   EXPECT_NE(error_of({"--grad_scaler.min_scale", "1e6"}).find("--grad_scaler.min_scale must lie in [0, "),
             std::string::npos);
 }
