@@ -183,7 +183,7 @@ TEST(HfConfig, EveryDimensionIsRangeChecked) {
       {gpt2_json(), "resid_pdrop", 1.5, "\"resid_pdrop\" must be at most 1, got 1.5"},
       {gpt2_json(), "scale_attn_weights", "yes", "\"scale_attn_weights\" must be true or false, got \"yes\""},
       {gpt2_json(), "tie_word_embeddings", false, "\"tie_word_embeddings\" is false"},
-      {llama_json(), "hidden_size", 60, "\"hidden_size\" (60) must be a multiple of \"num_attention_heads\" (4)"},
+      {llama_json(), "hidden_size", 62, "\"hidden_size\" (62) must be a multiple of \"num_attention_heads\" (4)"},
       {llama_json(), "num_attention_heads", 64, "head width"},
       {llama_json(), "num_key_value_heads", 3, "\"num_attention_heads\" (4) must be a multiple of \"num_key_value_heads\" (3)"},
       {llama_json(), "num_key_value_heads", 8, "\"num_key_value_heads\" must be at most 4, got 8"},

@@ -298,7 +298,7 @@ TEST_F(CheckpointReaderTest, MetadataIsReadByTheJsonRule) {
       {edited(tensor + "/slices/0/offset/0", INT64_MAX), "lies outside its global shape"},
       {edited(tensor + "/space", std::string(1 << 20, 's')), "(1048576 characters)"},
       {edited(tensor + "/dtype", nlohmann::json::parse("[" + many + "]")),
-       "\"dtype\" must be a string, got an array of 524288 element(s)"},
+       "dtype\" must be a string, got an array of 524288 element(s)"},
       {edited(tensor + "/slices/0/tensor", std::string(1 << 20, 't')), "is missing"},
       {edited("/strings", nlohmann::json{{"k", {{"value", nlohmann::json::parse("[" + many + "]")}}}}),
        "\"strings.k.value\" must be a string, got an array of 524288 element(s)"},
