@@ -8,7 +8,8 @@
 //
 // Exit codes: 0 success, 1 runtime failure, 2 usage error (bad option or
 // value, a plugin that cannot be loaded, ranks started with different
-// settings). Every error is one line: LibTorch's backtraces are cut off.
+// settings), 75 stopped by SIGTERM or SIGUSR1 after a checkpoint (resume it:
+// train/stop_request.h). Every error is one line: LibTorch's backtraces are cut off.
 // An AgreedError was raised by every rank at once, so each exits normally
 // with its code (only rank 0 prints it, unless each printed its own). Any
 // other failure is printed by the rank that met it; the failing ranks then
@@ -29,6 +30,7 @@
 #include "host/app/merge_weights.h"
 #include "host/app/run.h"
 #include "host/cli/options.h"
+#include "host/comm/launcher_env.h"
 #include "host/comm/mpi_session.h"
 #include "host/plugin/plugin_error.h"
 #include "host/util/agreed_error.h"
@@ -47,10 +49,18 @@ std::string first_line(const std::string& text) { return text.substr(0, text.fin
 
 int main(int argc, char** argv) {
   const std::vector<std::string> args(argv + 1, argv + argc);
+  // Read before MPI_Init, which may add to the environment.
+  const accel::comm::LauncherEnv launcher = accel::comm::LauncherEnv::from_environment();
+  if (const auto problem = launcher.problem_before_init()) {
+    accel::log::init(launcher.launcher_rank(), accel::log::Level::info);
+    accel::log::error(*problem);  // every task prints it: each is alone
+    return 2;
+  }
   accel::comm::MpiSession mpi(&argc, &argv);
   int code = 0;
   bool agreed = false;
   try {
+    if (const auto problem = launcher.problem_after_init(mpi.world_size())) throw accel::cli::UsageError(*problem);
     if (!args.empty() && args.front() == "check-plugin") {
       code = accel::app::check_plugin({args.begin() + 1, args.end()}, mpi);
     } else if (!args.empty() && args.front() == "merge-weights") {

@@ -31,6 +31,7 @@
 #include "host/plugin/plugin_options.h"
 #include "host/plugin/plugin_registry.h"
 #include "host/runtime/host_context.h"
+#include "host/train/stop_request.h"
 #include "host/train/trainer.h"
 #include "host/util/log.h"
 #include "host/util/memory_stats.h"
@@ -135,6 +136,32 @@ model::GptConfig checked_model_shape(const RunConfig& config, const plugin::Plug
   return shape;
 }
 
+// --resume auto (a job script that is requeued runs the same command line
+// each time): the checkpoints under --save when it holds one, else a fresh
+// start, from --init-from's weights if given. Checking which of them is
+// complete is resume's own work (it falls back past a damaged newest one,
+// and fails when none is complete).
+void resolve_resume_auto(RunConfig& config) {
+  if (config.resume != cli::kResumeAuto) return;
+  std::error_code error;
+  bool any = false;
+  for (const auto& entry : std::filesystem::directory_iterator(config.save_dir, error)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("step_", 0) == 0 && name.find('.') == std::string::npos && entry.is_directory(error)) any = true;
+  }
+  if (!any) {
+    log::info("--resume auto: no checkpoint under " + config.save_dir + " yet; starting from step 0");
+    config.resume.clear();
+    return;
+  }
+  if (!config.init_from.empty()) {
+    log::info("--resume auto: resuming from " + config.save_dir + "; --init-from " + config.init_from +
+              " is not read (the checkpoint has the weights)");
+    config.init_from.clear();
+  }
+  config.resume = config.save_dir;
+}
+
 // --init-from hf:DIR: the shape comes from the checkpoint's config.json; a
 // shape flag that says otherwise is refused naming both (never silently
 // overridden either way). Every rank reads the same files, so every rank
@@ -216,6 +243,7 @@ int run_accel(const std::vector<std::string>& args, const comm::MpiSession& mpi)
   // read the same micro-batches: only the data group divides the batch, and
   // its size is known once the plans resolve (Trainer checks it then).
   accel::cli::validate_for_world(config, has_model_parallel_plugin(registry) ? 1 : mpi.world_size());
+  resolve_resume_auto(config);
   take_shape_from_init_checkpoint(config);
   const accel::model::GptConfig shape = checked_model_shape(config, registry, mpi);
   // Before the first collective of the communication layer: ranks that
@@ -246,7 +274,7 @@ int run_accel(const std::vector<std::string>& args, const comm::MpiSession& mpi)
       trainer.start_from_weights(checkpoint::read_hf_weights(dir, shape));
       accel::log::info("initial weights from " + dir.string());
     }
-    trainer.run();
+    if (trainer.run() == accel::train::RunEnd::stopped_by_signal) return accel::train::kExitStoppedToResume;
   } catch (const std::bad_alloc&) {
     throw std::runtime_error(out_of_memory(shape, config, "std::bad_alloc"));
   } catch (const c10::Error& e) {

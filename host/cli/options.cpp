@@ -290,11 +290,13 @@ po::options_description run_options(RunConfig& c, RawStrings& raw) {
   po::options_description io("Checkpoints and metrics");
   io.add_options()
       ("save", po::value(&c.save_dir)->value_name("DIR"),
-       "save root: checkpoints go to DIR/step_N (atomically)")
+       "save root: checkpoints go to DIR/step_N (atomically); on SIGTERM or SIGUSR1 every rank finishes the step "
+       "in hand, saves, and exits 75")
       ("save-every", po::value(&c.save_every)->default_value(c.save_every),
        "save every N steps (0: only at the end)")
-      ("resume", po::value(&c.resume)->value_name("DIR"),
-       "resume from a checkpoint directory, or the newest complete one in a save root")
+      ("resume", po::value(&c.resume)->value_name("DIR|auto"),
+       "resume from a checkpoint directory, or the newest complete one in a save root; auto: the newest under "
+       "--save when there is one, else start afresh (a requeued job's command line; see --save)")
       ("init-from", po::value(&c.init_from)->value_name("hf:DIR"),
        "start from a Hugging Face transformers GPT-2 checkpoint (config.json + model.safetensors): its shape "
        "and weights")
@@ -355,7 +357,8 @@ void validate(const RunConfig& c) {
           "--device: '" + c.device + "' is not one of: auto, cpu, cuda");
   require(c.init_from.empty() || (c.init_from.rfind("hf:", 0) == 0 && c.init_from.size() > 3),
           "--init-from: '" + c.init_from + "' is not hf:DIR");
-  require(c.init_from.empty() || c.resume.empty(),
+  require(c.resume != kResumeAuto || !c.save_dir.empty(), "--resume auto needs --save DIR (where it looks)");
+  require(c.init_from.empty() || c.resume.empty() || c.resume == kResumeAuto,
           "--init-from and --resume both set the starting weights; a resumed run keeps its checkpoint's");
   const auto is_file_data = [](const std::string& d) {
     return d.rfind("text:", 0) == 0 || d.rfind("tokens:", 0) == 0 || d.rfind("megatron:", 0) == 0;

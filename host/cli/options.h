@@ -23,6 +23,9 @@ struct UsageError : std::runtime_error {
 // The words main() dispatches before option parsing; anything else that is
 // not an option is a usage error.
 inline constexpr const char* kSubcommands = "check-plugin, merge-weights, export-hf, generate";
+// --resume auto: the newest checkpoint under --save if any (app/run.cpp). A
+// directory that is really named "auto" is given as ./auto.
+inline constexpr const char* kResumeAuto = "auto";
 
 // --init_process_group.timeout's accepted range, in seconds: the watchdog
 // counts whole milliseconds, and a week is longer than any collective.

@@ -29,6 +29,7 @@
 #include "host/runtime/tensor_views.h"
 #include "host/runtime/trace_scope.h"
 #include "host/train/linear_chain.h"
+#include "host/train/stop_request.h"
 #include "host/train/autocast_scope.h"
 #include "host/train/grad_clip.h"
 #include "host/train/lr_schedule.h"
@@ -162,17 +163,21 @@ void Trainer::agree_on_failure(const std::string& why, const char* label) {
 }
 
 double Trainer::average_over_ranks(double value, const char* label) {
-  if (world_size_ == 1) return value;
+  average_over_ranks(&value, 1, label);
+  return value;
+}
+
+void Trainer::average_over_ranks(double* values, int count, const char* label) {
+  if (world_size_ == 1) return;
   const runtime::TraceRange range(context_, "all_reduce", "comm", "host", [&] {
     std::string ranks;
     for (int r = 0; r < world_size_; ++r) ranks += (r ? "," : "") + std::to_string(r);
     return "label=" + std::string(label) + "; group_ranks=" + ranks;
-  }, -1, -1, static_cast<int64_t>(sizeof(value)));
-  const comm::Buffer buffer = comm::host_buffer(&value, 1, comm::DType::f64);
+  }, -1, -1, static_cast<int64_t>(sizeof(double) * count));
+  const comm::Buffer buffer = comm::host_buffer(values, count, comm::DType::f64);
   const std::shared_ptr<comm::Work> work = context_->world->all_reduce_async(buffer, buffer, comm::ReduceOp::avg, {0, label});
   const comm::Status status = work->wait(0, [this] { runtime::poll_sequences(*context_); });
   if (!status.ok()) throw std::runtime_error(status.message);
-  return value;
 }
 
 template <typename Body>
@@ -249,7 +254,12 @@ StepOutcome Trainer::train_step(int64_t step) {
   // others nothing, so the world's mean is the mean over its data ranks.
   const int32_t stages = context_ ? context_->model_run.pipeline_size : 1;
   if (stages > 1) outcome.loss *= static_cast<double>(stages);
-  outcome.loss = average_over_ranks(outcome.loss, "host loss average");
+  // A stop signal rides on the same all-reduce (no collective of its own):
+  // its mean is above 0 on every rank when any rank holds one.
+  double loss_and_stop[2] = {outcome.loss, pending_stop_signal() != 0 ? 1.0 : 0.0};
+  average_over_ranks(loss_and_stop, 2, "host loss average");
+  outcome.loss = loss_and_stop[0];
+  outcome.stop_requested = loss_and_stop[1] > 0.0;
 
   at::NoGradGuard no_grad;
   if (hooks_) hooks_->gradients_finalize(step_args);
@@ -497,7 +507,7 @@ void Trainer::setup_plugins() {
   if (resuming) load_plugin_state();
 }
 
-void Trainer::run() {
+RunEnd Trainer::run() {
   plan_plugins();
   if (!config_.resume.empty()) resume_from(config_.resume);
   setup_plugins();
@@ -523,6 +533,7 @@ void Trainer::run() {
   // (a resumed run estimates from its own pace).
   const auto loop_start = std::chrono::steady_clock::now();
   const int64_t first_step = completed_steps_;
+  const StopRequestScope stop_signals;
   while (completed_steps_ < config_.steps) {
     const auto start = std::chrono::steady_clock::now();
     if (context_ && context_->memory) context_->memory->reset_peak();
@@ -585,12 +596,36 @@ void Trainer::run() {
                           : outcome.skipped      ? "  (skipped: inf/nan gradients)"
                                                  : ""));
     }
+    if (outcome.stop_requested && completed_steps_ != config_.steps) {
+      stop_on_signal();
+      return RunEnd::stopped_by_signal;
+    }
     if (!config_.save_dir.empty() && config_.save_every > 0 && completed_steps_ % config_.save_every == 0 &&
         completed_steps_ != config_.steps) {
       save_checkpoint();
     }
   }
   if (!config_.save_dir.empty()) save_checkpoint();
+  return RunEnd::completed;
+}
+
+void Trainer::stop_on_signal() {
+  const int signal = pending_stop_signal();
+  const std::string why = signal != 0 ? strformat("on %s", stop_signal_name(signal))
+                                      : std::string("because another rank was asked to stop");
+  if (config_.save_dir.empty()) {
+    if (rank_ == 0) {
+      log::warn(strformat("step %lld: stopped %s; without --save there is nothing to resume from",
+                          static_cast<long long>(completed_steps_), why.c_str()));
+    }
+    return;
+  }
+  save_checkpoint();
+  if (rank_ == 0) {
+    log::info(strformat("step %lld: stopped %s; the checkpoint is written: `--resume auto` (or --resume %s) goes on "
+                        "from it",
+                        static_cast<long long>(completed_steps_), why.c_str(), config_.save_dir.c_str()));
+  }
 }
 
 }  // namespace accel::train

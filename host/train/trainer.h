@@ -43,7 +43,12 @@ struct StepOutcome {
   double lr = 0.0;
   bool skipped = false;
   bool nonfinite_loss = false;  // skipped because the global loss was NaN/inf
+  bool stop_requested = false;  // some rank holds a stop signal: every rank stops after this step
 };
+
+// How run() ended: every step done, or stopped after a step on a signal
+// (train/stop_request.h) with the checkpoint written when --save is given.
+enum class RunEnd { completed, stopped_by_signal };
 
 class Trainer final : public runtime::ModelRunner {
  public:
@@ -54,7 +59,10 @@ class Trainer final : public runtime::ModelRunner {
   ~Trainer() override;
 
   // Restores from --resume (if given), then trains steps [start, --steps).
-  void run();
+  // A stop signal ends it early after a step (every rank after the same
+  // one): the checkpoint is written under --save and run() returns
+  // RunEnd::stopped_by_signal.
+  RunEnd run();
 
   // --init-from: every parameter starts from `weights` (host names and
   // layouts, model/param_init.h) instead of the seed. Before run(); throws
@@ -90,6 +98,9 @@ class Trainer final : public runtime::ModelRunner {
   void setup_plugins();
   void load_plugin_state();
   void save_checkpoint();
+  // After the step a stop signal ended: the checkpoint (under --save) and
+  // the line that says how to go on.
+  void stop_on_signal();
   at::Tensor load_batch(const data::TokenDataset& dataset, const std::vector<int64_t>& windows) const;
   // Forward and backward of one micro-batch, unit by unit (so unit hooks run
   // at unit boundaries); returns the unscaled loss.
@@ -150,6 +161,8 @@ class Trainer final : public runtime::ModelRunner {
   // sequence checks while it waits, as the plugins' collectives do, so a
   // rank that failed alone is heard of here too.
   double average_over_ranks(double value, const char* label);
+  // The same for `count` values in one collective, in place.
+  void average_over_ranks(double* values, int count, const char* label);
   // Runs `body` (a step or an evaluation at step `step`, 0-based) so that a
   // failure of one rank alone inside a plugin hook stops every rank
   // together: the failing rank prints its line and tells the others over
