@@ -6,9 +6,11 @@
 //    one line; nothing else in a correct run makes replicas drift apart.
 //  - action stall: sleeps 120 s, so the other ranks wait in the step's
 //    collectives and the communication timeout must end the job.
-//  - action fail: the hook named by `hook` (step_begin, gradients_finalize
-//    or step_end) returns an error on that rank alone, so the others must
-//    hear of it instead of waiting in the step's collectives.
+//  - action fail: the hook named by `hook` (step_begin, gradients_finalize,
+//    step_end, or save_state of the checkpoint at step at_step) returns an
+//    error on that rank alone, so the others must hear of it instead of
+//    waiting in the step's collectives or publishing a checkpoint without
+//    that rank's share.
 #include <accel/sdk/sdk.hpp>
 
 #include <chrono>
@@ -26,7 +28,7 @@ class Drift final : public accel::sdk::Plugin {
       {"at_step", ACCEL_OPTION_INT, "0", "the optimizer step (0-based) at whose start it does", nullptr, "0"},
       {"action", ACCEL_OPTION_ENUM, "perturb", "what it does", "perturb|stall|fail"},
       {"hook", ACCEL_OPTION_ENUM, "step_begin", "where action fail fails",
-       "step_begin|gradients_finalize|step_end"},
+       "step_begin|gradients_finalize|step_end|save_state"},
   };
 
   explicit Drift(const accel::sdk::Services& services)
@@ -36,12 +38,13 @@ class Drift final : public accel::sdk::Plugin {
         stall_(services.option<std::string>("action") == "stall"),
         fail_in_(services.option<std::string>("action") == "fail" ? services.option<std::string>("hook") : "") {}
 
-  void gradients_finalize(const AccelStepArgs& args) override { fail_if_chosen("gradients_finalize", args); }
-  void step_end(const AccelStepArgs& args) override { fail_if_chosen("step_end", args); }
+  void gradients_finalize(const AccelStepArgs& args) override { fail_if_chosen("gradients_finalize", args.step); }
+  void step_end(const AccelStepArgs& args) override { fail_if_chosen("step_end", args.step); }
+  void save_state(const AccelStateArgs& args) override { fail_if_chosen("save_state", args.step); }
 
   void step_begin(const AccelStepArgs& args) override {
     if (services().rank() != rank_ || args.step != at_step_) return;
-    if (fail_in_ == "step_begin") fail_if_chosen("step_begin", args);
+    if (fail_in_ == "step_begin") fail_if_chosen("step_begin", args.step);
     if (!fail_in_.empty()) return;
     if (stall_) {
       std::this_thread::sleep_for(std::chrono::seconds(120));
@@ -55,8 +58,8 @@ class Drift final : public accel::sdk::Plugin {
   }
 
  private:
-  void fail_if_chosen(const char* hook, const AccelStepArgs& args) const {
-    if (fail_in_ != hook || services().rank() != rank_ || args.step != at_step_) return;
+  void fail_if_chosen(const char* hook, int64_t step) const {
+    if (fail_in_ != hook || services().rank() != rank_ || step != at_step_) return;
     throw accel::sdk::Error(ACCEL_ERROR_IO, std::string("drift: failing on purpose in ") + hook);
   }
 

@@ -151,6 +151,22 @@ class OneRankFailsInAStepHook(TempDirMixin, unittest.TestCase):
     def test_gradients_finalize_on_rank_1(self):
         self.fail_in("gradients_finalize", 1)
 
+    def test_save_state_on_rank_1_publishes_nothing(self):
+        # The checkpoint after step 1 (of 2) fails in rank 1's save_state:
+        # the commit exchange tells every rank, no step_1 is published, and
+        # the pending directory is gone.
+        save = self.path("ckpt")
+        proc = mpirun(2, *COMMON, "--init_process_group.timeout", 120, "--plugin-path",
+                      os.path.join(TEST_PLUGINS, "drift"), "--plugin", "drift", "--drift.action", "fail",
+                      "--drift.hook", "save_state", "--drift.rank", 1, "--drift.at_step", 1,
+                      "--save", save, "--save-every", 1, check=False, timeout=180)
+        self.assertEqual(proc.returncode, 1, proc.stderr)
+        lines = one_line_per_rank(self, proc)
+        for rank in (0, 1):
+            self.assertIn("step_1 not saved: rank 1: ", lines[rank])
+            self.assertIn("drift: failing on purpose in save_state", lines[rank])
+        self.assertEqual(sorted(os.listdir(save)), [])
+
     def test_an_fp8_state_log_that_cannot_be_written_is_refused_at_create(self):
         # Issue 30's case: rank 0 alone writes the log; a path it cannot
         # write stops every rank before the first step.
