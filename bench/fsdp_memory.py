@@ -19,13 +19,12 @@ Arguments after `--` go to accel-host as they are.
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
+from rank_rss import mib, run_ranks
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-           "OMPI_MCA_rmaps_base_oversubscribe": "1"}
 LIB = "/usr/lib/x86_64-linux-gnu"
 ALLOCATORS = {
     "glibc (default)": {},
@@ -49,27 +48,11 @@ def run(build, ranks, host_args, env_extra, workdir):
     metrics = os.path.join(workdir, "metrics.jsonl")
     if os.path.exists(metrics):
         os.remove(metrics)
-    host = os.path.join(build, "bin", "accel-host")
-    inner = " ".join([host, "--threads", "1", "--log-level", "warn", "--data", "synthetic", "--metrics-file",
-                      metrics] + [str(a) for a in host_args])
-    exports = " ".join(f"{k}={v}" for k, v in env_extra.items())
-    # The preload applies to accel-host alone, not to /usr/bin/time or mpirun.
-    rank_cmd = f"exec /usr/bin/time -f %M -o {workdir}/rss.$OMPI_COMM_WORLD_RANK env {exports} {inner}"
-    cmd = ["mpirun", "-n", str(ranks), "--bind-to", "none", "sh", "-c", rank_cmd]
-    done = subprocess.run(cmd, env=dict(os.environ, **MPI_ENV), capture_output=True, text=True)
-    if done.returncode != 0:
-        sys.exit(f"{' '.join(cmd)} failed:\n{done.stderr[-3000:]}")
-    rss = []
-    for r in range(ranks):
-        with open(f"{workdir}/rss.{r}") as f:
-            rss.append(int(f.read().split()[-1]) * 1024)
+    args = ["--threads", "1", "--log-level", "warn", "--data", "synthetic", "--metrics-file", metrics] + host_args
+    rss, _ = run_ranks(build, ranks, args, workdir, env_extra)
     with open(metrics) as f:
         rows = [json.loads(line) for line in f if line.strip()]
     return rss, rows
-
-
-def mib(b):
-    return f"{b / 2**20:,.0f}"
 
 
 def main(argv):

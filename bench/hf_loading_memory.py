@@ -24,13 +24,12 @@ temporary directory); one repeat per row (RSS does not depend on load).
 import argparse
 import os
 import re
-import subprocess
 import sys
 import tempfile
 
+from rank_rss import mib, run_ranks
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-           "OMPI_MCA_rmaps_base_oversubscribe": "1"}
 STRATEGIES = {
     "no plugin": [],
     "fsdp cpu_ram_efficient_loading": ["--plugin", "fsdp", "--fsdp.auto_wrap_policy", "transformer_based_wrap",
@@ -39,8 +38,6 @@ STRATEGIES = {
     "ZeRO-3 zero3_init_flag": ["--plugin", "deepspeed_zero", "--deepspeed_zero.zero_stage", "3"],
 }
 LOADED = re.compile(r"this rank read (\d+) of the (\d+) bytes")
-MiB = 2**20
-
 
 def make_hf_dir(path, dtype):
     """gpt-small as a transformers save_pretrained directory (random weights)."""
@@ -56,24 +53,10 @@ def make_hf_dir(path, dtype):
 
 def run(build, ranks, args, workdir):
     """Per-rank peak RSS (bytes) and rank 0's (read, stored) line, if any."""
-    host = os.path.join(build, "bin", "accel-host")
-    inner = " ".join([host, "--data", "synthetic", "--steps", "0", "--batch-size", "4", "--threads", "1",
-                      "--log-level", "info"] + args)
-    rank_cmd = f"exec /usr/bin/time -f %M -o {workdir}/rss.$OMPI_COMM_WORLD_RANK {inner}"
-    cmd = ["mpirun", "-n", str(ranks), "--bind-to", "none", "sh", "-c", rank_cmd]
-    done = subprocess.run(cmd, env=dict(os.environ, **MPI_ENV), capture_output=True, text=True)
-    if done.returncode != 0:
-        sys.exit(f"{' '.join(cmd)} failed:\n{done.stderr[-3000:]}")
-    rss = []
-    for r in range(ranks):
-        with open(f"{workdir}/rss.{r}") as f:
-            rss.append(int(f.read().split()[-1]) * 1024)
+    rss, done = run_ranks(build, ranks, ["--data", "synthetic", "--steps", "0", "--batch-size", "4", "--threads", "1",
+                                         "--log-level", "info"] + args, workdir)
     found = LOADED.search(done.stdout + done.stderr)
     return rss, (int(found[1]), int(found[2])) if found else None
-
-
-def mib(b):
-    return f"{b / MiB:,.0f}"
 
 
 def main(argv):
