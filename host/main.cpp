@@ -2,7 +2,8 @@
 // code. Subcommands: `check-plugin PATH` (host/app/check_plugin.h),
 // `merge-weights CHECKPOINT_DIR OUTPUT_PATH` (host/app/merge_weights.h),
 // `export-hf CHECKPOINT_DIR OUTPUT_DIR` (host/app/export_hf.h),
-// `generate CHECKPOINT_DIR --prompt ...` (host/app/generate.h);
+// `generate CHECKPOINT_DIR --prompt ...` (host/app/generate.h),
+// `launch [OPTIONS] -- TRAINING OPTIONS` (host/app/launch.h, before MPI starts);
 // a first word that is not an option is a usage error; anything else is a
 // run (host/app/run.h).
 //
@@ -27,6 +28,7 @@
 #include "host/app/check_plugin.h"
 #include "host/app/export_hf.h"
 #include "host/app/generate.h"
+#include "host/app/launch.h"
 #include "host/app/merge_weights.h"
 #include "host/app/run.h"
 #include "host/cli/options.h"
@@ -49,6 +51,19 @@ std::string first_line(const std::string& text) { return text.substr(0, text.fin
 
 int main(int argc, char** argv) {
   const std::vector<std::string> args(argv + 1, argv + argc);
+  // launch starts the ranks (mpirun or srun) and is none of them: no MPI here.
+  if (!args.empty() && args.front() == "launch") {
+    accel::log::init(0, accel::log::Level::info);
+    try {
+      return accel::app::launch_command({args.begin() + 1, args.end()});
+    } catch (const accel::cli::UsageError& e) {
+      accel::log::error(e.what());
+      return 2;
+    } catch (const std::exception& e) {
+      accel::log::error(first_line(e.what()));
+      return 1;
+    }
+  }
   // Read before MPI_Init, which may add to the environment.
   const accel::comm::LauncherEnv launcher = accel::comm::LauncherEnv::from_environment();
   if (const auto problem = launcher.problem_before_init()) {

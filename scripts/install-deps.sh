@@ -2,7 +2,8 @@
 # Installs what Accel needs on a fresh Debian 12 machine, and only what is missing.
 # Idempotent and unattended: make demo / make test run it every time.
 #
-# - Debian packages: Open MPI, Boost, spdlog, nlohmann-json, DLPack, ccache,
+# - Debian packages: Open MPI, Boost, spdlog, nlohmann-json, DLPack, yaml-cpp
+#   (accelerate configs), ccache,
 #   and jemalloc's library (the lower-memory allocator to preload,
 #   docs/benchmarks.md "Allocators"; the build does not use it).
 # - A Python virtualenv with the pinned torch wheel (LibTorch), kept outside
@@ -22,7 +23,7 @@ apt_packages=(
   libopenmpi-dev openmpi-bin
   libboost-dev libboost-program-options-dev libboost-filesystem-dev
   libspdlog-dev nlohmann-json3-dev libdlpack-dev zlib1g-dev libjemalloc2
-  libgtest-dev ccache python3-venv
+  libgtest-dev ccache python3-venv libyaml-cpp-dev
 )
 
 missing=()

@@ -136,6 +136,25 @@ model::GptConfig checked_model_shape(const RunConfig& config, const plugin::Plug
   return shape;
 }
 
+// --config FILE.yaml (an accelerate config): its launch-level settings
+// that a rank can still honour. The options it maps to are in the parse.
+void use_accelerate_config(const cli::AccelerateConfig& accelerate, const comm::MpiSession& mpi) {
+  if (accelerate.num_processes && *accelerate.num_processes != mpi.world_size()) {
+    throw UsageError(strformat("%s: num_processes %lld, but this job has %d rank(s) (accel-host launch --config_file "
+                               "%s starts it with num_processes)",
+                               accelerate.path.c_str(), static_cast<long long>(*accelerate.num_processes),
+                               mpi.world_size(), accelerate.path.c_str()));
+  }
+  // Before the communication layer and CUDA start: both read these once.
+  if (!accelerate.gpu_ids.empty() && accelerate.gpu_ids != "all") {
+    setenv("CUDA_VISIBLE_DEVICES", accelerate.gpu_ids.c_str(), /*overwrite=*/1);
+  }
+  if (accelerate.debug) setenv("ACCEL_COMM_VERIFY", "ops", /*overwrite=*/0);
+  if (mpi.rank() == 0) {
+    for (const std::string& note : accelerate.notes) log::info(accelerate.path + ": " + note);
+  }
+}
+
 // --resume auto (a job script that is requeued runs the same command line
 // each time): the checkpoints under --save when it holds one, else a fresh
 // start, from --init-from's weights if given. Checking which of them is
@@ -238,6 +257,7 @@ int run_accel(const std::vector<std::string>& args, const comm::MpiSession& mpi)
 
   accel::RunConfig config = parsed.config;
   accel::log::init(mpi.rank(), accel::log::parse_level(config.log_level));
+  if (parsed.accelerate) use_accelerate_config(*parsed.accelerate, mpi);
   accel::plugin::fill_option_store(registry, parsed.plugin_values, config, context.options);
   // A tensor- or pipeline-parallel plugin splits the world into groups that
   // read the same micro-batches: only the data group divides the batch, and

@@ -97,7 +97,17 @@ void refuse_message_placeholders(const std::vector<std::string>& args) {
 // inputs: a directory would read as nothing (silently dropping every
 // option) and a FIFO would block. The text is read whole (and checked like
 // the arguments) before parsing.
-std::istringstream open_config_file(const std::string& path) {
+// A .yaml or .yml file is the config `accelerate config` writes: read by
+// cli/accelerate_config.h and handed on as the INI text it maps to (so the
+// command line wins over it as over any --config); `accelerate`, when
+// given, receives what was read.
+std::istringstream open_config_file(const std::string& path, std::optional<AccelerateConfig>* accelerate = nullptr) {
+  if (is_yaml_config(path)) {
+    AccelerateConfig config = read_accelerate_config(path);
+    std::istringstream ini(config.to_ini());
+    if (accelerate != nullptr) *accelerate = std::move(config);
+    return ini;
+  }
   constexpr uint64_t kMaxConfigBytes = 16ull << 20;  // key=value lines; far larger is not a config
   std::string text;
   try {
@@ -449,7 +459,7 @@ ParsedCommandLine parse_command_line(const std::vector<std::string>& args,
     refuse_positionals(given);
     po::store(given, vm);
     if (vm.count("config")) {
-      std::istringstream file = open_config_file(vm["config"].as<std::string>());
+      std::istringstream file = open_config_file(vm["config"].as<std::string>(), &parsed.accelerate);
       po::store(po::parse_config_file(file, description), vm);
     }
     po::notify(vm);

@@ -8,10 +8,12 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "host/cli/accelerate_config.h"
 #include "host/cli/run_config.h"
 
 namespace accel::cli {
@@ -22,7 +24,7 @@ struct UsageError : std::runtime_error {
 
 // The words main() dispatches before option parsing; anything else that is
 // not an option is a usage error.
-inline constexpr const char* kSubcommands = "check-plugin, merge-weights, export-hf, generate";
+inline constexpr const char* kSubcommands = "launch, check-plugin, merge-weights, export-hf, generate";
 // --resume auto: the newest checkpoint under --save if any (app/run.cpp). A
 // directory that is really named "auto" is given as ./auto.
 inline constexpr const char* kResumeAuto = "auto";
@@ -61,6 +63,9 @@ struct ParsedCommandLine {
   // Plugin options the user gave ("fsdp.sharding_strategy" -> text), from
   // the command line or the config file's [fsdp] section.
   std::map<std::string, std::string> plugin_values;
+  // --config FILE.yaml: the accelerate config it named (its launch-level
+  // settings and notes; its options are already in the parse).
+  std::optional<AccelerateConfig> accelerate;
 };
 
 // What must be known before plugins load: which ones, from where, and the

@@ -119,6 +119,112 @@ class StopOnSignalAcrossRanks(TempDirMixin, unittest.TestCase):
         self.assertIn("stopped because another rank was asked to stop; the checkpoint is written", err)
 
 
+TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "accelerate",
+                         "config_yaml_templates")
+TINY = ["--model", "gpt-tiny", "--batch-size", 8, "--lr", 3e-3, "--warmup-steps", 2, "--threads", 1,
+        "--log-level", "warn"]
+
+
+def launch(*args, cwd=None, check=True):
+    """accel-host launch ARGS; returns the CompletedProcess."""
+    proc = subprocess.run([ACCEL_HOST, "launch", *map(str, args)], capture_output=True, text=True, env=MPI_ENV,
+                          cwd=cwd, timeout=300)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"launch {args} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def command_line(proc):
+    """The command launch printed (its first line: 'accel-host launch: ...')."""
+    [line] = [l for l in proc.stdout.splitlines() if l.startswith("accel-host launch: ")]
+    return line[len("accel-host launch: "):]
+
+
+@unittest.skipUnless(MPIRUN, "mpirun not found")
+class AccelerateLaunch(TempDirMixin, unittest.TestCase):
+    """Accelerate's published YAML templates, unchanged, through `accel-host
+    launch --config_file` and `accel-host --config`: the job equals the
+    one the plugin flags give."""
+
+    def test_fsdp_template_launches_and_configures_as_its_flags(self):
+        yaml = os.path.join(TEMPLATES, "fsdp.yaml")
+        proc = launch("--config_file", yaml, "--", *TINY, "--steps", 3, "--metrics-file", self.path("launch.jsonl"))
+        command = command_line(proc)
+        self.assertTrue(command.startswith("mpirun -n 2 --bind-to none "), command)
+        for flag in ("--plugin fsdp", "--fsdp.auto_wrap_policy transformer_based_wrap",
+                     "--fsdp.sharding_strategy FULL_SHARD", "--fsdp.backward_prefetch BACKWARD_PRE",
+                     "--fsdp.state_dict_type SHARDED_STATE_DICT", "--mixed-precision bf16"):
+            self.assertIn(flag, command)
+        # The same YAML as accel-host's own --config, and the flags by hand.
+        subprocess.run([MPIRUN, "-n", "2", ACCEL_HOST, "--config", yaml, *map(str, TINY), "--steps", "3",
+                        "--metrics-file", self.path("config.jsonl")], check=True, env=MPI_ENV, capture_output=True)
+        subprocess.run([MPIRUN, "-n", "2", ACCEL_HOST, "--plugin", "fsdp", "--fsdp.auto_wrap_policy",
+                        "transformer_based_wrap", "--fsdp.backward_prefetch", "BACKWARD_PRE",
+                        "--fsdp.state_dict_type", "SHARDED_STATE_DICT", "--fsdp.sync_module_states", "true",
+                        "--fsdp.cpu_ram_efficient_loading", "true", "--mixed-precision", "bf16", *map(str, TINY),
+                        "--steps", "3", "--metrics-file", self.path("flags.jsonl")],
+                       check=True, env=MPI_ENV, capture_output=True)
+        runs = [read_metrics(self.path(n)) for n in ("launch.jsonl", "config.jsonl", "flags.jsonl")]
+        self.assertEqual(len(runs[0]), 3)
+        self.assertEqual(runs[0][0]["fsdp.sharding_size"], 2)
+        for other in runs[1:]:
+            self.assertEqual([r["loss"] for r in runs[0]], [r["loss"] for r in other])
+
+    def test_deepspeed_template_and_its_json_run_unchanged(self):
+        # The YAML names its JSON relative to the working directory, as in
+        # accelerate; the JSON's fp16 block asks for fp16 and its scaler.
+        proc = launch("--config_file", "deepspeed.yaml", "--", *TINY, "--steps", 2, "--mixed-precision", "fp16",
+                      "--grad_scaler.growth_interval", 1000, "--grad_scaler.hysteresis", 2,
+                      "--grad_scaler.min_scale", 1, "--metrics-file", self.path("m.jsonl"), cwd=TEMPLATES)
+        self.assertIn("--deepspeed_zero.hf_ds_config ../deepspeed_config_templates/zero_stage1_config.json",
+                      command_line(proc))
+        rows = read_metrics(self.path("m.jsonl"))
+        self.assertEqual(rows[0]["deepspeed_zero.zero_stage"], 1)
+
+    def test_megatron_config_as_accelerate_config_writes_it(self):
+        yaml = self.path("megatron.yaml")
+        with open(yaml, "w") as f:
+            f.write("compute_environment: LOCAL_MACHINE\ndistributed_type: MEGATRON_LM\nmachine_rank: 0\n"
+                    "megatron_lm_config:\n  megatron_lm_gradient_clipping: 1.0\n  megatron_lm_pp_degree: 1\n"
+                    "  megatron_lm_recompute_activations: true\n  megatron_lm_sequence_parallelism: true\n"
+                    "  megatron_lm_tp_degree: 2\n  megatron_lm_use_distributed_optimizer: false\n"
+                    "mixed_precision: 'no'\nnum_machines: 1\nnum_processes: 2\nrdzv_backend: static\n"
+                    "same_network: true\nuse_cpu: true\n")
+        proc = launch("--config_file", yaml, "--", *TINY, "--steps", 2, "--metrics-file", self.path("m.jsonl"))
+        self.assertIn("--megatron.tp_degree 2", command_line(proc))
+        self.assertEqual(len(read_metrics(self.path("m.jsonl"))), 2)
+
+    def test_fp8_template_is_one_process_with_the_fp8_plugin(self):
+        proc = launch("--config_file", os.path.join(TEMPLATES, "fp8.yaml"), "--dry_run", "--", "--steps", 1)
+        command = command_line(proc)
+        self.assertTrue(command.startswith("mpirun -n 1 "), command)
+        self.assertIn("--plugin fp8 --fp8.amax_history_len 1024 --fp8.backend te --fp8.fp8_format E4M3", command)
+
+    def test_what_cannot_start_is_one_line_before_any_rank(self):
+        multi_node = os.path.join(TEMPLATES, "multi_node.yaml")
+        hosts = self.path("hosts")
+        with open(hosts, "w") as f:
+            f.write("node0 slots=2\nnode1 slots=2  # the second machine\n")
+        env = {k: v for k, v in MPI_ENV.items() if k != "OMPI_MCA_rmaps_base_oversubscribe"}
+        cases = [
+            ((multi_node,), {}, 2, "num_machines 2: name the machines in a hostfile"),
+            ((multi_node, "--hostfile", hosts), env, 2, f"--hostfile {hosts} has 4 slot(s) for 8 ranks"),
+            ((multi_node, "--machine_rank", 1), {}, 0, "machine_rank 1: mpirun on machine 0 starts the ranks"),
+        ]
+        for args, environment, code, message in cases:
+            with self.subTest(args=args):
+                proc = subprocess.run([ACCEL_HOST, "launch", "--config_file", *map(str, args), "--dry_run"],
+                                      capture_output=True, text=True, env=environment or MPI_ENV, timeout=60)
+                self.assertEqual(proc.returncode, code, proc.stderr)
+                self.assertIn(message, proc.stderr)
+                self.assertLessEqual(len(error_lines(proc.stderr)), 1, proc.stderr)
+                self.assertNotIn("mpirun", proc.stdout)  # nothing was started
+        # The YAML as --config of a job whose rank count is another.
+        proc = run_host("--config", os.path.join(TEMPLATES, "fsdp.yaml"), *TINY, "--steps", 1, check=False)
+        self.assertEqual(proc.returncode, 2, proc.stderr)
+        self.assertIn("fsdp.yaml: num_processes 2, but this job has 1 rank(s)", proc.stderr)
+
+
 class Preflight(unittest.TestCase):
     def test_srun_without_a_pmi_is_refused_on_every_task(self):
         # What each task of `srun -n 2 accel-host` sees when Slurm has no
