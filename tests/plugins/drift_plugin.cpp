@@ -6,6 +6,8 @@
 //    one line; nothing else in a correct run makes replicas drift apart.
 //  - action stall: sleeps 120 s, so the other ranks wait in the step's
 //    collectives and the communication timeout must end the job.
+//  - action die: the rank kills itself (SIGKILL), so the others meet a dead
+//    peer in the step's first operation, at a known step whatever the load.
 //  - action fail: the hook named by `hook` (step_begin, gradients_finalize,
 //    step_end, or save_state of the checkpoint at step at_step) returns an
 //    error on that rank alone, so the others must hear of it instead of
@@ -14,6 +16,7 @@
 #include <accel/sdk/sdk.hpp>
 
 #include <chrono>
+#include <csignal>
 #include <string>
 #include <thread>
 
@@ -26,7 +29,7 @@ class Drift final : public accel::sdk::Plugin {
   static constexpr accel::sdk::Option options[] = {
       {"rank", ACCEL_OPTION_INT, "1", "the rank that misbehaves", nullptr, "0"},
       {"at_step", ACCEL_OPTION_INT, "0", "the optimizer step (0-based) at whose start it does", nullptr, "0"},
-      {"action", ACCEL_OPTION_ENUM, "perturb", "what it does", "perturb|stall|fail"},
+      {"action", ACCEL_OPTION_ENUM, "perturb", "what it does", "perturb|stall|fail|die"},
       {"hook", ACCEL_OPTION_ENUM, "step_begin", "where action fail fails",
        "step_begin|gradients_finalize|step_end|save_state"},
   };
@@ -36,6 +39,7 @@ class Drift final : public accel::sdk::Plugin {
         rank_(services.option<int64_t>("rank")),
         at_step_(services.option<int64_t>("at_step")),
         stall_(services.option<std::string>("action") == "stall"),
+        die_(services.option<std::string>("action") == "die"),
         fail_in_(services.option<std::string>("action") == "fail" ? services.option<std::string>("hook") : "") {}
 
   void gradients_finalize(const AccelStepArgs& args) override { fail_if_chosen("gradients_finalize", args.step); }
@@ -46,6 +50,7 @@ class Drift final : public accel::sdk::Plugin {
     if (services().rank() != rank_ || args.step != at_step_) return;
     if (fail_in_ == "step_begin") fail_if_chosen("step_begin", args.step);
     if (!fail_in_.empty()) return;
+    if (die_) std::raise(SIGKILL);
     if (stall_) {
       std::this_thread::sleep_for(std::chrono::seconds(120));
       return;
@@ -66,6 +71,7 @@ class Drift final : public accel::sdk::Plugin {
   const int64_t rank_;
   const int64_t at_step_;
   const bool stall_;
+  const bool die_;
   const std::string fail_in_;  // the hook action fail fails in; "" for the other actions
 };
 
