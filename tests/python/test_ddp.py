@@ -15,14 +15,21 @@ COMMON = ["--model", "gpt-tiny", "--lr", 3e-3, "--warmup-steps", 2, "--log-level
 
 @unittest.skipUnless(MPIRUN, "mpirun not found")
 class DdpParity(TempDirMixin, unittest.TestCase):
-    def parity(self, n, *extra, batch=12, steps=20, tolerance=1e-5):
-        single, multi = self.path(f"single{n}.jsonl"), self.path(f"multi{n}.jsonl")
-        for f in (single, multi):
-            if os.path.exists(f):
-                os.remove(f)
-        run_host(*COMMON, "--steps", steps, "--batch-size", batch, "--metrics-file", single)
+    _references = {}  # (batch, steps): one process's rows, run once per suite
+
+    def reference(self, batch, steps):
+        if (batch, steps) not in self._references:
+            single = self.path("single.jsonl")
+            run_host(*COMMON, "--steps", steps, "--batch-size", batch, "--metrics-file", single)
+            DdpParity._references[(batch, steps)] = read_metrics(single)
+        return self._references[(batch, steps)]
+
+    def parity(self, n, *extra, batch=12, steps=10, tolerance=1e-5):
+        multi = self.path(f"multi{n}.jsonl")
+        if os.path.exists(multi):
+            os.remove(multi)
         mpirun(n, *COMMON, "--steps", steps, "--batch-size", batch, "--metrics-file", multi, *extra)
-        a, b = read_metrics(single), read_metrics(multi)
+        a, b = self.reference(batch, steps), read_metrics(multi)
         self.assertEqual(len(b), steps)
         for x, y in zip(a, b):
             self.assertLess(abs(x["loss"] - y["loss"]) / x["loss"], tolerance, (n, extra, x["step"], x["loss"], y["loss"]))

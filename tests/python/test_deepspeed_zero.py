@@ -58,10 +58,10 @@ class ZeroParity(TempDirMixin, unittest.TestCase):
             ZeroParity._references[key] = read_metrics(path)
         return self._references[key]
 
-    def parity(self, n, stage, *extra, steps=20, tolerance=1e-5, base=()):
+    def parity(self, n, stage, *extra, steps=10, tolerance=1e-5, base=()):
         return self.parity_with(n, zero(stage, *extra), steps=steps, tolerance=tolerance, base=base)
 
-    def parity_with(self, n, plugin_flags, steps=20, tolerance=1e-5, base=()):
+    def parity_with(self, n, plugin_flags, steps=10, tolerance=1e-5, base=()):
         args = [*COMMON, "--steps", steps, "--batch-size", 24, "--grad-accum", 2, *base]
         multi = self.path(f"zero_{n}.jsonl")
         if os.path.exists(multi):
@@ -594,7 +594,6 @@ class ZeroGradientClipping(TempDirMixin, unittest.TestCase):
                                      name=f"option{stage}")
                 from_config = self.losses("--plugin", "deepspeed_zero", "--deepspeed_zero.hf_ds_config",
                                           config, name=f"config{stage}")
-                unclipped = self.losses(*zero(stage), name=f"default{stage}")  # --grad-clip 1
                 self.assertGreater(host[0]["grad_norm"], 4 * self.CLIP)
                 for run in (option, from_config):
                     self.assertEqual(len(run), 4)
@@ -602,8 +601,10 @@ class ZeroGradientClipping(TempDirMixin, unittest.TestCase):
                         self.assertLess(abs(x["loss"] - y["loss"]) / x["loss"], 1e-6, (stage, x["step"]))
                         self.assertLess(abs(x["grad_norm"] - y["grad_norm"]) / x["grad_norm"], 1e-5,
                                         (stage, x["step"]))
-                # AdamW is nearly scale-invariant: clipping changes the losses a little, but it changes them.
-                self.assertGreater(abs(unclipped[-1]["loss"] - option[-1]["loss"]), 1e-6)
+        # AdamW is nearly scale-invariant: clipping changes the losses a little, but it changes them (so the
+        # equalities above are not those of runs that all ignore clipping; once suffices, at the last stage).
+        unclipped = self.losses(*zero(3), name="default3")  # --grad-clip 1
+        self.assertGreater(abs(unclipped[-1]["loss"] - option[-1]["loss"]), 1e-6)
 
 
 @unittest.skipUnless(MPIRUN, "mpirun not found")

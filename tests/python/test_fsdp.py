@@ -33,7 +33,7 @@ class FsdpParity(TempDirMixin, unittest.TestCase):
             FsdpParity._references[key] = read_metrics(path)
         return self._references[key]
 
-    def parity(self, n, *extra, batch=12, steps=20, tolerance=1e-5, reference_extra=()):
+    def parity(self, n, *extra, batch=12, steps=10, tolerance=1e-5, reference_extra=()):
         multi = self.path(f"fsdp{n}.jsonl")
         if os.path.exists(multi):
             os.remove(multi)

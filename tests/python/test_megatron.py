@@ -15,7 +15,7 @@ from accel_testing import MPIRUN, TempDirMixin, assert_same_safetensors, mpirun,
 
 COMMON = ["--model", "gpt-tiny", "--lr", 3e-3, "--warmup-steps", 2, "--log-level", "warn", "--threads", 1]
 MEGATRON = ["--plugin", "megatron"]
-STEPS = 20
+STEPS = 10
 
 
 def error_lines(stderr):
