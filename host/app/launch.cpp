@@ -174,6 +174,16 @@ bool given(const std::vector<std::string>& args, const std::string& option) {
   return false;
 }
 
+// Whether `args` name plugin `name` (--plugin NAME or --plugin=NAME).
+bool names_plugin(const std::vector<std::string>& args, const std::string& name) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    if ((args[i] == "--plugin" && i + 1 < args.size() && args[i + 1] == name) || args[i] == "--plugin=" + name) {
+      return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
 int launch_command(const std::vector<std::string>& args) {
@@ -230,7 +240,7 @@ int launch_command(const std::vector<std::string>& args) {
   // The training arguments: the user's own win over the config's.
   std::vector<std::string> host_args;
   for (const auto& [option, value] : config.options) {
-    if (option != "plugin" && given(o.training_args, option)) continue;
+    if (option == "plugin" ? names_plugin(o.training_args, value) : given(o.training_args, option)) continue;
     host_args.push_back("--" + option);
     host_args.push_back(value);
   }

@@ -200,6 +200,18 @@ class AccelerateLaunch(TempDirMixin, unittest.TestCase):
         self.assertTrue(command.startswith("mpirun -n 1 "), command)
         self.assertIn("--plugin fp8 --fp8.amax_history_len 1024 --fp8.backend te --fp8.fp8_format E4M3", command)
 
+    def test_training_options_win_over_the_file(self):
+        proc = launch("--config_file", os.path.join(TEMPLATES, "fsdp.yaml"), "--num_processes", 4,
+                      "--mixed_precision", "fp16", "--dry_run", "--", "--plugin", "fsdp",
+                      "--fsdp.sharding_strategy", "SHARD_GRAD_OP")
+        command = command_line(proc)
+        self.assertTrue(command.startswith("mpirun -n 4 "), command)
+        self.assertEqual(command.count("--plugin fsdp"), 1, command)
+        self.assertEqual(command.count("--fsdp.sharding_strategy"), 1, command)
+        self.assertTrue(command.endswith("--plugin fsdp --fsdp.sharding_strategy SHARD_GRAD_OP"), command)
+        self.assertIn("--mixed-precision fp16", command)
+        self.assertNotIn("bf16", command)
+
     def test_what_cannot_start_is_one_line_before_any_rank(self):
         multi_node = os.path.join(TEMPLATES, "multi_node.yaml")
         hosts = self.path("hosts")
