@@ -113,15 +113,22 @@ class Section {
 // key in the section -> the plugin option it sets (value copied as text).
 using OptionMap = std::map<std::string, std::string>;
 
-void map_options(const Section& section, const OptionMap& options, const std::string& plugin,
-                 AccelerateConfig& out, const std::function<std::string(const std::string&, std::string)>& convert) {
+using Convert = std::function<std::string(const std::string& key, std::string value)>;
+
+std::string no_conversion(const std::string&, std::string value) { return value; }
+
+// A plugin's section: refuses keys neither in `options` nor in `also_known`
+// (which the caller reads itself), and maps each key present onto
+// --PLUGIN.OPTION, its value through `convert`.
+void map_section(const Section& section, const OptionMap& options, std::set<std::string> also_known,
+                 const std::string& plugin, AccelerateConfig& out, const Convert& convert = no_conversion) {
+  for (const auto& [key, option] : options) also_known.insert(key);
+  section.only(also_known);
   for (const auto& [key, option] : options) {
     if (!section.has(key)) continue;
     out.options.emplace_back(plugin + "." + option, convert(key, section.text(key)));
   }
 }
-
-std::string no_conversion(const std::string&, std::string value) { return value; }
 
 // FSDP's sharding strategies by the numbers older accelerate configs wrote.
 std::string sharding_strategy(std::string value) {
@@ -150,10 +157,7 @@ void read_fsdp(const Section& fsdp, AccelerateConfig& out) {
       {"fsdp_sync_module_states", "sync_module_states"},
       {"fsdp_activation_checkpointing", "activation_checkpointing"},
   };
-  std::set<std::string> known;
-  for (const auto& [key, option] : options) known.insert(key);
-  fsdp.only(known);
-  map_options(fsdp, options, "fsdp", out, [&](const std::string& key, std::string value) {
+  map_section(fsdp, options, {}, "fsdp", out, [&](const std::string& key, std::string value) {
     if (key == "fsdp_sharding_strategy") return sharding_strategy(value);
     if (key == "fsdp_auto_wrap_policy") return lower(value);
     if (key == "fsdp_transformer_layer_cls_to_wrap") {
@@ -195,11 +199,9 @@ void read_deepspeed(const Section& ds, AccelerateConfig& out) {
       {"zero3_save_16bit_model", "zero3_save_16bit_model"},
       {"deepspeed_moe_layer_cls_names", "transformer_moe_cls_names"},
   };
-  std::set<std::string> known = {"deepspeed_multinode_launcher", "deepspeed_hostfile", "deepspeed_exclusion_filter",
-                                 "deepspeed_inclusion_filter"};
-  for (const auto& [key, option] : options) known.insert(key);
-  ds.only(known);
-  map_options(ds, options, "deepspeed_zero", out, no_conversion);
+  map_section(ds, options, {"deepspeed_multinode_launcher", "deepspeed_hostfile", "deepspeed_exclusion_filter",
+                            "deepspeed_inclusion_filter"},
+              "deepspeed_zero", out);
   // Accelerate makes the config's accumulation the Accelerator's: the host's.
   if (ds.has("gradient_accumulation_steps") && ds.text("gradient_accumulation_steps") != "auto") {
     out.options.emplace_back("grad-accum", std::to_string(ds.integer("gradient_accumulation_steps", 1, 1 << 20)));
@@ -225,10 +227,7 @@ void read_megatron(const Section& megatron, AccelerateConfig& out) {
       {"megatron_lm_recompute_activations", "recompute_activations"},
       {"megatron_lm_use_distributed_optimizer", "use_distributed_optimizer"},
   };
-  std::set<std::string> known = {"megatron_lm_gradient_clipping"};
-  for (const auto& [key, option] : options) known.insert(key);
-  megatron.only(known);
-  map_options(megatron, options, "megatron", out, no_conversion);
+  map_section(megatron, options, {"megatron_lm_gradient_clipping"}, "megatron", out);
   // The one clipping setting every strategy reads is the host's.
   if (megatron.has("megatron_lm_gradient_clipping")) {
     out.options.emplace_back("grad-clip", megatron.text("megatron_lm_gradient_clipping"));
@@ -247,10 +246,7 @@ void read_fp8(const Section& fp8, AccelerateConfig& out) {
       {"use_autocast_during_eval", "use_autocast_during_eval"},
       {"opt_level", "opt_level"},
   };
-  std::set<std::string> known;
-  for (const auto& [key, option] : options) known.insert(key);
-  fp8.only(known);
-  map_options(fp8, options, "fp8", out, [](const std::string& key, std::string value) {
+  map_section(fp8, options, {}, "fp8", out, [](const std::string& key, std::string value) {
     if (key != "backend") return value;
     value = lower(value);  // accelerate writes TE and MSAMP
     return value == "ms-amp" ? std::string("msamp") : value;
