@@ -171,6 +171,12 @@ Settings run_settings(const RunConfig& c, const model::GptConfig& shape, const p
     plugins += (plugins.empty() ? "" : ", ") + p->name() + " " + p->descriptor().version;
   }
   s.emplace_back("--plugin", plugins.empty() ? "(none)" : plugins);
+  // Nodes that installed different builds: the same names and versions, other
+  // bytes. Identities are of content, so a path that differs does not matter.
+  s.emplace_back("accel-host (binary)", data_identity("file:/proc/self/exe"));
+  for (const auto& p : registry.plugins()) {
+    s.emplace_back("--plugin " + p->name() + " (file)", data_identity("file:" + p->path().string()));
+  }
   for (const auto& p : registry.plugins()) {
     for (const AccelOptionSpec* spec : p->options()) {
       if (spec->flags & ACCEL_OPTION_FLAG_PER_RANK) continue;

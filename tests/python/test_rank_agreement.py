@@ -4,6 +4,7 @@ the ranks (every rank exits 2 by itself, none killed by a signal); a NaN
 loss stops every rank together; ddp's weight checksum is enforced; fsdp
 follows --mixed-precision bf16 as accelerate does."""
 import os
+import shutil
 import subprocess
 import time
 import unittest
@@ -80,6 +81,21 @@ class DifferentSettings(TempDirMixin, unittest.TestCase):
                 line = self.expect_refused(first, second, [key, "rank 0", "rank 1"])
                 # The first differing setting is the one named.
                 self.assertTrue(line.split(": ", 1)[1].startswith(key + " is"), line)
+
+    def test_a_plugin_file_with_other_bytes(self):
+        # Two nodes with the same plugin name and version but different
+        # builds of it: stopped before the first collective, naming it.
+        dirs = []
+        for rank in (0, 1):
+            d = self.path(f"plugins{rank}")
+            os.mkdir(d)
+            shutil.copy(os.path.join(TEST_PLUGINS, "drift", "libaccel_drift.so"), d)
+            dirs.append(d)
+        with open(os.path.join(dirs[1], "libaccel_drift.so"), "ab") as f:
+            f.write(b"another build")
+        line = self.expect_refused(["--plugin-path", dirs[0], "--plugin", "drift"],
+                                   ["--plugin-path", dirs[1], "--plugin", "drift"], ["rank 0", "rank 1"])
+        self.assertTrue(line.split(": ", 1)[1].startswith("--plugin drift (file) is"), line)
 
     def test_data_content_not_path(self):
         a, b, c = self.path("a.bin"), self.path("b.bin"), self.path("c.bin")
