@@ -49,7 +49,17 @@ class Section {
   bool has(const std::string& key) const { return node_[key] && !node_[key].IsNull(); }
 
   // A scalar as text; lists (override_linear_precision) joined by commas.
+  // One line: the text becomes an option's value (and a line of --config's
+  // INI text), where a newline would start another option.
   std::string text(const std::string& key) const {
+    std::string joined = joined_text(key);
+    if (std::any_of(joined.begin(), joined.end(), [](unsigned char c) { return c < 0x20; })) {
+      fail(key, "must be one line without control characters");
+    }
+    return joined;
+  }
+
+  std::string joined_text(const std::string& key) const {
     const YAML::Node value = node_[key];
     if (value.IsScalar()) return value.Scalar();
     if (value.IsSequence()) {

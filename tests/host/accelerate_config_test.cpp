@@ -172,6 +172,8 @@ TEST(AccelerateConfig, EveryKeyThatCannotBeHonouredIsOneLineNamingIt) {
       {"distributed_type: NO\nnum_machines: 2\nmachine_rank: 2\n", "c.yaml: machine_rank must be a whole number from 0 to 1"},
       {"- a\n- b\n", "c.yaml: an accelerate config is a mapping of keys"},
       {"distributed_type: [NO\n", "c.yaml: not valid YAML: "},
+      {"distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: \"FULL_SHARD\\n[ddp]\"\n",
+       "c.yaml: fsdp_config.fsdp_sharding_strategy must be one line"},
   };
   for (const auto& [yaml, message] : cases) {
     const std::string line = refusal(yaml);
