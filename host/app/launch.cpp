@@ -11,7 +11,6 @@
 #include <cstring>
 #include <filesystem>
 #include <optional>
-#include <set>
 #include <sstream>
 
 #include "accel/sdk/input_file.hpp"
@@ -140,8 +139,8 @@ std::optional<int64_t> hostfile_slots(const std::string& path) {
   return slots;
 }
 
-// The first line of `command`'s output ("" when it cannot run).
-std::string first_output_line(const std::string& command) {
+// What `command` prints (stdout; "" when it cannot run).
+std::string command_output(const std::string& command) {
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) return {};
   std::string out;
@@ -153,7 +152,7 @@ std::string first_output_line(const std::string& command) {
 
 // srun's PMI for an Open MPI program: pmix when this Slurm offers it, else pmi2.
 std::string slurm_mpi_plugin() {
-  const std::string offered = first_output_line("srun --mpi=list 2>&1");
+  const std::string offered = command_output("srun --mpi=list 2>&1");
   if (offered.find("pmix") != std::string::npos) return "pmix";
   if (offered.find("pmi2") != std::string::npos) return "pmi2";
   throw UsageError("srun --mpi=list offers neither pmix nor pmi2: srun cannot hand the ranks to Open MPI (each would "
