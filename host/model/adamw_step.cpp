@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 
 namespace accel::model {
 
@@ -34,6 +35,10 @@ void adamw_param_flat(at::Tensor& param, const at::Tensor& exp_avg, const at::Te
 void adamw_step_flat(at::Tensor& param, const at::Tensor& grad, at::Tensor& exp_avg,
                      at::Tensor& exp_avg_sq, int64_t decay_numel, int64_t step, const AdamWHyper& h,
                      int64_t chunk_numel) {
+  if (param.is_cuda()) {
+    adamw_step_fused_flat(param, grad, exp_avg, exp_avg_sq, decay_numel, step, h);
+    return;
+  }
   const int64_t numel = param.numel();
   const int64_t chunk = std::max<int64_t>(1, chunk_numel);
   // Every op is elementwise, so stepping chunk by chunk gives the same bits
@@ -49,6 +54,24 @@ void adamw_step_flat(at::Tensor& param, const at::Tensor& grad, at::Tensor& exp_
     at::Tensor v = exp_avg_sq.narrow(0, begin, n);
     adamw_moments_flat(grad.narrow(0, begin, n), m, v, h);
     adamw_param_flat(p, m, v, std::max<int64_t>(0, decay_numel - begin), step, h);
+  }
+}
+
+void adamw_step_fused_flat(at::Tensor& param, const at::Tensor& grad, at::Tensor& exp_avg, at::Tensor& exp_avg_sq,
+                           int64_t decay_numel, int64_t step, const AdamWHyper& h) {
+  at::NoGradGuard no_grad;
+  const int64_t numel = param.numel();
+  const int64_t decayed = std::clamp<int64_t>(decay_numel, 0, numel);
+  // The step count as the fused kernel reads it: an fp32 scalar on the
+  // buffers' device (a fill, no copy from the host).
+  const at::Tensor steps = at::full({}, static_cast<double>(step), param.options().dtype(at::kFloat));
+  const at::Tensor g = grad.scalar_type() == param.scalar_type() ? grad : grad.to(param.scalar_type());
+  for (const auto& [begin, n, decay] : {std::tuple{int64_t{0}, decayed, h.weight_decay},
+                                        std::tuple{decayed, numel - decayed, 0.0}}) {
+    if (n == 0) continue;
+    at::_fused_adamw_({param.narrow(0, begin, n)}, {g.narrow(0, begin, n)}, {exp_avg.narrow(0, begin, n)},
+                      {exp_avg_sq.narrow(0, begin, n)}, {}, {steps}, h.lr, h.beta1, h.beta2, decay, h.eps,
+                      /*amsgrad=*/false, /*maximize=*/false);
   }
 }
 

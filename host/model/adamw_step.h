@@ -23,11 +23,22 @@ struct AdamWHyper {
 // shard: pass the shard's buffers and the part of the decay range it holds.
 // `step` counts from 1. The buffers are stepped `chunk_numel` elements at a
 // time (bit-identical to one pass: every op is elementwise), so the step's
-// temporary is one chunk, not the buffer.
+// temporary is one chunk, not the buffer. On a CUDA device the step is
+// adamw_step_fused_flat instead: one fused kernel per region, no temporary.
 inline constexpr int64_t kAdamWChunkNumel = int64_t{1} << 20;  // 4 MiB of fp32
 void adamw_step_flat(at::Tensor& param, const at::Tensor& grad, at::Tensor& exp_avg,
                      at::Tensor& exp_avg_sq, int64_t decay_numel, int64_t step, const AdamWHyper& h,
                      int64_t chunk_numel = kAdamWChunkNumel);
+
+// The same step through ATen's fused AdamW (torch.optim.AdamW(fused=True)):
+// each region (decayed, not decayed) in one multi-tensor kernel that reads
+// every buffer once and writes the three it updates, in fp32 registers. It
+// rounds differently from the single-tensor ops (same formula, another
+// order: within 1e-6 relative of them, tests/host/optimizer_test.cpp), so
+// CPU ranks keep adamw_step_flat, whose bits torch.optim.AdamW's default
+// path gives. Runs on CPU tensors too, where it is tested.
+void adamw_step_fused_flat(at::Tensor& param, const at::Tensor& grad, at::Tensor& exp_avg, at::Tensor& exp_avg_sq,
+                           int64_t decay_numel, int64_t step, const AdamWHyper& h);
 
 // Its two halves: the moments' update (exp_avg.lerp_(grad, 1 - beta1),
 // exp_avg_sq.mul_(beta2).addcmul_(grad, grad, 1 - beta2)), then weight decay

@@ -23,6 +23,7 @@
 #include <tuple>
 #include <vector>
 
+#include "host/runtime/fp8_tensor_cores.h"
 #include "host/runtime/service_support.h"
 #include "host/runtime/tensor_views.h"
 #include "host/model/adamw_step.h"
@@ -143,14 +144,19 @@ AccelStatus cast(AccelHost* host, const AccelCastArgs* args) {
     require_same_shape(input, "input", output, "output");
     require_same_device(input, "input", output, "output");
     check_stream(args->stream, input);
+    if (is_kernel_fp8(output.scalar_type())) require_fp8_tensor_cores(output.device());
+    std::optional<at::Tensor> scale_cell, amax_cell;
+    if (args->scale != nullptr) scale_cell = fp32_scalar(args->scale, "scale");
+    if (args->amax != nullptr) amax_cell = fp32_scalar(args->amax, "amax");
+    const bool accumulate = (args->flags & ACCEL_CAST_AMAX_ACCUMULATE) != 0;
+    if (fused_fp8_cast(input, output, scale_cell, amax_cell, accumulate)) return;  // a CUDA device's one pass
     at::Tensor x = input.to(at::kFloat);
-    if (args->amax != nullptr) {
-      at::Tensor amax = fp32_scalar(args->amax, "amax");
+    if (amax_cell) {
       at::Tensor current = abs_max(x);
-      if ((args->flags & ACCEL_CAST_AMAX_ACCUMULATE) != 0) current = at::maximum(amax, current);
-      amax.copy_(current);
+      if (accumulate) current = at::maximum(*amax_cell, current);
+      amax_cell->copy_(current);
     }
-    if (args->scale != nullptr) x = x * fp32_scalar(args->scale, "scale");
+    if (scale_cell) x = x * *scale_cell;
     store(output, x);
   });
 }
@@ -427,6 +433,56 @@ void check_gemm_dtypes(const at::Tensor& a, const at::Tensor& b) {
   }
 }
 
+// A CUDA device's FP8 GEMM: the tensor cores through scaled_gemm, then
+// alpha, accumulation, amax and output scale as the emulation below applies
+// them (those are rare: the fp8 plugin uses none but accumulation).
+void gemm_on_fp8_tensor_cores(const AccelGemmArgs& args, const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
+  require_fp8_tensor_cores(out.device());
+  const bool trans_a = (args.flags & ACCEL_GEMM_TRANS_A) != 0;
+  const bool trans_b = (args.flags & ACCEL_GEMM_TRANS_B) != 0;
+  const int64_t m = trans_a ? a.size(1) : a.size(0), k = trans_a ? a.size(0) : a.size(1);
+  const int64_t kb = trans_b ? b.size(1) : b.size(0), n = trans_b ? b.size(0) : b.size(1);
+  if (kb != k || out.size(0) != m || out.size(1) != n) {
+    fail(ACCEL_ERROR_INVALID_ARGUMENT, strformat("op(a) [%lld, %lld] x op(b) [%lld, %lld] does not give out ",
+                                                 static_cast<long long>(m), static_cast<long long>(k),
+                                                 static_cast<long long>(kb), static_cast<long long>(n)) +
+                                           describe_shape(out.sizes()));
+  }
+  const at::Tensor one = at::ones({}, out.options().dtype(at::kFloat));
+  const at::Tensor scale_a = args.scale_a != nullptr ? fp32_scalar(args.scale_a, "scale_a") : one;
+  const at::Tensor scale_b = args.scale_b != nullptr ? fp32_scalar(args.scale_b, "scale_b") : one;
+  std::optional<at::Tensor> bias;
+  if (args.bias != nullptr) {
+    bias = to_aten(args.bias, "bias");
+    require_float(*bias, "bias", false);
+    if (bias->dim() != 1 || bias->size(0) != n) {
+      fail(ACCEL_ERROR_INVALID_ARGUMENT,
+           strformat("bias must be [%lld], got ", static_cast<long long>(n)) + describe_shape(bias->sizes()));
+    }
+  }
+  const bool accumulate = (args.flags & ACCEL_GEMM_ACCUMULATE) != 0;
+  if (accumulate && is_kernel_fp8(out.scalar_type())) {
+    fail(ACCEL_ERROR_UNSUPPORTED, "ACCEL_GEMM_ACCUMULATE into an FP8 output is not supported");
+  }
+  const bool plain = args.alpha == 1.0 && !accumulate && args.amax_out == nullptr && args.scale_out == nullptr &&
+                     !is_kernel_fp8(out.scalar_type());
+  if (plain) {
+    scaled_gemm(a, trans_a, b, trans_b, scale_a, scale_b, bias, out.scalar_type(), &out);
+    return;
+  }
+  at::Tensor result = scaled_gemm(a, trans_a, b, trans_b, scale_a, scale_b, std::nullopt, at::kFloat);
+  if (args.alpha != 1.0) result.mul_(args.alpha);
+  if (bias) result.add_(bias->to(at::kFloat));
+  if (accumulate && out.scalar_type() == at::kFloat && args.amax_out == nullptr && args.scale_out == nullptr) {
+    out.add_(result);  // wgrad into an fp32 gradient: one pass
+    return;
+  }
+  if (accumulate) result.add_(out);
+  if (args.amax_out != nullptr) fp32_scalar(args.amax_out, "amax_out").copy_(abs_max(result));
+  if (args.scale_out != nullptr) result = result * fp32_scalar(args.scale_out, "scale_out");
+  store(out, result);
+}
+
 AccelStatus gemm(AccelHost* host, const AccelGemmArgs* args) {
   return call_service("gemm", [&] {
     ACCEL_REQUIRE_ARGS(args, AccelGemmArgs, stream);
@@ -444,6 +500,10 @@ AccelStatus gemm(AccelHost* host, const AccelGemmArgs* args) {
     require_same_device(a, "a", out, "out");
     require_same_device(b, "b", out, "out");
     check_stream(args->stream, out);
+    if (is_kernel_fp8(a.scalar_type()) && out.is_cuda()) {
+      gemm_on_fp8_tensor_cores(*args, a, b, out);
+      return;
+    }
     at::Tensor op_a = a.to(at::kFloat);
     at::Tensor op_b = b.to(at::kFloat);
     if ((args->flags & ACCEL_GEMM_TRANS_A) != 0) op_a = op_a.t();

@@ -77,6 +77,8 @@ void MetricsWriter::write(const StepMetrics& m) {
                          {"tokens_per_s", m.tokens_per_s},
                          {"peak_mem_bytes", m.peak_mem_bytes}};
   line["comm_bytes"] = m.comm_bytes;
+  if (m.device_peak_allocated_bytes) line["device_peak_allocated_bytes"] = *m.device_peak_allocated_bytes;
+  if (m.device_peak_reserved_bytes) line["device_peak_reserved_bytes"] = *m.device_peak_reserved_bytes;
   if (m.eval_loss) {
     line["eval_loss"] = *m.eval_loss;
     line["eval_ppl"] = std::exp(*m.eval_loss);

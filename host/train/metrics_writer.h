@@ -20,7 +20,10 @@ struct StepMetrics {
   double lr = 0.0;
   double grad_norm = 0.0;
   double tokens_per_s = 0.0;
-  int64_t peak_mem_bytes = 0;
+  int64_t peak_mem_bytes = 0;  // the process's peak resident memory (host RAM)
+  // On a CUDA rank: the caching allocator's peak bytes during the step, in
+  // tensors (allocated) and held from the driver (reserved). Unset on CPU.
+  std::optional<int64_t> device_peak_allocated_bytes, device_peak_reserved_bytes;
   double loss_scale = 1.0;
   bool skipped = false;  // fp16 overflow: the optimizer step was skipped
   // --eval-every: the held-out mean loss after this step (perplexity is its

@@ -98,6 +98,12 @@ std::vector<std::pair<std::string, float>> step_scalars(const StepMetrics& m) {
       {"memory/peak_rss_bytes", static_cast<float>(m.peak_mem_bytes)},
       {"comm/bytes", static_cast<float>(m.comm_bytes)},
   };
+  if (m.device_peak_allocated_bytes) {
+    scalars.emplace_back("memory/device_peak_allocated_bytes", static_cast<float>(*m.device_peak_allocated_bytes));
+  }
+  if (m.device_peak_reserved_bytes) {
+    scalars.emplace_back("memory/device_peak_reserved_bytes", static_cast<float>(*m.device_peak_reserved_bytes));
+  }
   if (m.eval_loss) {
     scalars.emplace_back("eval/loss", static_cast<float>(*m.eval_loss));
     scalars.emplace_back("eval/ppl", static_cast<float>(std::exp(*m.eval_loss)));

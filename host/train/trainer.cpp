@@ -35,6 +35,7 @@
 #include "host/train/lr_schedule.h"
 #include "host/util/agreed_error.h"
 #include "host/util/log.h"
+#include "host/util/device_memory.h"
 #include "host/util/memory_stats.h"
 #include "host/util/strformat.h"
 
@@ -538,6 +539,7 @@ RunEnd Trainer::run() {
     const auto start = std::chrono::steady_clock::now();
     if (context_ && context_->memory) context_->memory->reset_peak();
     model::reset_tensor_memory_peak();
+    if (model_.device().is_cuda()) reset_device_memory_peak(model_.device());
     memory_watch_.begin_step(logged_step(completed_steps_ + 1));
     const StepOutcome outcome = stopping_together(completed_steps_, [&] { return train_step(completed_steps_); });
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -550,6 +552,11 @@ RunEnd Trainer::run() {
     m.grad_norm = outcome.grad_norm;
     m.tokens_per_s = tokens_per_step / seconds;
     m.peak_mem_bytes = peak_rss_bytes();
+    if (model_.device().is_cuda()) {
+      const DeviceMemoryPeak device = device_memory_peak(model_.device());
+      m.device_peak_allocated_bytes = device.allocated;
+      m.device_peak_reserved_bytes = device.reserved;
+    }
     m.loss_scale = loss_scaler_.scale();
     m.skipped = outcome.skipped;
     if (context_) {
@@ -588,9 +595,17 @@ RunEnd Trainer::run() {
       const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - loop_start).count();
       const double eta = elapsed / static_cast<double>(completed_steps_ - first_step) *
                          static_cast<double>(config_.steps - completed_steps_);
+      // On a GPU the device's peak comes first: it is the memory that runs out.
+      const std::string memory =
+          m.device_peak_allocated_bytes
+              ? strformat("gpu %s (reserved %s)  host %s",
+                          format_bytes(static_cast<double>(*m.device_peak_allocated_bytes)).c_str(),
+                          format_bytes(static_cast<double>(*m.device_peak_reserved_bytes)).c_str(),
+                          format_bytes(static_cast<double>(m.peak_mem_bytes)).c_str())
+              : format_bytes(static_cast<double>(m.peak_mem_bytes));
       log::info(strformat("step %5lld/%lld  loss %.4f  lr %.3e  grad_norm %.3f  %.0f tok/s  mem %s  elapsed %s  eta %s%s",
                           static_cast<long long>(completed_steps_), static_cast<long long>(config_.steps), m.loss,
-                          m.lr, m.grad_norm, m.tokens_per_s, format_bytes(static_cast<double>(m.peak_mem_bytes)).c_str(),
+                          m.lr, m.grad_norm, m.tokens_per_s, memory.c_str(),
                           format_duration(elapsed).c_str(), format_duration(eta).c_str(),
                           outcome.nonfinite_loss ? "  (skipped: non-finite loss)"
                           : outcome.skipped      ? "  (skipped: inf/nan gradients)"

@@ -160,7 +160,10 @@ Fp8Config read_config(const sdk::Services& s) {
   raw.amax_history_len = s.option<int64_t>("amax_history_len");
   raw.override_linear_precision = s.option<std::string>("override_linear_precision");
   raw.use_autocast_during_eval = s.option<bool>("use_autocast_during_eval");
-  raw.count_saturation = s.option<bool>("count_saturation");
+  // Counting reads every cast's tensors back to the host: on a GPU rank that
+  // is a device synchronisation per cast, so it is on there only when asked.
+  raw.count_saturation = s.option_is_set("count_saturation") ? s.option<bool>("count_saturation")
+                                                              : s.identity().device.device_type == kDLCPU;
   raw.fp8_weight_gather = s.option<bool>("fp8_weight_gather");
   raw.state_log = s.option<std::string>("state_log");
   raw.mixed_precision = s.option<std::string>("train.mixed_precision");

@@ -81,7 +81,8 @@ class Fp8 final : public sdk::Plugin {
        "delayed (DelayedScaling: scales from the amax history) or current (Float8CurrentScaling: each cast's own "
        "amax)"},
       {"count_saturation", ACCEL_OPTION_BOOL, "true",
-       "count saturated and underflowed elements per step (on GPU ranks: a copy to the host per cast)"},
+       "count saturated and underflowed elements per step; on GPU ranks off unless given (it copies every cast "
+       "to the host)"},
       {"fp8_weight_gather", ACCEL_OPTION_BOOL, "true",
        "offer sharding plugins (fsdp, ZeRO-3) to all-gather block linear weights as E4M3 codes with this step's "
        "scale (half the bytes of bf16, same numerics); false: they gather in their param dtype"},

@@ -67,6 +67,35 @@ TEST(FlatAdamW, ChunkedStepsGiveTheBitsOfOnePass) {
   }
 }
 
+// A CUDA rank's step: ATen's fused AdamW over the decayed prefix and the
+// rest, run here on CPU tensors. It computes the single-tensor step's
+// function (another rounding order) and decays only the prefix.
+TEST(FlatAdamW, TheFusedStepOfACudaRankMatchesTheSingleTensorStep) {
+  const AdamWHyper h{3e-3, 0.9, 0.95, 1e-8, 0.1};
+  const int64_t n = 10007, decay = 6001;
+  at::manual_seed(11);
+  const at::Tensor p0 = at::randn({n}), m0 = at::randn({n}) * 0.1, v0 = at::rand({n}) * 0.01;
+  at::Tensor p = p0.clone(), m = m0.clone(), v = v0.clone();
+  at::Tensor fp = p0.clone(), fm = m0.clone(), fv = v0.clone();
+  for (int64_t t = 1; t <= 5; ++t) {
+    const at::Tensor g = at::randn({n});
+    adamw_step_flat(p, g, m, v, decay, t, h);
+    accel::model::adamw_step_fused_flat(fp, g, fm, fv, decay, t, h);
+  }
+  EXPECT_LT((fp - p).abs().max().item<double>(), 1e-6);
+  EXPECT_LT((fm - m).abs().max().item<double>(), 1e-6);
+  EXPECT_LT((fv - v).abs().max().item<double>(), 1e-6);
+  // The parameters moved (a step that did nothing would pass the above).
+  EXPECT_GT((fp - p0).abs().max().item<double>(), 1e-3);
+  // Without decay on the prefix the result differs there: the regions are applied as given.
+  at::Tensor np = p0.clone(), nm = m0.clone(), nv = v0.clone();
+  accel::model::adamw_step_fused_flat(np, at::zeros({n}), nm, nv, 0, 1, h);
+  at::Tensor dp = p0.clone(), dm = m0.clone(), dv = v0.clone();
+  accel::model::adamw_step_fused_flat(dp, at::zeros({n}), dm, dv, decay, 1, h);
+  EXPECT_TRUE(at::equal(np.narrow(0, decay, n - decay), dp.narrow(0, decay, n - decay)));
+  EXPECT_FALSE(at::equal(np.narrow(0, 0, decay), dp.narrow(0, 0, decay)));
+}
+
 TEST(LrSchedule, WarmupThenDecayToMinLr) {
   accel::OptimizerOptions o;
   o.lr = 1.0;

@@ -1,0 +1,118 @@
+// fp8_cast.cu — the fused FP8 cast (see fp8_cast_kernel.h).
+//
+// Grid-stride loop, 8 elements per thread per iteration when the tensor is
+// 16-byte aligned (one 16- or 32-byte load, one 8-byte store), a scalar tail;
+// each block reduces its amax key in shared memory and issues one atomicMax.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include "host/runtime/cuda/fp8_cast_kernel.h"
+#include "host/runtime/cuda/fp8_cast_math.h"
+
+namespace accel::runtime::cuda_kernels {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kVector = 8;
+
+__device__ inline float load(const float* p, int64_t i) { return p[i]; }
+__device__ inline float load(const __nv_bfloat16* p, int64_t i) { return __bfloat162float(p[i]); }
+__device__ inline float load(const __half* p, int64_t i) { return __half2float(p[i]); }
+
+template <__nv_fp8_interpretation_t kFormat>
+__device__ inline __nv_fp8_storage_t to_fp8(float v) {
+  return __nv_cvt_float_to_fp8(v, __NV_SATFINITE, kFormat);
+}
+
+template <typename In, __nv_fp8_interpretation_t kFormat>
+__global__ void __launch_bounds__(kThreads) fp8_cast_kernel(const In* __restrict__ input,
+                                                             __nv_fp8_storage_t* __restrict__ output, int64_t count,
+                                                             const float* __restrict__ scale_ptr,
+                                                             unsigned int* __restrict__ amax_key_ptr, float limit) {
+  const float scale = scale_ptr != nullptr ? *scale_ptr : 1.0f;
+  uint32_t key = 0;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const bool aligned = (reinterpret_cast<uintptr_t>(input) % 16 == 0) && (reinterpret_cast<uintptr_t>(output) % 8 == 0);
+  const int64_t vectors = aligned ? count / kVector : 0;
+  for (int64_t v = first; v < vectors; v += stride) {
+    const int64_t base = v * kVector;
+    float x[kVector];
+#pragma unroll
+    for (int j = 0; j < kVector; ++j) x[j] = load(input, base + j);
+    union {
+      __nv_fp8_storage_t b[kVector];
+      uint2 word;
+    } packed;
+#pragma unroll
+    for (int j = 0; j < kVector; ++j) {
+      key = max(key, cuda_math::amax_key(x[j]));
+      packed.b[j] = to_fp8<kFormat>(cuda_math::saturate_scaled(x[j], scale, limit));
+    }
+    *reinterpret_cast<uint2*>(output + base) = packed.word;
+  }
+  for (int64_t i = vectors * kVector + first; i < count; i += stride) {
+    const float x = load(input, i);
+    key = max(key, cuda_math::amax_key(x));
+    output[i] = to_fp8<kFormat>(cuda_math::saturate_scaled(x, scale, limit));
+  }
+  if (amax_key_ptr == nullptr) return;
+  __shared__ uint32_t block_key[kThreads / 32];
+  for (int offset = 16; offset > 0; offset /= 2) key = max(key, __shfl_down_sync(0xffffffffu, key, offset));
+  if (threadIdx.x % 32 == 0) block_key[threadIdx.x / 32] = key;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < kThreads / 32; ++w) key = max(key, block_key[w]);
+    atomicMax(amax_key_ptr, key);
+  }
+}
+
+template <typename In>
+cudaError_t launch_typed(const void* input, void* output, CastTarget target, int64_t count, const float* scale,
+                         float* amax, cudaStream_t stream) {
+  int device = 0, sms = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  const int64_t wanted = (count / kVector + kThreads - 1) / kThreads;
+  const int blocks = static_cast<int>(wanted < 1 ? 1 : (wanted > 8LL * sms ? 8LL * sms : wanted));
+  const auto* in = static_cast<const In*>(input);
+  auto* out = static_cast<__nv_fp8_storage_t*>(output);
+  // The amax cell holds a non-negative float, whose bits order as integers.
+  auto* key = reinterpret_cast<unsigned int*>(amax);
+  if (target == CastTarget::e4m3fn) {
+    fp8_cast_kernel<In, __NV_E4M3><<<blocks, kThreads, 0, stream>>>(in, out, count, scale, key, 448.0f);
+  } else {
+    fp8_cast_kernel<In, __NV_E5M2><<<blocks, kThreads, 0, stream>>>(in, out, count, scale, key, 57344.0f);
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+const char* launch_fp8_cast(const void* input, CastSource source, void* output, CastTarget target, int64_t count,
+                            const float* scale, float* amax, void* stream) {
+  if (count <= 0) return nullptr;
+  const auto s = static_cast<cudaStream_t>(stream);
+  cudaError_t status = cudaSuccess;
+  switch (source) {
+    case CastSource::f32: status = launch_typed<float>(input, output, target, count, scale, amax, s); break;
+    case CastSource::bf16: status = launch_typed<__nv_bfloat16>(input, output, target, count, scale, amax, s); break;
+    case CastSource::f16: status = launch_typed<__half>(input, output, target, count, scale, amax, s); break;
+  }
+  return status == cudaSuccess ? nullptr : cudaGetErrorString(status);
+}
+
+int compute_capability(int device, const char** error) {
+  int major = 0, minor = 0;
+  cudaError_t status = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  if (status == cudaSuccess) status = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+  if (status != cudaSuccess) {
+    if (error != nullptr) *error = cudaGetErrorString(status);
+    return -1;
+  }
+  return major * 10 + minor;
+}
+
+}  // namespace accel::runtime::cuda_kernels

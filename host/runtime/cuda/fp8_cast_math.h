@@ -1,0 +1,55 @@
+// fp8_cast_math.h — the per-element arithmetic of the fused FP8 cast, shared
+// by the CUDA kernel (fp8_cast.cu) and the CPU test that pins it
+// (tests/runtime/fp8_cast_math_test.cpp). No CUDA or LibTorch types.
+//
+// The kernel reads each element once: it folds |x| into the amax and stores
+// x * scale saturated to the FP8 range. amax is kept as the bit pattern of a
+// non-negative float, because for those the integer order is the float
+// order (+0 < denormals < normals < inf < NaN), so one integer atomicMax per
+// block keeps the largest |x| and lets a NaN win, as max() over a tensor
+// with a NaN in it does.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#if defined(__CUDACC__)
+#define ACCEL_HOST_DEVICE __host__ __device__
+#else
+#define ACCEL_HOST_DEVICE
+#endif
+
+namespace accel::runtime::cuda_math {
+
+// The ordered key of |x|: larger keys are larger magnitudes, NaN largest.
+ACCEL_HOST_DEVICE inline uint32_t amax_key(float x) {
+  uint32_t bits;
+#if defined(__CUDA_ARCH__)
+  bits = __float_as_uint(x);
+#else
+  std::memcpy(&bits, &x, sizeof(bits));
+#endif
+  bits &= 0x7fffffffu;                       // |x|: the sign bit cleared
+  return bits > 0x7f800000u ? 0x7fc00000u : bits;  // every NaN as the canonical one
+}
+
+ACCEL_HOST_DEVICE inline float amax_value(uint32_t key) {
+  float x;
+#if defined(__CUDA_ARCH__)
+  x = __uint_as_float(key);
+#else
+  std::memcpy(&x, &key, sizeof(x));
+#endif
+  return x;
+}
+
+// x * scale clamped to +-limit (the FP8 format's largest finite value); NaN
+// stays NaN. The store then rounds to nearest even, as ATen's conversion
+// does after the CPU path's clamp.
+ACCEL_HOST_DEVICE inline float saturate_scaled(float x, float scale, float limit) {
+  const float v = x * scale;
+  if (v != v) return v;
+  return v > limit ? limit : (v < -limit ? -limit : v);
+}
+
+}  // namespace accel::runtime::cuda_math
