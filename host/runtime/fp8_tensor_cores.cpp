@@ -81,12 +81,13 @@ at::Tensor scaled_gemm(const at::Tensor& a, bool trans_a, const at::Tensor& b, b
   const int64_t k16 = round_up(k, kAlign), n16 = round_up(n, kAlign);
   if (k16 != k) first = padded(first, m, k16);
   if (k16 != k || n16 != n) second = padded(second.t(), n16, k16).t();  // padded row-major [n, k], viewed [k, n]
-  // cuBLASLt adds a bias of the output's 16-bit type in its epilogue; any
-  // other bias is added after, in fp32.
-  const bool epilogue_bias = bias && n16 == n && bias->scalar_type() == out_dtype &&
-                             (out_dtype == at::kBFloat16 || out_dtype == at::kHalf);
+  // A 16-bit output takes the bias in cuBLASLt's epilogue, in the output's
+  // type (as autocast's linear rounds an fp32 bias to bf16 first); an fp32
+  // output has it added after, in fp32.
+  const bool epilogue_bias = bias && n16 == n && (out_dtype == at::kBFloat16 || out_dtype == at::kHalf);
   const at::ScalarType product_dtype = bias && !epilogue_bias ? at::kFloat : out_dtype;
-  const std::optional<at::Tensor> fused_bias = epilogue_bias ? bias : std::optional<at::Tensor>{};
+  const std::optional<at::Tensor> fused_bias =
+      epilogue_bias ? std::optional<at::Tensor>(bias->to(out_dtype)) : std::optional<at::Tensor>{};
   if (into != nullptr && n16 == n && !(bias && !epilogue_bias) && into->scalar_type() == out_dtype &&
       into->is_contiguous() && into->size(0) == m && into->size(1) == n) {
     // Straight into the caller's tensor: no copy of the output.

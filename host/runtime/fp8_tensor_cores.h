@@ -30,6 +30,9 @@ bool fused_fp8_cast(const at::Tensor& input, at::Tensor& output, const std::opti
 // first operand row-major, the second column-major (an FP8 transpose copy
 // where they are not), inner and output extents multiples of 16 (zero
 // padding, cut off again). Scales are fp32 scalars on the operands' device.
+// A bias joins a bf16/f16 output in the GEMM's epilogue, rounded to that
+// type first (autocast's linear does the same); an fp32 output adds it in
+// fp32.
 // With `into` set, the product is written there (directly when it is
 // contiguous, of out_dtype and needs no padding) and returned. Runs on CPU
 // tensors too (ATen's CPU _scaled_mm), which is how its layout handling is

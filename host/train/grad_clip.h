@@ -9,10 +9,17 @@
 
 namespace accel::train {
 
-// sqrt of the sum of squares over all buffers (fp32 accumulation in double at the end).
-double global_grad_norm(const std::vector<at::Tensor>& flat_grads);
+// Both stay on the buffers' device and read nothing back to the host: the
+// step reads the norm once, after the optimizer step is queued (a CUDA
+// rank's one synchronisation for it). The sum is fp32 per buffer, in double
+// across buffers; the result is a 0-dim double tensor (CPU for no buffers).
 
-// Scales the buffers in place when norm > max_norm; returns the norm before clipping.
-double clip_grad_norm(std::vector<at::Tensor>& flat_grads, double max_norm);
+// sqrt of the sum of squares over all buffers.
+at::Tensor global_grad_norm(const std::vector<at::Tensor>& flat_grads);
+
+// Multiplies the buffers by min(1, max_norm / (norm + 1e-6)) (by exactly 1,
+// which changes no bit, when under the threshold); returns the norm before
+// clipping.
+at::Tensor clip_grad_norm(std::vector<at::Tensor>& flat_grads, double max_norm);
 
 }  // namespace accel::train

@@ -19,13 +19,15 @@ void LossScaler::restore(double scale, int64_t growth_tracker) {
 
 bool LossScaler::unscale_and_check(std::vector<at::Tensor>& flat_grads) const {
   if (!active_) return false;
-  bool found_inf = false;
+  if (flat_grads.empty()) return false;
   const double inverse = 1.0 / scale_;
+  // Every buffer's check stays on the device; the host reads the verdict once.
+  at::Tensor finite = at::ones({}, flat_grads.front().options().dtype(at::kBool));
   for (at::Tensor& g : flat_grads) {
     g.mul_(inverse);
-    if (!found_inf && !g.isfinite().all().item<bool>()) found_inf = true;
+    finite.logical_and_(g.isfinite().all());
   }
-  return found_inf;
+  return !finite.item<bool>();
 }
 
 void LossScaler::update(bool found_inf) {

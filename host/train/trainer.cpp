@@ -142,10 +142,11 @@ double Trainer::plugin_clip(double max_norm) {
   return total_norm.item<double>();
 }
 
-double Trainer::clip_or_measure(std::vector<at::Tensor>& grads) {
+at::Tensor Trainer::clip_or_measure(std::vector<at::Tensor>& grads) {
   const double max_norm = config_.optimizer.grad_clip;
   if (hooks_ && hooks_->owns_clip_gradients()) {
-    return plugin_clip(max_norm > 0 ? max_norm : std::numeric_limits<double>::infinity());
+    return at::scalar_tensor(plugin_clip(max_norm > 0 ? max_norm : std::numeric_limits<double>::infinity()),
+                             at::kDouble);
   }
   return max_norm > 0 ? clip_grad_norm(grads, max_norm) : global_grad_norm(grads);
 }
@@ -281,6 +282,7 @@ StepOutcome Trainer::train_step(int64_t step) {
   }
   std::vector<at::Tensor> grads = flat_grads_of(model_);
   float grad_scale = 1.0f;  // the optimizer multiplies the gradients by it
+  at::Tensor grad_norm;     // the host's clipping: on the device until the optimizer step is queued
   if (outcome.nonfinite_loss) {
     outcome.skipped = true;  // no clipping, no update: the step is skipped
   } else if (loss_scaler_.active() && hooks_ && hooks_->owns_clip_gradients() && hooks_->owns_optimizer_step()) {
@@ -300,7 +302,7 @@ StepOutcome Trainer::train_step(int64_t step) {
   } else {
     const runtime::TraceRange range(context_, "clip_gradients");
     outcome.skipped = loss_scaler_.unscale_and_check(grads);
-    if (!outcome.skipped) outcome.grad_norm = clip_or_measure(grads);
+    if (!outcome.skipped) grad_norm = clip_or_measure(grads);
   }
   if (!outcome.skipped) {
     const runtime::TraceRange range(context_, "optimizer_step");
@@ -323,6 +325,7 @@ StepOutcome Trainer::train_step(int64_t step) {
     }
     if (!stepped_by_plugin) optimizer_.step(model_.units(), config_.optimizer, outcome.lr);
   }
+  if (grad_norm.defined()) outcome.grad_norm = grad_norm.item<double>();
   loss_scaler_.update(outcome.skipped);
 
   if (hooks_) {

@@ -176,7 +176,7 @@ class Trainer final : public runtime::ModelRunner {
   bool evaluates_after(int64_t step) const {
     return config_.eval.every > 0 && (step % config_.eval.every == 0 || step == config_.steps);
   }
-  double clip_or_measure(std::vector<at::Tensor>& grads);
+  at::Tensor clip_or_measure(std::vector<at::Tensor>& grads);
   // The clip_gradients take-over with `max_norm` (+inf: measure only);
   // returns the global norm it wrote.
   double plugin_clip(double max_norm);

@@ -119,11 +119,12 @@ TEST(LrSchedule, WarmupThenDecayToMinLr) {
 
 TEST(GradClip, ScalesOnlyAboveTheThreshold) {
   std::vector<at::Tensor> grads = {at::tensor({3.0f}), at::tensor({4.0f, 0.0f})};
-  EXPECT_NEAR(global_grad_norm(grads), 5.0, 1e-9);
-  EXPECT_NEAR(clip_grad_norm(grads, 10.0), 5.0, 1e-9);
+  EXPECT_NEAR(global_grad_norm(grads).item<double>(), 5.0, 1e-9);
+  EXPECT_NEAR(clip_grad_norm(grads, 10.0).item<double>(), 5.0, 1e-9);
   EXPECT_FLOAT_EQ(grads[0].item<float>(), 3.0f);
-  EXPECT_NEAR(clip_grad_norm(grads, 1.0), 5.0, 1e-9);
-  EXPECT_NEAR(global_grad_norm(grads), 1.0, 1e-5);
+  EXPECT_NEAR(clip_grad_norm(grads, 1.0).item<double>(), 5.0, 1e-9);
+  EXPECT_NEAR(global_grad_norm(grads).item<double>(), 1.0, 1e-5);
+  EXPECT_EQ(global_grad_norm({}).item<double>(), 0.0);
 }
 
 TEST(LossScaler, BacksOffOnOverflowAndGrowsAfterTheInterval) {

@@ -53,19 +53,20 @@ TEST(ScaledGemm, EveryTransposeAndUnalignedShapeGivesTheDequantisedProduct) {
   }
 }
 
-TEST(ScaledGemm, BiasInTheEpilogueOrAfterAndStraightIntoTheOutput) {
+TEST(ScaledGemm, BiasInTheEpilogueOrInFp32AndStraightIntoTheOutput) {
   at::manual_seed(4);
   const at::Tensor one = at::ones({});
   const auto [a8, a] = fp8_operand({32, 64}, at::ScalarType::Float8_e4m3fn);
   const auto [w8, w] = fp8_operand({48, 64}, at::ScalarType::Float8_e4m3fn);
   const at::Tensor bias = at::randn({48});
   const at::Tensor want = reference(a, false, w, true, 1.0, 1.0, bias);
-  // A bf16 bias with a bf16 output (cuBLASLt's epilogue), an fp32 bias added after.
+  // A bf16 output takes a bf16 or fp32 bias in the epilogue; an fp32 output adds it in fp32.
   for (const at::Tensor& b : {bias.to(at::kBFloat16), bias}) {
     const at::Tensor got = scaled_gemm(a8, false, w8, true, one, one, b, at::kBFloat16);
     EXPECT_EQ(got.scalar_type(), at::kBFloat16);
     EXPECT_LT(relative_error(got, want), 1e-2) << b.scalar_type();  // bf16 output rounding
   }
+  EXPECT_LT(relative_error(scaled_gemm(a8, false, w8, true, one, one, bias, at::kFloat), want), 1e-6);
   at::Tensor out = at::full({32, 48}, std::numeric_limits<float>::quiet_NaN(), at::kBFloat16);
   const at::Tensor returned = scaled_gemm(a8, false, w8, true, one, one, bias.to(at::kBFloat16), at::kBFloat16, &out);
   EXPECT_EQ(returned.data_ptr(), out.data_ptr());
