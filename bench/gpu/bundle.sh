@@ -7,7 +7,9 @@
 # relocated under the bundle through OPAL_PREFIX (mpirun and orted included,
 # for several ranks on several GPUs).
 #
-# Usage: bench/gpu/bundle.sh [BUILD_DIR] [OUT_DIR]   (defaults: build, .gpu-bundle)
+# Usage: bench/gpu/bundle.sh [BUILD_DIR] [OUT_DIR] [TEST_BINARY...]
+#   (defaults: build, .gpu-bundle, accel_runtime_services_tests: run.sh runs
+#   its CUDA tests first)
 # Then, on the GPU machine:  . OUT_DIR/env.sh && accel-host --device cuda ...
 # or the whole benchmark:    bench/gpu/run.sh OUT_DIR
 # About 25 MB. OUT_DIR/.. must be ignored by git when the tree travels
@@ -16,9 +18,12 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=$(cd "${1:-$root/build}" && pwd)
 out=${2:-$root/.gpu-bundle}
+shift $(($# < 2 ? $# : 2))
+tests=("$@"); [[ ${#tests[@]} -gt 0 ]] || tests=(accel_runtime_services_tests)
 [[ -x "$build/bin/accel-host" ]] || { echo "bundle.sh: $build/bin/accel-host is not built" >&2; exit 2; }
 rm -rf "$out"; mkdir -p "$out/bin" "$out/lib/accel/plugins" "$out/syslib"
 cp "$build/bin/accel-host" "$out/bin/"
+for t in "${tests[@]}"; do [[ -x "$build/bin/$t" ]] && cp "$build/bin/$t" "$out/bin/"; done
 cp "$build"/lib/accel/plugins/*.so "$out/lib/accel/plugins/"
 
 # Every shared library outside torch's wheel and the C/C++ runtime that a

@@ -102,7 +102,7 @@ def table(a):
     print("| run | tokens/s | vs eager | MFU | peak allocated GiB | peak reserved GiB | final loss |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for r in rows:
-        if r.get("impl") in ("parity", "syncs"):
+        if r.get("impl") in ("parity", "syncs") or r["label"].startswith("parity"):
             continue
         if "tokens_per_s" not in r:
             print("| %s | %s |  |  |  |  |  |" % (r["label"], r.get("error", "failed")))

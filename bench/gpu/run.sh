@@ -60,6 +60,13 @@ llama_small=(--model llama-small --batch-size 16)
 llama_wide=(--model llama-small --n-layer 4 --n-head 16 --n-kv-head 4 --n-embd 2048 --ffn-size 8192 --batch-size 8)
 bf16=(--device cuda --mixed-precision bf16)
 
+if command -v accel_runtime_services_tests >/dev/null; then
+  echo "== the CUDA paths against their CPU twins (tests/runtime/cuda_paths_test.cpp)"
+  timeout 120 accel_runtime_services_tests --gtest_filter='CudaPaths*:ScaledGemm*:Fp8CastMath*' >"$out/runs/cuda_tests.log" 2>&1
+  echo "  exit $?: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/runs/cuda_tests.log" | tr '\n' ' ')"
+  grep -E '^\[  FAILED|Failure|error' "$out/runs/cuda_tests.log" | head -20 | sed 's/^/    /'
+fi
+
 echo "== parity: gpt-tiny fp32, CPU against CUDA"
 run_accel "parity cpu" gpt-tiny 120 --device cpu --model gpt-tiny --batch-size 8 --seed 7
 run_accel "parity cuda" gpt-tiny 120 --device cuda --model gpt-tiny --batch-size 8 --seed 7

@@ -35,6 +35,7 @@ def parse_args(argv):
     for name, default in [("batch-size", 16), ("steps", 20), ("warmup-steps", 5)]:
         p.add_argument("--" + name, type=int, default=default)
     p.add_argument("--label", default="")
+    p.add_argument("--device", default="cuda", help="cpu: a smoke test of this script without a GPU")
     a = p.parse_args(argv)
     s = SHAPES[a.shape]
     a.family, a.n_layer, a.n_head, a.n_embd, a.seq_len, a.vocab_size = s["family"], s["L"], s["H"], s["C"], s["T"], s["V"]
@@ -47,7 +48,14 @@ def build(a):
         if a.family != "gpt":
             raise SystemExit("--impl reference is GPT-2 only; use --impl transformers for llama")
         import gpt_reference as ref
-        return ref.GPT(a.n_layer, a.n_head, a.n_embd, a.seq_len, a.vocab_size), "loss_fn"
+        model = ref.GPT(a.n_layer, a.n_head, a.n_embd, a.seq_len, a.vocab_size)
+        with torch.no_grad():  # GPT-2's init, as accel-host's: normal(0, 0.02) matrices, zero biases
+            for name, p in model.named_parameters():
+                if p.dim() >= 2:
+                    p.normal_(0.0, 0.02)
+                elif not name.split(".")[-2].startswith("ln_"):
+                    p.zero_()
+        return model, "loss_fn"
     import transformers
     if a.family == "gpt":
         cfg = transformers.GPT2Config(vocab_size=a.vocab_size, n_positions=a.seq_len, n_embd=a.n_embd,
@@ -65,14 +73,15 @@ def build(a):
 def main(argv):
     a = parse_args(argv)
     torch.manual_seed(1234)
-    dev = torch.device("cuda")
+    dev = torch.device(a.device)
+    cuda = dev.type == "cuda"
     model, kind = build(a)
     model = model.to(dev)
     params = sum(p.numel() for p in model.parameters())
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=3e-4, betas=(0.9, 0.95), eps=1e-8, fused=True)
+                            lr=3e-4, betas=(0.9, 0.95), eps=1e-8, fused=cuda)
 
     def loss_of(x, y):
         if kind == "hf":
@@ -85,12 +94,12 @@ def main(argv):
                for _ in range(a.warmup_steps + a.steps)]
     times, losses = [], []
     for i, b in enumerate(batches):
-        if i == a.warmup_steps:
+        if i == a.warmup_steps and cuda:
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
         start = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
+        with torch.autocast(dev.type, dtype=torch.bfloat16):
             loss = step_fn(b[:, :-1], b[:, 1:])
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -103,9 +112,9 @@ def main(argv):
                       "eager_baseline": a.baseline,
                       "params": params, "tokens_per_s": tokens / statistics.median(times),
                       "ms_per_step": 1e3 * statistics.median(times), "final_loss": losses[-1],
-                      "device_peak_allocated_bytes": torch.cuda.max_memory_allocated(),
-                      "device_peak_reserved_bytes": torch.cuda.max_memory_reserved(),
-                      "device": torch.cuda.get_device_name()}))
+                      "device_peak_allocated_bytes": torch.cuda.max_memory_allocated() if cuda else 0,
+                      "device_peak_reserved_bytes": torch.cuda.max_memory_reserved() if cuda else 0,
+                      "device": torch.cuda.get_device_name() if cuda else "cpu"}))
 
 
 if __name__ == "__main__":
