@@ -74,22 +74,22 @@ report parity --label "gpt-tiny fp32 CPU vs CUDA" "$out/runs/parity_cpu.jsonl" "
 
 echo "== gpt-small, batch 16 x 1024"
 run_accel "accel gpt-small bf16" gpt-small 120 "${bf16[@]}" "${gpt_small[@]}"
-run_accel "accel gpt-small fp8" gpt-small 180 "${bf16[@]}" "${gpt_small[@]}" --plugin fp8
+run_accel "accel gpt-small fp8" gpt-small 100 "${bf16[@]}" "${gpt_small[@]}" --plugin fp8
 run_torch "torch gpt-small eager" 120 --impl reference --shape gpt-small --batch-size 16 --baseline
 echo "== llama-wide (4 x 2048, ffn 8192), batch 8 x 1024"
 run_accel "accel llama-wide bf16" llama-wide 120 "${bf16[@]}" "${llama_wide[@]}"
-run_accel "accel llama-wide fp8" llama-wide 180 "${bf16[@]}" "${llama_wide[@]}" --plugin fp8
+run_accel "accel llama-wide fp8" llama-wide 100 "${bf16[@]}" "${llama_wide[@]}" --plugin fp8
 run_torch "transformers llama-wide eager" 120 --impl transformers --shape llama-wide --batch-size 8 --baseline
 echo "== llama-small, batch 16 x 1024"
 run_accel "accel llama-small bf16" llama-small 120 "${bf16[@]}" "${llama_small[@]}"
-run_accel "accel llama-small fp8" llama-small 180 "${bf16[@]}" "${llama_small[@]}" --plugin fp8
+run_accel "accel llama-small fp8" llama-small 100 "${bf16[@]}" "${llama_small[@]}" --plugin fp8
 run_torch "transformers llama-small eager" 120 --impl transformers --shape llama-small --batch-size 16 --baseline
 
 echo "== host synchronisations: two profiled steps of gpt-small bf16 and fp8 (batch 4)"
 for precision in bf16 fp8; do
   prof=$out/runs/profile_$precision
   extra=(); [[ $precision == fp8 ]] && extra=(--plugin fp8)
-  timeout 120 accel-host --data synthetic --steps 5 "${bf16[@]}" --model gpt-small --batch-size 4 "${extra[@]}" \
+  timeout 60 accel-host --data synthetic --steps 5 "${bf16[@]}" --model gpt-small --batch-size 4 "${extra[@]}" \
     --plugin profiler --profiler.activities cpu,cuda --profiler.wait 2 --profiler.warmup 1 --profiler.active 2 \
     --profiler.output_trace_dir "$prof" >"$prof.log" 2>&1 || tail -3 "$prof.log"
   [[ -f $prof/profile_0.json ]] && report syncs --label "accel gpt-small $precision" "$prof/profile_0.json"
@@ -97,9 +97,9 @@ for precision in bf16 fp8; do
 done
 
 echo "== compiled and transformers baselines"
-run_torch "torch gpt-small compiled" 240 --impl reference --shape gpt-small --batch-size 16 --compile
+run_torch "torch gpt-small compiled" 150 --impl reference --shape gpt-small --batch-size 16 --compile
 run_torch "transformers gpt-small eager" 120 --impl transformers --shape gpt-small --batch-size 16
-run_torch "transformers llama-small compiled" 240 --impl transformers --shape llama-small --batch-size 16 --compile
+run_torch "transformers llama-small compiled" 150 --impl transformers --shape llama-small --batch-size 16 --compile
 
 if [[ $gpus -ge 2 ]]; then
   echo "== $gpus GPUs: the strategies at gpt-small"
