@@ -14,6 +14,26 @@
 
 namespace accel::model {
 
+// x W^T with W's rows (the output features) zero-padded to a multiple of
+// `multiple` for the GEMM and the padding cut off the result: the same
+// values, and autograd gives W the same gradient (the padding's is dropped).
+inline at::Tensor padded_linear(const at::Tensor& x, const at::Tensor& weight, int64_t multiple) {
+  const int64_t rows = weight.size(0);
+  const int64_t pad = (multiple - rows % multiple) % multiple;
+  if (pad == 0) return at::linear(x, weight);
+  return at::linear(x, at::constant_pad_nd(weight, {0, 0, 0, pad})).narrow(-1, 0, rows);
+}
+
+// The head's vocabulary projection. On a CUDA device an odd vocabulary
+// (GPT-2's 50,257) gives cuBLAS leading dimensions that are not 16-byte
+// multiples, and it falls back to old kernels: on an H100 gpt-small's three
+// head GEMMs ran CUTLASS sm75 kernels at about 100 TFLOP/s, the largest
+// GEMMs of the step. Padded to 64 they take Hopper's (torch.compile pads
+// likewise). The CPU keeps at::linear, whose bits the parity tests pin.
+inline at::Tensor vocab_projection(const at::Tensor& x, const at::Tensor& weight) {
+  return weight.is_cuda() ? padded_linear(x, weight, 64) : at::linear(x, weight);
+}
+
 // The index in block.params() of the parameter whose name ends in `suffix`.
 inline size_t param_index_by_suffix(const Unit& block, const char* suffix) {
   const auto& params = block.params();

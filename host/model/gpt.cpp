@@ -212,7 +212,7 @@ at::Tensor GptModel::head(const Unit& unit, const at::Tensor& x) const {
   // (vocab-parallel: this rank's rows of it, after f or the sequence gather).
   const TensorGroup& tp = tensor_group_;
   h = tp.sequence_split() ? gather_from_sequence_region(h, tp) : copy_to_tensor_region(h, tp);
-  return at::linear(h, units_.front().param("wte.weight").value);
+  return vocab_projection(h, units_.front().param("wte.weight").value);
 }
 
 at::Tensor GptModel::forward_unit(size_t index, const at::Tensor& input) const {

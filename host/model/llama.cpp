@@ -151,7 +151,7 @@ at::Tensor GptModel::llama_head(const Unit& unit, const at::Tensor& x) const {
   // This rank's vocabulary rows of lm_head (vocab-parallel logits).
   const TensorGroup& tp = tensor_group_;
   const at::Tensor all = tp.sequence_split() ? gather_from_sequence_region(h, tp) : copy_to_tensor_region(h, tp);
-  return at::linear(all, unit.param("lm_head.weight").value);
+  return vocab_projection(all, unit.param("lm_head.weight").value);
 }
 
 }  // namespace accel::model

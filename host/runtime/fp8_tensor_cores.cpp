@@ -4,6 +4,7 @@
 #include <ATen/DeviceAccelerator.h>
 #include <accel/accel.h>
 
+#include <cstdint>
 #include <mutex>
 #include <set>
 #include <string>
@@ -31,6 +32,15 @@ at::Tensor padded(const at::Tensor& t, int64_t rows_to, int64_t cols_to) {
 }
 
 bool column_major(const at::Tensor& t) { return t.stride(0) == 1 && t.stride(1) == t.size(0); }
+
+// cuBLASLt refuses (CUBLAS_STATUS_NOT_SUPPORTED) a per-tensor scale whose
+// pointer is not 16-byte aligned: measured on an H100 (CUDA 13, torch
+// 2.11), where a scale one or two floats into its buffer failed and one at
+// its start ran. The fp8 plugin's scales are cells of per-linear arrays, so
+// a misaligned one is copied (4 bytes, on the device) into its own tensor.
+at::Tensor aligned_scale(const at::Tensor& scale) {
+  return reinterpret_cast<uintptr_t>(scale.data_ptr()) % 16 == 0 ? scale : scale.clone();
+}
 
 }  // namespace
 
@@ -86,16 +96,17 @@ at::Tensor scaled_gemm(const at::Tensor& a, bool trans_a, const at::Tensor& b, b
   // output has it added after, in fp32.
   const bool epilogue_bias = bias && n16 == n && (out_dtype == at::kBFloat16 || out_dtype == at::kHalf);
   const at::ScalarType product_dtype = bias && !epilogue_bias ? at::kFloat : out_dtype;
+  const at::Tensor sa = aligned_scale(scale_a), sb = aligned_scale(scale_b);
   const std::optional<at::Tensor> fused_bias =
       epilogue_bias ? std::optional<at::Tensor>(bias->to(out_dtype)) : std::optional<at::Tensor>{};
   if (into != nullptr && n16 == n && !(bias && !epilogue_bias) && into->scalar_type() == out_dtype &&
       into->is_contiguous() && into->size(0) == m && into->size(1) == n) {
     // Straight into the caller's tensor: no copy of the output.
-    at::_scaled_mm_out(*into, first, second, scale_a, scale_b, fused_bias, std::nullopt, out_dtype,
+    at::_scaled_mm_out(*into, first, second, sa, sb, fused_bias, std::nullopt, out_dtype,
                        /*use_fast_accum=*/false);
     return *into;
   }
-  at::Tensor result = at::_scaled_mm(first, second, scale_a, scale_b, fused_bias, std::nullopt, product_dtype,
+  at::Tensor result = at::_scaled_mm(first, second, sa, sb, fused_bias, std::nullopt, product_dtype,
                                      /*use_fast_accum=*/false);
   if (n16 != n) result = result.narrow(1, 0, n);
   if (bias && !epilogue_bias) result = (result + bias->to(at::kFloat)).to(out_dtype);

@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "host/model/block_parts.h"
 #include "host/model/gpt.h"
 #include "host/model/sampling.h"
 
@@ -41,6 +42,24 @@ TEST(Gpt, CachedDecodingGivesTheWholeForwardsLogits) {
 }
 
 GptConfig tiny_llama() { return make_gpt_config("llama-tiny", {}); }
+
+// A CUDA rank's head pads the vocabulary rows for the GEMM: the same logits
+// and the same weight and input gradients as the unpadded product.
+TEST(Gpt, ThePaddedVocabularyProjectionGivesTheSameValuesAndGradients) {
+  at::manual_seed(9);
+  const at::Tensor x0 = at::randn({3, 2, 16}), w0 = at::randn({37, 16});  // 37 rows: padded to 64
+  at::Tensor x = x0.clone().requires_grad_(), w = w0.clone().requires_grad_();
+  at::Tensor px = x0.clone().requires_grad_(), pw = w0.clone().requires_grad_();
+  const at::Tensor upstream = at::randn({3, 2, 37});
+  const at::Tensor plain = at::linear(x, w), padded = accel::model::padded_linear(px, pw, 64);
+  ASSERT_EQ(padded.sizes(), plain.sizes());
+  EXPECT_TRUE(at::allclose(padded, plain, 1e-6, 1e-6));
+  (plain * upstream).sum().backward();
+  (padded * upstream).sum().backward();
+  EXPECT_TRUE(at::allclose(pw.grad(), w.grad(), 1e-6, 1e-6));
+  EXPECT_TRUE(at::allclose(px.grad(), x.grad(), 1e-6, 1e-6));
+  EXPECT_EQ(pw.grad().sizes(), w0.sizes());
+}
 
 TEST(Llama, PresetsCountTheirParametersAndRefuseGpt2Only) {
   EXPECT_EQ(count_parameters(make_gpt_config("llama-small", {})), 99'496'704);  // the "~100M" preset
