@@ -85,6 +85,10 @@ run_accel "accel llama-small bf16" llama-small 120 "${bf16[@]}" "${llama_small[@
 run_accel "accel llama-small fp8" llama-small 100 "${bf16[@]}" "${llama_small[@]}" --plugin fp8
 run_torch "transformers llama-small eager" 120 --impl transformers --shape llama-small --batch-size 16 --baseline
 
+echo "== gpt-small at batch 8: with batch 16, what each holds per sequence and beside it"
+run_accel "accel gpt-small bf16 batch 8" gpt-small 90 "${bf16[@]}" --model gpt-small --batch-size 8
+run_torch "torch gpt-small eager batch 8" 90 --impl reference --shape gpt-small --batch-size 8
+
 echo "== host synchronisations: two profiled steps of gpt-small bf16 and fp8 (batch 4)"
 for precision in bf16 fp8; do
   prof=$out/runs/profile_$precision
