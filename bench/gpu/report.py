@@ -120,7 +120,7 @@ def table(a):
         if r.get("impl") == "syncs":
             print("%s: %.1f aten::_local_scalar_dense and %.1f device-to-host copies per step (%d steps recorded)" % (
                 r["label"], r["local_scalar_dense_per_step"], r["dtoh_copies_per_step"], r["recorded_steps"]))
-    by_label = {r["label"]: r for r in rows}
+    by_label = {r["label"]: r for r in rows if r.get("impl") == "accel-host"}
     for bf16, fp8 in [("accel gpt-small bf16", "accel gpt-small fp8"), ("accel llama-wide bf16", "accel llama-wide fp8")]:
         if "losses" in by_label.get(bf16, {}) and "losses" in by_label.get(fp8, {}):
             gap = max(abs(p - q) for p, q in zip(by_label[bf16]["losses"], by_label[fp8]["losses"]))
