@@ -220,7 +220,13 @@ typedef struct AccelGemmArgs {
 
 /* out (+)= alpha * (scale_a op(a)) (scale_b op(b)) + bias, fp32 accumulate.
  * A linear layer y = x W^T is a = x [tokens, in], b = W [out, in],
- * TRANS_B. FP8 operands: E4M3FN x E4M3FN, E4M3FN x E5M2, E5M2 x E4M3FN. */
+ * TRANS_B. FP8 operands: E4M3FN x E4M3FN, E4M3FN x E5M2, E5M2 x E4M3FN.
+ * On a CUDA device FP8 operands run on FP8 tensor cores (compute capability
+ * 8.9 and newer; an older GPU is refused with ACCEL_ERROR_UNSUPPORTED,
+ * never emulated), whose accumulation between fp32 promotions is narrower
+ * (about 1e-4 relative on an H100), and a bias with a 16-bit out is added
+ * in out's type, as autocast's linear does. On CPU the result is the
+ * dequantised fp32 product, rounded once. */
 typedef AccelStatus AccelGemmFn(AccelHost* host, const AccelGemmArgs* args);
 
 /* --------------------------- FP8 delayed scaling ------------------------- */

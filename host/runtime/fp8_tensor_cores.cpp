@@ -114,6 +114,13 @@ at::Tensor scaled_gemm(const at::Tensor& a, bool trans_a, const at::Tensor& b, b
   return result;
 }
 
+std::string fp8_tensor_core_refusal(int capability, const std::string& device) {
+  if (capability >= 89) return {};
+  return strformat("FP8 GEMMs need FP8 tensor cores (compute capability 8.9 or newer: Ada, Hopper, Blackwell); %s "
+                   "has %d.%d, and FP8 is not emulated on a GPU: leave --plugin fp8 out there",
+                   device.c_str(), capability / 10, capability % 10);
+}
+
 void require_fp8_tensor_cores(const at::Device& device) {
 #if defined(ACCEL_HAVE_CUDA_KERNELS)
   if (!device.is_cuda()) return;
@@ -124,12 +131,8 @@ void require_fp8_tensor_cores(const at::Device& device) {
   const char* error = nullptr;
   const int capability = cuda_kernels::compute_capability(device.index(), &error);
   if (capability < 0) fail(ACCEL_ERROR_INTERNAL, std::string("cannot read the GPU's compute capability: ") + error);
-  if (capability < 89) {
-    fail(ACCEL_ERROR_UNSUPPORTED,
-         strformat("FP8 needs FP8 tensor cores (compute capability 8.9 or newer: Ada, Hopper, Blackwell); %s has "
-                   "%d.%d, and FP8 is not emulated on a GPU",
-                   device.str().c_str(), capability / 10, capability % 10));
-  }
+  const std::string refusal = fp8_tensor_core_refusal(capability, device.str());
+  if (!refusal.empty()) fail(ACCEL_ERROR_UNSUPPORTED, refusal);
   checked.insert(device.index());
 #else
   (void)device;

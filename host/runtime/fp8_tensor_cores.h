@@ -13,6 +13,7 @@
 #include <ATen/ATen.h>
 
 #include <optional>
+#include <string>
 
 namespace accel::runtime {
 
@@ -42,8 +43,13 @@ at::Tensor scaled_gemm(const at::Tensor& a, bool trans_a, const at::Tensor& b, b
                        at::Tensor* into = nullptr);
 
 // Throws ServiceError(UNSUPPORTED) with one line when `device` is a GPU
-// without FP8 tensor cores (compute capability below 8.9): FP8 there is
-// refused, never emulated. Checked once per device.
+// without FP8 tensor cores (compute capability below 8.9): an FP8 GEMM there
+// is refused, never emulated. (FP8 casts, which any CUDA GPU converts, are
+// not.) Checked once per device.
 void require_fp8_tensor_cores(const at::Device& device);
+
+// The refusal's line for a GPU of compute capability major * 10 + minor, or
+// empty where it has FP8 tensor cores (8.9 and newer).
+std::string fp8_tensor_core_refusal(int capability, const std::string& device);
 
 }  // namespace accel::runtime

@@ -9,6 +9,10 @@
 // adamw_step_flat itself, so a plugin's optimizer step is bit-identical to
 // the host's. Only E4M3FN and E5M2 are FP8 dtypes the kernels accept.
 //
+// On a CUDA device the FP8 cast is one fused kernel (cuda/fp8_cast.cu, the
+// same codes and amax bit for bit) and an FP8 GEMM runs on the tensor cores
+// (fp8_tensor_cores.h); the CPU keeps the exact emulation below.
+//
 // Streams: on CPU every kernel has completed when it returns, whatever the
 // stream. On CUDA tensors the kernels run on ATen's current stream, the
 // rank's compute stream; another stream is refused (UNSUPPORTED) until the
@@ -144,7 +148,6 @@ AccelStatus cast(AccelHost* host, const AccelCastArgs* args) {
     require_same_shape(input, "input", output, "output");
     require_same_device(input, "input", output, "output");
     check_stream(args->stream, input);
-    if (is_kernel_fp8(output.scalar_type())) require_fp8_tensor_cores(output.device());
     std::optional<at::Tensor> scale_cell, amax_cell;
     if (args->scale != nullptr) scale_cell = fp32_scalar(args->scale, "scale");
     if (args->amax != nullptr) amax_cell = fp32_scalar(args->amax, "amax");

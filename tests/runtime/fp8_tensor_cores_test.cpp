@@ -79,6 +79,17 @@ TEST(ScaledGemm, BiasInTheEpilogueOrInFp32AndStraightIntoTheOutput) {
   EXPECT_LT(relative_error(odd, reference(a, false, w_odd, true, 1.0, 1.0, {})), 1e-6);
 }
 
+TEST(Fp8TensorCores, GpusBeforeAdaAreRefusedInOneLine) {
+  EXPECT_EQ(fp8_tensor_core_refusal(89, "cuda:0"), "");  // Ada
+  EXPECT_EQ(fp8_tensor_core_refusal(90, "cuda:0"), "");  // Hopper
+  EXPECT_EQ(fp8_tensor_core_refusal(100, "cuda:0"), "");  // Blackwell
+  const std::string line = fp8_tensor_core_refusal(80, "cuda:1");  // A100
+  EXPECT_NE(line.find("cuda:1 has 8.0"), std::string::npos) << line;
+  EXPECT_NE(line.find("not emulated"), std::string::npos) << line;
+  EXPECT_EQ(line.find('\n'), std::string::npos);
+  EXPECT_NE(fp8_tensor_core_refusal(86, "cuda:0"), "");  // Ampere consumer parts
+}
+
 TEST(Fp8CastMath, TheAmaxKeyOrdersMagnitudesAndLetsNanWin) {
   using cuda_math::amax_key;
   using cuda_math::amax_value;
