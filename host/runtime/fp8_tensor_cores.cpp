@@ -2,6 +2,7 @@
 #include "host/runtime/fp8_tensor_cores.h"
 
 #include <ATen/DeviceAccelerator.h>
+#include <c10/core/DeviceGuard.h>
 #include <accel/accel.h>
 
 #include <cstdint>
@@ -68,6 +69,7 @@ bool fused_fp8_cast(const at::Tensor& input, at::Tensor& output, const std::opti
     if (*cell && ((*cell)->device() != input.device() || !(*cell)->is_contiguous())) return false;
   }
   if (amax && !accumulate_amax) amax->zero_();  // queued before the kernel, on the same stream
+  const c10::DeviceGuard on_device(input.device());  // the kernel launches on the current device
   void* stream = at::accelerator::getCurrentStream(input.device().index()).native_handle();
   const char* error = cuda_kernels::launch_fp8_cast(
       input.data_ptr(), source, output.data_ptr(), target, input.numel(),

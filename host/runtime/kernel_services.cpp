@@ -436,6 +436,18 @@ void check_gemm_dtypes(const at::Tensor& a, const at::Tensor& b) {
   }
 }
 
+// The GEMM's bias as a tensor, checked to be a float [n]; empty when NULL.
+std::optional<at::Tensor> gemm_bias(const DLTensor* view, int64_t n) {
+  if (view == nullptr) return std::nullopt;
+  at::Tensor bias = to_aten(view, "bias");
+  require_float(bias, "bias", false);
+  if (bias.dim() != 1 || bias.size(0) != n) {
+    fail(ACCEL_ERROR_INVALID_ARGUMENT,
+         strformat("bias must be [%lld], got ", static_cast<long long>(n)) + describe_shape(bias.sizes()));
+  }
+  return bias;
+}
+
 // A CUDA device's FP8 GEMM: the tensor cores through scaled_gemm, then
 // alpha, accumulation, amax and output scale as the emulation below applies
 // them (those are rare: the fp8 plugin uses none but accumulation).
@@ -454,15 +466,7 @@ void gemm_on_fp8_tensor_cores(const AccelGemmArgs& args, const at::Tensor& a, co
   const at::Tensor one = at::ones({}, out.options().dtype(at::kFloat));
   const at::Tensor scale_a = args.scale_a != nullptr ? fp32_scalar(args.scale_a, "scale_a") : one;
   const at::Tensor scale_b = args.scale_b != nullptr ? fp32_scalar(args.scale_b, "scale_b") : one;
-  std::optional<at::Tensor> bias;
-  if (args.bias != nullptr) {
-    bias = to_aten(args.bias, "bias");
-    require_float(*bias, "bias", false);
-    if (bias->dim() != 1 || bias->size(0) != n) {
-      fail(ACCEL_ERROR_INVALID_ARGUMENT,
-           strformat("bias must be [%lld], got ", static_cast<long long>(n)) + describe_shape(bias->sizes()));
-    }
-  }
+  const std::optional<at::Tensor> bias = gemm_bias(args.bias, n);
   const bool accumulate = (args.flags & ACCEL_GEMM_ACCUMULATE) != 0;
   if (accumulate && is_kernel_fp8(out.scalar_type())) {
     fail(ACCEL_ERROR_UNSUPPORTED, "ACCEL_GEMM_ACCUMULATE into an FP8 output is not supported");
@@ -521,15 +525,7 @@ AccelStatus gemm(AccelHost* host, const AccelGemmArgs* args) {
     if (args->scale_b != nullptr) op_b = op_b * fp32_scalar(args->scale_b, "scale_b");
     at::Tensor result = at::matmul(op_a, op_b);
     if (args->alpha != 1.0) result.mul_(args->alpha);
-    if (args->bias != nullptr) {
-      const at::Tensor bias = to_aten(args->bias, "bias");
-      require_float(bias, "bias", false);
-      if (bias.dim() != 1 || bias.size(0) != n) {
-        fail(ACCEL_ERROR_INVALID_ARGUMENT, strformat("bias must be [%lld], got ", static_cast<long long>(n)) +
-                                               describe_shape(bias.sizes()));
-      }
-      result.add_(bias.to(at::kFloat));
-    }
+    if (const std::optional<at::Tensor> bias = gemm_bias(args->bias, n)) result.add_(bias->to(at::kFloat));
     if ((args->flags & ACCEL_GEMM_ACCUMULATE) != 0) {
       if (is_kernel_fp8(out.scalar_type())) {
         fail(ACCEL_ERROR_UNSUPPORTED, "ACCEL_GEMM_ACCUMULATE into an FP8 output is not supported");

@@ -3,6 +3,8 @@
 // Grid-stride loop, 8 elements per thread per iteration when the tensor is
 // 16-byte aligned (one 16- or 32-byte load, one 8-byte store), a scalar tail;
 // each block reduces its amax key in shared memory and issues one atomicMax.
+#include <atomic>
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -69,12 +71,26 @@ __global__ void __launch_bounds__(kThreads) fp8_cast_kernel(const In* __restrict
   }
 }
 
+// The current device's multiprocessor count, asked once per device (the
+// cast runs per linear per step; the attribute does not change).
+int multiprocessors() {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> cached[kMaxDevices] = {};
+  int device = 0;
+  cudaGetDevice(&device);
+  if (device < 0 || device >= kMaxDevices) return 132;
+  if (cached[device].load(std::memory_order_relaxed) == 0) {
+    int sms = 0;
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    cached[device].store(sms > 0 ? sms : 1, std::memory_order_relaxed);
+  }
+  return cached[device].load(std::memory_order_relaxed);
+}
+
 template <typename In>
 cudaError_t launch_typed(const void* input, void* output, CastTarget target, int64_t count, const float* scale,
                          float* amax, cudaStream_t stream) {
-  int device = 0, sms = 0;
-  cudaGetDevice(&device);
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  const int sms = multiprocessors();
   const int64_t wanted = (count / kVector + kThreads - 1) / kThreads;
   const int blocks = static_cast<int>(wanted < 1 ? 1 : (wanted > 8LL * sms ? 8LL * sms : wanted));
   const auto* in = static_cast<const In*>(input);

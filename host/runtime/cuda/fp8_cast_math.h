@@ -21,27 +21,33 @@
 
 namespace accel::runtime::cuda_math {
 
+ACCEL_HOST_DEVICE inline uint32_t bits_of(float x) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(x);
+#else
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof(bits));
+  return bits;
+#endif
+}
+
+ACCEL_HOST_DEVICE inline float float_of(uint32_t bits) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(bits);
+#else
+  float x;
+  std::memcpy(&x, &bits, sizeof(x));
+  return x;
+#endif
+}
+
 // The ordered key of |x|: larger keys are larger magnitudes, NaN largest.
 ACCEL_HOST_DEVICE inline uint32_t amax_key(float x) {
-  uint32_t bits;
-#if defined(__CUDA_ARCH__)
-  bits = __float_as_uint(x);
-#else
-  std::memcpy(&bits, &x, sizeof(bits));
-#endif
-  bits &= 0x7fffffffu;                       // |x|: the sign bit cleared
+  const uint32_t bits = bits_of(x) & 0x7fffffffu;  // |x|: the sign bit cleared
   return bits > 0x7f800000u ? 0x7fc00000u : bits;  // every NaN as the canonical one
 }
 
-ACCEL_HOST_DEVICE inline float amax_value(uint32_t key) {
-  float x;
-#if defined(__CUDA_ARCH__)
-  x = __uint_as_float(key);
-#else
-  std::memcpy(&x, &key, sizeof(x));
-#endif
-  return x;
-}
+ACCEL_HOST_DEVICE inline float amax_value(uint32_t key) { return float_of(key); }
 
 // x * scale clamped to +-limit (the FP8 format's largest finite value); NaN
 // stays NaN. The store then rounds to nearest even, as ATen's conversion
