@@ -47,11 +47,21 @@ typedef struct AccelCastArgs {
   uint32_t flags;           /* ACCEL_CAST_* */
   uint32_t reserved;        /* must be 0 */
   AccelStream stream;
+  /* 1.9 (ACCEL_STRUCT_HAS_FIELD; a 1.8 host ignores it): */
+  const DLTensor* output_transposed; /* out: NULL, or for a 2-D input
+                               [rows, cols] a contiguous [cols, rows] tensor
+                               of output's dtype that receives output's
+                               transpose, written in the same pass */
 } AccelCastArgs;
 
 /* output = convert(input * scale), round to nearest even. Converting to FP8
  * saturates to +-accel_fp8_max (no inf); NaN stays NaN. To dequantise FP8,
- * pass the inverse scale. */
+ * pass the inverse scale. With output_transposed (1.9) the same codes are
+ * also stored transposed: what an FP8 GEMM on tensor cores needs for the
+ * backward products (they take the second operand column-major only), at
+ * the cost of one write instead of a separate transpose pass. A plugin sets
+ * it only when the host's ABI is 1.9 or newer (the SDK's cast_transposed
+ * copies the transpose itself on older hosts). */
 typedef AccelStatus AccelCastFn(AccelHost* host, const AccelCastArgs* args);
 
 /* ------------------------------ Elementwise ------------------------------ */

@@ -46,11 +46,16 @@ at::Tensor aligned_scale(const at::Tensor& scale) {
 }  // namespace
 
 bool fused_fp8_cast(const at::Tensor& input, at::Tensor& output, const std::optional<at::Tensor>& scale,
-                    const std::optional<at::Tensor>& amax, bool accumulate_amax) {
+                    const std::optional<at::Tensor>& amax, bool accumulate_amax, at::Tensor* transposed) {
 #if defined(ACCEL_HAVE_CUDA_KERNELS)
   using cuda_kernels::CastSource;
   using cuda_kernels::CastTarget;
   if (!input.is_cuda() || !input.is_contiguous() || !output.is_contiguous()) return false;
+  if (transposed != nullptr && (input.dim() != 2 || !transposed->is_contiguous() ||
+                                transposed->scalar_type() != output.scalar_type() ||
+                                transposed->device() != input.device())) {
+    return false;
+  }
   CastSource source;
   switch (input.scalar_type()) {
     case at::kFloat: source = CastSource::f32; break;
@@ -71,13 +76,18 @@ bool fused_fp8_cast(const at::Tensor& input, at::Tensor& output, const std::opti
   if (amax && !accumulate_amax) amax->zero_();  // queued before the kernel, on the same stream
   const c10::DeviceGuard on_device(input.device());  // the kernel launches on the current device
   void* stream = at::accelerator::getCurrentStream(input.device().index()).native_handle();
-  const char* error = cuda_kernels::launch_fp8_cast(
-      input.data_ptr(), source, output.data_ptr(), target, input.numel(),
-      scale ? scale->data_ptr<float>() : nullptr, amax ? amax->data_ptr<float>() : nullptr, stream);
+  float* scale_ptr = scale ? scale->data_ptr<float>() : nullptr;
+  float* amax_ptr = amax ? amax->data_ptr<float>() : nullptr;
+  const char* error =
+      transposed != nullptr
+          ? cuda_kernels::launch_fp8_cast_transpose(input.data_ptr(), source, output.data_ptr(), transposed->data_ptr(),
+                                                    target, input.size(0), input.size(1), scale_ptr, amax_ptr, stream)
+          : cuda_kernels::launch_fp8_cast(input.data_ptr(), source, output.data_ptr(), target, input.numel(),
+                                          scale_ptr, amax_ptr, stream);
   if (error != nullptr) fail(ACCEL_ERROR_INTERNAL, std::string("fp8 cast kernel: ") + error);
   return true;
 #else
-  (void)input, (void)output, (void)scale, (void)amax, (void)accumulate_amax;
+  (void)input, (void)output, (void)scale, (void)amax, (void)accumulate_amax, (void)transposed;
   return false;
 #endif
 }

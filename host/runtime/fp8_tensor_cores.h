@@ -20,10 +20,12 @@ namespace accel::runtime {
 // The fused cast when it applies (a CUDA tensor, contiguous f32/bf16/f16 in,
 // contiguous E4M3FN/E5M2 out, the kernels built): one pass that stores
 // x * scale saturated and folds max |x| into `amax` (overwritten unless
-// `accumulate_amax`). Returns false, having done nothing, when it does not
-// apply.
+// `accumulate_amax`). With `transposed` (a contiguous [cols, rows] tensor
+// of output's dtype, for a 2-D input), the same pass also stores the codes
+// transposed. Returns false, having done nothing, when it does not apply.
 bool fused_fp8_cast(const at::Tensor& input, at::Tensor& output, const std::optional<at::Tensor>& scale,
-                    const std::optional<at::Tensor>& amax, bool accumulate_amax);
+                    const std::optional<at::Tensor>& amax, bool accumulate_amax,
+                    at::Tensor* transposed = nullptr);
 
 // op(a) op(b) * scale_a * scale_b (+ bias), fp32 accumulation, as
 // `out_dtype`, on FP8 operands (E4M3 x E4M3, E4M3 x E5M2, E5M2 x E4M3)

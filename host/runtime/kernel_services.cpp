@@ -21,6 +21,7 @@
 #include <ATen/ATen.h>
 #include <accel/accel.h>
 
+#include <atomic>
 #include <cmath>
 #include <optional>
 #include <string>
@@ -136,6 +137,22 @@ void write_param_copy(const DLTensor* param_copy, const at::Tensor& param) {
 // Cast and elementwise
 // ---------------------------------------------------------------------------
 
+// A cast's output_transposed (1.9), checked: [cols, rows] of a 2-D
+// output's dtype and device, contiguous (the GEMM reads it as a column-major
+// view of the output).
+at::Tensor transposed_output(const at::Tensor& input, const at::Tensor& output, const DLTensor* view) {
+  at::Tensor transposed = to_aten(view, "output_transposed");
+  if (input.dim() != 2 || transposed.dim() != 2 || transposed.size(0) != input.size(1) ||
+      transposed.size(1) != input.size(0) || transposed.scalar_type() != output.scalar_type() ||
+      !transposed.is_contiguous()) {
+    fail(ACCEL_ERROR_INVALID_ARGUMENT, "output_transposed must be a contiguous " + dtype_of(output) +
+                                           " transpose of the 2-D input " + describe_shape(input.sizes()) + ", got " +
+                                           dtype_of(transposed) + " " + describe_shape(transposed.sizes()));
+  }
+  require_same_device(input, "input", transposed, "output_transposed");
+  return transposed;
+}
+
 AccelStatus cast(AccelHost* host, const AccelCastArgs* args) {
   return call_service("cast", [&] {
     ACCEL_REQUIRE_ARGS(args, AccelCastArgs, stream);
@@ -152,7 +169,13 @@ AccelStatus cast(AccelHost* host, const AccelCastArgs* args) {
     if (args->scale != nullptr) scale_cell = fp32_scalar(args->scale, "scale");
     if (args->amax != nullptr) amax_cell = fp32_scalar(args->amax, "amax");
     const bool accumulate = (args->flags & ACCEL_CAST_AMAX_ACCUMULATE) != 0;
-    if (fused_fp8_cast(input, output, scale_cell, amax_cell, accumulate)) return;  // a CUDA device's one pass
+    std::optional<at::Tensor> transposed;
+    if (ACCEL_STRUCT_HAS_FIELD(args, AccelCastArgs, output_transposed) && args->output_transposed != nullptr) {
+      transposed = transposed_output(input, output, args->output_transposed);
+    }
+    if (fused_fp8_cast(input, output, scale_cell, amax_cell, accumulate, transposed ? &*transposed : nullptr)) {
+      return;  // a CUDA device's one pass
+    }
     at::Tensor x = input.to(at::kFloat);
     if (amax_cell) {
       at::Tensor current = abs_max(x);
@@ -161,6 +184,7 @@ AccelStatus cast(AccelHost* host, const AccelCastArgs* args) {
     }
     if (scale_cell) x = x * *scale_cell;
     store(output, x);
+    if (transposed) transposed->copy_(output.t());
   });
 }
 
@@ -490,6 +514,41 @@ void gemm_on_fp8_tensor_cores(const AccelGemmArgs& args, const at::Tensor& a, co
   store(out, result);
 }
 
+// A CUDA device's bf16 x bf16 (or f16 x f16) GEMM into an fp32 out, plain
+// or accumulating (the fp8 plugin's bias gradient, its overridden dgrad and
+// wgrad): cuBLAS reads the 16-bit operands and accumulates in fp32
+// (at::mm with out_dtype), where the general path below would first copy
+// both operands to fp32 (a [tokens, out] gradient read once, written and
+// read again at twice the width). Returns false where it does not apply, or
+// where this torch refuses the 16-bit-in, fp32-out product (then the
+// general path serves, from the next call on without trying).
+bool gemm_16bit_into_fp32(const AccelGemmArgs& args, const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
+  static std::atomic<bool> refused{false};
+  const bool sixteen = (a.scalar_type() == at::kBFloat16 || a.scalar_type() == at::kHalf) &&
+                       b.scalar_type() == a.scalar_type();
+  if (!out.is_cuda() || !sixteen || out.scalar_type() != at::kFloat || args.scale_a != nullptr ||
+      args.scale_b != nullptr || args.scale_out != nullptr || args.amax_out != nullptr || args.bias != nullptr ||
+      args.alpha != 1.0 || refused.load(std::memory_order_relaxed)) {
+    return false;
+  }
+  const at::Tensor op_a = (args.flags & ACCEL_GEMM_TRANS_A) != 0 ? a.t() : a;
+  const at::Tensor op_b = (args.flags & ACCEL_GEMM_TRANS_B) != 0 ? b.t() : b;
+  if (op_a.size(1) != op_b.size(0) || out.size(0) != op_a.size(0) || out.size(1) != op_b.size(1)) return false;
+  at::Tensor product;
+  try {
+    product = at::mm(op_a, op_b, at::kFloat);
+  } catch (const c10::Error&) {
+    refused.store(true, std::memory_order_relaxed);
+    return false;
+  }
+  if ((args.flags & ACCEL_GEMM_ACCUMULATE) != 0) {
+    out.add_(product);
+  } else {
+    out.copy_(product);
+  }
+  return true;
+}
+
 AccelStatus gemm(AccelHost* host, const AccelGemmArgs* args) {
   return call_service("gemm", [&] {
     ACCEL_REQUIRE_ARGS(args, AccelGemmArgs, stream);
@@ -511,6 +570,7 @@ AccelStatus gemm(AccelHost* host, const AccelGemmArgs* args) {
       gemm_on_fp8_tensor_cores(*args, a, b, out);
       return;
     }
+    if (gemm_16bit_into_fp32(*args, a, b, out)) return;
     at::Tensor op_a = a.to(at::kFloat);
     at::Tensor op_b = b.to(at::kFloat);
     if ((args->flags & ACCEL_GEMM_TRANS_A) != 0) op_a = op_a.t();

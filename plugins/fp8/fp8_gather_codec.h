@@ -63,8 +63,10 @@ class WeightGatherCodec {
   bool delivered(int32_t slot) const { return slot >= 0 && delivered_.at(static_cast<size_t>(slot)) != 0; }
   // The linear's cast of a delivered weight: into `fp8` with the scale it
   // was encoded with, recording no amax; returns the inverse scale. Adds the
-  // encode's saturation counts to `counts`.
-  const DLTensor* recast(int32_t slot, const DLTensor& weight, const DLTensor& fp8, CastCounts& counts) const;
+  // encode's saturation counts to `counts`. `transposed` (NULL, or [in,
+  // out]) receives the codes transposed too.
+  const DLTensor* recast(int32_t slot, const DLTensor& weight, const DLTensor& fp8, const DLTensor* transposed,
+                         CastCounts& counts) const;
 
  private:
   const DLTensor* scale(int32_t slot) const;

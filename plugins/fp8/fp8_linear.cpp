@@ -45,14 +45,26 @@ bool is_float16(DLDataType t) { return t.bits == 16 && (t.code == kDLFloat || t.
 
 }  // namespace
 
-// What forward keeps for backward: the FP8 operands and the inverse scales
-// they were cast with ([0] input, [1] weight), so backward uses exactly the
-// quantisation forward used.
+// What forward keeps for backward: the FP8 operands, transposed, and the
+// inverse scales they were cast with, so backward uses exactly the
+// quantisation forward used. Transposed because FP8 tensor cores take the
+// second operand of a GEMM column-major only (cuBLASLt on sm_89/sm_90):
+// dgrad is g [tokens, out] x (W^T)^T and wgrad g^T [out, tokens] x (x^T)^T,
+// each a row-major first operand and a [n, k] row-major second one, which
+// the casts write in the same pass as the forward's codes.
 struct Fp8Linear::Saved {
-  sdk::Buffer input8;   // [tokens, in], E4M3; empty when wgrad is overridden
-  sdk::Buffer weight8;  // [out, in], E4M3; empty when dgrad is overridden
-  sdk::Buffer inverse;  // fp32 [2]
+  sdk::Buffer input8t;   // [in, tokens], E4M3; empty when wgrad is overridden
+  sdk::Buffer weight8t;  // [in, out], E4M3; empty when dgrad is overridden
+  sdk::Buffer inverse;   // fp32 [8]: the input's at 0, the weight's at 4
 };
+
+namespace {
+// cuBLASLt refuses a scale that is not 16-byte aligned, so the two inverse
+// scales sit 16 bytes apart in their buffer (no copy per GEMM).
+constexpr int64_t kInverseInput = 0;
+constexpr int64_t kInverseWeight = 4;
+constexpr int64_t kInverseCells = 8;
+}  // namespace
 
 Fp8Linear::Fp8Linear(const sdk::Kernels& ops, const Fp8Config& config, ScalingState& state, DLDataType compute_dtype,
                      AccelGroup* data_group, int32_t grad_divisor, AccelGroup* tensor_group)
@@ -88,12 +100,22 @@ DLDataType Fp8Linear::output_dtype(const DLTensor& input) const {
 
 std::array<CastCounts, kNumClasses> Fp8Linear::take_counts() { return std::exchange(counts_, {}); }
 
-const DLTensor* Fp8Linear::quantize(TensorClass cls, int32_t slot, const DLTensor& source, const DLTensor& fp8) {
+void Fp8Linear::cast(const DLTensor& source, const DLTensor& fp8, const DLTensor* transposed, const DLTensor* scale,
+                     const DLTensor* amax, bool accumulate_amax) const {
+  if (transposed != nullptr) {
+    ops_.cast_transposed(&source, &fp8, transposed, scale, amax, accumulate_amax);
+  } else {
+    ops_.cast(&source, &fp8, scale, amax, accumulate_amax);
+  }
+}
+
+const DLTensor* Fp8Linear::quantize(TensorClass cls, int32_t slot, const DLTensor& source, const DLTensor& fp8,
+                                    const DLTensor* transposed) {
   // A weight gathered as FP8 codes and decoded: re-cast with the scale it
   // was encoded with, which gives the same codes; its amax was recorded
   // from the true weight at encode (fp8_gather_codec.h).
   if (cls == TensorClass::weight && codec_ != nullptr && codec_->delivered(slot)) {
-    return codec_->recast(slot, source, fp8, counts_[static_cast<size_t>(cls)]);
+    return codec_->recast(slot, source, fp8, transposed, counts_[static_cast<size_t>(cls)]);
   }
   // Evaluation casts record no amax: an evaluation between steps must not
   // change the scales training derives.
@@ -115,7 +137,7 @@ const DLTensor* Fp8Linear::quantize(TensorClass cls, int32_t slot, const DLTenso
       scale = &grad_scale_.tensor();
       scale_inv = &grad_scale_inv_.tensor();
     }
-    ops_.cast(&source, &fp8, scale, amax_cell, /*accumulate_amax=*/true);
+    cast(source, fp8, transposed, scale, amax_cell, /*accumulate_amax=*/true);
     if (config_.count_saturation) count(cls, source, fp8, *scale);
     return scale_inv;
   }
@@ -138,7 +160,7 @@ const DLTensor* Fp8Linear::quantize(TensorClass cls, int32_t slot, const DLTenso
   ops_.fill(&current_scale_[c].tensor(), 1.0);  // a zero amax keeps 1
   ops_.fp8_scale_update(&amax, &current_scale_[c].tensor(), &current_scale_inv_[c].tensor(), state_.dtype(cls),
                         config_.margin, ACCEL_AMAX_MOST_RECENT, /*roll=*/false);
-  ops_.cast(&source, &fp8, &current_scale_[c].tensor(), nullptr, false);
+  cast(source, fp8, transposed, &current_scale_[c].tensor(), nullptr, false);
   if (config_.count_saturation) count(cls, source, fp8, current_scale_[c].tensor());
   return &current_scale_inv_[c].tensor();
 }
@@ -164,31 +186,42 @@ void Fp8Linear::forward(AccelLinearForwardArgs& args, const AccelLinearNext& nex
   const DLTensor& x = *args.input;
   const DLTensor& w = *args.weight;
   const bool keep = (args.flags & ACCEL_LINEAR_NO_GRAD) == 0;
+  const DLDataType e4m3 = config_.forward_dtype();
 
+  // The row-major codes feed this GEMM only; backward keeps the transposed
+  // ones its GEMMs take (see Saved).
   auto saved = std::make_unique<Saved>();
-  saved->input8 = ops_.allocate(ACCEL_MEMORY_ACTIVATIONS, config_.forward_dtype(), {rows_of(x), cols_of(x)},
-                                ACCEL_MEMORY_DEVICE, false, "fp8 input");
-  saved->weight8 = ops_.allocate(ACCEL_MEMORY_ACTIVATIONS, config_.forward_dtype(), {rows_of(w), cols_of(w)},
-                                 ACCEL_MEMORY_DEVICE, false, "fp8 weight");
-  saved->inverse =
-      ops_.allocate(ACCEL_MEMORY_ACTIVATIONS, kFloat32, {2}, ACCEL_MEMORY_DEVICE, false, "fp8 inverse scales");
-  const sdk::FlatView inv_x(saved->inverse.tensor(), 0, 1), inv_w(saved->inverse.tensor(), 1, 1);
-  ops_.copy(quantize(TensorClass::input, slot, x, saved->input8.tensor()), inv_x.get());
-  ops_.copy(quantize(TensorClass::weight, slot, w, saved->weight8.tensor()), inv_w.get());
+  sdk::Buffer x8 = ops_.allocate(ACCEL_MEMORY_WORKSPACE, e4m3, {rows_of(x), cols_of(x)}, ACCEL_MEMORY_DEVICE, false,
+                                 "fp8 input");
+  sdk::Buffer w8 = ops_.allocate(ACCEL_MEMORY_WORKSPACE, e4m3, {rows_of(w), cols_of(w)}, ACCEL_MEMORY_DEVICE, false,
+                                 "fp8 weight");
+  if (keep && !config_.override_wgrad) {
+    saved->input8t = ops_.allocate(ACCEL_MEMORY_ACTIVATIONS, e4m3, {cols_of(x), rows_of(x)}, ACCEL_MEMORY_DEVICE,
+                                   false, "fp8 input, transposed");
+  }
+  if (keep && !config_.override_dgrad) {
+    saved->weight8t = ops_.allocate(ACCEL_MEMORY_ACTIVATIONS, e4m3, {cols_of(w), rows_of(w)}, ACCEL_MEMORY_DEVICE,
+                                    false, "fp8 weight, transposed");
+  }
+  saved->inverse = ops_.allocate(ACCEL_MEMORY_ACTIVATIONS, kFloat32, {kInverseCells}, ACCEL_MEMORY_DEVICE, false,
+                                 "fp8 inverse scales");
+  const sdk::FlatView inv_x(saved->inverse.tensor(), kInverseInput, 1);
+  const sdk::FlatView inv_w(saved->inverse.tensor(), kInverseWeight, 1);
+  ops_.copy(quantize(TensorClass::input, slot, x, x8.tensor(), saved->input8t ? &saved->input8t.tensor() : nullptr),
+            inv_x.get());
+  ops_.copy(quantize(TensorClass::weight, slot, w, w8.tensor(), saved->weight8t ? &saved->weight8t.tensor() : nullptr),
+            inv_w.get());
 
   if (config_.override_fprop) {
     sdk::forward_next(next, args);  // the higher-precision GEMM; ours only recorded amax
   } else {
     sdk::Buffer out = ops_.allocate(ACCEL_MEMORY_ACTIVATIONS, output_dtype(x), {rows_of(x), rows_of(w)},
                                     ACCEL_MEMORY_DEVICE, false, "fp8 linear output");
-    ops_.gemm(&saved->input8.tensor(), &saved->weight8.tensor(), &out.tensor(), args.bias, inv_x.get(), inv_w.get(),
-              ACCEL_GEMM_TRANS_B);
+    ops_.gemm(&x8.tensor(), &w8.tensor(), &out.tensor(), args.bias, inv_x.get(), inv_w.get(), ACCEL_GEMM_TRANS_B);
     args.output = &out.tensor();
     args.output_buffer = out.release();  // ownership passes to the caller
   }
   if (!keep) return;  // nothing for backward: every buffer goes now
-  if (config_.override_wgrad) saved->input8.reset();
-  if (config_.override_dgrad) saved->weight8.reset();
   *args.saved = saved.release();  // freed in backward
 }
 
@@ -207,14 +240,21 @@ void Fp8Linear::backward(AccelLinearBackwardArgs& args, const AccelLinearNext& n
   const DLTensor& g = *args.grad_output;
   const DLTensor& x = *args.input;
   const DLTensor& w = *args.weight;
-  const sdk::FlatView inv_x(saved->inverse.tensor(), 0, 1), inv_w(saved->inverse.tensor(), 1, 1);
+  const sdk::FlatView inv_x(saved->inverse.tensor(), kInverseInput, 1);
+  const sdk::FlatView inv_w(saved->inverse.tensor(), kInverseWeight, 1);
 
-  sdk::Buffer g8, inv_g;
+  // g's codes row-major for dgrad, transposed for wgrad, from one cast.
+  sdk::Buffer g8, g8t, inv_g;
   if (!config_.override_dgrad || !config_.override_wgrad) {
-    g8 = ops_.allocate(ACCEL_MEMORY_WORKSPACE, config_.backward_dtype(), {rows_of(g), cols_of(g)}, ACCEL_MEMORY_DEVICE,
-                       false, "fp8 grad_output");
+    const DLDataType e5m2 = config_.backward_dtype();
+    g8 = ops_.allocate(ACCEL_MEMORY_WORKSPACE, e5m2, {rows_of(g), cols_of(g)}, ACCEL_MEMORY_DEVICE, false,
+                       "fp8 grad_output");
+    if (!config_.override_wgrad) {
+      g8t = ops_.allocate(ACCEL_MEMORY_WORKSPACE, e5m2, {cols_of(g), rows_of(g)}, ACCEL_MEMORY_DEVICE, false,
+                          "fp8 grad_output, transposed");
+    }
     inv_g = ops_.allocate(ACCEL_MEMORY_WORKSPACE, kFloat32, {1}, ACCEL_MEMORY_DEVICE, false, "fp8 grad inverse scale");
-    ops_.copy(quantize(TensorClass::grad, slot, g, g8.tensor()), &inv_g.tensor());
+    ops_.copy(quantize(TensorClass::grad, slot, g, g8.tensor(), g8t ? &g8t.tensor() : nullptr), &inv_g.tensor());
   }
 
   // dgrad: dx [tokens, in] = g [tokens, out] W [out, in].
@@ -223,14 +263,15 @@ void Fp8Linear::backward(AccelLinearBackwardArgs& args, const AccelLinearNext& n
   if (config_.override_dgrad) {
     ops_.gemm(&g, &w, &dx.tensor(), nullptr, nullptr, nullptr, 0);
   } else {
-    ops_.gemm(&g8.tensor(), &saved->weight8.tensor(), &dx.tensor(), nullptr, &inv_g.tensor(), inv_w.get(), 0);
+    ops_.gemm(&g8.tensor(), &saved->weight8t.tensor(), &dx.tensor(), nullptr, &inv_g.tensor(), inv_w.get(),
+              ACCEL_GEMM_TRANS_B);
   }
   // wgrad: dW [out, in] += g^T [out, tokens] x [tokens, in].
   if (config_.override_wgrad) {
     ops_.gemm(&g, &x, args.grad_weight, nullptr, nullptr, nullptr, ACCEL_GEMM_TRANS_A | ACCEL_GEMM_ACCUMULATE);
   } else {
-    ops_.gemm(&g8.tensor(), &saved->input8.tensor(), args.grad_weight, nullptr, &inv_g.tensor(), inv_x.get(),
-              ACCEL_GEMM_TRANS_A | ACCEL_GEMM_ACCUMULATE);
+    ops_.gemm(&g8t.tensor(), &saved->input8t.tensor(), args.grad_weight, nullptr, &inv_g.tensor(), inv_x.get(),
+              ACCEL_GEMM_TRANS_B | ACCEL_GEMM_ACCUMULATE);
   }
   if (args.grad_bias != nullptr) add_bias_grad(g, *args.grad_bias);
   args.grad_input = &dx.tensor();
@@ -239,10 +280,12 @@ void Fp8Linear::backward(AccelLinearBackwardArgs& args, const AccelLinearNext& n
 
 void Fp8Linear::add_bias_grad(const DLTensor& g, const DLTensor& grad_bias) {
   // The bias gradient stays in high precision (as in TransformerEngine):
-  // ones [1, tokens] x g [tokens, out], accumulated into grad_bias [1, out].
+  // ones [1, tokens] x g [tokens, out], accumulated into grad_bias [1, out]
+  // in fp32. The ones take g's dtype (exact in any), so a CUDA host reads
+  // a 16-bit g as it is instead of widening it first.
   const int64_t tokens = rows_of(g);
-  if (!ones_ || accel_tensor_numel(&ones_.tensor()) < tokens) {
-    ones_ = ops_.allocate(ACCEL_MEMORY_WORKSPACE, kFloat32, {tokens}, ACCEL_MEMORY_DEVICE, false, "fp8 bias ones");
+  if (!ones_ || accel_tensor_numel(&ones_.tensor()) < tokens || !accel_dtype_equal(ones_.tensor().dtype, g.dtype)) {
+    ones_ = ops_.allocate(ACCEL_MEMORY_WORKSPACE, g.dtype, {tokens}, ACCEL_MEMORY_DEVICE, false, "fp8 bias ones");
     ops_.fill(&ones_.tensor(), 1.0);
   }
   const Matrix ones(ones_.tensor(), 1, tokens);

@@ -58,8 +58,14 @@ class Fp8Linear {
   struct Saved;
   // Casts `source` into `fp8` for (cls, slot) and returns the inverse scale
   // it was cast with (a state cell for delayed scaling, a scratch scalar for
-  // current scaling, valid until the next cast of that class).
-  const DLTensor* quantize(TensorClass cls, int32_t slot, const DLTensor& source, const DLTensor& fp8);
+  // current scaling, valid until the next cast of that class). `transposed`
+  // (NULL, or `fp8`'s transpose) receives the codes transposed in the same
+  // pass.
+  const DLTensor* quantize(TensorClass cls, int32_t slot, const DLTensor& source, const DLTensor& fp8,
+                           const DLTensor* transposed);
+  // The cast itself, transposing too when `transposed` is set.
+  void cast(const DLTensor& source, const DLTensor& fp8, const DLTensor* transposed, const DLTensor* scale,
+            const DLTensor* amax, bool accumulate_amax) const;
   void count(TensorClass cls, const DLTensor& source, const DLTensor& fp8, const DLTensor& scale);
   // grad_bias [out] += column sums of g [tokens, out], fp32 accumulation.
   void add_bias_grad(const DLTensor& g, const DLTensor& grad_bias);
@@ -80,7 +86,7 @@ class Fp8Linear {
   sdk::Buffer grad_scale_, grad_scale_inv_;
   // Current scaling scratch, per class: amax [1, 1], scale [1], scale_inv [1].
   std::array<sdk::Buffer, kNumClasses> current_amax_, current_scale_, current_scale_inv_;
-  sdk::Buffer ones_;  // fp32 [tokens] of 1: the bias gradient's GEMM operand
+  sdk::Buffer ones_;  // [tokens] of 1 in the gradient's dtype: the bias gradient's GEMM operand
   std::array<CastCounts, kNumClasses> counts_{};
 };
 

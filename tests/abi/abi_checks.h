@@ -59,7 +59,7 @@ ACCEL_CHECK_EXT_STRUCT(AccelGroupInfo, ranks, ranks, 32);
 ACCEL_CHECK_EXT_STRUCT(AccelCollectiveArgs, label, label, 72);
 ACCEL_CHECK_EXT_STRUCT(AccelCommServices, work_free, work_free, 176);
 /* kernels.h */
-ACCEL_CHECK_EXT_STRUCT(AccelCastArgs, stream, stream, 64);
+ACCEL_CHECK_EXT_STRUCT(AccelCastArgs, output_transposed, stream, 64);
 ACCEL_CHECK_EXT_STRUCT(AccelAxpyArgs, stream, stream, 56);
 ACCEL_CHECK_EXT_STRUCT(AccelScaleArgs, stream, stream, 48);
 ACCEL_CHECK_EXT_STRUCT(AccelFillArgs, stream, stream, 40);

@@ -10,6 +10,9 @@
 #include <string>
 #include <vector>
 
+#include <accel/sdk/kernels.hpp>
+
+#include "host/comm/cuda_backend.h"
 #include "host/model/adamw_step.h"
 #include "tests/runtime/services_test_support.h"
 
@@ -101,6 +104,64 @@ TEST_F(KernelServicesTest, Fp8CastSaturatesKeepsNanAndAccumulatesAmax) {
   acc.flags = 0;
   ASSERT_EQ(kernels()->cast(&host, &acc), ACCEL_OK);
   EXPECT_EQ(amax.item<float>(), 2.0f);
+}
+
+TEST_F(KernelServicesTest, Fp8CastStoresItsTransposeInTheSamePass) {
+  const at::Tensor x = at::randn({6, 10}) * 100.0;
+  at::Tensor scale = at::full({}, 2.5f);
+  at::Tensor amax = at::zeros({});
+  at::Tensor q = at::empty({6, 10}, at::TensorOptions().dtype(kE5M2));
+  at::Tensor qt = at::empty({10, 6}, at::TensorOptions().dtype(kE5M2));
+  View x_v(x), q_v(q), qt_v(qt), scale_v(scale), amax_v(amax);
+  AccelCastArgs cast = args<AccelCastArgs>();
+  cast.input = x_v;
+  cast.output = q_v;
+  cast.output_transposed = qt_v;
+  cast.scale = scale_v;
+  cast.amax = amax_v;
+  ASSERT_EQ(kernels()->cast(&host, &cast), ACCEL_OK) << last_error();
+  const at::Tensor codes = (x * 2.5f).clamp(-57344.0, 57344.0).to(kE5M2);
+  EXPECT_TRUE(at::equal(q.view(at::kByte), codes.view(at::kByte)));
+  EXPECT_TRUE(at::equal(qt.view(at::kByte), codes.t().contiguous().view(at::kByte)));
+  EXPECT_EQ(amax.item<float>(), x.abs().max().item<float>());
+
+  // A 1.8 caller's struct ends before the field: the host never reads it.
+  at::Tensor untouched = at::zeros({10, 6}, at::TensorOptions().dtype(kE5M2));
+  View untouched_v(untouched);
+  cast.output_transposed = untouched_v;
+  cast.struct_size = offsetof(AccelCastArgs, output_transposed);
+  ASSERT_EQ(kernels()->cast(&host, &cast), ACCEL_OK) << last_error();
+  EXPECT_EQ(untouched.view(at::kByte).sum().item<int64_t>(), 0);
+
+  // Not the transpose's shape, or not the output's dtype: one line.
+  cast.struct_size = sizeof(AccelCastArgs);
+  at::Tensor same_shape = at::empty({6, 10}, at::TensorOptions().dtype(kE5M2));
+  at::Tensor other_dtype = at::empty({10, 6}, at::TensorOptions().dtype(kE4M3));
+  View same_shape_v(same_shape), other_dtype_v(other_dtype);
+  for (const DLTensor* wrong : {same_shape_v.get(), other_dtype_v.get()}) {
+    cast.output_transposed = wrong;
+    EXPECT_EQ(kernels()->cast(&host, &cast), ACCEL_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(last_error().find("output_transposed must be a contiguous float8_e5m2 transpose"), std::string::npos)
+        << last_error();
+  }
+}
+
+// The SDK's cast_transposed on a host older than 1.9 (which would ignore the
+// field) casts and copies the transposed view itself: the same codes.
+TEST_F(KernelServicesTest, SdkCastTransposedCopiesTheTransposeOnA18Host) {
+  const at::Tensor x = at::randn({5, 12}) * 10.0;
+  const sdk::Services s(&host, services);
+  const sdk::Kernels ops(s);
+  for (const AccelAbiVersion version : {AccelAbiVersion{1, 8}, AccelAbiVersion{1, ACCEL_ABI_VERSION_MINOR}}) {
+    at::Tensor q = at::empty({5, 12}, at::TensorOptions().dtype(kE4M3));
+    at::Tensor qt = at::zeros({12, 5}, at::TensorOptions().dtype(kE4M3));
+    View x_v(x), q_v(q), qt_v(qt);
+    sdk::detail::loaded_host_abi = version;
+    ops.cast_transposed(x_v, q_v, qt_v, nullptr, nullptr, false);
+    sdk::detail::loaded_host_abi = {0, 0};
+    EXPECT_TRUE(at::equal(q.view(at::kByte), x.to(kE4M3).view(at::kByte))) << version.minor;
+    EXPECT_TRUE(at::equal(qt.view(at::kByte), x.to(kE4M3).t().contiguous().view(at::kByte))) << version.minor;
+  }
 }
 
 // ---------------------------------------------------------------------------
@@ -368,6 +429,28 @@ TEST_F(KernelServicesTest, GemmMatchesMatmulForALinearLayer) {
   wgrad.flags = 0;  // [5,3] x [5,7] does not chain
   EXPECT_EQ(kernels()->gemm(&host, &wgrad), ACCEL_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(last_error().find("op(a)"), std::string::npos) << last_error();
+}
+
+// On a GPU a bf16 x bf16 GEMM into fp32 (the fp8 plugin's bias gradient:
+// ones [1, tokens] x g) reads the 16-bit operands as they are and
+// accumulates in fp32: the CPU's fp32 product, within accumulation order.
+// Skipped without a GPU (bench/gpu/run.sh runs it on one).
+TEST_F(KernelServicesTest, CudaBf16GemmIntoFp32MatchesTheCpu) {
+  if (!comm::load_cuda_backend() || !at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
+  const at::TensorOptions gpu = at::TensorOptions().device(at::kCUDA, 0);
+  const at::Tensor ones = at::ones({1, 4096}, gpu.dtype(at::kBFloat16));
+  const at::Tensor g = (at::randn({4096, 768}) * 0.01).to(at::kBFloat16).to(gpu.device());
+  at::Tensor grad_bias = at::randn({1, 768}, gpu.dtype(at::kFloat));
+  const at::Tensor expected = grad_bias.cpu() + at::matmul(ones.cpu().to(at::kFloat), g.cpu().to(at::kFloat));
+  View ones_v(ones), g_v(g), bias_v(grad_bias);
+  AccelGemmArgs gemm = args<AccelGemmArgs>();
+  gemm.a = ones_v;
+  gemm.b = g_v;
+  gemm.out = bias_v;
+  gemm.alpha = 1.0;
+  gemm.flags = ACCEL_GEMM_ACCUMULATE;
+  ASSERT_EQ(kernels()->gemm(&host, &gemm), ACCEL_OK) << last_error();
+  EXPECT_TRUE(at::allclose(grad_bias.cpu(), expected, 1e-5, 1e-5));
 }
 
 TEST_F(KernelServicesTest, Fp8GemmDequantisesWithScalesAndReportsAmax) {

@@ -1,6 +1,7 @@
-// fp8_cast_kernel.h — the fused FP8 cast on a CUDA device: one pass over a
+// fp8_cast_kernel.h — the fused FP8 casts on a CUDA device: one pass over a
 // contiguous f32/bf16/f16 tensor that stores x * scale as E4M3FN or E5M2
-// (saturating, NaN kept) and folds max |x| into an fp32 amax cell.
+// (saturating, NaN kept), optionally also transposed, and folds max |x|
+// into an fp32 amax cell.
 //
 // Plain C++ with no CUDA or LibTorch type, so kernel_services.cpp calls it
 // without CUDA headers. Built only where CMake finds nvcc
@@ -22,6 +23,15 @@ enum class CastTarget : int32_t { e4m3fn = 0, e5m2 = 1 };
 // error the launch reported (a static string).
 const char* launch_fp8_cast(const void* input, CastSource source, void* output, CastTarget target, int64_t count,
                             const float* scale, float* amax, void* stream);
+
+// The same cast of a row-major [rows, cols] `input` that also stores the
+// codes transposed into `transposed` ([cols, rows], row-major), in one pass
+// through shared-memory tiles. `output` may be NULL (the transpose only).
+// Any alignment: tiles take paired loads and stores when rows and cols are
+// even and the pointers allow it, the element-wise path otherwise.
+const char* launch_fp8_cast_transpose(const void* input, CastSource source, void* output, void* transposed,
+                                      CastTarget target, int64_t rows, int64_t cols, const float* scale, float* amax,
+                                      void* stream);
 
 // The compute capability of `device` as major * 10 + minor (90 for an H100),
 // or -1 with `error` set when the runtime cannot say.

@@ -165,6 +165,26 @@ class FlatView {
   DLTensor view_{};
 };
 
+// The transpose of a contiguous 2-D tensor as a strided view ([cols, rows],
+// strides {1, cols}) of the same memory.
+class TransposedView {
+ public:
+  explicit TransposedView(const DLTensor& base)
+      : shape_{base.shape[1], base.shape[0]}, strides_{1, base.shape[1]} {
+    view_ = base;
+    view_.shape = shape_;
+    view_.strides = strides_;
+  }
+  TransposedView(const TransposedView&) = delete;
+  TransposedView& operator=(const TransposedView&) = delete;
+  const DLTensor* get() const noexcept { return &view_; }
+
+ private:
+  int64_t shape_[2];
+  int64_t strides_[2];
+  DLTensor view_{};
+};
+
 // A 0-d fp32 host tensor over one float: scales, norms, scalar collectives.
 class ScalarView {
  public:
