@@ -261,4 +261,10 @@ at::Tensor GptModel::loss_from_logits(const at::Tensor& logits, const at::Tensor
                                 positions_first.reshape({-1}));
 }
 
+std::optional<LossAndGrad> GptModel::loss_and_logit_grad(const at::Tensor& logits, const at::Tensor& targets,
+                                                          double multiplier) const {
+  if (!logits.is_cuda() || tensor_group_.active()) return std::nullopt;
+  return cross_entropy_with_grad(logits, targets.t(), multiplier);  // logits are [T, B, V]
+}
+
 }  // namespace accel::model

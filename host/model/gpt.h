@@ -13,8 +13,10 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
+#include "host/model/cross_entropy.h"
 #include "host/model/gpt_config.h"
 #include "host/model/tensor_parallel.h"
 #include "host/model/unit.h"
@@ -83,6 +85,13 @@ class GptModel {
   at::Tensor loss(const at::Tensor& tokens, const at::Tensor& targets) const;
   // The same from the head's output (vocab-parallel under tensor parallelism).
   at::Tensor loss_from_logits(const at::Tensor& logits, const at::Tensor& targets) const;
+  // The loss and its gradient at the logits, d(multiplier * loss) / d logits,
+  // without autograd's three logit-sized float buffers (cross_entropy.h):
+  // CUDA logits outside tensor parallelism; std::nullopt elsewhere, where the
+  // caller takes autograd's gradient of loss_from_logits (whose bits the CPU
+  // parity tests pin).
+  std::optional<LossAndGrad> loss_and_logit_grad(const at::Tensor& logits, const at::Tensor& targets,
+                                                 double multiplier) const;
 
   // Runs the model tensor-parallel over `group` (Megatron's layout, see
   // tensor_parallel.h): the units' parameters must already be split to

@@ -128,9 +128,18 @@ std::unique_ptr<Trainer::RangeRun> Trainer::forward_range(size_t first, size_t e
     std::optional<at::NoGradGuard> no_graph;
     if (no_grad) no_graph.emplace();
     AutocastScope autocast(config_.mixed_precision, config_.autocast, model_.device().type());
-    loss = model_.loss_from_logits(run->outputs.back(), targets);
+    // On CUDA the loss and its gradient at the logits come together, in one
+    // float buffer (gpt.h); elsewhere through autograd, below.
+    std::optional<model::LossAndGrad> fused;
+    if (!no_grad) fused = model_.loss_and_logit_grad(run->outputs.back(), targets, loss_multiplier);
+    if (fused) {
+      loss = std::move(fused->loss);
+      run->grad_logits = std::move(fused->grad);
+    } else {
+      loss = model_.loss_from_logits(run->outputs.back(), targets);
+    }
   }
-  if (no_grad) {
+  if (no_grad || run->grad_logits.defined()) {
     run->loss = loss.detach().to(at::kFloat);
     return run;
   }
