@@ -22,11 +22,13 @@ if(NOT _torch_rc EQUAL 0)
 endif()
 
 set(ACCEL_TORCH_LIB_DIR "${ACCEL_TORCH_DIR}/lib")
-find_library(ACCEL_TORCH_LIB torch PATHS "${ACCEL_TORCH_LIB_DIR}" NO_DEFAULT_PATH REQUIRED)
 find_library(ACCEL_TORCH_CPU_LIB torch_cpu PATHS "${ACCEL_TORCH_LIB_DIR}" NO_DEFAULT_PATH REQUIRED)
 find_library(ACCEL_C10_LIB c10 PATHS "${ACCEL_TORCH_LIB_DIR}" NO_DEFAULT_PATH REQUIRED)
-# Present in CUDA builds of the wheel; linked (no-as-needed) so CUDA kernels
-# register at load time and CUDA tensors work on a GPU machine.
+# Present in CUDA builds of the wheel. Not linked: libtorch_cuda.so and the
+# CUDA libraries it needs (cuBLAS, cuDNN, cuFFT, ...) cost about 0.25 s at
+# every process start, and a process loads it only where a CUDA device is
+# visible (host/comm/cuda_backend.h, which finds it beside libtorch_cpu.so).
+# Neither is libtorch.so, a shim that needs both.
 find_library(ACCEL_TORCH_CUDA_LIB torch_cuda PATHS "${ACCEL_TORCH_LIB_DIR}" NO_DEFAULT_PATH)
 
 add_library(accel_torch INTERFACE)
@@ -36,12 +38,11 @@ target_include_directories(accel_torch SYSTEM INTERFACE
   "${ACCEL_TORCH_DIR}/include/torch/csrc/api/include")
 # The wheel is built with the C++11 ABI, like Debian's Boost and spdlog.
 target_compile_definitions(accel_torch INTERFACE _GLIBCXX_USE_CXX11_ABI=1)
-set(_torch_libs ${ACCEL_TORCH_LIB} ${ACCEL_TORCH_CPU_LIB} ${ACCEL_C10_LIB})
+set(_torch_libs ${ACCEL_TORCH_CPU_LIB} ${ACCEL_C10_LIB})
 if(ACCEL_TORCH_CUDA_LIB)
-  list(APPEND _torch_libs ${ACCEL_TORCH_CUDA_LIB})
   set(ACCEL_TORCH_HAS_CUDA ON)
 endif()
-# libstdc++ is named BEFORE the torch libraries on purpose: libtorch.so exports
+# libstdc++ is named BEFORE the torch libraries on purpose: torch exports
 # its own copies of std::filesystem (remove_all, ...), and whichever library
 # comes first in NEEDED wins symbol resolution. Torch's copy of remove_all
 # jumps through a null pointer when called from our code (found by

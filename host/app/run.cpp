@@ -21,6 +21,7 @@
 #include "host/app/run_agreement.h"
 #include "host/checkpoint/hf_checkpoint.h"
 #include "host/cli/options.h"
+#include "host/comm/cuda_backend.h"
 #include "host/comm/process_group.h"
 #include "host/model/gpt_config.h"
 #include "host/model/tensor_memory.h"
@@ -257,6 +258,14 @@ int run_accel(const std::vector<std::string>& args, const comm::MpiSession& mpi)
 
   accel::RunConfig config = parsed.config;
   accel::log::init(mpi.rank(), accel::log::parse_level(config.log_level));
+  // LibTorch's CUDA backend loads only where CUDA may be used, before
+  // anything asks torch about CUDA (host/comm/cuda_backend.h).
+  if (config.device != "cpu") {
+    std::string why;
+    if (!accel::comm::load_cuda_backend(&why) && config.device == "cuda") {
+      throw UsageError("--device cuda: no CUDA device is available on this machine (" + why + ")");
+    }
+  }
   if (parsed.accelerate) use_accelerate_config(*parsed.accelerate, mpi);
   accel::plugin::fill_option_store(registry, parsed.plugin_values, config, context.options);
   // A tensor- or pipeline-parallel plugin splits the world into groups that

@@ -41,6 +41,24 @@ class OneCudaRuntimeOneNccl(unittest.TestCase):
         out = subprocess.run(["ldd", ACCEL_HOST], capture_output=True, text=True).stdout
         self.assertNotIn("not found", out)
 
+    def test_torch_cuda_is_not_linked_and_not_loaded_without_a_gpu(self):
+        # libtorch_cuda.so and the CUDA libraries behind it load on demand
+        # (host/comm/cuda_backend.h): never linked, and a run on a machine
+        # without a GPU (this one) never loads them, not even with --device
+        # auto, which asks the CUDA runtime first.
+        for name in self.libs:
+            self.assertFalse(name.startswith(("libtorch_cuda", "libcublas", "libcudnn", "libtorch.so")), name)
+        if torch.cuda.is_available():
+            self.skipTest("a GPU is visible: the backend loads here, as it should")
+        env = dict(os.environ, LD_DEBUG="files")
+        run = subprocess.run([ACCEL_HOST, "--model", "gpt-tiny", "--steps", "1", "--batch-size", "2", "--seq-len", "16",
+                              "--device", "auto", "--log-every", "1"], capture_output=True, text=True, env=env,
+                             timeout=120)
+        self.assertEqual(run.returncode, 0, run.stderr[-2000:])
+        loaded = re.findall(r"file=(\S+)", run.stderr)
+        self.assertTrue(any("libtorch_cpu" in f for f in loaded), "LD_DEBUG listed no libraries")
+        self.assertFalse([f for f in loaded if "libtorch_cuda" in f or "libcublas" in f], "CUDA libraries loaded")
+
     def test_toolkit_nccl_header_matches_the_runtime_library(self):
         header = "/usr/local/cuda/include/nccl.h"
         if not os.path.exists(header):

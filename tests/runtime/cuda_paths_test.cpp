@@ -9,8 +9,12 @@
 #include <ATen/ATen.h>
 #include <torch/cuda.h>
 
+#include <array>
 #include <limits>
+#include <string>
+#include <vector>
 
+#include "host/comm/cuda_backend.h"
 #include "host/model/adamw_step.h"
 #include "host/runtime/fp8_tensor_cores.h"
 #include "host/util/device_memory.h"
@@ -21,7 +25,9 @@ namespace {
 class CudaPaths : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+    // The test binary links LibTorch's CPU library; its CUDA one is loaded
+    // on demand (host/comm/cuda_backend.h).
+    if (!comm::load_cuda_backend() || !torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   }
   const at::Device gpu{at::kCUDA, 0};
 };
@@ -66,6 +72,33 @@ TEST_F(CudaPaths, TheFusedCastGivesTheCpuCodesAndAmaxBitForBit) {
   ASSERT_TRUE(fused_fp8_cast(special.to(gpu), out, std::nullopt, amax_gpu, false));
   EXPECT_TRUE(at::equal(out.cpu().view(at::kByte), codes.view(at::kByte)));
   EXPECT_TRUE(std::isnan(amax_gpu.item<float>()));
+}
+
+TEST_F(CudaPaths, TheTransposingCastGivesTheCpuCodesBothWays) {
+  at::manual_seed(2);
+  // Whole 64 x 64 tiles, partial and odd extents, and a view one element in
+  // (the element-wise path).
+  const std::vector<std::array<int64_t, 3>> shapes = {{256, 192, 0}, {130, 66, 0}, {65, 33, 0}, {128, 64, 1}, {1, 7, 0}};
+  for (const at::ScalarType source : {at::kFloat, at::kBFloat16, at::kHalf}) {
+    for (const at::ScalarType target : {at::ScalarType::Float8_e4m3fn, at::ScalarType::Float8_e5m2}) {
+      for (const auto& [rows, cols, offset] : shapes) {
+        const at::Tensor base = (at::randn({rows * cols + offset}) * 300).to(source);
+        const at::Tensor x = base.narrow(0, offset, rows * cols).view({rows, cols});
+        const auto [codes, amax] = cpu_cast(x, 0.9, target);
+        const at::Tensor input = base.to(gpu).narrow(0, offset, rows * cols).view({rows, cols});
+        at::Tensor out = at::empty({rows, cols}, input.options().dtype(target));
+        at::Tensor out_t = at::empty({cols, rows}, input.options().dtype(target));
+        const at::Tensor scale = at::full({}, 0.9f, input.options().dtype(at::kFloat));
+        const at::Tensor amax_gpu = at::zeros({}, scale.options());
+        ASSERT_TRUE(fused_fp8_cast(input, out, scale, amax_gpu, /*accumulate_amax=*/false, &out_t));
+        const std::string what = std::to_string(rows) + "x" + std::to_string(cols) + "+" + std::to_string(offset);
+        EXPECT_TRUE(at::equal(out.cpu().view(at::kByte), codes.view(at::kByte))) << source << " -> " << target << what;
+        EXPECT_TRUE(at::equal(out_t.cpu().view(at::kByte), codes.t().contiguous().view(at::kByte)))
+            << source << " -> " << target << " " << what;
+        EXPECT_EQ(amax_gpu.item<float>(), amax.item<float>()) << what;
+      }
+    }
+  }
 }
 
 TEST_F(CudaPaths, TheTensorCoreGemmMatchesTheCpuProduct) {
