@@ -19,7 +19,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=$(cd "${1:-$root/build}" && pwd)
 out=${2:-$root/.gpu-bundle}
 shift $(($# < 2 ? $# : 2))
-tests=("$@"); [[ ${#tests[@]} -gt 0 ]] || tests=(accel_runtime_services_tests)
+tests=("$@"); [[ ${#tests[@]} -gt 0 ]] || tests=(accel_runtime_services_tests accel_host_tests)
 [[ -x "$build/bin/accel-host" ]] || { echo "bundle.sh: $build/bin/accel-host is not built" >&2; exit 2; }
 rm -rf "$out"; mkdir -p "$out/bin" "$out/lib/accel/plugins" "$out/syslib"
 cp "$build/bin/accel-host" "$out/bin/"

@@ -4,6 +4,7 @@ synchronisations, and prints the final table.
 
   report.py accel --label L --shape S --metrics F --rc N [--warmup W]
   report.py parity --label L A.jsonl B.jsonl      (loss and grad-norm gaps per step)
+  report.py curves --label L BF16.jsonl FP8.jsonl  (loss gap relative to the first run's loss)
   report.py syncs --label L TRACE.json             (aten::_local_scalar_dense and DtoH copies per recorded step)
   report.py table RESULTS.jsonl
 """
@@ -78,6 +79,22 @@ def parity(a):
                       "max_grad_norm_rel_gap": norm}))
 
 
+def curves(a):
+    # Two runs of the same data and seed (bf16, then fp8): the largest gap
+    # relative to the bf16 loss, step by step, and over the last 50 steps.
+    x = [json.loads(l) for l in open(a.files[0]) if l.strip()]
+    y = [json.loads(l) for l in open(a.files[1]) if l.strip()]
+    n = min(len(x), len(y))
+    if n == 0:
+        print(json.dumps({"label": a.label, "impl": "curves", "error": "no metrics"}))
+        return
+    rel = [abs(p["loss"] - q["loss"]) / abs(p["loss"]) for p, q in zip(x, y)]
+    tail = rel[-50:]
+    print(json.dumps({"label": a.label, "impl": "curves", "steps": n, "max_rel_gap": max(rel),
+                      "mean_rel_gap_last_50": sum(tail) / len(tail), "first_loss": x[0]["loss"],
+                      "final_losses": [x[n - 1]["loss"], y[n - 1]["loss"]]}))
+
+
 def syncs(a):
     events = json.load(open(a.files[0]))
     events = events.get("traceEvents", events) if isinstance(events, dict) else events
@@ -102,7 +119,7 @@ def table(a):
     print("| run | tokens/s | vs eager | MFU | peak allocated GiB | peak reserved GiB | final loss |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for r in rows:
-        if r.get("impl") in ("parity", "syncs") or r["label"].startswith("parity"):
+        if r.get("impl") in ("parity", "syncs", "curves") or r["label"].startswith("parity"):
             continue
         if "tokens_per_s" not in r:
             print("| %s | %s |  |  |  |  |  |" % (r["label"], r.get("error", "failed")))
@@ -117,6 +134,10 @@ def table(a):
         if r.get("impl") == "parity":
             print("\n%s: %d steps, max |loss gap| %.3g, max grad-norm relative gap %.3g" % (
                 r["label"], r["steps"], r["max_loss_gap"], r["max_grad_norm_rel_gap"]))
+        if r.get("impl") == "curves" and "steps" in r:
+            print("%s: loss %.3f -> bf16 %.4f, fp8 %.4f; largest gap %.2f%% of bf16's loss, %.2f%% on average over "
+                  "the last 50 steps" % (r["label"], r["first_loss"], r["final_losses"][0], r["final_losses"][1],
+                                         100 * r["max_rel_gap"], 100 * r["mean_rel_gap_last_50"]))
         if r.get("impl") == "syncs":
             print("%s: %.1f aten::_local_scalar_dense and %.1f device-to-host copies per step (%d steps recorded)" % (
                 r["label"], r["local_scalar_dense_per_step"], r["dtoh_copies_per_step"], r["recorded_steps"]))
@@ -129,7 +150,7 @@ def table(a):
 
 def main(argv):
     p = argparse.ArgumentParser()
-    p.add_argument("mode", choices=["accel", "parity", "syncs", "table"])
+    p.add_argument("mode", choices=["accel", "parity", "curves", "syncs", "table"])
     p.add_argument("files", nargs="*")
     p.add_argument("--label", default="")
     p.add_argument("--shape", default="")
@@ -137,7 +158,7 @@ def main(argv):
     p.add_argument("--rc", type=int, default=0)
     p.add_argument("--warmup", type=int, default=5)
     a = p.parse_intermixed_args(argv)
-    {"accel": accel, "parity": parity, "syncs": syncs, "table": table}[a.mode](a)
+    {"accel": accel, "parity": parity, "curves": curves, "syncs": syncs, "table": table}[a.mode](a)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,8 @@
 # that fails leaves its row saying so and the rest go on. Raw metrics, logs
 # and the profile summary stay in OUT_DIR (default $OUT, else a temp dir).
 # STEPS (default 25, of which 5 warm up) shortens or lengthens every run.
+# QUICK=1 leaves out llama-small and the compiled and transformers gpt-small
+# baselines (about half the time), for a check between full runs.
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -62,9 +64,15 @@ bf16=(--device cuda --mixed-precision bf16)
 
 if command -v accel_runtime_services_tests >/dev/null; then
   echo "== the CUDA paths against their CPU twins (tests/runtime/cuda_paths_test.cpp)"
-  timeout 120 accel_runtime_services_tests --gtest_filter='CudaPaths*:ScaledGemm*:Fp8CastMath*' >"$out/runs/cuda_tests.log" 2>&1
+  timeout 120 accel_runtime_services_tests --gtest_filter='CudaPaths*:ScaledGemm*:Fp8CastMath*:*Cuda*' >"$out/runs/cuda_tests.log" 2>&1
   echo "  exit $?: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/runs/cuda_tests.log" | tr '\n' ' ')"
   grep -E '^\[  FAILED|Failure|error' "$out/runs/cuda_tests.log" | head -20 | sed 's/^/    /'
+fi
+if command -v accel_host_tests >/dev/null; then
+  echo "== the host's CUDA paths (tests/host: the fused cross-entropy on a GPU)"
+  timeout 120 accel_host_tests --gtest_filter='*OnAGpu*:*Cuda*' >"$out/runs/host_cuda_tests.log" 2>&1
+  echo "  exit $?: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/runs/host_cuda_tests.log" | tr '\n' ' ')"
+  grep -E '^\[  FAILED|Failure|error' "$out/runs/host_cuda_tests.log" | head -20 | sed 's/^/    /'
 fi
 
 echo "== parity: gpt-tiny fp32, CPU against CUDA"
@@ -80,10 +88,27 @@ echo "== llama-wide (4 x 2048, ffn 8192), batch 8 x 1024"
 run_accel "accel llama-wide bf16" llama-wide 120 "${bf16[@]}" "${llama_wide[@]}"
 run_accel "accel llama-wide fp8" llama-wide 100 "${bf16[@]}" "${llama_wide[@]}" --plugin fp8
 run_torch "transformers llama-wide eager" 120 --impl transformers --shape llama-wide --batch-size 8 --baseline
+quick=${QUICK:-0}
+if [[ $quick != 1 ]]; then
 echo "== llama-small, batch 16 x 1024"
 run_accel "accel llama-small bf16" llama-small 120 "${bf16[@]}" "${llama_small[@]}"
 run_accel "accel llama-small fp8" llama-small 100 "${bf16[@]}" "${llama_small[@]}" --plugin fp8
 run_torch "transformers llama-small eager" 120 --impl transformers --shape llama-small --batch-size 16 --baseline
+fi
+
+echo "== fp8 against bf16 over 300 steps of real text (gpt-small, batch 8; the repo's sources as bytes)"
+corpus=$out/corpus.txt
+cat "$root"/docs/*.md "$root"/host/*/*.cpp "$root"/plugins/*/*.cpp >"$corpus"
+for precision in bf16 fp8; do
+  label="accel gpt-small $precision 300 steps text"
+  file=$out/runs/${label// /_}
+  extra=(); [[ $precision == fp8 ]] && extra=(--plugin fp8)
+  timeout 150 accel-host --data "text:$corpus" --steps 300 --log-every 50 --metrics-file "$file.jsonl" "${bf16[@]}" \
+    --model gpt-small --batch-size 8 --seed 3 "${extra[@]}" >"$file.log" 2>&1
+  echo "  $label: exit $?"
+done
+report curves --label "gpt-small fp8 vs bf16, 300 steps of text" "$out/runs/accel_gpt-small_bf16_300_steps_text.jsonl" \
+  "$out/runs/accel_gpt-small_fp8_300_steps_text.jsonl"
 
 echo "== gpt-small at batch 8: with batch 16, what each holds per sequence and beside it"
 run_accel "accel gpt-small bf16 batch 8" gpt-small 90 "${bf16[@]}" --model gpt-small --batch-size 8
@@ -100,10 +125,12 @@ for precision in bf16 fp8; do
   [[ -f $prof/profile_0_summary.txt ]] && cp "$prof/profile_0_summary.txt" "$out/profile_${precision}_summary.txt"
 done
 
-echo "== compiled and transformers baselines"
-run_torch "torch gpt-small compiled" 150 --impl reference --shape gpt-small --batch-size 16 --compile
-run_torch "transformers gpt-small eager" 120 --impl transformers --shape gpt-small --batch-size 16
-run_torch "transformers llama-small compiled" 150 --impl transformers --shape llama-small --batch-size 16 --compile
+if [[ $quick != 1 ]]; then
+  echo "== compiled and transformers baselines"
+  run_torch "torch gpt-small compiled" 150 --impl reference --shape gpt-small --batch-size 16 --compile
+  run_torch "transformers gpt-small eager" 120 --impl transformers --shape gpt-small --batch-size 16
+  run_torch "transformers llama-small compiled" 150 --impl transformers --shape llama-small --batch-size 16 --compile
+fi
 
 if [[ $gpus -ge 2 ]]; then
   echo "== $gpus GPUs: the strategies at gpt-small"
