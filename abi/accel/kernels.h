@@ -207,6 +207,12 @@ typedef AccelStatus AccelSgdStepFn(AccelHost* host, const AccelSgdArgs* args);
 #define ACCEL_GEMM_TRANS_A (UINT32_C(1) << 0)     /* use a^T */
 #define ACCEL_GEMM_TRANS_B (UINT32_C(1) << 1)     /* use b^T */
 #define ACCEL_GEMM_ACCUMULATE (UINT32_C(1) << 2)  /* out += instead of = */
+/* 1.9: FP8 operands on tensor cores accumulate without cuBLASLt's periodic
+ * promotion to fp32 (Hopper's "fast accumulation": faster, a few more bits
+ * lost on long inner products; TransformerEngine's choice for the forward
+ * GEMM, never for the gradients). Ignored elsewhere: the CPU's emulation
+ * and 16-bit GEMMs are unchanged, and a 1.8 host ignores the bit. */
+#define ACCEL_GEMM_FP8_FAST_ACCUMULATE (UINT32_C(1) << 3)
 
 typedef struct AccelGemmArgs {
   size_t struct_size;

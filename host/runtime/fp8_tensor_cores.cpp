@@ -94,7 +94,7 @@ bool fused_fp8_cast(const at::Tensor& input, at::Tensor& output, const std::opti
 
 at::Tensor scaled_gemm(const at::Tensor& a, bool trans_a, const at::Tensor& b, bool trans_b, const at::Tensor& scale_a,
                        const at::Tensor& scale_b, const std::optional<at::Tensor>& bias, at::ScalarType out_dtype,
-                       at::Tensor* into) {
+                       at::Tensor* into, bool fast_accumulate) {
   at::Tensor first = trans_a ? a.t() : a;    // [m, k], wanted row-major
   at::Tensor second = trans_b ? b.t() : b;   // [k, n], wanted column-major
   if (!first.is_contiguous()) first = first.contiguous();
@@ -115,11 +115,11 @@ at::Tensor scaled_gemm(const at::Tensor& a, bool trans_a, const at::Tensor& b, b
       into->is_contiguous() && into->size(0) == m && into->size(1) == n) {
     // Straight into the caller's tensor: no copy of the output.
     at::_scaled_mm_out(*into, first, second, sa, sb, fused_bias, std::nullopt, out_dtype,
-                       /*use_fast_accum=*/false);
+                       /*use_fast_accum=*/fast_accumulate);
     return *into;
   }
   at::Tensor result = at::_scaled_mm(first, second, sa, sb, fused_bias, std::nullopt, product_dtype,
-                                     /*use_fast_accum=*/false);
+                                     /*use_fast_accum=*/fast_accumulate);
   if (n16 != n) result = result.narrow(1, 0, n);
   if (bias && !epilogue_bias) result = (result + bias->to(at::kFloat)).to(out_dtype);
   if (into != nullptr) return into->copy_(result);

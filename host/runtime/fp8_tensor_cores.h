@@ -40,9 +40,11 @@ bool fused_fp8_cast(const at::Tensor& input, at::Tensor& output, const std::opti
 // contiguous, of out_dtype and needs no padding) and returned. Runs on CPU
 // tensors too (ATen's CPU _scaled_mm), which is how its layout handling is
 // tested without a GPU.
+// `fast_accumulate`: cuBLASLt's fast accumulation (no periodic promotion to
+// fp32; ACCEL_GEMM_FP8_FAST_ACCUMULATE).
 at::Tensor scaled_gemm(const at::Tensor& a, bool trans_a, const at::Tensor& b, bool trans_b, const at::Tensor& scale_a,
                        const at::Tensor& scale_b, const std::optional<at::Tensor>& bias, at::ScalarType out_dtype,
-                       at::Tensor* into = nullptr);
+                       at::Tensor* into = nullptr, bool fast_accumulate = false);
 
 // Throws ServiceError(UNSUPPORTED) with one line when `device` is a GPU
 // without FP8 tensor cores (compute capability below 8.9): an FP8 GEMM there

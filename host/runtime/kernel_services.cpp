@@ -487,9 +487,13 @@ void gemm_on_fp8_tensor_cores(const AccelGemmArgs& args, const at::Tensor& a, co
                                                  static_cast<long long>(kb), static_cast<long long>(n)) +
                                            describe_shape(out.sizes()));
   }
-  const at::Tensor one = at::ones({}, out.options().dtype(at::kFloat));
-  const at::Tensor scale_a = args.scale_a != nullptr ? fp32_scalar(args.scale_a, "scale_a") : one;
-  const at::Tensor scale_b = args.scale_b != nullptr ? fp32_scalar(args.scale_b, "scale_b") : one;
+  // A missing scale is 1 (made only then: the fp8 plugin passes both).
+  const auto scale_or_one = [&](const DLTensor* scale, const char* what) {
+    return scale != nullptr ? fp32_scalar(scale, what) : at::ones({}, out.options().dtype(at::kFloat));
+  };
+  const at::Tensor scale_a = scale_or_one(args.scale_a, "scale_a");
+  const at::Tensor scale_b = scale_or_one(args.scale_b, "scale_b");
+  const bool fast = (args.flags & ACCEL_GEMM_FP8_FAST_ACCUMULATE) != 0;
   const std::optional<at::Tensor> bias = gemm_bias(args.bias, n);
   const bool accumulate = (args.flags & ACCEL_GEMM_ACCUMULATE) != 0;
   if (accumulate && is_kernel_fp8(out.scalar_type())) {
@@ -498,10 +502,10 @@ void gemm_on_fp8_tensor_cores(const AccelGemmArgs& args, const at::Tensor& a, co
   const bool plain = args.alpha == 1.0 && !accumulate && args.amax_out == nullptr && args.scale_out == nullptr &&
                      !is_kernel_fp8(out.scalar_type());
   if (plain) {
-    scaled_gemm(a, trans_a, b, trans_b, scale_a, scale_b, bias, out.scalar_type(), &out);
+    scaled_gemm(a, trans_a, b, trans_b, scale_a, scale_b, bias, out.scalar_type(), &out, fast);
     return;
   }
-  at::Tensor result = scaled_gemm(a, trans_a, b, trans_b, scale_a, scale_b, std::nullopt, at::kFloat);
+  at::Tensor result = scaled_gemm(a, trans_a, b, trans_b, scale_a, scale_b, std::nullopt, at::kFloat, nullptr, fast);
   if (args.alpha != 1.0) result.mul_(args.alpha);
   if (bias) result.add_(bias->to(at::kFloat));
   if (accumulate && out.scalar_type() == at::kFloat && args.amax_out == nullptr && args.scale_out == nullptr) {

@@ -217,7 +217,10 @@ void Fp8Linear::forward(AccelLinearForwardArgs& args, const AccelLinearNext& nex
   } else {
     sdk::Buffer out = ops_.allocate(ACCEL_MEMORY_ACTIVATIONS, output_dtype(x), {rows_of(x), rows_of(w)},
                                     ACCEL_MEMORY_DEVICE, false, "fp8 linear output");
-    ops_.gemm(&x8.tensor(), &w8.tensor(), &out.tensor(), args.bias, inv_x.get(), inv_w.get(), ACCEL_GEMM_TRANS_B);
+    // Fast accumulation in the forward GEMM only, as TransformerEngine does
+    // (its gradients keep cuBLASLt's fp32 promotion).
+    ops_.gemm(&x8.tensor(), &w8.tensor(), &out.tensor(), args.bias, inv_x.get(), inv_w.get(),
+              ACCEL_GEMM_TRANS_B | ACCEL_GEMM_FP8_FAST_ACCUMULATE);
     args.output = &out.tensor();
     args.output_buffer = out.release();  // ownership passes to the caller
   }

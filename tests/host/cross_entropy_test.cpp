@@ -14,6 +14,9 @@
 namespace accel::model {
 namespace {
 
+// Before any test asks torch about CUDA (see host/comm/cuda_backend.h).
+[[maybe_unused]] const bool cuda_backend_loaded = comm::load_cuda_backend();
+
 // Autograd's loss and d(multiplier * loss) / d logits, as the trainer took
 // them before: cross_entropy_loss of the float logits.
 LossAndGrad through_autograd(const at::Tensor& logits, const at::Tensor& labels, double multiplier) {

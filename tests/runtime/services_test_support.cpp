@@ -1,9 +1,16 @@
 // The shared fixture of the services tests (see services_test_support.h).
 #include "tests/runtime/services_test_support.h"
 
+#include "host/comm/cuda_backend.h"
 #include "host/runtime/tensor_views.h"
 
 namespace accel::runtime::testing {
+
+// Torch caches its CUDA hooks at the first question about CUDA, which the
+// fixture's model asks: the GPU cases of this binary need LibTorch's CUDA
+// library loaded before any test runs (host/comm/cuda_backend.h). On a GPU
+// machine a run without this skipped every CudaPaths case.
+[[maybe_unused]] const bool cuda_backend_loaded = comm::load_cuda_backend();
 
 View::View(const at::Tensor& tensor) : tensor_(tensor) {
   shape_.assign(tensor.sizes().begin(), tensor.sizes().end());
