@@ -16,7 +16,7 @@ View::View(const at::Tensor& tensor) : tensor_(tensor) {
   shape_.assign(tensor.sizes().begin(), tensor.sizes().end());
   strides_.assign(tensor.strides().begin(), tensor.strides().end());
   dl_.data = tensor.data_ptr();
-  dl_.device = DLDevice{kDLCPU, 0};
+  dl_.device = tensor.is_cuda() ? DLDevice{kDLCUDA, static_cast<int32_t>(tensor.device().index())} : DLDevice{kDLCPU, 0};
   dl_.ndim = static_cast<int32_t>(shape_.size());
   dl_.dtype = to_dl_dtype(tensor.scalar_type());
   dl_.shape = shape_.data();
