@@ -24,6 +24,7 @@ apt_packages=(
   libboost-dev libboost-program-options-dev libboost-filesystem-dev
   libspdlog-dev nlohmann-json3-dev libdlpack-dev zlib1g-dev libjemalloc2
   libgtest-dev ccache python3-venv libyaml-cpp-dev
+  slurm-wlm iproute2 util-linux   # tests/python/test_slurm.py, test_multinode.py
 )
 
 missing=()
