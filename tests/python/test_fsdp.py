@@ -300,8 +300,10 @@ class MemoryLedger(TempDirMixin, unittest.TestCase):
             self.assertEqual(now["total"], sum(now[p] for p in parts))
             self.assertGreater(now["rss"], 500 << 20)
             self.assertLess(abs(now["total"] - now["rss"]) / now["rss"], 0.10, (row["step"], now))
-            # the ledger of old (model states alone) would be far off
-            self.assertLess(now["model_states"], 0.6 * now["rss"])
+            # the ledger of old (model states alone) would be far off: more
+            # than the 10% the whole ledger keeps (35% here once LibTorch's
+            # CUDA library stopped loading on CPU runs, 45% before)
+            self.assertGreater(abs(now["rss"] - now["model_states"]) / now["rss"], 0.25, (row["step"], now))
             if peak is None:
                 continue
             # the step's sample of highest resident memory, and how near the
