@@ -856,3 +856,33 @@ TEST(SdkCheckedMath, ProductsAndSumsThatLeaveInt64AreNullopt) {
 }
 
 }  // namespace
+
+// TransposedView: a contiguous 2-D tensor's transpose as strides over the
+// same memory; anything else is refused with the tensor described.
+TEST(SdkTensor, TransposedViewFlipsAContiguousMatrixAndRefusesOthers) {
+  float data[6] = {0, 1, 2, 3, 4, 5};
+  int64_t shape[2] = {2, 3};
+  int64_t strides[2] = {3, 1};  // the ABI's views always carry strides
+  DLTensor m{};
+  m.data = data;
+  m.device = {kDLCPU, 0};
+  m.ndim = 2;
+  m.dtype = {kDLFloat, 32, 1};
+  m.shape = shape;
+  m.strides = strides;
+  const accel::sdk::TransposedView t(m);
+  EXPECT_EQ(t.get()->shape[0], 3);
+  EXPECT_EQ(t.get()->shape[1], 2);
+  EXPECT_EQ(t.get()->strides[0], 1);
+  EXPECT_EQ(t.get()->strides[1], 3);
+  EXPECT_EQ(t.get()->data, static_cast<void*>(data));
+  DLTensor flat = m;
+  flat.ndim = 1;
+  try {
+    const accel::sdk::TransposedView refused(flat);
+    FAIL() << "a 1-D tensor has no transpose view";
+  } catch (const accel::sdk::Error& e) {
+    EXPECT_EQ(e.status(), ACCEL_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(e.what()).find("contiguous 2-D"), std::string::npos) << e.what();
+  }
+}

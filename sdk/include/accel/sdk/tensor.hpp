@@ -166,11 +166,18 @@ class FlatView {
 };
 
 // The transpose of a contiguous 2-D tensor as a strided view ([cols, rows],
-// strides {1, cols}) of the same memory.
+// strides {1, cols}) of the same memory. Throws Error(INVALID_ARGUMENT) for
+// any other tensor.
 class TransposedView {
  public:
-  explicit TransposedView(const DLTensor& base)
-      : shape_{base.shape[1], base.shape[0]}, strides_{1, base.shape[1]} {
+  explicit TransposedView(const DLTensor& base) {
+    if (base.ndim != 2 || !accel_tensor_is_contiguous(&base)) {
+      throw Error(ACCEL_ERROR_INVALID_ARGUMENT, "TransposedView needs a contiguous 2-D tensor, got " + describe(base));
+    }
+    shape_[0] = base.shape[1];
+    shape_[1] = base.shape[0];
+    strides_[0] = 1;
+    strides_[1] = base.shape[1];
     view_ = base;
     view_.shape = shape_;
     view_.strides = strides_;
