@@ -154,11 +154,7 @@ void WeightGatherCodec::decode(const AccelGatherCodecArgs& args) {
 
 const DLTensor* WeightGatherCodec::recast(int32_t slot, const DLTensor& weight, const DLTensor& fp8,
                                           const DLTensor* transposed, CastCounts& counts) const {
-  if (transposed != nullptr) {
-    ops_.cast_transposed(&weight, &fp8, transposed, scale(slot), nullptr, false);
-  } else {
-    ops_.cast(&weight, &fp8, scale(slot), nullptr, false);
-  }
+  ops_.cast_transposed(&weight, &fp8, transposed, scale(slot), nullptr, false);
   if (config_.count_saturation) {
     const CastCounts& c = counts_[static_cast<size_t>(slot)];
     counts.saturated += c.saturated;

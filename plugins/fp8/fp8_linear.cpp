@@ -100,15 +100,6 @@ DLDataType Fp8Linear::output_dtype(const DLTensor& input) const {
 
 std::array<CastCounts, kNumClasses> Fp8Linear::take_counts() { return std::exchange(counts_, {}); }
 
-void Fp8Linear::cast(const DLTensor& source, const DLTensor& fp8, const DLTensor* transposed, const DLTensor* scale,
-                     const DLTensor* amax, bool accumulate_amax) const {
-  if (transposed != nullptr) {
-    ops_.cast_transposed(&source, &fp8, transposed, scale, amax, accumulate_amax);
-  } else {
-    ops_.cast(&source, &fp8, scale, amax, accumulate_amax);
-  }
-}
-
 const DLTensor* Fp8Linear::quantize(TensorClass cls, int32_t slot, const DLTensor& source, const DLTensor& fp8,
                                     const DLTensor* transposed) {
   // A weight gathered as FP8 codes and decoded: re-cast with the scale it
@@ -137,7 +128,7 @@ const DLTensor* Fp8Linear::quantize(TensorClass cls, int32_t slot, const DLTenso
       scale = &grad_scale_.tensor();
       scale_inv = &grad_scale_inv_.tensor();
     }
-    cast(source, fp8, transposed, scale, amax_cell, /*accumulate_amax=*/true);
+    ops_.cast_transposed(&source, &fp8, transposed, scale, amax_cell, /*accumulate_amax=*/true);
     if (config_.count_saturation) count(cls, source, fp8, *scale);
     return scale_inv;
   }
@@ -160,7 +151,7 @@ const DLTensor* Fp8Linear::quantize(TensorClass cls, int32_t slot, const DLTenso
   ops_.fill(&current_scale_[c].tensor(), 1.0);  // a zero amax keeps 1
   ops_.fp8_scale_update(&amax, &current_scale_[c].tensor(), &current_scale_inv_[c].tensor(), state_.dtype(cls),
                         config_.margin, ACCEL_AMAX_MOST_RECENT, /*roll=*/false);
-  cast(source, fp8, transposed, &current_scale_[c].tensor(), nullptr, false);
+  ops_.cast_transposed(&source, &fp8, transposed, &current_scale_[c].tensor(), nullptr, false);
   if (config_.count_saturation) count(cls, source, fp8, current_scale_[c].tensor());
   return &current_scale_inv_[c].tensor();
 }

@@ -63,9 +63,6 @@ class Fp8Linear {
   // pass.
   const DLTensor* quantize(TensorClass cls, int32_t slot, const DLTensor& source, const DLTensor& fp8,
                            const DLTensor* transposed);
-  // The cast itself, transposing too when `transposed` is set.
-  void cast(const DLTensor& source, const DLTensor& fp8, const DLTensor* transposed, const DLTensor* scale,
-            const DLTensor* amax, bool accumulate_amax) const;
   void count(TensorClass cls, const DLTensor& source, const DLTensor& fp8, const DLTensor& scale);
   // grad_bias [out] += column sums of g [tokens, out], fp32 accumulation.
   void add_bias_grad(const DLTensor& g, const DLTensor& grad_bias);

@@ -171,36 +171,28 @@ class Kernels {
   // `accumulate_amax`.
   void cast(const DLTensor* input, const DLTensor* output, const DLTensor* scale, const DLTensor* amax,
             bool accumulate_amax) const {
-    AccelCastArgs args{};
-    args.struct_size = sizeof(args);
-    args.input = input;
-    args.output = output;
-    args.scale = scale;
-    args.amax = amax;
-    args.flags = accumulate_amax ? ACCEL_CAST_AMAX_ACCUMULATE : 0u;
-    s_.check(s_.table()->kernels->cast(s_.host(), &args), "cast");
+    cast_transposed(input, output, nullptr, scale, amax, accumulate_amax);
   }
   // The cast of a 2-D `input` [rows, cols] that also stores the codes
-  // transposed into `transposed` ([cols, rows], contiguous): one pass on a
-  // 1.9 host (AccelCastArgs.output_transposed); on an older host, the cast
-  // and then a copy of the output's transposed view.
+  // transposed into `transposed` ([cols, rows], contiguous; NULL: the plain
+  // cast): one pass on a 1.9 host (AccelCastArgs.output_transposed); on an
+  // older host, the cast and then a copy of the output's transposed view.
   void cast_transposed(const DLTensor* input, const DLTensor* output, const DLTensor* transposed,
                        const DLTensor* scale, const DLTensor* amax, bool accumulate_amax) const {
-    if (host_abi_version().major == 1 && !host_abi_at_least(1, 9)) {
-      cast(input, output, scale, amax, accumulate_amax);
-      const TransposedView flipped(*output);
-      copy(flipped.get(), transposed);
-      return;
-    }
+    const bool host_transposes = !(host_abi_version().major == 1 && !host_abi_at_least(1, 9));
     AccelCastArgs args{};
     args.struct_size = sizeof(args);
     args.input = input;
     args.output = output;
-    args.output_transposed = transposed;
+    args.output_transposed = host_transposes ? transposed : nullptr;
     args.scale = scale;
     args.amax = amax;
     args.flags = accumulate_amax ? ACCEL_CAST_AMAX_ACCUMULATE : 0u;
     s_.check(s_.table()->kernels->cast(s_.host(), &args), "cast");
+    if (transposed != nullptr && !host_transposes) {
+      const TransposedView flipped(*output);
+      copy(flipped.get(), transposed);
+    }
   }
   void axpy(const DLTensor* x, const DLTensor* y, double alpha) const {  // y += alpha x
     AccelAxpyArgs args{};
