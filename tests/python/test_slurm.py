@@ -28,9 +28,11 @@ class UnderSlurm(TempDirMixin, unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.cluster_dir = os.path.join("/tmp", f"accel-slurm-{os.getpid()}")
-        subprocess.run([CLUSTER, "up", cls.cluster_dir], check=True, capture_output=True, text=True, timeout=60)
+        # Cleanups first: a start that fails half-way (slurmctld up, slurmd
+        # not) still stops what it started.
         cls.addClassCleanup(lambda: shutil.rmtree(cls.cluster_dir, ignore_errors=True))
         cls.addClassCleanup(lambda: subprocess.run([CLUSTER, "down", cls.cluster_dir], capture_output=True))
+        subprocess.run([CLUSTER, "up", cls.cluster_dir], check=True, capture_output=True, text=True, timeout=60)
         cls.env = dict(MPI_ENV, SLURM_CONF=os.path.join(cls.cluster_dir, "slurm.conf"), ACCEL_HOST=ACCEL_HOST)
 
     def slurm(self, *args, timeout=120, check=True):
