@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "accel/sdk/input_file.hpp"
+#include "host/app/supervise.h"
 #include "host/cli/accelerate_config.h"
 #include "host/cli/options.h"
 #include "host/plugin/discovery.h"
@@ -32,6 +33,7 @@ struct LaunchOptions {
   std::string main_process_ip, mixed_precision, gpu_ids, hostfile;
   bool use_cpu = false;
   bool dry_run = false;
+  SupervisorPolicy supervisor;  // --max_restarts, --min_ranks
   std::vector<std::string> training_args;  // after --
 };
 
@@ -43,7 +45,13 @@ LaunchOptions parse_launch_options(const std::vector<std::string>& args) {
     o.training_args.assign(dashes + 1, own.end());
     own.erase(dashes, own.end());
   }
-  int64_t processes = 0, machines = 0, machine_rank = -1;
+  // accelerate launch takes --num-processes for --num_processes, and so on.
+  for (std::string& word : own) {
+    if (word.rfind("--", 0) != 0) continue;
+    const auto name_end = word.begin() + static_cast<std::ptrdiff_t>(std::min(word.find('='), word.size()));
+    std::replace(word.begin() + 2, name_end, '-', '_');
+  }
+  int64_t processes = 0, machines = 0, machine_rank = -1, max_restarts = 0, min_ranks = 0;
   po::options_description d("accel-host launch [options] -- [training options]");
   d.add_options()
       ("config_file", po::value(&o.config_file), "accelerate config YAML")
@@ -55,7 +63,11 @@ LaunchOptions parse_launch_options(const std::vector<std::string>& args) {
       ("gpu_ids", po::value(&o.gpu_ids), "CUDA devices of each machine (all, or 0,1,...)")
       ("use_cpu", po::bool_switch(&o.use_cpu), "train on the CPU")
       ("hostfile", po::value(&o.hostfile), "Open MPI hostfile naming the machines")
-      ("dry_run", po::bool_switch(&o.dry_run), "print the command, run nothing");
+      ("dry_run", po::bool_switch(&o.dry_run), "print the command, run nothing")
+      ("max_restarts", po::value(&max_restarts),
+       "restart the job up to K times when it fails, from the newest checkpoint under its --save (supervise.h)")
+      ("min_ranks", po::value(&min_ranks),
+       "with --max_restarts: restart at the ranks still available (the hostfile's slots, read again), not below M");
   po::variables_map vm;
   try {
     const po::parsed_options parsed = po::command_line_parser(own).options(d).run();
@@ -82,6 +94,13 @@ LaunchOptions parse_launch_options(const std::vector<std::string>& args) {
     if (machine_rank < 0) throw UsageError("--machine_rank must be >= 0");
     o.machine_rank = machine_rank;
   }
+  if (max_restarts < 0 || max_restarts > 10000) throw UsageError("--max_restarts must be from 0 to 10000");
+  if (vm.count("min_ranks") && (min_ranks < 1 || min_ranks > (1 << 20))) {
+    throw UsageError("--min_ranks must be from 1 to 1048576");
+  }
+  if (vm.count("min_ranks") && max_restarts == 0) throw UsageError("--min_ranks needs --max_restarts");
+  o.supervisor.max_restarts = max_restarts;
+  o.supervisor.min_ranks = min_ranks;
   return o;
 }
 
@@ -159,13 +178,6 @@ std::string slurm_mpi_plugin() {
                    "train alone); install Slurm's PMIx plugin or use mpirun inside the allocation");
 }
 
-std::string quoted(const std::string& word) {
-  if (!word.empty() && word.find_first_of(" \t\n'\"\\$`*?[]{}()<>|&;#~") == std::string::npos) return word;
-  std::string out = "'";
-  for (char c : word) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
 bool given(const std::vector<std::string>& args, const std::string& option) {
   for (const std::string& arg : args) {
     if (arg == "--" + option || arg.rfind("--" + option + "=", 0) == 0) return true;
@@ -181,6 +193,16 @@ bool names_plugin(const std::vector<std::string>& args, const std::string& name)
     }
   }
   return false;
+}
+
+// The value of `--option V` or `--option=V` in `args` (the last one given), or "".
+std::string option_value(const std::vector<std::string>& args, const std::string& option) {
+  std::string value;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--" + option && i + 1 < args.size()) value = args[i + 1];
+    if (args[i].rfind("--" + option + "=", 0) == 0) value = args[i].substr(option.size() + 3);
+  }
+  return value;
 }
 
 }  // namespace
@@ -246,48 +268,75 @@ int launch_command(const std::vector<std::string>& args) {
   host_args.insert(host_args.end(), o.training_args.begin(), o.training_args.end());
 
   const std::string host = (plugin::current_executable_dir() / "accel-host").string();
-  std::vector<std::string> command;
-  if (in_slurm) {
-    if (slurm_tasks != nullptr && std::atoll(slurm_tasks) < ranks) {
-      throw UsageError(strformat("num_processes %lld is more than this Slurm allocation's %s task(s)",
-                                 static_cast<long long>(ranks), slurm_tasks));
-    }
-    // --kill-on-bad-exit=0 (also over a site default): Accel's ranks agree on a failure
-    // themselves, and a stop on a signal ends every rank with 75 after the
-    // checkpoint; srun's kill on the first rank's 75 sent SIGTERM to ranks still
-    // finishing, whose second signal kills at once (tests/python/test_slurm.py).
-    command = {"srun", "--mpi=" + slurm_mpi_plugin(), "--ntasks", std::to_string(ranks), "--kill-on-bad-exit=0"};
-    if (!config.gpu_ids.empty() && config.gpu_ids != "all") command.push_back("--export=ALL,CUDA_VISIBLE_DEVICES=" + config.gpu_ids);
-    if (config.debug) setenv("ACCEL_COMM_VERIFY", "ops", 0);
-  } else {
-    if (machines > 1 && config.hostfile.empty()) {
-      throw UsageError(strformat("num_machines %lld: name the machines in a hostfile (--hostfile, or "
-                                 "mpirun_config.mpirun_hostfile), or launch inside a Slurm allocation",
-                                 static_cast<long long>(machines)));
-    }
-    command = {"mpirun", "-n", std::to_string(ranks)};
-    if (!config.hostfile.empty()) {
-      const std::optional<int64_t> slots = hostfile_slots(config.hostfile);
-      const char* oversubscribe = std::getenv("OMPI_MCA_rmaps_base_oversubscribe");
-      const bool may_oversubscribe = oversubscribe != nullptr && std::strcmp(oversubscribe, "1") == 0;
-      if (slots && *slots < ranks && !may_oversubscribe) {
-        throw UsageError(strformat("--hostfile %s has %lld slot(s) for %lld ranks", config.hostfile.c_str(),
-                                   static_cast<long long>(*slots), static_cast<long long>(ranks)));
+  // The launcher's command for a world of `world` ranks; a supervised
+  // restart resumes from the newest checkpoint.
+  const auto command_for = [&](int64_t world, int64_t attempt) {
+    std::vector<std::string> command;
+    if (in_slurm) {
+      if (slurm_tasks != nullptr && std::atoll(slurm_tasks) < world) {
+        throw UsageError(strformat("num_processes %lld is more than this Slurm allocation's %s task(s)",
+                                   static_cast<long long>(world), slurm_tasks));
       }
-      command.insert(command.end(), {"--hostfile", config.hostfile});
+      // --kill-on-bad-exit=0 (also over a site default): Accel's ranks agree on a failure
+      // themselves, and a stop on a signal ends every rank with 75 after the
+      // checkpoint; srun's kill on the first rank's 75 sent SIGTERM to ranks still
+      // finishing, whose second signal kills at once (tests/python/test_slurm.py).
+      command = {"srun", "--mpi=" + slurm_mpi_plugin(), "--ntasks", std::to_string(world), "--kill-on-bad-exit=0"};
+      if (!config.gpu_ids.empty() && config.gpu_ids != "all") {
+        command.push_back("--export=ALL,CUDA_VISIBLE_DEVICES=" + config.gpu_ids);
+      }
+      if (config.debug) setenv("ACCEL_COMM_VERIFY", "ops", 0);
+    } else {
+      if (machines > 1 && config.hostfile.empty()) {
+        throw UsageError(strformat("num_machines %lld: name the machines in a hostfile (--hostfile, or "
+                                   "mpirun_config.mpirun_hostfile), or launch inside a Slurm allocation",
+                                   static_cast<long long>(machines)));
+      }
+      command = {"mpirun", "-n", std::to_string(world)};
+      if (!config.hostfile.empty()) {
+        const std::optional<int64_t> slots = hostfile_slots(config.hostfile);
+        const char* oversubscribe = std::getenv("OMPI_MCA_rmaps_base_oversubscribe");
+        const bool may_oversubscribe = oversubscribe != nullptr && std::strcmp(oversubscribe, "1") == 0;
+        if (slots && *slots < world && !may_oversubscribe) {
+          throw UsageError(strformat("--hostfile %s has %lld slot(s) for %lld ranks", config.hostfile.c_str(),
+                                     static_cast<long long>(*slots), static_cast<long long>(world)));
+        }
+        command.insert(command.end(), {"--hostfile", config.hostfile});
+      }
+      command.insert(command.end(), {"--bind-to", config.cpu_affinity ? "numa" : "none"});
+      if (!config.gpu_ids.empty() && config.gpu_ids != "all") {
+        command.insert(command.end(), {"-x", "CUDA_VISIBLE_DEVICES=" + config.gpu_ids});
+      }
+      if (config.debug) command.insert(command.end(), {"-x", "ACCEL_COMM_VERIFY=ops"});
     }
-    command.insert(command.end(), {"--bind-to", config.cpu_affinity ? "numa" : "none"});
-    if (!config.gpu_ids.empty() && config.gpu_ids != "all") {
-      command.insert(command.end(), {"-x", "CUDA_VISIBLE_DEVICES=" + config.gpu_ids});
-    }
-    if (config.debug) command.insert(command.end(), {"-x", "ACCEL_COMM_VERIFY=ops"});
-  }
-  command.push_back(host);
-  command.insert(command.end(), host_args.begin(), host_args.end());
+    command.push_back(host);
+    const std::vector<std::string> training = attempt == 0 ? host_args : with_resume_auto(host_args);
+    command.insert(command.end(), training.begin(), training.end());
+    return command;
+  };
+  std::vector<std::string> command = command_for(ranks, 0);
 
-  std::string shown;
-  for (const std::string& word : command) shown += (shown.empty() ? "" : " ") + quoted(word);
-  std::printf("accel-host launch: %s\n", shown.c_str());
+  if (o.supervisor.max_restarts > 0) {
+    o.supervisor.save_dir = option_value(host_args, "save");
+    if (o.supervisor.save_dir.empty()) {
+      throw UsageError("--max_restarts needs the job's --save DIR: a restart resumes from its newest checkpoint");
+    }
+    if (o.supervisor.min_ranks > ranks) {
+      throw UsageError(strformat("--min_ranks %lld is more than the job's %lld ranks",
+                                 static_cast<long long>(o.supervisor.min_ranks), static_cast<long long>(ranks)));
+    }
+    if (!o.dry_run) {
+      // The ranks still available: the hostfile's slots, read again; one
+      // machine or a Slurm allocation keeps its size.
+      const auto available = [&]() -> int64_t {
+        if (in_slurm || config.hostfile.empty()) return ranks;
+        return hostfile_slots(config.hostfile).value_or(ranks);  // no slots=: mpirun counts cores
+      };
+      return supervise(o.supervisor, ranks, command_for, available);
+    }
+  }
+
+  std::printf("accel-host launch: %s\n", shell_words(command).c_str());
   std::fflush(stdout);
   if (o.dry_run) return 0;
 

@@ -163,6 +163,7 @@ Settings run_settings(const RunConfig& c, const model::GptConfig& shape, const p
       {"--init_process_group.timeout", real(c.comm.timeout_s)},
       {"--save", c.save_dir},
       {"--save-every", whole(c.save_every)},
+      {"--save-async", c.save_async ? "true" : "false"},
       {"--resume", c.resume},
       {"world size", whole(world_size)},
   };

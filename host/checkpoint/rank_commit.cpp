@@ -71,36 +71,47 @@ void agree_on_root_outcome(const RankGroup& group, const std::string& root_error
 
 }  // namespace
 
-fs::path commit_from_all_ranks(const fs::path& root, const std::string& name, const RankGroup& group,
-                               const RankFilesWriter& write, const CommitCheck& check) {
-  const std::string failed = "checkpoint " + (root / name).string() + " not saved: ";
+RankCommit::RankCommit(RankGroup group, fs::path final_dir, std::string failed)
+    : group_(std::move(group)), final_dir_(std::move(final_dir)), failed_(std::move(failed)) {}
 
+RankCommit RankCommit::begin(const fs::path& root, const std::string& name, const RankGroup& group) {
+  RankCommit commit(group, root / name, "checkpoint " + (root / name).string() + " not saved: ");
   // 1. Rank 0 makes the pending directory; the others wait for its outcome.
-  std::optional<PendingCheckpointDir> pending;
   std::string root_error;
   if (group.rank == 0) {
     try {
-      pending.emplace(PendingCheckpointDir::create(root, name));
+      commit.pending_.emplace(PendingCheckpointDir::create(root, name));
     } catch (...) {
       root_error = current_error();
     }
   }
-  agree_on_root_outcome(group, root_error, failed);
+  agree_on_root_outcome(group, root_error, commit.failed_);
+  return commit;
+}
 
-  // 2. Every rank writes and syncs its files; entries (or the error) go to all.
+void RankCommit::write(const RankFilesWriter& write) {
+  // 2. Every rank writes and syncs its files; the entries (or the error) are
+  // its message to the others.
   nlohmann::json mine;
   try {
-    if (group.rank != 0) pending.emplace(PendingCheckpointDir::attach(root, name));
-    RankContribution contribution = write(pending->dir());
+    if (group_.rank != 0) {
+      pending_.emplace(PendingCheckpointDir::attach(final_dir_.parent_path(), final_dir_.filename().string()));
+    }
+    RankContribution contribution = write(pending_->dir());
     nlohmann::json entries = nlohmann::json::array();
-    for (const ManifestEntry& e : pending->sync_files(contribution.files)) {
+    for (const ManifestEntry& e : pending_->sync_files(contribution.files)) {
       entries.push_back({{"file", e.file}, {"size", e.size}, {"crc32", e.crc32}});
     }
     mine = {{"entries", std::move(entries)}, {"note", std::move(contribution.note)}};
   } catch (...) {
     mine = {{"error", current_error()}};
   }
-  const std::vector<std::string> all = exchange_round(group, mine.dump());
+  message_ = mine.dump();
+}
+
+fs::path RankCommit::finish(const CommitCheck& check) {
+  if (message_.empty()) message_ = nlohmann::json{{"error", "it never wrote its files"}}.dump();
+  const std::vector<std::string> all = exchange_round(group_, message_);
 
   std::vector<ManifestEntry> entries;
   std::vector<std::string> notes;
@@ -125,27 +136,35 @@ fs::path commit_from_all_ranks(const fs::path& root, const std::string& name, co
       notes.push_back(message.string("note"));
     } catch (const sdk::JsonInputError& e) {
       // Every rank parses the same strings, so every rank lands here alike.
-      if (group.rank == 0) abandon_quietly(pending);
-      throw CheckpointError(failed + e.what());
+      if (group_.rank == 0) abandon_quietly(pending_);
+      throw CheckpointError(failed_ + e.what());
     }
   }
   if (const auto failure = first_failure(failures)) {
-    if (group.rank == 0) abandon_quietly(pending);
-    throw CheckpointError(failed + *failure);
+    if (group_.rank == 0) abandon_quietly(pending_);
+    throw CheckpointError(failed_ + *failure);
   }
 
   // 3. Rank 0 checks the whole and publishes it; the others wait for that.
-  if (group.rank == 0) {
+  std::string root_error;
+  if (group_.rank == 0) {
     try {
       if (check) check(notes);
-      pending->finalize(std::move(entries));
+      pending_->finalize(std::move(entries));
     } catch (...) {
       root_error = current_error();
-      abandon_quietly(pending);
+      abandon_quietly(pending_);
     }
   }
-  agree_on_root_outcome(group, root_error, failed);
-  return root / name;
+  agree_on_root_outcome(group_, root_error, failed_);
+  return final_dir_;
+}
+
+fs::path commit_from_all_ranks(const fs::path& root, const std::string& name, const RankGroup& group,
+                               const RankFilesWriter& write, const CommitCheck& check) {
+  RankCommit commit = RankCommit::begin(root, name, group);
+  commit.write(write);
+  return commit.finish(check);
 }
 
 }  // namespace accel::checkpoint

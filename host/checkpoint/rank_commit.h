@@ -18,13 +18,17 @@
 // free of MPI): any all-gather of one string per rank will do.
 //
 // Thread-safety: one call per rank; the callbacks run on the calling thread.
+// A RankCommit is used by one thread at a time (write may be another
+// thread's than begin's and finish's, handed over with a happens-before).
 #pragma once
 
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "host/checkpoint/atomic_dir.h"
 #include "host/checkpoint/safetensors.h"  // CheckpointError
 
 namespace accel::checkpoint {
@@ -57,8 +61,45 @@ struct RankGroup {
 // returns root/<name>. Throws CheckpointError("checkpoint root/<name> not
 // saved: rank R: <what failed>") on every rank when any rank failed; an
 // exception of the exchange itself propagates unchanged.
+// RankCommit's three calls in a row.
 std::filesystem::path commit_from_all_ranks(const std::filesystem::path& root, const std::string& name,
                                             const RankGroup& group, const RankFilesWriter& write,
                                             const CommitCheck& check = {});
+
+// The same protocol in three calls, for a caller that writes its files
+// while it goes on with other work (asynchronous checkpoints): begin is
+// exchange #1, write is the local part (no communication, so it may run on
+// another thread), finish is exchanges #2 and #3. The errors are those of
+// commit_from_all_ranks.
+class RankCommit {
+ public:
+  // Exchange #1: rank 0 creates root/<name>.tmp, the others wait for its
+  // outcome. Collective over `group` (copied: finish uses it again).
+  static RankCommit begin(const std::filesystem::path& root, const std::string& name, const RankGroup& group);
+
+  RankCommit(RankCommit&&) noexcept = default;
+  RankCommit& operator=(RankCommit&&) noexcept = default;
+  ~RankCommit() = default;
+
+  // Writes and syncs this rank's files. Never throws: a failure becomes
+  // this rank's message of exchange #2, so every rank learns it in finish.
+  // Call once, before finish, from any one thread.
+  void write(const RankFilesWriter& write);
+
+  // Exchanges #2 and #3: every rank's outcome, rank 0's check and publish.
+  // Collective. Returns root/<name> on every rank or throws on every rank.
+  std::filesystem::path finish(const CommitCheck& check = {});
+
+  const std::filesystem::path& final_dir() const { return final_dir_; }
+
+ private:
+  RankCommit(RankGroup group, std::filesystem::path final_dir, std::string failed);
+
+  RankGroup group_;
+  std::filesystem::path final_dir_;
+  std::string failed_;  // "checkpoint DIR not saved: "
+  std::optional<PendingCheckpointDir> pending_;  // rank 0 from begin; the others from write
+  std::string message_;  // this rank's message of exchange #2, set by write
+};
 
 }  // namespace accel::checkpoint

@@ -304,6 +304,10 @@ po::options_description run_options(RunConfig& c, RawStrings& raw) {
        "in hand, saves, and exits 75")
       ("save-every", po::value(&c.save_every)->default_value(c.save_every),
        "save every N steps (0: only at the end)")
+      ("save-async", po::bool_switch(&c.save_async),
+       "periodic saves copy the state to host memory at the step's end and write their files in the background "
+       "while training goes on (same atomic commit, one save in flight); the final save and a signal's stay "
+       "blocking")
       ("resume", po::value(&c.resume)->value_name("DIR|auto"),
        "resume from a checkpoint directory, or the newest complete one in a save root; auto: the newest under "
        "--save when there is one, else start afresh (a requeued job's command line; see --save)")
@@ -346,6 +350,7 @@ void validate(const RunConfig& c) {
   require(c.optimizer.weight_decay >= 0, "--weight-decay must be >= 0");
   require(c.optimizer.grad_clip >= 0, "--grad-clip must be >= 0");
   require(c.save_every == 0 || !c.save_dir.empty(), "--save-every needs --save DIR");
+  require(!c.save_async || !c.save_dir.empty(), "--save-async needs --save DIR");
   require(c.grad_scaler.init_scale > 0, "--grad_scaler.init_scale must be > 0");
   require(c.grad_scaler.growth_factor > 1, "--grad_scaler.growth_factor must be > 1");
   require(c.grad_scaler.backoff_factor > 0 && c.grad_scaler.backoff_factor < 1,

@@ -98,6 +98,9 @@ struct RunConfig {
 
   std::string save_dir;
   int64_t save_every = 0;   // 0: save only at the end (when --save is given)
+  // --save-async: periodic saves write their files in the background
+  // (train/async_checkpoint.h); the final and the signal's save stay blocking.
+  bool save_async = false;
   std::string resume;
   // "hf:DIR": the model's shape and initial weights from a transformers
   // checkpoint directory (checkpoint/hf_checkpoint.h) instead of the seed.

@@ -353,6 +353,15 @@ void PluginStateWriter::check_complete() const {
   }
 }
 
+int64_t PluginStateWriter::held_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& [stored, entry] : tensors_) {
+    for (const at::Tensor& data : entry.data) bytes += static_cast<int64_t>(data.nbytes());
+  }
+  for (const auto& [name, stored] : exports_) bytes += static_cast<int64_t>(stored.second.nbytes());
+  return bytes;
+}
+
 SliceInventory PluginStateWriter::inventory() const {
   SliceInventory inventory;
   for (const auto& [stored, entry] : tensors_) {

@@ -36,6 +36,7 @@
 #include <ATen/ATen.h>
 #include <accel/accel.h>
 
+#include <cstdint>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -159,6 +160,8 @@ class PluginStateWriter {
   // Whether anything was put into ACCEL_CHECKPOINT_EXPORT (its tensors are
   // kept apart: not in the plugin-state file, not in the inventory).
   bool has_exports() const { return !exports_.empty(); }
+  // Bytes of the tensor copies it holds (slices and exports).
+  int64_t held_bytes() const;
   // Every slice put so far, for the commit-time check across ranks.
   SliceInventory inventory() const;
   // Writes the file (fsynced; not atomic on its own: see atomic_dir.h).

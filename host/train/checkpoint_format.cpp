@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <fstream>
 #include <map>
+#include <memory>
+#include <optional>
 
 #include "host/checkpoint/atomic_dir.h"
 #include "host/checkpoint/safetensors.h"
@@ -112,25 +114,68 @@ WholeTensors gather_split_tensors(const model::GptModel& model, train::FlatAdamW
 // Saving
 // ---------------------------------------------------------------------------
 
-std::vector<std::string> write_host_files(const fs::path& dir, const model::GptModel& model,
-                                          train::FlatAdamW& optimizer, const TrainerState& state,
-                                          bool host_optimizer, runtime::SliceInventory* inventory,
-                                          const WholeTensors* whole) {
+namespace {
+
+// What write_host_files writes, with the buffers its writers point into.
+struct HostFiles {
+  SafetensorsWriter weights, moments;
+  bool any_unit = false;
+  bool host_optimizer = false;
+  TrainerState state;
+  std::vector<at::Tensor> staged;  // host copies the writers point into
+  WholeTensors whole;              // likewise (already copies)
+  int64_t copied_bytes = 0;        // bytes of host copies made for the save
+
+  std::vector<std::string> write(const fs::path& dir) const {
+    std::vector<std::string> files;
+    if (any_unit) {
+      weights.write(dir / kModelFile);
+      files.push_back(kModelFile);
+      if (host_optimizer) {
+        moments.write(dir / kOptimizerFile);
+        files.push_back(kOptimizerFile);
+      }
+    }
+    write_text_file(dir / kTrainerStateFile, trainer_state_json(state));
+    files.push_back(kTrainerStateFile);
+    return files;
+  }
+};
+
+// A device tensor's host copy, in pinned memory (the copy engine reads it
+// directly), or a CPU tensor itself (`snapshot`: a copy of it).
+at::Tensor host_copy(const at::Tensor& t, bool snapshot, bool already_a_copy) {
+  if (t.is_cpu()) return snapshot && !already_a_copy ? t.clone() : t;
+  if (!snapshot) return t.cpu();
+  at::Tensor pinned = at::empty(t.sizes(), t.options().device(at::kCPU).pinned_memory(true));
+  pinned.copy_(t);
+  return pinned;
+}
+
+// The host's share of a checkpoint (write_host_files's contents), pointing
+// into the live tensors or, with `snapshot`, into copies of them.
+std::unique_ptr<HostFiles> collect_host_files(const model::GptModel& model, train::FlatAdamW& optimizer,
+                                              const TrainerState& state, bool host_optimizer,
+                                              runtime::SliceInventory* inventory, WholeTensors whole,
+                                              bool snapshot) {
+  auto files = std::make_unique<HostFiles>();
+  files->state = state;
+  files->host_optimizer = host_optimizer;
+  files->whole = std::move(whole);
   // A split parameter is written whole, from gather_split_tensors.
   const auto whole_of = [&](const std::string& name) -> const float* {
-    if (whole == nullptr) return nullptr;
-    const auto it = whole->find(name);
-    return it == whole->end() ? nullptr : it->second.data_ptr<float>();
+    const auto it = files->whole.find(name);
+    return it == files->whole.end() ? nullptr : it->second.data_ptr<float>();
   };
-  SafetensorsWriter weights;
-  SafetensorsWriter moments;
+  SafetensorsWriter& weights = files->weights;
+  SafetensorsWriter& moments = files->moments;
   weights.set_metadata("format", "accel");
-  // The writer keeps pointers until write(): device buffers are staged in
-  // host copies that live until then.
-  std::vector<at::Tensor> staged;
-  auto host_data = [&](const at::Tensor& t) {
-    staged.push_back(t.is_cpu() ? t : t.cpu());
-    return staged.back().data_ptr<float>();
+  // The writer keeps pointers until write(): device buffers (and, for a
+  // snapshot, every buffer) are staged in host copies that live as long.
+  const auto host_data = [&](const at::Tensor& t, bool already_a_copy) {
+    files->staged.push_back(host_copy(t, snapshot, already_a_copy));
+    if (!files->staged.back().is_same(t)) files->copied_bytes += static_cast<int64_t>(files->staged.back().nbytes());
+    return files->staged.back().data_ptr<float>();
   };
   const auto note = [&](AccelCheckpointSpace space, const std::string& name, const std::vector<int64_t>& shape) {
     if (inventory) {
@@ -138,7 +183,7 @@ std::vector<std::string> write_host_files(const fs::path& dir, const model::GptM
                      {std::vector<int64_t>(shape.size(), 0), shape});
     }
   };
-  bool any_unit = false;
+  for (const auto& [name, tensor] : files->whole) files->copied_bytes += static_cast<int64_t>(tensor.nbytes());
   for (size_t u = 0; u < model.units().size(); ++u) {
     const model::Unit& unit = model.units()[u];
     // Another pipeline stage's unit comes whole from that stage.
@@ -146,8 +191,8 @@ std::vector<std::string> write_host_files(const fs::path& dir, const model::GptM
         !host_keeps(unit) && std::all_of(unit.params().begin(), unit.params().end(),
                                          [&](const model::Param& p) { return whole_of(p.spec.name) != nullptr; });
     if (!host_keeps(unit) && !from_stage) continue;
-    any_unit = true;
-    const float* values = from_stage ? nullptr : host_data(unit.flat_params());
+    files->any_unit = true;
+    const float* values = from_stage ? nullptr : host_data(unit.flat_params(), false);
     for (const model::Param& p : unit.params()) {
       if (sliced(p) && whole_of(p.spec.name) == nullptr) {
         throw CheckpointError(p.spec.name + " is split over the tensor group and was not gathered");
@@ -160,8 +205,9 @@ std::vector<std::string> write_host_files(const fs::path& dir, const model::GptM
     if (!host_optimizer) continue;
     if (from_stage) throw CheckpointError("unit " + unit.name() + " is another stage's: its moments are not the host's");
     const std::vector<at::Tensor> unit_moments = moments_of(optimizer, u);
-    const float* avg = host_data(unit_moments[0]);
-    const float* avg_sq = host_data(unit_moments[1]);
+    // Scaled moments' views are dequantised copies already.
+    const float* avg = host_data(unit_moments[0], optimizer.scaled());
+    const float* avg_sq = host_data(unit_moments[1], optimizer.scaled());
     for (const model::Param& p : unit.params()) {
       const size_t bytes = static_cast<size_t>(p.spec.numel()) * sizeof(float);
       const float* p_avg = sliced(p) ? whole_of(std::string("exp_avg/") + p.spec.name) : avg + p.offset;
@@ -175,19 +221,18 @@ std::vector<std::string> write_host_files(const fs::path& dir, const model::GptM
       note(ACCEL_CHECKPOINT_OPTIMIZER, std::string("exp_avg_sq/") + p.spec.name, p.spec.shape);
     }
   }
-  std::vector<std::string> files;
-  if (any_unit) {
-    weights.write(dir / kModelFile);
-    files.push_back(kModelFile);
-    if (host_optimizer) {
-      moments.write(dir / kOptimizerFile);
-      files.push_back(kOptimizerFile);
-    }
-  }
-
-  write_text_file(dir / kTrainerStateFile, trainer_state_json(state));
-  files.push_back(kTrainerStateFile);
   return files;
+}
+
+}  // namespace
+
+std::vector<std::string> write_host_files(const fs::path& dir, const model::GptModel& model,
+                                          train::FlatAdamW& optimizer, const TrainerState& state,
+                                          bool host_optimizer, runtime::SliceInventory* inventory,
+                                          const WholeTensors* whole) {
+  return collect_host_files(model, optimizer, state, host_optimizer, inventory,
+                            whole ? *whole : WholeTensors{}, /*snapshot=*/false)
+      ->write(dir);
 }
 
 void gather_stage_units(const model::GptModel& model, const StageLayout& stages, WholeTensors& whole) {
@@ -239,39 +284,87 @@ RankGroup rank_group_over(comm::Communicator* world) {
   return group;
 }
 
-fs::path save_checkpoint_from_all_ranks(const fs::path& root, const RankGroup& group, const model::GptModel& model,
-                                        train::FlatAdamW& optimizer, const TrainerState& state, bool host_optimizer,
-                                        const PluginStateSaver& save_plugins, const StageLayout& stages) {
+struct PreparedSave::Contents {
+  std::optional<RankCommit> commit;
+  int rank = 0;
+  std::unique_ptr<HostFiles> host;  // rank 0's
+  runtime::PluginStateWriter plugins;
+  std::string inventory;  // this rank's slices, for rank 0's tiling check
+  std::string error;      // a failure while preparing, reported by write
+};
+
+PreparedSave::PreparedSave(const fs::path& root, const RankGroup& group, const model::GptModel& model,
+                           train::FlatAdamW& optimizer, const TrainerState& state, bool host_optimizer,
+                           const PluginStateSaver& save_plugins, const StageLayout& stages, bool snapshot)
+    : contents_(std::make_unique<Contents>()) {
+  contents_->rank = group.rank;
   // Collective over each tensor group, so on every rank, before any writes;
   // then the other stages' units reach rank 0.
   WholeTensors whole = gather_split_tensors(model, optimizer, host_optimizer);
   gather_stage_units(model, stages, whole);
-  const auto write = [&](const fs::path& dir) {
-    runtime::PluginStateWriter writer;
-    if (save_plugins) save_plugins(writer);
-    runtime::SliceInventory inventory = writer.inventory();
-    RankContribution contribution;
+  contents_->commit.emplace(RankCommit::begin(root, "step_" + std::to_string(state.step), group));
+  // The plugins' hooks may be collective: they run here, on every rank,
+  // whatever fails; a failure is this rank's message in finish.
+  try {
+    if (save_plugins) save_plugins(contents_->plugins);
+    runtime::SliceInventory inventory = contents_->plugins.inventory();
     if (group.rank == 0) {
-      contribution.files = write_host_files(dir, model, optimizer, state, host_optimizer, &inventory, &whole);
+      contents_->host = collect_host_files(model, optimizer, state, host_optimizer, &inventory, std::move(whole),
+                                           snapshot);
     }
-    if (!writer.empty()) {
-      const std::string name = runtime::plugin_state_file_name(group.rank);
-      writer.write(dir / name);
+    contents_->inventory = inventory.to_json();
+  } catch (const std::exception& e) {
+    contents_->error = e.what()[0] != '\0' ? e.what() : "unknown error";
+  } catch (...) {
+    contents_->error = "unknown error";
+  }
+  // Scaled moments: the dequantised copies served the snapshot only.
+  if (snapshot) optimizer.drop_moment_views();
+}
+
+PreparedSave::~PreparedSave() = default;
+PreparedSave::PreparedSave(PreparedSave&&) noexcept = default;
+
+void PreparedSave::write() {
+  Contents& c = *contents_;
+  c.commit->write([&c](const fs::path& dir) {
+    if (!c.error.empty()) throw CheckpointError(c.error);
+    RankContribution contribution;
+    if (c.host) contribution.files = c.host->write(dir);
+    if (!c.plugins.empty()) {
+      const std::string name = runtime::plugin_state_file_name(c.rank);
+      c.plugins.write(dir / name);
       contribution.files.push_back(name);
     }
-    if (writer.has_exports()) {  // world rank 0's alone (checkpoint_services.cpp)
-      writer.write_exports(dir / kModel16BitFile);
+    if (c.plugins.has_exports()) {  // world rank 0's alone (checkpoint_services.cpp)
+      c.plugins.write_exports(dir / kModel16BitFile);
       contribution.files.push_back(kModel16BitFile);
     }
-    contribution.note = inventory.to_json();
+    contribution.note = c.inventory;
     return contribution;
-  };
-  const auto check_tiling = [](const std::vector<std::string>& notes) {
+  });
+}
+
+fs::path PreparedSave::finish() {
+  return contents_->commit->finish([](const std::vector<std::string>& notes) {
     std::vector<runtime::SliceInventory> ranks;
     for (const std::string& note : notes) ranks.push_back(runtime::SliceInventory::from_json(note));
     runtime::SliceInventory::check_tiling(ranks);
-  };
-  fs::path saved = commit_from_all_ranks(root, "step_" + std::to_string(state.step), group, write, check_tiling);
+  });
+}
+
+int64_t PreparedSave::host_bytes() const {
+  return (contents_->host ? contents_->host->copied_bytes : 0) + contents_->plugins.held_bytes();
+}
+
+const fs::path& PreparedSave::directory() const { return contents_->commit->final_dir(); }
+
+fs::path save_checkpoint_from_all_ranks(const fs::path& root, const RankGroup& group, const model::GptModel& model,
+                                        train::FlatAdamW& optimizer, const TrainerState& state, bool host_optimizer,
+                                        const PluginStateSaver& save_plugins, const StageLayout& stages) {
+  PreparedSave save(root, group, model, optimizer, state, host_optimizer, save_plugins, stages, /*snapshot=*/false);
+  save.write();
+  fs::path saved = save.finish();
   optimizer.drop_moment_views();  // scaled moments: the dequantised copies were for this save only
   return saved;
 }

@@ -22,6 +22,7 @@
 #include <filesystem>
 #include <map>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -101,6 +102,50 @@ std::filesystem::path save_checkpoint_from_all_ranks(const std::filesystem::path
                                                      const TrainerState& state, bool host_optimizer,
                                                      const PluginStateSaver& save_plugins = {},
                                                      const StageLayout& stages = {});
+
+// One rank's share of checkpoint ROOT/step_<state.step>, taken at a step
+// boundary and written afterwards, in three calls: the constructor and
+// finish() are collective, write() is local. save_checkpoint_from_all_ranks
+// is the three in a row; train/async_checkpoint.h runs write() on a thread
+// of its own while training goes on.
+class PreparedSave {
+ public:
+  // Gathers what ranks gather for a save (tensor groups, pipeline stages),
+  // begins the commit (rank 0 makes ROOT/step_N.tmp) and runs
+  // `save_plugins`, whose puts are copies. With `snapshot` the host's
+  // tensors are copied too (device tensors into pinned host buffers), so
+  // training may change them before write(); without, write() reads the
+  // live tensors and must come first. A failure here on any rank is
+  // reported by finish() on every rank. Collective: every rank, same point.
+  PreparedSave(const std::filesystem::path& root, const RankGroup& group, const model::GptModel& model,
+               train::FlatAdamW& optimizer, const TrainerState& state, bool host_optimizer,
+               const PluginStateSaver& save_plugins, const StageLayout& stages, bool snapshot);
+  ~PreparedSave();
+  PreparedSave(PreparedSave&&) noexcept;
+  PreparedSave& operator=(PreparedSave&&) = delete;
+  PreparedSave(const PreparedSave&) = delete;
+  PreparedSave& operator=(const PreparedSave&) = delete;
+
+  // Writes and fsyncs this rank's files into ROOT/step_N.tmp. No
+  // communication, so any one thread may call it; once, before finish().
+  // Never throws: a failure is this rank's outcome in finish().
+  void write();
+
+  // Every rank's outcome, the tiling check, the manifest and the rename.
+  // Collective. Returns ROOT/step_N on every rank, or throws CheckpointError
+  // on every rank and publishes nothing.
+  std::filesystem::path finish();
+
+  // Host memory this save holds in copies (the snapshot and the plugins'
+  // puts), until it is destroyed.
+  int64_t host_bytes() const;
+  // ROOT/step_N.
+  const std::filesystem::path& directory() const;
+
+ private:
+  struct Contents;
+  std::unique_ptr<Contents> contents_;
+};
 
 // One process, no plugins: writes ROOT/step_<state.step> atomically.
 std::filesystem::path save_trainer_checkpoint(const std::filesystem::path& root, const model::GptModel& model,

@@ -79,6 +79,10 @@ void MetricsWriter::write(const StepMetrics& m) {
   line["comm_bytes"] = m.comm_bytes;
   if (m.device_peak_allocated_bytes) line["device_peak_allocated_bytes"] = *m.device_peak_allocated_bytes;
   if (m.device_peak_reserved_bytes) line["device_peak_reserved_bytes"] = *m.device_peak_reserved_bytes;
+  if (m.ckpt_blocking_ms) line["ckpt_blocking_ms"] = *m.ckpt_blocking_ms;
+  if (m.ckpt_host_bytes) line["ckpt_host_bytes"] = *m.ckpt_host_bytes;
+  if (m.ckpt_write_ms) line["ckpt_write_ms"] = *m.ckpt_write_ms;
+  if (m.ckpt_committed_step) line["ckpt_committed_step"] = *m.ckpt_committed_step;
   if (m.eval_loss) {
     line["eval_loss"] = *m.eval_loss;
     line["eval_ppl"] = std::exp(*m.eval_loss);

@@ -30,6 +30,15 @@ struct StepMetrics {
   // exp), when an evaluation ran.
   std::optional<double> eval_loss;
   int64_t comm_bytes = 0;  // payload bytes of the plugins' collectives in this step
+  // A save after this step: how long the training thread was held (the
+  // whole save, or an asynchronous save's snapshot), and the host memory an
+  // asynchronous save's snapshot holds while it is written.
+  std::optional<double> ckpt_blocking_ms;
+  std::optional<int64_t> ckpt_host_bytes;
+  // An asynchronous save committed after this step: its write's time on
+  // the background thread, and its step.
+  std::optional<double> ckpt_write_ms;
+  std::optional<int64_t> ckpt_committed_step;
   std::map<std::string, double> plugin_metrics;  // "PLUGIN.name" -> value (trace->metric)
   // Peak accounted bytes on the rank's device during the step, by memory
   // category ("params", "grads", "optimizer", "activations", "comm",

@@ -104,6 +104,8 @@ std::vector<std::pair<std::string, float>> step_scalars(const StepMetrics& m) {
   if (m.device_peak_reserved_bytes) {
     scalars.emplace_back("memory/device_peak_reserved_bytes", static_cast<float>(*m.device_peak_reserved_bytes));
   }
+  if (m.ckpt_blocking_ms) scalars.emplace_back("checkpoint/blocking_ms", static_cast<float>(*m.ckpt_blocking_ms));
+  if (m.ckpt_write_ms) scalars.emplace_back("checkpoint/write_ms", static_cast<float>(*m.ckpt_write_ms));
   if (m.eval_loss) {
     scalars.emplace_back("eval/loss", static_cast<float>(*m.eval_loss));
     scalars.emplace_back("eval/ppl", static_cast<float>(std::exp(*m.eval_loss)));

@@ -257,11 +257,15 @@ StepOutcome Trainer::train_step(int64_t step) {
   const int32_t stages = context_ ? context_->model_run.pipeline_size : 1;
   if (stages > 1) outcome.loss *= static_cast<double>(stages);
   // A stop signal rides on the same all-reduce (no collective of its own):
-  // its mean is above 0 on every rank when any rank holds one.
-  double loss_and_stop[2] = {outcome.loss, pending_stop_signal() != 0 ? 1.0 : 0.0};
-  average_over_ranks(loss_and_stop, 2, "host loss average");
-  outcome.loss = loss_and_stop[0];
-  outcome.stop_requested = loss_and_stop[1] > 0.0;
+  // its mean is above 0 on every rank when any rank holds one. So does
+  // whether this rank's background checkpoint write is done: its mean is 1
+  // only when every rank's is.
+  double loss_stop_written[3] = {outcome.loss, pending_stop_signal() != 0 ? 1.0 : 0.0,
+                                 async_save_.written() ? 1.0 : 0.0};
+  average_over_ranks(loss_stop_written, 3, "host loss average");
+  outcome.loss = loss_stop_written[0];
+  outcome.stop_requested = loss_stop_written[1] > 0.0;
+  outcome.async_save_written = loss_stop_written[2] > 1.0 - 0.5 / static_cast<double>(world_size_);
 
   at::NoGradGuard no_grad;
   if (hooks_) hooks_->gradients_finalize(step_args);
@@ -592,8 +596,6 @@ RunEnd Trainer::run() {
         if (context_->tensor_parallel_size > 1) runtime::take_tensor_parallel_bytes(*context_);
       }
     }
-    metrics_.write(m);
-    tensorboard_.write(m);
     if (logged_step(completed_steps_)) {
       const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - loop_start).count();
       const double eta = elapsed / static_cast<double>(completed_steps_ - first_step) *
@@ -614,13 +616,18 @@ RunEnd Trainer::run() {
                           : outcome.skipped      ? "  (skipped: inf/nan gradients)"
                                                  : ""));
     }
-    if (outcome.stop_requested && completed_steps_ != config_.steps) {
+    // A save's costs go on this step's metrics line: the saves come first.
+    const bool stopping = outcome.stop_requested && completed_steps_ != config_.steps;
+    if (outcome.async_save_written) commit_async_save(&m);
+    if (!stopping && !config_.save_dir.empty() && config_.save_every > 0 && completed_steps_ % config_.save_every == 0 &&
+        completed_steps_ != config_.steps) {
+      save_checkpoint(/*periodic=*/true, &m);
+    }
+    metrics_.write(m);
+    tensorboard_.write(m);
+    if (stopping) {
       stop_on_signal();
       return RunEnd::stopped_by_signal;
-    }
-    if (!config_.save_dir.empty() && config_.save_every > 0 && completed_steps_ % config_.save_every == 0 &&
-        completed_steps_ != config_.steps) {
-      save_checkpoint();
     }
   }
   if (!config_.save_dir.empty()) save_checkpoint();

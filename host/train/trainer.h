@@ -17,6 +17,7 @@
 #include "host/data/held_out.h"
 #include "host/data/token_dataset.h"
 #include "host/model/gpt.h"
+#include "host/train/async_checkpoint.h"
 #include "host/train/flat_adamw.h"
 #include "host/train/loss_scaler.h"
 #include "host/runtime/memory_ledger.h"
@@ -44,6 +45,7 @@ struct StepOutcome {
   bool skipped = false;
   bool nonfinite_loss = false;  // skipped because the global loss was NaN/inf
   bool stop_requested = false;  // some rank holds a stop signal: every rank stops after this step
+  bool async_save_written = false;  // every rank's background checkpoint write has finished
 };
 
 // How run() ended: every step done, or stopped after a step on a signal
@@ -97,7 +99,13 @@ class Trainer final : public runtime::ModelRunner {
   // load_state when resuming.
   void setup_plugins();
   void load_plugin_state();
-  void save_checkpoint();
+  // Saves ROOT/step_<completed steps> (trainer_checkpoints.cpp). `periodic`
+  // (a --save-every save) under --save-async: a snapshot written in the
+  // background; otherwise blocking. A save in flight is committed first.
+  // Its costs go into `metrics` when given.
+  void save_checkpoint(bool periodic = false, StepMetrics* metrics = nullptr);
+  // Commits the background save once every rank wrote it (collective).
+  void commit_async_save(StepMetrics* metrics);
   // After the step a stop signal ended: the checkpoint (under --save) and
   // the line that says how to go on.
   void stop_on_signal();
@@ -229,6 +237,9 @@ class Trainer final : public runtime::ModelRunner {
   int64_t runner_losses_ = 0;
   int64_t completed_steps_ = 0;
   int64_t nonfinite_loss_steps_ = 0;  // skipped so far (--nonfinite-loss-skips)
+  // --save-async's save in flight. Last, so it is destroyed first: a failing
+  // run waits here for its write (uncommitted) before anything else goes.
+  AsyncCheckpointWriter async_save_;
 };
 
 }  // namespace accel::train

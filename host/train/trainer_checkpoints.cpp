@@ -2,10 +2,12 @@
 // state from any strategy's checkpoint, handing the plugins the reader for
 // theirs, and saving from every rank under one atomic commit. Split from the
 // step loop (trainer.cpp) so each file keeps one purpose.
+#include <chrono>
 #include <filesystem>
 #include <memory>
 #include <stdexcept>
 
+#include "host/checkpoint/atomic_dir.h"
 #include "host/train/checkpoint_format.h"
 #include "host/comm/process_group.h"
 #include "host/plugin/hook_dispatch.h"
@@ -74,8 +76,26 @@ void Trainer::load_plugin_state() {
   resume_reader_.reset();
 }
 
-void Trainer::save_checkpoint() {
+void Trainer::commit_async_save(StepMetrics* metrics) {
+  const runtime::TraceRange range(context_, "checkpoint.commit", "checkpoint");
+  const std::filesystem::path path = async_save_.commit();
+  if (metrics) {
+    metrics->ckpt_write_ms = async_save_.last_write_ms();
+    if (const std::optional<int64_t> step = checkpoint::checkpoint_step(path.filename().string())) {
+      metrics->ckpt_committed_step = static_cast<int64_t>(*step);
+    }
+  }
+  if (rank_ == 0) {
+    log::info(strformat("saved checkpoint %s (written in the background in %.0f ms)", path.c_str(),
+                        async_save_.last_write_ms()));
+  }
+}
+
+void Trainer::save_checkpoint(bool periodic, StepMetrics* metrics) {
   const runtime::TraceRange range(context_, "checkpoint.save", "checkpoint");
+  const auto start = std::chrono::steady_clock::now();
+  // One save in flight at a time: the previous one is committed first.
+  if (async_save_.in_flight()) commit_async_save(nullptr);
   checkpoint::TrainerState state;
   state.step = completed_steps_;
   state.data_position = completed_steps_ * config_.batch_size;
@@ -113,10 +133,24 @@ void Trainer::save_checkpoint() {
     stages.unit_stage = context_->plan.unit_stage;
     stages.ranks_per_stage = world_size_ / context_->model_run.pipeline_size;
   }
-  const std::filesystem::path path = checkpoint::save_checkpoint_from_all_ranks(
-      config_.save_dir, checkpoint::rank_group_over(world_size_ > 1 ? context_->world : nullptr), model_, optimizer_,
-      state, host_optimizer, save_plugins, stages);
-  if (rank_ == 0) log::info("saved checkpoint " + path.string());
+  const bool in_background = periodic && config_.save_async;
+  checkpoint::PreparedSave save(config_.save_dir,
+                                checkpoint::rank_group_over(world_size_ > 1 ? context_->world : nullptr), model_,
+                                optimizer_, state, host_optimizer, save_plugins, stages, in_background);
+  const int64_t host_bytes = save.host_bytes();
+  if (in_background) {
+    async_save_.start(std::move(save));
+  } else {
+    save.write();
+    const std::filesystem::path path = save.finish();
+    optimizer_.drop_moment_views();  // scaled moments: the dequantised copies were for this save only
+    if (rank_ == 0) log::info("saved checkpoint " + path.string());
+  }
+  if (metrics) {
+    metrics->ckpt_blocking_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    metrics->ckpt_host_bytes = host_bytes;
+  }
 }
 
 }  // namespace accel::train

@@ -202,4 +202,49 @@ TEST_F(RankCommitTest, OneProcessNeedsNoExchange) {
 }
 
 }  // namespace
+// The protocol in three calls (asynchronous saves): each rank writes on a
+// thread of its own between begin and finish, and the pending directory is
+// unpublished until every rank has finished; a rank whose background write
+// failed fails the save on every rank.
+TEST_F(RankCommitTest, BeginWriteFinishWithTheWritesOnOtherThreads) {
+  for (const int failing : {-1, 1}) {
+    fs::remove_all(root_);
+    const int n = 3;
+    ThreadExchange exchange(n);
+    std::vector<RankOutcome> outcomes(static_cast<size_t>(n));
+    std::vector<std::thread> ranks;
+    for (int r = 0; r < n; ++r) {
+      ranks.emplace_back([&, r] {
+        RankGroup group{r, n, [&, r](const std::string& mine) { return exchange.all_gather(r, mine); }};
+        try {
+          RankCommit commit = RankCommit::begin(root_, "step_3", group);
+          std::thread background([&] {
+            commit.write([&](const fs::path& dir) {
+              if (r == failing) throw std::runtime_error("no space left on device");
+              return write_file(r, dir);
+            });
+          });
+          background.join();
+          EXPECT_FALSE(fs::exists(root_ / "step_3"));  // no rank publishes before finish
+          outcomes[static_cast<size_t>(r)].published = commit.finish();
+        } catch (const CheckpointError& e) {
+          outcomes[static_cast<size_t>(r)].error = e.what();
+        }
+      });
+    }
+    for (std::thread& t : ranks) t.join();
+    for (const RankOutcome& o : outcomes) {
+      if (failing < 0) {
+        EXPECT_EQ(o.error, "");
+        EXPECT_EQ(o.published, root_ / "step_3");
+      } else {
+        EXPECT_NE(o.error.find("not saved: rank 1: no space left on device"), std::string::npos) << o.error;
+      }
+    }
+    std::string why;
+    EXPECT_EQ(verify_manifest(root_ / "step_3", &why), failing < 0) << why;
+    EXPECT_FALSE(fs::exists(root_ / "step_3.tmp"));
+  }
+}
+
 }  // namespace accel::checkpoint

@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "host/checkpoint/atomic_dir.h"
 #include "host/checkpoint/safetensors.h"
@@ -274,6 +275,55 @@ TEST_F(Fixture, SlicesThatDoNotTileATensorFailTheSave) {
   EXPECT_NE(error.find("overlaps"), std::string::npos) << error;
   EXPECT_EQ(checkpoint::find_newest_complete(root), std::nullopt);
   EXPECT_FALSE(fs::exists(root / "step_1.tmp"));
+}
+
+// --save-async's snapshot: what the save holds is the state when it was
+// prepared, whatever training does to the live tensors before the write, and
+// the files are the blocking save's bytes.
+TEST_F(Fixture, ASnapshotSavesTheStateItWasTakenFromAndTheSameBytes) {
+  model::GptModel m(model::GptConfig{});
+  m.initialise(1);
+  train::FlatAdamW opt(m.units());
+  opt.exp_avg()[1].fill_(0.5);
+  const checkpoint::TrainerState state = state_for(m, 3);
+  const fs::path blocking = checkpoint::save_trainer_checkpoint(root / "blocking", m, opt, state);
+
+  checkpoint::PreparedSave snapshot(root / "async", checkpoint::RankGroup{}, m, opt, state, true, {}, {},
+                                    /*snapshot=*/true);
+  // The weights and both moments of every unit, copied.
+  int64_t flat_bytes = 0;
+  for (const model::Unit& unit : m.units()) flat_bytes += static_cast<int64_t>(unit.flat_params().nbytes());
+  EXPECT_EQ(snapshot.host_bytes(), 3 * flat_bytes);
+  EXPECT_TRUE(fs::exists(root / "async" / "step_3.tmp"));  // the commit has begun
+  // Training goes on before the write.
+  at::NoGradGuard no_grad;
+  for (model::Unit& unit : m.units()) unit.flat_params().add_(1.0f);
+  opt.exp_avg()[1].fill_(-7.0f);
+  std::thread writer([&] { snapshot.write(); });
+  writer.join();
+  EXPECT_FALSE(fs::exists(root / "async" / "step_3"));  // not before finish
+  const fs::path async = snapshot.finish();
+  EXPECT_EQ(async, root / "async" / "step_3");
+  EXPECT_EQ(checkpoint::read_manifest(async).files, checkpoint::read_manifest(blocking).files);
+
+  // A blocking save of the live tensors copies nothing on the CPU.
+  checkpoint::PreparedSave live(root / "live", checkpoint::RankGroup{}, m, opt, state, true, {}, {},
+                                /*snapshot=*/false);
+  EXPECT_EQ(live.host_bytes(), 0);
+}
+
+// A failure while preparing (a plugin's save_state) is the save's outcome in
+// finish, on the ranks' agreed path; nothing is published.
+TEST_F(Fixture, AFailureWhilePreparingFailsTheSaveAtFinish) {
+  model::GptModel m(model::GptConfig{});
+  train::FlatAdamW opt(m.units());
+  checkpoint::PreparedSave save(root, checkpoint::RankGroup{}, m, opt, state_for(m, 2), true,
+                                [](runtime::PluginStateWriter&) { throw std::runtime_error("the disk said no"); },
+                                {}, /*snapshot=*/true);
+  save.write();
+  const std::string error = error_of([&] { save.finish(); });
+  EXPECT_NE(error.find("not saved: rank 0: the disk said no"), std::string::npos) << error;
+  EXPECT_EQ(checkpoint::find_newest_complete(root), std::nullopt);
 }
 
 }  // namespace

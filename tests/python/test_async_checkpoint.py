@@ -1,0 +1,124 @@
+"""--save-async: checkpoints written in the background while training goes on.
+
+They are the blocking saves' bytes (the same manifest, file by file, crc32
+included), with one process and under a sharding plugin on two ranks; their
+costs are in the metrics; and a run killed with SIGKILL at random moments,
+with a background write nearly always in flight, leaves every committed
+checkpoint whole and resumes from the newest one."""
+import json
+import os
+import random
+import signal
+import subprocess
+import time
+import unittest
+import zlib
+
+from accel_testing import ACCEL_HOST, MPIRUN, TIMEOUT_SCALE, TempDirMixin, mpirun, read_metrics, run_host
+
+COMMON = ["--model", "gpt-tiny", "--batch-size", 4, "--lr", 3e-3, "--warmup-steps", 2, "--threads", 1]
+
+
+def manifest_entries(directory):
+    with open(os.path.join(directory, "manifest.json")) as f:
+        return json.load(f)["files"]
+
+
+def verifies(directory):
+    """Whether every file the manifest lists has its size and crc32, and
+    nothing else is there (atomic_dir.h's verify_manifest, independently)."""
+    entries = manifest_entries(directory)
+    if sorted(e["file"] for e in entries) != sorted(n for n in os.listdir(directory) if n != "manifest.json"):
+        return False
+    for e in entries:
+        with open(os.path.join(directory, e["file"]), "rb") as f:
+            data = f.read()
+        if len(data) != e["size"] or zlib.crc32(data) != e["crc32"]:
+            return False
+    return True
+
+
+def committed_steps(root):
+    return sorted(int(n[len("step_"):]) for n in os.listdir(root) if n.startswith("step_") and n[5:].isdigit())
+
+
+class AsyncSavesAreTheBlockingSaves(TempDirMixin, unittest.TestCase):
+    def compare(self, run, *extra):
+        blocking, background = self.path("blocking"), self.path("background")
+        args = [*COMMON, *extra, "--steps", 8, "--save-every", 2, "--log-level", "warn"]
+        run(*args, "--save", blocking, "--metrics-file", self.path("blocking.jsonl"))
+        run(*args, "--save", background, "--save-async", "--metrics-file", self.path("background.jsonl"))
+        self.assertEqual(committed_steps(blocking), [2, 4, 6, 8])
+        self.assertEqual(committed_steps(background), [2, 4, 6, 8])
+        self.assertEqual([n for n in os.listdir(background) if n.endswith(".tmp")], [])
+        for step in (2, 4, 6, 8):
+            self.assertEqual(manifest_entries(os.path.join(blocking, f"step_{step}")),
+                             manifest_entries(os.path.join(background, f"step_{step}")), f"step_{step}")
+        a, b = read_metrics(self.path("blocking.jsonl")), read_metrics(self.path("background.jsonl"))
+        self.assertEqual([m["loss"] for m in a], [m["loss"] for m in b])
+        # Each periodic save says what it cost the training thread; the
+        # background ones also what their snapshot holds and, at their
+        # commit, how long the write took.
+        self.assertEqual([m["step"] for m in a if "ckpt_blocking_ms" in m], [2, 4, 6])
+        self.assertEqual([m["step"] for m in b if "ckpt_blocking_ms" in m], [2, 4, 6])
+        self.assertTrue(all(m["ckpt_host_bytes"] > 0 for m in b if "ckpt_host_bytes" in m))
+        committed = [m["ckpt_committed_step"] for m in b if "ckpt_committed_step" in m]
+        self.assertEqual(committed, sorted(committed))
+        self.assertTrue(set(committed) <= {2, 4, 6}, committed)
+        self.assertTrue(all(m["ckpt_write_ms"] >= 0 for m in b if "ckpt_write_ms" in m))
+
+    def test_one_process(self):
+        self.compare(run_host)
+
+    @unittest.skipUnless(MPIRUN, "mpirun not found")
+    def test_two_ranks_under_fsdp(self):
+        self.compare(lambda *args: mpirun(2, "--plugin", "fsdp", *args))
+
+    def test_needs_save(self):
+        proc = run_host(*COMMON, "--steps", 1, "--save-async", check=False)
+        self.assertEqual(proc.returncode, 2, proc.stderr)
+        self.assertIn("--save-async needs --save DIR", proc.stderr)
+
+
+class KilledDuringBackgroundWrites(TempDirMixin, unittest.TestCase):
+    """SIGKILL at random moments of a run that saves every step in the
+    background (a write nearly always in flight): no committed checkpoint is
+    lost or torn, and resume takes the newest."""
+    TRIALS = 6
+
+    def test_sigkill_at_random_points(self):
+        rng = random.Random(int(os.environ.get("ACCEL_CRASH_SEED", "20261128")))
+        # Wider than gpt-tiny, so a write (about 6 MB a checkpoint) takes
+        # about as long as a step.
+        model = [*COMMON, "--n-embd", 128, "--n-layer", 4]
+        for trial in range(self.TRIALS):
+            root = self.path(f"trial{trial}")
+            proc = subprocess.Popen([ACCEL_HOST, *map(str, [*model, "--steps", 100000, "--save", root,
+                                                            "--save-every", 1, "--save-async", "--log-level",
+                                                            "warn"])],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            # Wait for a first commit, then kill at a random moment after it.
+            deadline = time.monotonic() + 60 * TIMEOUT_SCALE
+            while time.monotonic() < deadline and not (os.path.isdir(root) and committed_steps(root)):
+                if proc.poll() is not None:
+                    self.fail(f"accel-host exited early ({proc.returncode}): {proc.stderr.read()}")
+                time.sleep(0.05)
+            time.sleep(rng.uniform(0.0, 1.5))
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            steps = committed_steps(root)
+            self.assertTrue(steps, f"trial {trial}: nothing committed")
+            for step in steps:
+                self.assertTrue(verifies(os.path.join(root, f"step_{step}")), f"trial {trial}: step_{step} torn")
+            # A save in flight is at most the one after the newest.
+            pending = [n for n in os.listdir(root) if n.endswith(".tmp")]
+            self.assertLessEqual(len(pending), 1, pending)
+            newest = steps[-1]
+            resumed = run_host(*model, "--steps", newest + 1, "--save", root, "--resume", "auto",
+                               "--log-level", "info")
+            self.assertIn(f"resumed from {os.path.join(root, f'step_{newest}')} at step {newest}", resumed.stderr)
+            self.assertTrue(verifies(os.path.join(root, f"step_{newest + 1}")))
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,141 @@
+"""accel-host launch --max_restarts: a job that loses a rank restarts by
+itself from its newest checkpoint and finishes; with --min_ranks it restarts
+at the ranks still available (the hostfile's slots), and the losses after
+the restart equal a run that moved to that world through the same
+checkpoint. A signal to the supervisor reaches the ranks and ends the job
+without a restart."""
+import os
+import signal
+import subprocess
+import time
+import unittest
+
+from accel_testing import ACCEL_HOST, MPI_ENV, MPIRUN, TIMEOUT_SCALE, TempDirMixin, mpirun, read_metrics
+
+STEPS, EVERY = 14, 4
+# --lr-decay-steps: a leg that stops early follows the whole run's schedule.
+TINY = ["--model", "gpt-tiny", "--lr", 3e-3, "--warmup-steps", 2, "--lr-decay-steps", STEPS, "--threads", 1,
+        "--log-level", "warn"]
+
+
+def complete_lines(path):
+    if not os.path.exists(path):
+        return 0
+    with open(path) as f:
+        return sum(1 for line in f if line.endswith("\n"))
+
+
+def children(pid):
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(p) for p in f.read().split()]
+    except FileNotFoundError:
+        return []
+
+
+def last_per_step(rows):
+    """A restarted run repeats the steps after its checkpoint: the last line of each step."""
+    by_step = {}
+    for row in rows:
+        by_step[row["step"]] = row
+    return [by_step[s] for s in sorted(by_step)]
+
+
+@unittest.skipUnless(MPIRUN, "mpirun not found")
+class Supervisor(TempDirMixin, unittest.TestCase):
+    def setUp(self):
+        super().setUp()
+        # No accelerate default config from this machine's home.
+        self.env = dict(MPI_ENV, HF_HOME=self.path("hf_home"))
+
+    def start(self, *args):
+        return subprocess.Popen([ACCEL_HOST, "launch", *map(str, args)], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=self.env)
+
+    def wait_for_lines(self, proc, metrics, lines):
+        deadline = time.monotonic() + 120 * TIMEOUT_SCALE
+        while complete_lines(metrics) < lines and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertIsNone(proc.poll(), "the job ended before the fault")
+
+    def kill_a_rank(self, supervisor):
+        [launcher] = children(supervisor.pid)
+        ranks = children(launcher)
+        self.assertGreaterEqual(len(ranks), 2, ranks)
+        os.kill(ranks[-1], signal.SIGKILL)
+
+    def test_a_killed_rank_restarts_the_job_which_ends_bit_exact(self):
+        root, metrics = self.path("save"), self.path("m.jsonl")
+        job = [*TINY, "--batch-size", 8, "--steps", STEPS, "--save-every", EVERY, "--plugin", "fsdp"]
+        proc = self.start("--num_processes", 2, "--max-restarts", 2, "--", *job, "--save", root,
+                          "--metrics-file", metrics)
+        self.wait_for_lines(proc, metrics, EVERY * 2 + 1)
+        self.kill_a_rank(proc)
+        out, err = proc.communicate(timeout=300 * TIMEOUT_SCALE)
+        self.assertEqual(proc.returncode, 0, out + err)
+        self.assertIn("restart 1 of 2:", out)
+        self.assertIn("--resume auto", out.splitlines()[-1])
+        self.assertIn("the job failed (exit", err)
+        mpirun(2, *job, "--save", self.path("straight"), "--metrics-file", self.path("straight.jsonl"))
+        restarted, straight = last_per_step(read_metrics(metrics)), read_metrics(self.path("straight.jsonl"))
+        self.assertEqual([m["step"] for m in restarted], list(range(1, STEPS + 1)))
+        # Same strategy and world size: the restarted job is the uninterrupted one, to the bit.
+        self.assertEqual([m["loss"] for m in restarted], [m["loss"] for m in straight])
+
+    def test_fewer_slots_restart_at_fewer_ranks_through_the_checkpoint(self):
+        root, metrics, hostfile = self.path("save"), self.path("m.jsonl"), self.path("hosts")
+        with open(hostfile, "w") as f:
+            f.write("localhost slots=3\n")
+        # A batch both worlds divide; ZeRO-3 shards over whichever world runs.
+        zero3 = [*TINY, "--batch-size", 12, "--plugin", "deepspeed_zero", "--deepspeed_zero.zero_stage", 3]
+        proc = self.start("--num_processes", 3, "--hostfile", hostfile, "--max_restarts", 1, "--min_ranks", 2, "--",
+                          *zero3, "--steps", STEPS, "--save", root, "--save-every", EVERY, "--metrics-file", metrics)
+        self.wait_for_lines(proc, metrics, EVERY * 2 + 1)
+        with open(hostfile, "w") as f:  # what a health check does when a slot is lost
+            f.write("localhost slots=2\n")
+        self.kill_a_rank(proc)
+        out, err = proc.communicate(timeout=300 * TIMEOUT_SCALE)
+        self.assertEqual(proc.returncode, 0, out + err)
+        self.assertIn("restarting at 2 rank(s)", err)
+        self.assertIn("mpirun -n 2", out.splitlines()[-1])
+        rows = read_metrics(metrics)
+        # The restart resumed from the newest checkpoint written before the kill.
+        resumed_at = next(rows[i]["step"] - 1 for i in range(1, len(rows)) if rows[i]["step"] <= rows[i - 1]["step"])
+        self.assertEqual(resumed_at % EVERY, 0)
+        # The reference: 3 ranks to that checkpoint, then 2 ranks from it.
+        ref_root = self.path("ref")
+        mpirun(3, *zero3, "--steps", resumed_at, "--save", ref_root, "--metrics-file", self.path("ref.jsonl"))
+        mpirun(2, *zero3, "--steps", STEPS, "--save", ref_root, "--resume", ref_root,
+               "--metrics-file", self.path("ref.jsonl"))
+        restarted, reference = last_per_step(rows), read_metrics(self.path("ref.jsonl"))
+        self.assertEqual([m["step"] for m in reference], list(range(1, STEPS + 1)))
+        for a, b in zip(restarted, reference):
+            self.assertAlmostEqual(a["loss"], b["loss"], delta=1e-5, msg=f"step {a['step']}")
+
+    def test_a_signal_reaches_the_ranks_and_nothing_restarts(self):
+        root, metrics = self.path("save"), self.path("m.jsonl")
+        proc = self.start("--num_processes", 2, "--max_restarts", 3, "--", *TINY, "--batch-size", 8, "--steps", 1000,
+                          "--save", root, "--metrics-file", metrics)
+        self.wait_for_lines(proc, metrics, 3)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120 * TIMEOUT_SCALE)
+        self.assertEqual(proc.returncode, 75, out + err)
+        self.assertNotIn("restart", out)
+        self.assertTrue(any(n.startswith("step_") and "." not in n for n in os.listdir(root)))
+
+    def test_usage_errors_are_one_line(self):
+        for args, message in [
+            (["--max_restarts", 1, "--", *TINY, "--steps", 2], "--max_restarts needs the job's --save DIR"),
+            (["--min_ranks", 1, "--", *TINY, "--steps", 2, "--save", "x"], "--min_ranks needs --max_restarts"),
+            (["--num_processes", 2, "--max-restarts", 1, "--min-ranks", 3, "--", "--save", "x"],
+             "--min_ranks 3 is more than the job's 2 ranks"),
+            (["--max_restarts", -1, "--", "--save", "x"], "--max_restarts must be from 0 to 10000"),
+        ]:
+            proc = subprocess.run([ACCEL_HOST, "launch", *map(str, args)], capture_output=True, text=True,
+                                  env=self.env, timeout=60)
+            self.assertEqual(proc.returncode, 2, proc.stderr)
+            self.assertIn(message, proc.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
