@@ -77,19 +77,6 @@ int open_or_fail(const fs::path& path, int flags, mode_t mode = 0) {
   return fd;
 }
 
-void write_file_durably(const fs::path& path, std::string_view bytes) {
-  FdCloser fd(open_or_fail(path, O_WRONLY | O_CREAT | O_TRUNC, 0644));
-  while (!bytes.empty()) {
-    const ssize_t put = ::write(fd.get(), bytes.data(), bytes.size());
-    if (put < 0) {
-      if (errno == EINTR) continue;
-      fail_errno(path, "write", errno);
-    }
-    bytes.remove_prefix(static_cast<size_t>(put));
-  }
-  if (::fsync(fd.get()) != 0) fail_errno(path, "fsync", errno);
-  if (fd.close_now() != 0) fail_errno(path, "close", errno);
-}
 
 std::string manifest_json(const std::vector<ManifestEntry>& entries) {
   nlohmann::ordered_json files = nlohmann::ordered_json::array();
@@ -439,6 +426,20 @@ void PendingCheckpointDir::abandon() {
   std::error_code ec;
   fs::remove_all(pending_dir_, ec);
   if (ec) fail_ec(pending_dir_, "remove", ec);
+}
+
+void write_file_durably(const fs::path& path, std::string_view bytes) {
+  FdCloser fd(open_or_fail(path, O_WRONLY | O_CREAT | O_TRUNC, 0644));
+  while (!bytes.empty()) {
+    const ssize_t put = ::write(fd.get(), bytes.data(), bytes.size());
+    if (put < 0) {
+      if (errno == EINTR) continue;
+      fail_errno(path, "write", errno);
+    }
+    bytes.remove_prefix(static_cast<size_t>(put));
+  }
+  if (::fsync(fd.get()) != 0) fail_errno(path, "fsync", errno);
+  if (fd.close_now() != 0) fail_errno(path, "close", errno);
 }
 
 }  // namespace accel::checkpoint

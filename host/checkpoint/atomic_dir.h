@@ -54,6 +54,10 @@ ManifestEntry describe_file(const std::filesystem::path& file);
 // creations and renames inside it, durable). Throws CheckpointError.
 void fsync_path(const std::filesystem::path& path);
 
+// Creates or truncates `path`, writes `bytes` and fsyncs it. Throws
+// CheckpointError naming the path and the failing call's errno text.
+void write_file_durably(const std::filesystem::path& path, std::string_view bytes);
+
 // The whole of `path`, a file inside a checkpoint directory: the SDK's
 // read_input_file (accel/sdk/input_file.hpp) with Symlinks::refuse, so a
 // FIFO, device, directory or symlink is refused without blocking; at most

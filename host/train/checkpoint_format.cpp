@@ -2,7 +2,6 @@
 #include "host/train/checkpoint_format.h"
 
 #include <algorithm>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <optional>
@@ -21,13 +20,6 @@ constexpr const char* kOptimizerFile = runtime::CheckpointReader::kOptimizerFile
 // Plugins' ACCEL_CHECKPOINT_EXPORT tensors (accel/checkpoint.h); not read on resume.
 constexpr const char* kModel16BitFile = "model_16bit.safetensors";
 constexpr const char* kMoments[] = {"exp_avg", "exp_avg_sq"};
-
-void write_text_file(const fs::path& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
-  out.close();
-  if (!out) throw CheckpointError("cannot write '" + path.string() + "'");
-}
 
 // Whether a parameter's local tensor is a slice of the whole (a tensor
 // group of one holds it whole, its split notwithstanding).
@@ -136,7 +128,7 @@ struct HostFiles {
         files.push_back(kOptimizerFile);
       }
     }
-    write_text_file(dir / kTrainerStateFile, trainer_state_json(state));
+    write_file_durably(dir / kTrainerStateFile, trainer_state_json(state));
     files.push_back(kTrainerStateFile);
     return files;
   }

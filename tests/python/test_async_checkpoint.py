@@ -120,5 +120,56 @@ class KilledDuringBackgroundWrites(TempDirMixin, unittest.TestCase):
             self.assertTrue(verifies(os.path.join(root, f"step_{newest + 1}")))
 
 
+
+def pages(size):
+    return -(-size // 4096) * 4096
+
+
+@unittest.skipUnless(os.geteuid() == 0, "mounting a tmpfs needs root")
+class DiskFullDuringBackgroundWrites(TempDirMixin, unittest.TestCase):
+    """A save root on a tmpfs that fills up in the middle of the third
+    checkpoint, at each of its files in turn: the run ends with one line
+    naming the file and ENOSPC, and the two checkpoints before it are whole
+    and resume."""
+
+    def run_in_tmpfs(self, size, *args):
+        mount = self.path("mnt")
+        os.makedirs(mount, exist_ok=True)
+        if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", mount],
+                          capture_output=True).returncode != 0:
+            self.skipTest("cannot mount a tmpfs here")
+        try:
+            root = os.path.join(mount, "save")
+            proc = run_host(*args, "--save", root, check=False)
+            return proc, {n: verifies(os.path.join(root, n)) for n in os.listdir(root) if "." not in n}
+        finally:
+            subprocess.run(["umount", mount], check=True)
+
+    def test_enospc_at_each_file_of_a_background_save(self):
+        args = [*COMMON, "--steps", 6, "--save-every", 1, "--save-async", "--log-level", "warn"]
+        # One checkpoint's files, measured on the ordinary disk.
+        run_host(*COMMON, "--steps", 1, "--save", self.path("probe"), "--log-level", "warn")
+        probe = os.path.join(self.path("probe"), "step_1")
+        files = [(e["file"], e["size"]) for e in manifest_entries(probe)]
+        files.append(("manifest.json", os.path.getsize(os.path.join(probe, "manifest.json"))))
+        # The order the saver writes them: the host's safetensors files, trainer_state.json, the manifest.
+        order = ["model.safetensors", "optimizer.safetensors", "trainer_state.json", "manifest.json"]
+        self.assertEqual(sorted(n for n, _ in files), sorted(order))
+        size_of = dict(files)
+        whole = sum(pages(size) for size in size_of.values())
+        for k, name in enumerate(order):
+            before = sum(pages(size_of[n]) for n in order[:k])
+            # Two whole checkpoints, the third's files before `name`, and half of `name`.
+            limit = 2 * whole + before + max(size_of[name] // 2, 1) // 4096 * 4096
+            proc, committed = self.run_in_tmpfs(limit, *args)
+            self.assertEqual(proc.returncode, 1, proc.stderr)
+            errors = [line for line in proc.stderr.splitlines() if "[error]" in line]
+            self.assertEqual(len(errors), 1, proc.stderr)
+            self.assertIn("checkpoint", errors[0])
+            self.assertIn(name, errors[0])
+            self.assertIn("No space left on device", errors[0])
+            self.assertEqual(sorted(committed), ["step_1", "step_2"], proc.stderr)
+            self.assertTrue(all(committed.values()), committed)
+
 if __name__ == "__main__":
     unittest.main()
