@@ -291,7 +291,7 @@ void PluginStateWriter::put(const std::string& plugin, AccelCheckpointSpace spac
                                              describe_shape(extent) + " slice of " + describe_shape(global_shape));
     }
     if (exports_.count(name) != 0) fail(ACCEL_ERROR_INVALID_ARGUMENT, "'" + name + "': put twice into the model file");
-    at::Tensor copy = at::empty(slice.sizes(), slice.options().device(at::kCPU));
+    at::Tensor copy = buffer_for("\x01" + name, 0, slice);
     copy.copy_(slice);
     exports_.emplace(name, std::make_pair(*to_file_dtype(dtype), std::move(copy)));
     return;
@@ -323,9 +323,9 @@ void PluginStateWriter::put(const std::string& plugin, AccelCheckpointSpace spac
     found = tensors_.emplace(stored, std::move(entry)).first;
   }
   Entry& entry = found->second;
-  at::Tensor copy = at::empty(slice.sizes(), slice.options().device(at::kCPU));
-  copy.copy_(slice);
   const size_t k = entry.meta.slices.size();
+  at::Tensor copy = buffer_for(stored, k, slice);
+  copy.copy_(slice);
   entry.meta.slices.push_back({0, k == 0 ? stored : stored + "#" + std::to_string(k), global_offset, extent});
   entry.data.push_back(std::move(copy));
 }
@@ -351,6 +351,22 @@ void PluginStateWriter::check_complete() const {
                describe_shape(entry.meta.global_shape));
     }
   }
+}
+
+void PluginStateWriter::recycle(PluginStateWriter&& previous) {
+  for (auto& [stored, entry] : previous.tensors_) spare_[stored] = std::move(entry.data);
+  for (auto& [name, stored] : previous.exports_) spare_["\x01" + name] = {std::move(stored.second)};
+  previous.tensors_.clear();
+  previous.exports_.clear();
+}
+
+at::Tensor PluginStateWriter::buffer_for(const std::string& key, size_t k, const at::Tensor& slice) {
+  const auto found = spare_.find(key);
+  if (found != spare_.end() && k < found->second.size()) {
+    at::Tensor spare = std::move(found->second[k]);
+    if (spare.defined() && spare.sizes() == slice.sizes() && spare.scalar_type() == slice.scalar_type()) return spare;
+  }
+  return at::empty(slice.sizes(), slice.options().device(at::kCPU));
 }
 
 int64_t PluginStateWriter::held_bytes() const {

@@ -162,6 +162,12 @@ class PluginStateWriter {
   bool has_exports() const { return !exports_.empty(); }
   // Bytes of the tensor copies it holds (slices and exports).
   int64_t held_bytes() const;
+  // Copies into `previous`'s tensors (an earlier save's writer, written and
+  // done with) instead of fresh memory, wherever a put has the same stored
+  // name, slice index, shape and dtype: the periodic saves of one run put the
+  // same slices every time, so from the second save on a put is a memcpy
+  // into memory already faulted in (--save-async). Call before any put.
+  void recycle(PluginStateWriter&& previous);
   // Every slice put so far, for the commit-time check across ranks.
   SliceInventory inventory() const;
   // Writes the file (fsynced; not atomic on its own: see atomic_dir.h).
@@ -183,6 +189,11 @@ class PluginStateWriter {
   // ACCEL_CHECKPOINT_EXPORT: whole tensors (contiguous CPU copies) by name.
   std::map<std::string, std::pair<checkpoint::DType, at::Tensor>> exports_;
   std::map<std::string, StoredString> strings_;  // by stored name
+  // recycle's buffers by stored name (exports: "\x01" + name), slice index.
+  std::map<std::string, std::vector<at::Tensor>> spare_;
+  // A CPU tensor shaped like `slice` to copy it into: the spare at (key, k)
+  // when it fits, else fresh memory.
+  at::Tensor buffer_for(const std::string& key, size_t k, const at::Tensor& slice);
 };
 
 }  // namespace accel::runtime

@@ -32,7 +32,9 @@ std::filesystem::path AsyncCheckpointWriter::commit() {
   std::unique_ptr<checkpoint::PreparedSave> save = std::move(save_);
   last_write_ms_ = write_ms_;
   last_host_bytes_ = save->host_bytes();
-  return save->finish();  // the snapshot's memory goes when `save` does
+  std::filesystem::path committed = save->finish();
+  spent_ = std::move(save);  // its buffers serve the next save
+  return committed;
 }
 
 }  // namespace accel::train

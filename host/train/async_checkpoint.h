@@ -49,6 +49,11 @@ class AsyncCheckpointWriter {
   // every rank (nothing published; the next save starts afresh).
   std::filesystem::path commit();
 
+  // The last committed save, kept for its buffers (the next save's
+  // PreparedSave recycles them), or null. Its memory (last_host_bytes)
+  // stays held between saves: the price of copies that cost no page faults.
+  std::unique_ptr<checkpoint::PreparedSave> take_spent() { return std::move(spent_); }
+
   // Of the last committed save: how long its write took on the thread, and
   // the host memory its snapshot held.
   double last_write_ms() const { return last_write_ms_; }
@@ -58,6 +63,7 @@ class AsyncCheckpointWriter {
   void join();
 
   std::unique_ptr<checkpoint::PreparedSave> save_;
+  std::unique_ptr<checkpoint::PreparedSave> spent_;
   std::thread thread_;
   std::atomic<bool> written_{false};
   double write_ms_ = 0.0;  // set by the thread before written_

@@ -135,13 +135,16 @@ struct HostFiles {
 };
 
 // A device tensor's host copy, in pinned memory (the copy engine reads it
-// directly), or a CPU tensor itself (`snapshot`: a copy of it).
-at::Tensor host_copy(const at::Tensor& t, bool snapshot, bool already_a_copy) {
-  if (t.is_cpu()) return snapshot && !already_a_copy ? t.clone() : t;
+// directly), or a CPU tensor itself (`snapshot`: a copy of it). A snapshot
+// copies into `spare` (an earlier save's copy) when it fits.
+at::Tensor host_copy(const at::Tensor& t, bool snapshot, bool already_a_copy, at::Tensor spare) {
+  if (t.is_cpu() && (!snapshot || already_a_copy)) return t;
   if (!snapshot) return t.cpu();
-  at::Tensor pinned = at::empty(t.sizes(), t.options().device(at::kCPU).pinned_memory(true));
-  pinned.copy_(t);
-  return pinned;
+  const bool fits = spare.defined() && spare.sizes() == t.sizes() && spare.scalar_type() == t.scalar_type() &&
+                    spare.is_pinned() == t.is_cuda();
+  at::Tensor copy = fits ? std::move(spare) : at::empty(t.sizes(), t.options().device(at::kCPU).pinned_memory(t.is_cuda()));
+  copy.copy_(t);
+  return copy;
 }
 
 // The host's share of a checkpoint (write_host_files's contents), pointing
@@ -149,7 +152,7 @@ at::Tensor host_copy(const at::Tensor& t, bool snapshot, bool already_a_copy) {
 std::unique_ptr<HostFiles> collect_host_files(const model::GptModel& model, train::FlatAdamW& optimizer,
                                               const TrainerState& state, bool host_optimizer,
                                               runtime::SliceInventory* inventory, WholeTensors whole,
-                                              bool snapshot) {
+                                              bool snapshot, std::vector<at::Tensor> spare = {}) {
   auto files = std::make_unique<HostFiles>();
   files->state = state;
   files->host_optimizer = host_optimizer;
@@ -165,7 +168,8 @@ std::unique_ptr<HostFiles> collect_host_files(const model::GptModel& model, trai
   // The writer keeps pointers until write(): device buffers (and, for a
   // snapshot, every buffer) are staged in host copies that live as long.
   const auto host_data = [&](const at::Tensor& t, bool already_a_copy) {
-    files->staged.push_back(host_copy(t, snapshot, already_a_copy));
+    const size_t k = files->staged.size();
+    files->staged.push_back(host_copy(t, snapshot, already_a_copy, k < spare.size() ? std::move(spare[k]) : at::Tensor()));
     if (!files->staged.back().is_same(t)) files->copied_bytes += static_cast<int64_t>(files->staged.back().nbytes());
     return files->staged.back().data_ptr<float>();
   };
@@ -287,9 +291,16 @@ struct PreparedSave::Contents {
 
 PreparedSave::PreparedSave(const fs::path& root, const RankGroup& group, const model::GptModel& model,
                            train::FlatAdamW& optimizer, const TrainerState& state, bool host_optimizer,
-                           const PluginStateSaver& save_plugins, const StageLayout& stages, bool snapshot)
+                           const PluginStateSaver& save_plugins, const StageLayout& stages, bool snapshot,
+                           std::unique_ptr<PreparedSave> recycle)
     : contents_(std::make_unique<Contents>()) {
   contents_->rank = group.rank;
+  std::vector<at::Tensor> spare;
+  if (recycle) {
+    contents_->plugins.recycle(std::move(recycle->contents_->plugins));
+    if (recycle->contents_->host) spare = std::move(recycle->contents_->host->staged);
+    recycle.reset();  // what did not fit is freed before this save copies
+  }
   // Collective over each tensor group, so on every rank, before any writes;
   // then the other stages' units reach rank 0.
   WholeTensors whole = gather_split_tensors(model, optimizer, host_optimizer);
@@ -302,7 +313,7 @@ PreparedSave::PreparedSave(const fs::path& root, const RankGroup& group, const m
     runtime::SliceInventory inventory = contents_->plugins.inventory();
     if (group.rank == 0) {
       contents_->host = collect_host_files(model, optimizer, state, host_optimizer, &inventory, std::move(whole),
-                                           snapshot);
+                                           snapshot, std::move(spare));
     }
     contents_->inventory = inventory.to_json();
   } catch (const std::exception& e) {

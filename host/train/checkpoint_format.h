@@ -117,9 +117,14 @@ class PreparedSave {
   // training may change them before write(); without, write() reads the
   // live tensors and must come first. A failure here on any rank is
   // reported by finish() on every rank. Collective: every rank, same point.
+  // `recycle`, an earlier save that was finished, lends its copies: the
+  // snapshot and the plugins' puts copy into them where they fit (the same
+  // tensors at every save) instead of into fresh memory, and it is
+  // destroyed.
   PreparedSave(const std::filesystem::path& root, const RankGroup& group, const model::GptModel& model,
                train::FlatAdamW& optimizer, const TrainerState& state, bool host_optimizer,
-               const PluginStateSaver& save_plugins, const StageLayout& stages, bool snapshot);
+               const PluginStateSaver& save_plugins, const StageLayout& stages, bool snapshot,
+               std::unique_ptr<PreparedSave> recycle = nullptr);
   ~PreparedSave();
   PreparedSave(PreparedSave&&) noexcept;
   PreparedSave& operator=(PreparedSave&&) = delete;

@@ -312,6 +312,35 @@ TEST_F(Fixture, ASnapshotSavesTheStateItWasTakenFromAndTheSameBytes) {
   EXPECT_EQ(live.host_bytes(), 0);
 }
 
+// Saves that recycle the previous one's copies (--save-async from the second
+// save on) hold each step's state, not a stale or a live one.
+TEST_F(Fixture, RecycledSnapshotsHoldTheirOwnStepsState) {
+  model::GptModel m(model::GptConfig{});
+  m.initialise(1);
+  train::FlatAdamW opt(m.units());
+  const model::Param& p = m.units()[0].params().front();
+  const at::Tensor first = m.units()[0].flat_params().narrow(0, p.offset, p.spec.numel()).view(p.spec.shape);
+  const auto plugin_puts = [&](runtime::PluginStateWriter& w) {
+    put_row_shard(w, ACCEL_CHECKPOINT_PLUGIN, "master", first, 0, 1);
+  };
+  std::unique_ptr<checkpoint::PreparedSave> spent;
+  at::NoGradGuard no_grad;
+  for (int64_t step = 1; step <= 3; ++step) {
+    const fs::path blocking = checkpoint::save_checkpoint_from_all_ranks(
+        root / "blocking", checkpoint::RankGroup{}, m, opt, state_for(m, step), true, plugin_puts);
+    auto save = std::make_unique<checkpoint::PreparedSave>(root / "async", checkpoint::RankGroup{}, m, opt,
+                                                           state_for(m, step), true, plugin_puts,
+                                                           checkpoint::StageLayout{}, /*snapshot=*/true,
+                                                           std::move(spent));
+    for (model::Unit& unit : m.units()) unit.flat_params().mul_(0.5f).add_(1.0f);  // the next step
+    opt.exp_avg()[1].add_(0.25f);
+    save->write();
+    const fs::path async = save->finish();
+    EXPECT_EQ(checkpoint::read_manifest(async).files, checkpoint::read_manifest(blocking).files) << step;
+    spent = std::move(save);
+  }
+}
+
 // A failure while preparing (a plugin's save_state) is the save's outcome in
 // finish, on the ranks' agreed path; nothing is published.
 TEST_F(Fixture, AFailureWhilePreparingFailsTheSaveAtFinish) {

@@ -259,8 +259,10 @@ TEST_F(CheckpointReaderTest, MetadataIsReadByTheJsonRule) {
   const std::string stored = meta.at("tensors").begin().key();
   const auto error_with = [&](const std::string& metadata) -> std::string {
     checkpoint::SafetensorsWriter writer;
+    // The writer keeps pointers until write(): the bytes live as long.
+    std::vector<std::vector<char>> kept;
     for (const checkpoint::TensorInfo& info : file.tensors()) {
-      std::vector<char> bytes(info.nbytes());
+      std::vector<char>& bytes = kept.emplace_back(info.nbytes());
       file.read(info, bytes.data(), bytes.size());
       writer.add(info.name, info.dtype, info.shape, bytes.data(), bytes.size());
     }
