@@ -92,7 +92,7 @@ void put_model_file(const sdk::Kernels& ops, const ShardingOptions& config, Shar
       gathered = ops.allocate(ACCEL_MEMORY_WORKSPACE, fp32, unit->shards.padded_numel(), place, false,
                               "sharding model file all_gather");
       sdk::Buffer read_in;  // a master in the NVMe swap
-      const DLTensor* master = &unit->master_tensor();
+      const DLTensor* master = unit->master_or_null();
       if (unit->master_swapped) {
         read_in = ops.allocate(ACCEL_MEMORY_WORKSPACE, fp32, unit->shards.shard_numel(), place, false,
                                "sharding model file master read in");
@@ -171,9 +171,10 @@ void CheckpointIo::save(const AccelStateArgs&, const DLDataType* model_file) {
     if (ShardedUnit* unit = store_.sharded(u)) {
       if (replica_.rank != 0) continue;  // replicas hold equal shards: replica 0 saves
       const int64_t n = unit->shards.shard_numel();
-      const DLTensor* master = &unit->master_tensor();
-      const DLTensor* exp_avg = &unit->exp_avg.tensor();
-      const DLTensor* exp_avg_sq = &unit->exp_avg_sq.tensor();
+      // Null while in the NVMe swap: read back below.
+      const DLTensor* master = unit->master_or_null();
+      const DLTensor* exp_avg = unit->exp_avg.tensor_or_null();
+      const DLTensor* exp_avg_sq = unit->exp_avg_sq.tensor_or_null();
       if (!unit->exp_avg_scale.empty()) {
         // Scaled moments are saved as their exact fp32 values (scaled_moments.h).
         const std::vector<MomentPiece> pieces = moment_pieces(unit->layout.params, unit->real);

@@ -204,7 +204,7 @@ void GatherEngine::issue(int32_t group, bool async, uint32_t codec_flags) {
     // This rank's contribution: the master shard itself when it already is
     // fp32 on the device, else a device copy cast to param_dtype; a master in
     // the NVMe swap is read into host memory first.
-    const DLTensor* send = &unit.master_tensor();
+    const DLTensor* send = unit.master_or_null();
     if (unit.master_swapped) {
       g.read_in = ops_.allocate(ACCEL_MEMORY_COMM, fp32, shard_numel, ACCEL_MEMORY_HOST_PINNED, false,
                                 "sharding shard read from NVMe");

@@ -57,6 +57,8 @@ struct ShardedUnit {
 
   int64_t shard_begin() const { return shards.shard(shard_index).begin; }
   const DLTensor& master_tensor() const { return master_view ? *master_view->get() : master.tensor(); }
+  // The master shard, or null while it lives in the NVMe swap (master_swapped).
+  const DLTensor* master_or_null() const { return master_view ? master_view->get() : master.tensor_or_null(); }
   const DLTensor& grad_tensor() const { return grad_view ? *grad_view->get() : grad.tensor(); }
 };
 

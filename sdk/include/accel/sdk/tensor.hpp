@@ -261,6 +261,9 @@ class Buffer {
   explicit operator bool() const noexcept { return buffer_ != nullptr; }
   // The whole buffer as a compact row-major view; valid while it is owned.
   const DLTensor& tensor() const noexcept { return *tensor_; }
+  // The same, or null when nothing is owned (binding tensor() to an empty
+  // buffer is undefined behaviour even when the reference goes unused).
+  const DLTensor* tensor_or_null() const noexcept { return tensor_; }
   AccelBuffer* get() const noexcept { return buffer_; }
   // Gives up ownership (to a field that passes it to the host).
   AccelBuffer* release() noexcept {
