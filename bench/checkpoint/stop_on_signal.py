@@ -46,6 +46,7 @@ def main():
     parser.add_argument("job", nargs="*")
     args = parser.parse_args()
     out = args.out or tempfile.mkdtemp(prefix="accel-stop.")
+    os.makedirs(out, exist_ok=True)
     save, metrics = os.path.join(out, "save"), os.path.join(out, "m.jsonl")
     shutil.rmtree(save, ignore_errors=True)
     if os.path.exists(metrics):
@@ -61,6 +62,8 @@ def main():
                 if sum(1 for line in f if line.endswith("\n")) >= args.warm:
                     break
         time.sleep(0.05)
+    if proc.poll() is not None:
+        sys.exit(f"stop_on_signal.py: the job ended ({proc.returncode}) before the signal:\n{proc.stderr.read()[-3000:]}")
     signalled = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate()
