@@ -9,7 +9,7 @@ import subprocess
 import time
 import unittest
 
-from accel_testing import ACCEL_HOST, MPI_ENV, MPIRUN, TempDirMixin, error_lines, read_metrics, run_host
+from accel_testing import ACCEL_HOST, MPI_ENV, MPIRUN, TempDirMixin, complete_lines, error_lines, read_metrics, run_host
 
 STOPPED = 75  # train/stop_request.h: kExitStoppedToResume
 # --lr-decay-steps fixes the schedule's horizon, so a step's loss does not
@@ -17,14 +17,6 @@ STOPPED = 75  # train/stop_request.h: kExitStoppedToResume
 COMMON = ["--model", "gpt-tiny", "--batch-size", 8, "--lr", 3e-3, "--warmup-steps", 3, "--threads", 1,
           "--lr-decay-steps", 400, "--log-level", "info"]
 LONG = 400  # far more steps than pass before the signal lands
-
-
-def complete_lines(path):
-    """The metrics lines written so far (a line being written is left out)."""
-    if not os.path.exists(path):
-        return 0
-    with open(path) as f:
-        return sum(1 for line in f if line.endswith("\n"))
 
 
 def checkpoints(root):

@@ -10,19 +10,12 @@ import subprocess
 import time
 import unittest
 
-from accel_testing import ACCEL_HOST, MPI_ENV, MPIRUN, TIMEOUT_SCALE, TempDirMixin, mpirun, read_metrics
+from accel_testing import ACCEL_HOST, MPI_ENV, MPIRUN, TIMEOUT_SCALE, TempDirMixin, complete_lines, mpirun, read_metrics
 
 STEPS, EVERY = 14, 4
 # --lr-decay-steps: a leg that stops early follows the whole run's schedule.
 TINY = ["--model", "gpt-tiny", "--lr", 3e-3, "--warmup-steps", 2, "--lr-decay-steps", STEPS, "--threads", 1,
         "--log-level", "warn"]
-
-
-def complete_lines(path):
-    if not os.path.exists(path):
-        return 0
-    with open(path) as f:
-        return sum(1 for line in f if line.endswith("\n"))
 
 
 def children(pid):
