@@ -9,9 +9,19 @@
  *     r = (pipeline_index * data_size + data_index) * tensor_size
  *         + tensor_index,
  *     data_index = replica_index * sharding_size + sharding_index,
- * tensor-parallel peers are adjacent ranks (same node first), sharding peers
- * are next, replicas and pipeline stages span nodes. data_size is
- * sharding_size * replica_size.
+ *     context_index = data_index % context_size,
+ * tensor-parallel peers are adjacent ranks (same node first), context peers
+ * next, then the rest of the sharding peers; replicas and pipeline stages
+ * span nodes. data_size is sharding_size * replica_size.
+ *
+ * Context parallelism (since 1.10) splits each sequence over context_size
+ * ranks: they hold the same model slice and see different tokens, so they
+ * are data-parallel peers for the gradients (DATA, SHARDING and REPLICA
+ * average over them as over any data rank: every rank's loss is the mean
+ * over its own tokens, and every rank holds as many) while they read the
+ * same micro-batches. The host hands every CONTEXT group one micro-batch:
+ * the data loader's rank is data_index / context_size of
+ * data_size / context_size.
  *
  * A collective on CUDA tensors runs on NCCL, on CPU tensors on MPI; the
  * caller does not choose. Two modes:
@@ -83,15 +93,20 @@ typedef enum AccelGroupKind {
   ACCEL_GROUP_SHARDING = 4,  /* subset of DATA that shards state (FSDP/ZeRO) */
   ACCEL_GROUP_REPLICA = 5,   /* subset of DATA holding the same shard (HSDP) */
   ACCEL_GROUP_NODE = 6,      /* ranks on this node (local ranks) */
+  ACCEL_GROUP_CONTEXT = 7,   /* since 1.10: the ranks one sequence is split
+                                over (a subset of DATA; size 1 without
+                                context parallelism) */
   ACCEL_GROUP_KIND_FORCE_32BIT = 0x7fffffff
 } AccelGroupKind;
 
 /* Sizes of the mesh dimensions. 0 means "not mine to say". After every
- * plugin's plan hook the host resolves: tensor and pipeline default to 1;
- * of sharding and replica, one left 0 takes what remains of the world, both
- * left 0 give sharding = 1, replica = the rest. The product must equal the
- * world size. Two plugins giving different non-zero values for one dimension
- * is a configuration error naming both. */
+ * plugin's plan hook the host resolves: tensor, pipeline and context
+ * default to 1; of sharding and replica, one left 0 takes what remains of
+ * the world, both left 0 give sharding = 1, replica = the rest. The product
+ * tensor * pipeline * sharding * replica must equal the world size, and
+ * context_size must divide the data size (sharding * replica). Two plugins
+ * giving different non-zero values for one dimension is a configuration
+ * error naming both. */
 typedef struct AccelMeshSpec {
   size_t struct_size;
   AccelExtensionBase* extensions;
@@ -99,6 +114,8 @@ typedef struct AccelMeshSpec {
   int32_t pipeline_size;
   int32_t sharding_size;
   int32_t replica_size;
+  int32_t context_size;    /* since 1.10: ranks one sequence is split over */
+  int32_t reserved;        /* since 1.10: must be 0 (refused otherwise) */
 } AccelMeshSpec;
 
 /* Declares (part of) the mesh. `mesh` is borrowed for the call.

@@ -435,6 +435,53 @@ typedef AccelStatus AccelModelInitRangeFn(AccelHost* host, int32_t unit,
 typedef AccelStatus AccelModelPlanSequenceParallelFn(AccelHost* host,
                                                      AccelGroupKind over);
 
+/* ------------------------------ Since 1.10 ------------------------------ */
+
+/* How the ranks of a context group exchange what attention needs
+ * (Megatron-Core's cp_comm_type). */
+typedef enum AccelContextCommType {
+  /* Ring attention: each rank keeps its queries; key/value blocks travel
+   * around the ring, the next block's transfer overlapping the attention of
+   * the block in hand; partial results merge through their log-sum-exp.
+   * Causal masks are load-balanced: with ring size R the sequence is cut
+   * into 2R chunks and ring rank r holds chunks r and 2R-1-r. */
+  ACCEL_CONTEXT_P2P = 0,
+  /* Ulysses: an all-to-all over heads before attention (each rank then
+   * holds the whole sequence of heads / C heads) and back after it. The
+   * query heads and the key/value heads of this rank's tensor slice must
+   * divide by C. */
+  ACCEL_CONTEXT_A2A = 1,
+  /* Both: heads split over an all-to-all sub-group of `a2a_size` adjacent
+   * context ranks, the ring over the C / a2a_size sub-groups. */
+  ACCEL_CONTEXT_A2A_P2P = 2,
+  ACCEL_CONTEXT_COMM_FORCE_32BIT = 0x7fffffff
+} AccelContextCommType;
+
+typedef struct AccelContextParallelSpec {
+  size_t struct_size;
+  AccelExtensionBase* extensions;
+  int32_t comm_type;  /* an AccelContextCommType */
+  int32_t a2a_size;   /* ACCEL_CONTEXT_A2A_P2P: the all-to-all sub-group's
+                         size, a divisor of C between 2 and C / 2, or 0 for
+                         the largest such divisor that divides this rank's
+                         query and key/value heads; 0 otherwise */
+} AccelContextParallelSpec;
+
+/* Splits every sequence over ACCEL_GROUP_CONTEXT (whose size the mesh's
+ * context_size gave, > 1): each rank embeds, runs and scores the tokens of
+ * its part, every position at its global index (learned positions and
+ * rotary angles alike), and attention runs as `spec` says. The activation
+ * passed between units is [seq_len / C (/ T under sequence parallelism),
+ * micro_batch, hidden]. Each rank's loss is the mean over its tokens; the
+ * data-parallel gradient average (DATA contains CONTEXT) makes the step the
+ * whole sequence's. seq_len must divide into 2 * R * a2a chunks under a ring
+ * of R ranks (a2a chunks without one), refused with one line otherwise, as
+ * are head counts a2a does not divide. Evaluation runs split the same way;
+ * generation runs without context parallelism. `spec` is borrowed for the
+ * call. Phase: plan. Check ACCEL_HAS_FN(model, plan_context_parallel). */
+typedef AccelStatus AccelModelPlanContextParallelFn(
+    AccelHost* host, const AccelContextParallelSpec* spec);
+
 /* The model area of the services table. */
 typedef struct AccelModelServices {
   size_t struct_size;
@@ -455,6 +502,7 @@ typedef struct AccelModelServices {
   AccelModelRunBackwardFn* run_backward;
   AccelModelInitRangeFn* init_range;    /* since 1.1 */
   AccelModelPlanSequenceParallelFn* plan_sequence_parallel; /* since 1.4 */
+  AccelModelPlanContextParallelFn* plan_context_parallel;   /* since 1.10 */
 } AccelModelServices;
 
 #ifdef __cplusplus

@@ -140,9 +140,11 @@ at::Tensor GptModel::embed(const Unit& unit, const at::Tensor& tokens, int64_t o
   }
   if (config_.family == ModelFamily::llama) {  // no learned positions: the blocks rotate q and k
     const Param& table = unit.param("embed_tokens.weight");
+    if (context_group_.active()) return embed_context_part(unit, tokens);
     if (!tensor_group_.active()) return at::embedding(table.value, tokens.t());
     return vocab_parallel_embedding(table.value, tokens.t(), table.split.local_offset(table.spec.shape), tensor_group_);
   }
+  if (context_group_.active()) return embed_context_part(unit, tokens);
   const at::Tensor positions_first = tokens.t();  // [T, B]
   const Param& wte = unit.param("wte.weight");
   const at::Tensor& wpe = unit.param("wpe.weight").value;
@@ -155,6 +157,34 @@ at::Tensor GptModel::embed(const Unit& unit, const at::Tensor& tokens, int64_t o
   // tensor group by the strategy (as Megatron does for sequence-parallel norms).
   const int64_t local = x.size(0);
   return x + wpe.narrow(0, tp.rank * local, local).unsqueeze(1);
+}
+
+// Context parallelism: this rank's tokens only, each at its global position
+// (GPT-2's learned positions; Llama's blocks rotate by the same positions).
+at::Tensor GptModel::embed_context_part(const Unit& unit, const at::Tensor& tokens) const {
+  at::Tensor positions = context_group_.positions(tokens.size(1), tokens.device());
+  const at::Tensor local_first = tokens.index_select(1, positions).t();  // [T / C, B]
+  const bool llama = config_.family == ModelFamily::llama;
+  const Param& table = unit.param(llama ? "embed_tokens.weight" : "wte.weight");
+  const TensorGroup& tp = tensor_group_;
+  const at::Tensor x = tp.active() ? vocab_parallel_embedding(table.value, local_first,
+                                                              table.split.local_offset(table.spec.shape), tp)
+                                   : at::embedding(table.value, local_first);
+  if (llama) return x;
+  // Under sequence parallelism this rank's slice of the context part.
+  if (tp.sequence_split()) positions = positions.narrow(0, tp.rank * x.size(0), x.size(0));
+  return x + unit.param("wpe.weight").value.index_select(0, positions).unsqueeze(1);
+}
+
+at::Tensor GptModel::attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                               const std::optional<at::Tensor>& mask, bool causal) const {
+  if (context_group_.active()) return context_attention(q, k, v, context_group_);
+  return at::scaled_dot_product_attention(q, k, v, mask, /*dropout_p=*/0.0, causal);
+}
+
+at::Tensor GptModel::local_targets(const at::Tensor& targets) const {
+  if (!context_group_.active()) return targets;
+  return targets.index_select(1, context_group_.positions(targets.size(1), targets.device()));
 }
 
 at::Tensor GptModel::block(const Unit& unit, const at::Tensor& x, KvCache* cache, size_t layer) const {
@@ -196,7 +226,7 @@ at::Tensor GptModel::block(const Unit& unit, const at::Tensor& x, KvCache* cache
   bool causal = true;
   std::optional<at::Tensor> mask;  // (an undefined tensor is not "no mask" to SDPA)
   if (cache) mask = append_to_cache(cache->keys.at(layer), cache->values.at(layer), keys, values, causal);
-  at::Tensor y = at::scaled_dot_product_attention(heads(parts[0]), keys, values, mask, /*dropout_p=*/0.0, causal);
+  at::Tensor y = attention(heads(parts[0]), keys, values, mask, causal);
   y = y.permute({2, 0, 1, 3}).reshape({T, B, local_C});
   at::Tensor out = x + row(y, L.attn_proj_weight, L.attn_proj_bias);
   h = at::layer_norm(out, {C}, p[L.ln_2_weight].value, p[L.ln_2_bias].value, config_.norm_eps);
@@ -226,7 +256,7 @@ at::Tensor GptModel::forward_unit(size_t index, const at::Tensor& input) const {
 }
 
 at::Tensor GptModel::forward_cached(const at::Tensor& tokens, KvCache& cache) const {
-  if (tensor_group_.active() || linear_) {
+  if (tensor_group_.active() || context_group_.active() || linear_) {
     throw std::logic_error("forward_cached runs the whole model in one process, without plugins");
   }
   const auto blocks = static_cast<size_t>(config_.n_layer);
@@ -249,7 +279,7 @@ at::Tensor GptModel::loss(const at::Tensor& tokens, const at::Tensor& targets) c
 }
 
 at::Tensor GptModel::loss_from_logits(const at::Tensor& logits, const at::Tensor& targets) const {
-  const at::Tensor positions_first = targets.t();  // logits are [T, B, V]
+  const at::Tensor positions_first = local_targets(targets).t();  // logits are [T, B, V]
   if (tensor_group_.active()) {
     // The vocabulary rows this rank's logits cover: the tied wte's, or lm_head's.
     const Param& wte = head_tied_to_embedding() ? units_.front().param("wte.weight")
@@ -264,7 +294,7 @@ at::Tensor GptModel::loss_from_logits(const at::Tensor& logits, const at::Tensor
 std::optional<LossAndGrad> GptModel::loss_and_logit_grad(const at::Tensor& logits, const at::Tensor& targets,
                                                           double multiplier) const {
   if (!logits.is_cuda() || tensor_group_.active()) return std::nullopt;
-  return cross_entropy_with_grad(logits, targets.t(), multiplier);  // logits are [T, B, V]
+  return cross_entropy_with_grad(logits, local_targets(targets).t(), multiplier);  // logits are [T, B, V]
 }
 
 }  // namespace accel::model

@@ -16,6 +16,7 @@
 #include <optional>
 #include <vector>
 
+#include "host/model/context_parallel.h"
 #include "host/model/cross_entropy.h"
 #include "host/model/gpt_config.h"
 #include "host/model/tensor_parallel.h"
@@ -100,6 +101,14 @@ class GptModel {
   void set_tensor_group(TensorGroup group) { tensor_group_ = std::move(group); }
   const TensorGroup& tensor_group() const { return tensor_group_; }
 
+  // Splits every sequence over `group` (context_parallel.h): embed() and
+  // the losses take the whole [B, T] tokens and targets and keep this
+  // rank's positions; attention spans the whole sequence. Composes with
+  // the tensor group (heads split first, then the context exchange).
+  // `group` must outlive the model's use.
+  void set_context_group(ContextGroup group) { context_group_ = std::move(group); }
+  const ContextGroup& context_group() const { return context_group_; }
+
   // Routes the blocks' linear layers (y = x W^T + b) through `linear`, given
   // the unit index and the weight's index within the unit: how plugins'
   // linear chains (tensor parallel, FP8) reach them. Empty: at::linear.
@@ -110,6 +119,7 @@ class GptModel {
  private:
   // `offset`: the position of the first token (forward_cached).
   at::Tensor embed(const Unit& unit, const at::Tensor& tokens, int64_t offset = 0) const;
+  at::Tensor embed_context_part(const Unit& unit, const at::Tensor& tokens) const;
   // With `cache`, block `layer` attends to the cached keys and values too
   // and appends its own.
   at::Tensor block(const Unit& unit, const at::Tensor& x, KvCache* cache = nullptr, size_t layer = 0) const;
@@ -139,8 +149,16 @@ class GptModel {
   std::shared_ptr<const WeightSource> initial_weights_;
   std::vector<Unit> units_;
   BlockLayout block_layout_{};
+  // Attention over this rank's heads: causal SDPA, or across the context
+  // group; with a cache (decoding) the cache's mask.
+  at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                       const std::optional<at::Tensor>& mask, bool causal) const;
+  // Targets [B, T] at this rank's positions (all of them without context parallelism).
+  at::Tensor local_targets(const at::Tensor& targets) const;
+
   LinearFn linear_;
   TensorGroup tensor_group_;
+  ContextGroup context_group_;
 };
 
 }  // namespace accel::model

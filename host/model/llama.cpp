@@ -57,15 +57,13 @@ at::Tensor rotate_half(const at::Tensor& x) {
   return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
 }
 
-// cos and sin [T, head_dim] of positions offset .. offset + T - 1, in fp32
-// as transformers computes them.
-std::pair<at::Tensor, at::Tensor> rotary_angles(int64_t T, int64_t offset, int64_t head_dim, double theta,
-                                                at::Device device) {
-  const auto f32 = at::TensorOptions().dtype(at::kFloat).device(device);
+// cos and sin [T, head_dim] of `positions` (T of them, fp32), in fp32 as
+// transformers computes them.
+std::pair<at::Tensor, at::Tensor> rotary_angles(const at::Tensor& positions, int64_t head_dim, double theta) {
+  const at::Device device = positions.device();
   const at::Tensor exponents = at::arange(0, head_dim, 2, at::TensorOptions().dtype(at::kLong).device(device))
                                    .to(at::kFloat) / static_cast<double>(head_dim);
   const at::Tensor inv_freq = 1.0 / at::pow(theta, exponents);
-  const at::Tensor positions = at::arange(offset, offset + T, f32);
   const at::Tensor freqs = at::outer(positions, inv_freq);  // [T, head_dim / 2]
   const at::Tensor angles = at::cat({freqs, freqs}, -1);
   return {angles.cos(), angles.sin()};
@@ -128,18 +126,23 @@ at::Tensor GptModel::llama_block(const Unit& unit, const at::Tensor& x, KvCache*
   // [T, B, heads * D] -> [B, heads, T, D]
   auto heads = [&](const at::Tensor& t, int64_t n) { return t.view({T, B, n, D}).permute({1, 2, 0, 3}); };
   at::Tensor q = heads(linear(h, L.q), H), k = heads(linear(h, L.k), KV), v = heads(linear(h, L.v), KV);
-  const auto [cos32, sin32] = rotary_angles(T, offset, D, config_.rope_theta, x.device());
+  // Positions offset .. offset + T - 1, or this rank's part of the sequence.
+  const auto f32 = at::TensorOptions().dtype(at::kFloat).device(x.device());
+  const at::Tensor positions = context_group_.active()
+                                   ? context_group_.positions(T * context_group_.size, x.device()).to(at::kFloat)
+                                   : at::arange(offset, offset + T, f32);
+  const auto [cos32, sin32] = rotary_angles(positions, D, config_.rope_theta);
   const at::Tensor cos = cos32.to(q.scalar_type()), sin = sin32.to(q.scalar_type());
   q = q * cos + rotate_half(q) * sin;
   k = k * cos + rotate_half(k) * sin;
   bool causal = true;
   std::optional<at::Tensor> mask;
   if (cache) mask = append_to_cache(cache->keys.at(layer), cache->values.at(layer), k, v, causal);
-  if (KV != H) {
+  if (KV != H && !context_group_.active()) {  // the context exchange sends KV heads, not H
     k = k.repeat_interleave(H / KV, 1);
     v = v.repeat_interleave(H / KV, 1);
   }
-  at::Tensor y = at::scaled_dot_product_attention(q, k, v, mask, /*dropout_p=*/0.0, causal);
+  at::Tensor y = attention(q, k, v, mask, causal);
   y = y.permute({2, 0, 1, 3}).reshape({T, B, H * D});
   const at::Tensor out = x + row(y, L.o);
   const at::Tensor m = enter(rms_norm(out, p[L.mlp_norm].value, config_.norm_eps));

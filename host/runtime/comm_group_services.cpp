@@ -63,6 +63,13 @@ AccelStatus set_mesh(AccelHost* host, const AccelMeshSpec* mesh) {
     merge(context.mesh.pipeline_size, mesh->pipeline_size, "pipeline");
     merge(context.mesh.sharding_size, mesh->sharding_size, "sharding");
     merge(context.mesh.replica_size, mesh->replica_size, "replica");
+    if (ACCEL_STRUCT_HAS_FIELD(mesh, AccelMeshSpec, reserved)) {
+      if (mesh->reserved != 0) fail(ACCEL_ERROR_INVALID_ARGUMENT, "AccelMeshSpec.reserved must be 0");
+      if (mesh->context_size < 0) {
+        fail(ACCEL_ERROR_INVALID_ARGUMENT, "context size " + std::to_string(mesh->context_size) + " is negative");
+      }
+      merge(context.mesh.context_size, mesh->context_size, "context");
+    }
   });
 }
 
@@ -156,6 +163,14 @@ void resolve_standard_groups(HostContext& context) {
                              std::to_string(data_size) + " (world " + std::to_string(world_size) + " / tensor " +
                              std::to_string(tensor_size) + " / pipeline " + std::to_string(pipeline_size) + ")");
   }
+  const int context_size = std::max(1, mesh.context_size);
+  if (data_size % context_size != 0) {
+    throw std::runtime_error("mesh context size " + std::to_string(context_size) +
+                             " does not divide the data-parallel size " + std::to_string(data_size) + " (world " +
+                             std::to_string(world_size) + " / tensor " + std::to_string(tensor_size) +
+                             " / pipeline " + std::to_string(pipeline_size) + ")");
+  }
+  mesh.context_size = context_size;
   const int rank = world.rank();
   auto standard = [&](comm::ProcessGroup* borrowed, std::unique_ptr<comm::ProcessGroup> owned) {
     std::shared_ptr<GroupEntry> entry = make_entry(context, borrowed, std::move(owned));
@@ -184,6 +199,11 @@ void resolve_standard_groups(HostContext& context) {
   // Ordered by stage: group rank = pipeline index.
   context.standard_groups[ACCEL_GROUP_PIPELINE] =
       standard(nullptr, world.split(data_index * tensor_size + tensor_index, rank, "pipeline"));
+  // Context peers: the same everything but the innermost part of the data
+  // index (context_index = data_index % context_size), in that order.
+  const int context_slot = (pipeline_index * data_size + data_index / context_size) * tensor_size + tensor_index;
+  context.standard_groups[ACCEL_GROUP_CONTEXT] =
+      standard(nullptr, world.split(context_slot, rank, "context"));
   context.standard_groups[ACCEL_GROUP_NODE] =
       standard(nullptr, world.split(context.identity.node_rank, rank, "node"));
 }

@@ -81,6 +81,7 @@ struct ModelPlan {
   std::map<int32_t, uint32_t> managed_storage;  // unit -> ACCEL_STORAGE_* bits
   std::map<int32_t, bool> checkpointing;        // unit -> recompute in backward
   bool sequence_parallel = false;               // plan_sequence_parallel (since 1.4)
+  std::optional<AccelContextParallelSpec> context_parallel;  // plan_context_parallel (since 1.10)
   std::map<int32_t, std::string> managed_by;    // unit -> plugin that took storage
   // (unit, one ACCEL_STORAGE_* bit) -> the plugin managing that buffer, so two
   // plugins taking the same buffer are refused naming both.
@@ -197,6 +198,14 @@ class HostContext {
   // the bytes the host's own tensor-parallel collectives moved this step.
   int64_t tensor_parallel_size = 1;
   std::atomic<int64_t> tensor_parallel_bytes{0};
+
+  // --- context parallelism (context_parallel_plan.cpp) ---
+  // The context group's size once resolved (1: none), the sub-groups its
+  // ring and all-to-all run on (when they are not the context group
+  // itself), and the bytes the host's context exchanges sent this step.
+  int64_t context_parallel_size = 1;
+  std::unique_ptr<comm::ProcessGroup> context_ring_group, context_a2a_group;
+  std::atomic<int64_t> context_parallel_bytes{0};
 
   // --- the parameter gather codec (gather_codec_services.cpp, ABI 1.8) ---
   // The plugin whose hooks implement it (at most one; hooks null: none),

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "host/runtime/context_parallel_plan.h"
 #include "host/runtime/memory_services.h"
 #include "host/runtime/pipeline_plan.h"
 #include "host/runtime/service_support.h"
@@ -95,6 +96,7 @@ const char* group_name(AccelGroupKind kind) {
     case ACCEL_GROUP_SHARDING: return "sharding";
     case ACCEL_GROUP_REPLICA: return "replica";
     case ACCEL_GROUP_NODE: return "node";
+    case ACCEL_GROUP_CONTEXT: return "context";
     default: return nullptr;
   }
 }
@@ -435,7 +437,8 @@ const AccelModelServices* model_services_table() {
                                         &run_forward,
                                         &run_backward,
                                         &init_range,
-                                        &plan_sequence_parallel};
+                                        &plan_sequence_parallel,
+                                        &plan_context_parallel};
   return &table;
 }
 

@@ -19,6 +19,7 @@
 #include <new>
 #include <string>
 
+#include "host/comm/process_group.h"  // HostContext owns the context sub-groups
 #include "host/runtime/host_context.h"
 #include "host/runtime/memory_services.h"
 #include "host/runtime/model_services.h"

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "host/comm/process_group.h"
+#include "host/runtime/aten_buffer.h"
 #include "host/runtime/comm_checks.h"
 #include "host/runtime/model_services.h"
 #include "host/runtime/service_support.h"
@@ -32,15 +33,6 @@ int32_t hint_dim(model::ParallelHint hint, model::ParamRole role) {
   return -1;
 }
 
-comm::DType dtype_of(const at::Tensor& t) {
-  if (t.scalar_type() == at::kFloat) return comm::DType::f32;
-  if (t.scalar_type() == at::kBFloat16) return comm::DType::bf16;
-  if (t.scalar_type() == at::kHalf) return comm::DType::f16;
-  if (t.scalar_type() == at::kDouble) return comm::DType::f64;
-  throw std::runtime_error(std::string("tensor parallel: cannot reduce a ") + c10::toString(t.scalar_type()) +
-                           " tensor");
-}
-
 // The model's collectives over the tensor group: the group's communicator,
 // counted into context.tensor_parallel_bytes.
 model::TensorGroup make_tensor_group(HostContext& context, comm::ProcessGroup& group) {
@@ -49,7 +41,7 @@ model::TensorGroup make_tensor_group(HostContext& context, comm::ProcessGroup& g
   tg.rank = group.rank();
   HostContext* ctx = &context;
   tg.all_reduce = [ctx, &group](at::Tensor& t, bool max) {
-    comm::Buffer buffer{t.data_ptr(), t.numel(), dtype_of(t), t.is_cuda(), t.is_cuda() ? t.get_device() : 0};
+    const comm::Buffer buffer = buffer_of(t);
     const comm::Status status =
         group.all_reduce(buffer, max ? comm::ReduceOp::max : comm::ReduceOp::sum, {0, "host tensor parallel"});
     if (!status.ok()) throw std::runtime_error(status.message);
@@ -61,9 +53,7 @@ model::TensorGroup make_tensor_group(HostContext& context, comm::ProcessGroup& g
     std::vector<int64_t> shape(in.sizes().begin(), in.sizes().end());
     shape[0] *= group.size();
     at::Tensor out = at::empty(shape, in.options());
-    const comm::Buffer input{in.data_ptr(), in.numel(), dtype_of(in), in.is_cuda(), in.is_cuda() ? in.get_device() : 0};
-    const comm::Buffer output{out.data_ptr(), out.numel(), dtype_of(out), out.is_cuda(),
-                              out.is_cuda() ? out.get_device() : 0};
+    const comm::Buffer input = buffer_of(in), output = buffer_of(out);
     const comm::Status status = group.all_gather(input, output, {0, "host sequence parallel"});
     if (!status.ok()) throw std::runtime_error(status.message);
     ctx->tensor_parallel_bytes += static_cast<int64_t>(output.bytes());
@@ -77,9 +67,7 @@ model::TensorGroup make_tensor_group(HostContext& context, comm::ProcessGroup& g
     }
     shape[0] /= group.size();
     at::Tensor out = at::empty(shape, in.options());
-    const comm::Buffer input{in.data_ptr(), in.numel(), dtype_of(in), in.is_cuda(), in.is_cuda() ? in.get_device() : 0};
-    const comm::Buffer output{out.data_ptr(), out.numel(), dtype_of(out), out.is_cuda(),
-                              out.is_cuda() ? out.get_device() : 0};
+    const comm::Buffer input = buffer_of(in), output = buffer_of(out);
     const comm::Status status = group.reduce_scatter(input, output, comm::ReduceOp::sum, {0, "host sequence parallel"});
     if (!status.ok()) throw std::runtime_error(status.message);
     ctx->tensor_parallel_bytes += static_cast<int64_t>(input.bytes());

@@ -25,6 +25,7 @@
 #include "host/runtime/memory_services.h"
 #include "host/runtime/pipeline_plan.h"
 #include "host/runtime/plugin_state.h"
+#include "host/runtime/context_parallel_plan.h"
 #include "host/runtime/tensor_parallel_plan.h"
 #include "host/runtime/tensor_views.h"
 #include "host/runtime/trace_scope.h"
@@ -405,6 +406,7 @@ void Trainer::plan_plugins() {
   const runtime::ModelPlan& plan = context_->plan;
   runtime::resolve_pipeline_plan(*context_);
   if (!plan.splits.empty()) use_tensor_parallel_plan();
+  runtime::resolve_context_parallel_plan(*context_);
   use_data_parallel_share();
   if (context_->model_run.pipeline_size > 1) {
     // Each stage holds its units' gradients only: the host's norm and step
@@ -462,13 +464,15 @@ void Trainer::use_tensor_parallel_plan() {
 }
 
 void Trainer::use_data_parallel_share() {
-  // The ranks of a tensor group, and the stages of a pipeline, read the same
-  // micro-batches: the data-parallel rank is the rank's index between them
-  // (accel/comm.h's rank layout: r = (stage x D + data) x T + tensor).
+  // The ranks of a tensor group, of a context group, and the stages of a
+  // pipeline read the same micro-batches: the data loader's rank is the
+  // rank's index between them (accel/comm.h's rank layout: r = (stage x D +
+  // data) x T + tensor, the context index the innermost part of data).
   const auto tensor = static_cast<int>(runtime::tensor_parallel_size(*context_));
+  const auto context = static_cast<int>(context_->context_parallel_size);
   const int stages = context_->model_run.pipeline_size;
-  data_size_ = world_size_ / (tensor * stages);
-  data_rank_ = (rank_ / tensor) % data_size_;
+  data_size_ = world_size_ / (tensor * stages * context);
+  data_rank_ = (rank_ / tensor) % (data_size_ * context) / context;
   cli::validate_for_world(config_, data_size_);  // deferred by run.cpp: the data group splits the batch
   context_->model_run.micro_batch_size = config_.batch_size / (data_size_ * config_.grad_accum);
 }
@@ -574,6 +578,10 @@ RunEnd Trainer::run() {
         m.plugin_metrics["host.tensor_parallel_bytes"] =
             static_cast<double>(runtime::take_tensor_parallel_bytes(*context_));
       }
+      if (context_->context_parallel_size > 1) {
+        m.plugin_metrics["host.context_parallel_bytes"] =
+            static_cast<double>(runtime::take_context_parallel_bytes(*context_));
+      }
       if (context_->memory) m.memory_peak_bytes = device_memory_peaks(*context_->memory);
       m.memory_startup_peak_bytes.swap(startup_memory_peaks);
     }
@@ -594,6 +602,7 @@ RunEnd Trainer::run() {
         context_->step_metrics.clear();
         context_->comm_bytes.exchange(0);
         if (context_->tensor_parallel_size > 1) runtime::take_tensor_parallel_bytes(*context_);
+        if (context_->context_parallel_size > 1) runtime::take_context_parallel_bytes(*context_);
       }
     }
     if (logged_step(completed_steps_)) {

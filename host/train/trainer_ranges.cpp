@@ -215,9 +215,11 @@ double Trainer::forward_backward(const at::Tensor& batch, int64_t micro, double 
 // ---------------------------------------------------------------------------
 
 void Trainer::check_activation(const at::Tensor& activation, const char* what) const {
-  // [seq (this rank's slice under sequence parallelism), micro-batch, hidden]
+  // [seq (this rank's part under context parallelism, its slice of that
+  // under sequence parallelism), micro-batch, hidden]
   const model::TensorGroup& tp = model_.tensor_group();
-  const int64_t seq = model_.config().seq_len / (tp.sequence_split() ? tp.size : 1);
+  const int64_t seq =
+      model_.config().seq_len / model_.context_group().size / (tp.sequence_split() ? tp.size : 1);
   const int64_t batch = context_->model_run.micro_batch_size;
   if (activation.dim() != 3 || activation.size(0) != seq || activation.size(1) != batch ||
       activation.size(2) != model_.config().n_embd || !activation.is_floating_point()) {

@@ -54,7 +54,7 @@ ACCEL_CHECK_EXT_STRUCT(AccelMemoryStats, num_allocs, num_allocs, 40);
 ACCEL_CHECK_EXT_STRUCT(AccelMemoryServices, event_elapsed, event_elapsed,
                        144);
 /* comm.h */
-ACCEL_CHECK_EXT_STRUCT(AccelMeshSpec, replica_size, replica_size, 32);
+ACCEL_CHECK_EXT_STRUCT(AccelMeshSpec, reserved, replica_size, 32);
 ACCEL_CHECK_EXT_STRUCT(AccelGroupInfo, ranks, ranks, 32);
 ACCEL_CHECK_EXT_STRUCT(AccelCollectiveArgs, label, label, 72);
 ACCEL_CHECK_EXT_STRUCT(AccelCommServices, work_free, work_free, 176);
@@ -80,7 +80,9 @@ ACCEL_CHECK_EXT_STRUCT(AccelParamInfo, split_parts, tied_index, 104);
 ACCEL_CHECK_EXT_STRUCT(AccelMaterializeArgs, grads, grads, 64);
 ACCEL_CHECK_EXT_STRUCT(AccelRunForwardArgs, loss, loss, 64);
 ACCEL_CHECK_EXT_STRUCT(AccelRunBackwardArgs, grad_input, grad_input, 56);
-ACCEL_CHECK_EXT_STRUCT(AccelModelServices, plan_sequence_parallel, run_backward, 128);
+ACCEL_CHECK_EXT_STRUCT(AccelModelServices, plan_context_parallel, run_backward, 128);
+/* since 1.10: its first layout is pinned as 1.0 columns are */
+ACCEL_CHECK_EXT_STRUCT(AccelContextParallelSpec, a2a_size, a2a_size, 24);
 /* trace.h */
 ACCEL_CHECK_EXT_STRUCT(AccelTraceEvent, detail, detail, 112);
 ACCEL_CHECK_EXT_STRUCT(AccelTraceServices, set_detail, set_capture, 72);
@@ -137,6 +139,7 @@ ACCEL_CHECK_ENUM(AccelStreamRole);
 ACCEL_CHECK_ENUM(AccelMemoryCategory);
 ACCEL_CHECK_ENUM(AccelMemoryPlace);
 ACCEL_CHECK_ENUM(AccelGroupKind);
+ACCEL_CHECK_ENUM(AccelContextCommType);
 ACCEL_CHECK_ENUM(AccelReduceOp);
 ACCEL_CHECK_ENUM(AccelAmaxAlgo);
 ACCEL_CHECK_ENUM(AccelScaledAdamWPass);
@@ -156,8 +159,12 @@ ACCEL_TEST_STATIC_ASSERT(ACCEL_OK == 0 && ACCEL_ERROR_UNSUPPORTED == 5 &&
                              ACCEL_ERROR_VERSION_MISMATCH == 13,
                          "AccelStatus values");
 ACCEL_TEST_STATIC_ASSERT(ACCEL_GROUP_WORLD == 0 && ACCEL_GROUP_TENSOR == 2 &&
-                             ACCEL_GROUP_NODE == 6,
+                             ACCEL_GROUP_NODE == 6 &&
+                             ACCEL_GROUP_CONTEXT == 7,
                          "AccelGroupKind values");
+ACCEL_TEST_STATIC_ASSERT(ACCEL_CONTEXT_P2P == 0 && ACCEL_CONTEXT_A2A == 1 &&
+                             ACCEL_CONTEXT_A2A_P2P == 2,
+                         "AccelContextCommType values");
 ACCEL_TEST_STATIC_ASSERT(ACCEL_PLUGIN_PARALLEL == 1 &&
                              ACCEL_PLUGIN_PRECISION == 2 &&
                              ACCEL_PLUGIN_OBSERVER == 3,

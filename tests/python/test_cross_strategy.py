@@ -211,6 +211,20 @@ class CrossStrategyCheckpoints(TempDirMixin, unittest.TestCase):
     def test_zero3_on_four_resumes_as_tp2(self):
         self.resume(4, self.ZERO3, 2, self.MEGATRON_TP2)
 
+    # Context parallelism leaves no trace in a checkpoint: every tensor is
+    # whole (or a tensor-parallel slice at its global offset) whatever the
+    # context degree, so cp resumes without it and the reverse.
+    def test_cp2_ring_resumes_in_one_process(self):
+        self.resume(2, ["--plugin", "megatron", "--megatron.cp_degree", 2], 1, [])
+
+    def test_cp2_ulysses_resumes_under_fsdp_on_two(self):
+        self.resume(2, ["--plugin", "megatron", "--megatron.cp_degree", 2, "--megatron.cp_comm_type", "a2a"], 2,
+                    [*FSDP, *WRAP])
+
+    def test_one_process_resumes_at_cp4_a2a_p2p_with_tp(self):
+        self.resume(1, [], 8, ["--plugin", "megatron", "--megatron.cp_degree", 4, "--megatron.cp_comm_type", "a2a+p2p",
+                               "--megatron.tp_degree", 2])
+
     # megatron's pipeline: each stage saves its units (rank 0 writes the
     # model whole, the other stages' parameters sent to it; each stage's
     # ranks their AdamW moments), so a pp 2 x tp 2 checkpoint resumes in any

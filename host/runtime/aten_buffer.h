@@ -1,0 +1,32 @@
+// A contiguous ATen tensor as the communicator's Buffer: how the host's own
+// model collectives (tensor and context parallelism) hand tensors to a
+// ProcessGroup. Throws std::runtime_error for a dtype the communicators do
+// not reduce. Any thread.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "host/comm/types.h"
+
+namespace accel::runtime {
+
+inline comm::DType comm_dtype_of(const at::Tensor& t) {
+  switch (t.scalar_type()) {
+    case at::kFloat: return comm::DType::f32;
+    case at::kBFloat16: return comm::DType::bf16;
+    case at::kHalf: return comm::DType::f16;
+    case at::kDouble: return comm::DType::f64;
+    default:
+      throw std::runtime_error(std::string("the host's model collectives cannot move a ") +
+                               c10::toString(t.scalar_type()) + " tensor");
+  }
+}
+
+inline comm::Buffer buffer_of(const at::Tensor& t) {
+  return comm::Buffer{t.data_ptr(), t.numel(), comm_dtype_of(t), t.is_cuda(), t.is_cuda() ? t.get_device() : 0};
+}
+
+}  // namespace accel::runtime
