@@ -36,6 +36,7 @@ ZeroConfig read_config(const sdk::Services& s) {
   }
   HostSettings h;
   h.world_size = s.world_size();
+  h.sequence_parallel_size = static_cast<int32_t>(s.option<int64_t>("sequence_parallel_size"));
   h.grad_accum = s.option<int64_t>("train.grad_accum_steps");
   h.batch_size = s.option<int64_t>("train.micro_batch_size") * h.grad_accum;
   h.max_grad_norm = s.option<double>("train.max_grad_norm");

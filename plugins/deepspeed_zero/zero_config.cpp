@@ -221,7 +221,17 @@ T agree(const std::optional<T>& config, T host, const std::string& config_name, 
 // and _batch_assertion on what is given, then the result against the host's
 // batch, which is what actually runs.
 void resolve_batch(Reader& r, const HostSettings& host, const PluginFields& fields, ZeroConfig& c) {
-  const int64_t world = host.world_size;
+  // DeepSpeed's dp_world_size: the sequence-parallel ranks share micro-batches.
+  const int64_t sp = std::max<int32_t>(1, host.sequence_parallel_size);
+  if (const std::optional<int64_t> given = r.whole("sequence_parallel_size", Auto::filled, 1, int64_t{1} << 24)) {
+    if (*given != sp) {
+      refuse(format("%s: sequence_parallel_size %lld: give --deepspeed_zero.sequence_parallel_size %lld too (it is "
+                    "%lld)",
+                    r.source().c_str(), static_cast<long long>(*given), static_cast<long long>(*given),
+                    static_cast<long long>(sp)));
+    }
+  }
+  const int64_t world = host.world_size / sp;
   const int64_t host_micro = host.batch_size / (host.grad_accum * world);
   const auto value = [&](const char* key, int64_t host_value) -> std::optional<int64_t> {
     const json* v = r.find(key);

@@ -39,6 +39,10 @@ const char* to_string(ScheduleKind kind);
 // accel-host's own settings (the train.* option section and the identity).
 struct HostSettings {
   int32_t world_size = 1;
+  // --deepspeed_zero.sequence_parallel_size: the ranks one sequence is split
+  // over read the same micro-batches, so DeepSpeed's batch keys count
+  // world_size / this data-parallel ranks (its dp_world_size).
+  int32_t sequence_parallel_size = 1;
   int64_t batch_size = 8;              // global sequences per optimizer step (--batch-size)
   int64_t grad_accum = 1;              // --grad-accum
   double max_grad_norm = 1.0;          // --grad-clip

@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "sharding/context_parallel.h"
 #include "sharding/machinery.h"
 #include "sharding/model_layout.h"
 #include "zero_config.h"
@@ -84,10 +85,19 @@ class DeepSpeedZero final : public sdk::Plugin {
        "mixture-of-experts unit names (refused: the models have no MoE units)"},
       {"enable_msamp", ACCEL_OPTION_BOOL, "false", "MS-AMP FP8 (refused: use --plugin fp8)"},
       {"msamp_opt_level", ACCEL_OPTION_ENUM, "O1", "MS-AMP level (refused when given, with enable_msamp)", "O1|O2"},
+      {"sequence_parallel_size", ACCEL_OPTION_INT, "1",
+       "DeepSpeed's sequence_parallel_size (Ulysses): ranks each sequence is split over; the partitions span them, "
+       "and the data-parallel size of the batch keys is the world over it",
+       nullptr, "1", "2147483647"},
+      ACCEL_CONTEXT_PARALLEL_OPTIONS("a2a"),
   };
 
   explicit DeepSpeedZero(const sdk::Services& s)
-      : Plugin(s), config_(read_config(s)), host_max_grad_norm_(s.option<double>("train.max_grad_norm")), ops_(s) {
+      : Plugin(s),
+        config_(read_config(s)),
+        cp_(s, "sequence_parallel_size", s.world_size()),
+        host_max_grad_norm_(s.option<double>("train.max_grad_norm")),
+        ops_(s) {
     if (s.rank() != 0) return;
     for (const std::string& note : config_.notes) s.info() << "deepspeed_zero: " << note;
     if (!config_.unknown_keys.empty()) {
@@ -123,7 +133,9 @@ class DeepSpeedZero final : public sdk::Plugin {
     mesh.struct_size = sizeof(mesh);
     mesh.sharding_size = config_.mesh.sharding_size;
     mesh.replica_size = config_.mesh.replica_size;
+    cp_.declare(mesh);
     s.check(s.table()->comm->set_mesh(s.host(), &mesh), "set_mesh");
+    cp_.plan(s);
     const uint32_t managed = managed_storage();
     if (managed == 0) return;
     for (const UnitLayout& unit : units_) {
@@ -298,6 +310,7 @@ class DeepSpeedZero final : public sdk::Plugin {
   }
 
   ZeroConfig config_;
+  const sharding::ContextParallel cp_;
   double host_max_grad_norm_;  // --grad-clip, > 0 whenever the host asks for a finite max norm
   const sdk::Kernels ops_;
   sharding::GatherPlan plan_;

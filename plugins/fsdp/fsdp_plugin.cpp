@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "fsdp_config.h"
+#include "sharding/context_parallel.h"
 #include "sharding/machinery.h"
 #include "sharding/model_layout.h"
 #include "wrap_plan.h"
@@ -106,9 +107,15 @@ class Fsdp final : public sdk::Plugin {
        "accepted, not applicable: offload_to_cpu is implied, rank0_only follows from state_dict_type"},
       {"optim_state_dict_config", ACCEL_OPTION_STRING, nullptr,
        "accepted, not applicable: optimizer state follows state_dict_type"},
+      {"cp_size", ACCEL_OPTION_INT, "1",
+       "context parallelism (Accelerate's ParallelismConfig cp_size): ranks each sequence is split over; the "
+       "shards span them (torchtitan's dp_shard_cp)",
+       nullptr, "1", "2147483647"},
+      ACCEL_CONTEXT_PARALLEL_OPTIONS("p2p"),
   };
 
-  explicit Fsdp(const sdk::Services& s) : Plugin(s), config_(read_config(s)), ops_(s) {}
+  explicit Fsdp(const sdk::Services& s)
+      : Plugin(s), config_(read_config(s)), cp_(s, "cp_size", s.world_size()), ops_(s) {}
 
   void plan_model(const AccelPlanArgs&) override {
     const sdk::Services& s = services();
@@ -128,7 +135,9 @@ class Fsdp final : public sdk::Plugin {
     mesh.struct_size = sizeof(mesh);
     mesh.sharding_size = config_.mesh.sharding_size;
     mesh.replica_size = config_.mesh.replica_size;
+    cp_.declare(mesh);
     s.check(s.table()->comm->set_mesh(s.host(), &mesh), "set_mesh");
+    cp_.plan(s);
     const AccelModelServices& model = *s.table()->model;
     for (const UnitLayout& unit : units) {
       if (plan_.sharded(unit.index)) {
@@ -225,6 +234,7 @@ class Fsdp final : public sdk::Plugin {
   }
 
   const FsdpConfig config_;
+  const sharding::ContextParallel cp_;
   const sdk::Kernels ops_;
   WrapPlan plan_;
   std::vector<UnitLayout> units_;

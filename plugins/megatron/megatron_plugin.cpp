@@ -50,6 +50,7 @@
 #include "megatron_schedules.h"
 #include "pipeline_runner.h"
 #include "pipeline_schedule.h"
+#include "sharding/context_parallel.h"
 #include "sharding/machinery.h"
 #include "sharding/model_layout.h"
 
@@ -94,14 +95,7 @@ class Megatron final : public sdk::Plugin {
        "context-parallel degree C: ranks each sequence is split over (world = P x data x C x T; "
        "Megatron-Core's context_parallel_size)",
        nullptr, "1", kMaxDegree},
-      {"cp_comm_type", ACCEL_OPTION_ENUM, "p2p",
-       "p2p: ring attention, load-balanced causal chunks; a2a: Ulysses all-to-all over heads; a2a+p2p: heads over "
-       "cp_a2a_degree adjacent ranks, the ring over the rest",
-       "p2p|a2a|a2a+p2p"},
-      {"cp_a2a_degree", ACCEL_OPTION_INT, "0",
-       "a2a+p2p: the all-to-all sub-group's size, a divisor of cp_degree (0: the largest below it that divides this "
-       "rank's heads)",
-       nullptr, "0", kMaxDegree},
+      ACCEL_CONTEXT_PARALLEL_OPTIONS("p2p"),
       {"pipeline_schedule", ACCEL_OPTION_ENUM, "1f1b",
        "1f1b (Megatron's; interleaved with virtual stages) or gpipe (every forward, then every backward)",
        "1f1b|gpipe"},
@@ -161,22 +155,11 @@ class Megatron final : public sdk::Plugin {
         ops_(s),
         tp_(s.option<int64_t>("tp_degree")),
         pp_(s.option<int64_t>("pp_degree")),
-        cp_(s.option<int64_t>("cp_degree")),
+        cp_(s, "cp_degree", checked_data_ranks(s)),
         sequence_parallel_(s.option<bool>("sequence_parallelism")),
         recompute_(s.option<bool>("recompute_activations")),
         full_recompute_(recompute_ && s.option<std::string>("recompute_granularity") == "full"),
         distributed_optimizer_(s.option<bool>("use_distributed_optimizer")) {
-    const int world = s.world_size();
-    // Checked: tp x pp past int64 wrapped, to 0 (a division by zero) or to
-    // a divisor of the world that then failed far away with another message.
-    const std::optional<int64_t> model_parallel = sdk::checked_mul(tp_, pp_);
-    if (!model_parallel || world % *model_parallel != 0) {
-      throw Error(ACCEL_ERROR_INVALID_ARGUMENT,
-                  "tp_degree " + std::to_string(tp_) + " x pp_degree " + std::to_string(pp_) +
-                      " does not divide the world size " + std::to_string(world) +
-                      " (world = pp_degree x data-parallel size x tp_degree)");
-    }
-    read_context_parallel(s, world / *model_parallel);
     plan_pipeline(s);
     // One stage: the host's own micro-batch loop runs the model.
     if (pp_ == 1) decline(&AccelHooks::train_step);
@@ -221,7 +204,7 @@ class Megatron final : public sdk::Plugin {
                   "weight_decay_incr_style constant needs start_weight_decay equal to end_weight_decay (Megatron's "
                   "rule); give linear or cosine to change it over the run");
     }
-    const int32_t data = static_cast<int32_t>(world / *model_parallel);
+    const auto data = static_cast<int32_t>(checked_data_ranks(s));
     // The distributed optimizer partitions over the whole data group; without
     // it every data rank is a replica.
     config_.mesh.sharding_size = distributed_optimizer_ ? data : 1;
@@ -237,9 +220,9 @@ class Megatron final : public sdk::Plugin {
     mesh.pipeline_size = static_cast<int32_t>(pp_);
     mesh.sharding_size = config_.mesh.sharding_size;
     mesh.replica_size = config_.mesh.replica_size;
-    mesh.context_size = static_cast<int32_t>(cp_);
+    cp_.declare(mesh);
     services().check(t.comm->set_mesh(services().host(), &mesh), "set_mesh");
-    if (cp_ > 1) services().check(t.model->plan_context_parallel(services().host(), &cp_spec_), "plan_context_parallel");
+    cp_.plan(services());
     if (pp_ > 1) {
       services().check(t.model->plan_stages(services().host(), stage_plan_.stage_of_unit.data(),
                                             static_cast<int32_t>(stage_plan_.stage_of_unit.size())),
@@ -376,7 +359,7 @@ class Megatron final : public sdk::Plugin {
     m_.end_step(s);
     s.metric("tp_degree", static_cast<double>(tp_));
     s.metric("pp_degree", static_cast<double>(pp_));
-    s.metric("cp_degree", static_cast<double>(cp_));
+    s.metric("cp_degree", static_cast<double>(cp_.degree()));
     s.metric("pp_peak_in_flight", static_cast<double>(last_peak_in_flight_));
     s.metric("pp_bubble_fraction", last_bubble_);
     s.metric("data_parallel_size", static_cast<double>(data_size_));
@@ -401,31 +384,21 @@ class Megatron final : public sdk::Plugin {
   }
 
  private:
-  // cp_degree and its exchange: C must divide the ranks left once tensor and
-  // pipeline took theirs (the context ranks are data-parallel peers for the
-  // gradients, so the data group still holds them: data = world / (T x P)).
-  void read_context_parallel(const sdk::Services& s, int64_t data) {
-    const std::string type = s.option<std::string>("cp_comm_type");
-    const int64_t a2a = s.option<int64_t>("cp_a2a_degree");
-    if (cp_ == 1 && (s.option_is_set("cp_comm_type") || s.option_is_set("cp_a2a_degree"))) {
-      throw Error(ACCEL_ERROR_INVALID_ARGUMENT, "cp_comm_type and cp_a2a_degree need cp_degree > 1");
-    }
-    if (type != "a2a+p2p" && s.option_is_set("cp_a2a_degree")) {
-      throw Error(ACCEL_ERROR_INVALID_ARGUMENT, "cp_a2a_degree is the a2a+p2p sub-group's size; cp_comm_type is " + type);
-    }
-    if (data % cp_ != 0) {
+  // The ranks tensor and pipeline parallelism leave: world / (tp x pp),
+  // data x context. Checked: tp x pp past int64 wrapped, to 0 (a division
+  // by zero) or to a divisor of the world that then failed far away with
+  // another message.
+  static int64_t checked_data_ranks(const sdk::Services& s) {
+    const int64_t tp = s.option<int64_t>("tp_degree"), pp = s.option<int64_t>("pp_degree");
+    const int world = s.world_size();
+    const std::optional<int64_t> model_parallel = sdk::checked_mul(tp, pp);
+    if (!model_parallel || world % *model_parallel != 0) {
       throw Error(ACCEL_ERROR_INVALID_ARGUMENT,
-                  sdk::format("cp_degree %lld does not divide the %lld ranks left by tp_degree %lld x pp_degree %lld "
-                              "(world = pp_degree x data-parallel size x cp_degree x tp_degree)",
-                              static_cast<long long>(cp_), static_cast<long long>(data), static_cast<long long>(tp_),
-                              static_cast<long long>(pp_)));
+                  "tp_degree " + std::to_string(tp) + " x pp_degree " + std::to_string(pp) +
+                      " does not divide the world size " + std::to_string(world) +
+                      " (world = pp_degree x data-parallel size x tp_degree)");
     }
-    if (cp_ > 1 && !ACCEL_HAS_FN(s.table()->model, AccelModelServices, plan_context_parallel)) {
-      throw Error(ACCEL_ERROR_UNSUPPORTED, "cp_degree needs a host with model->plan_context_parallel (ABI 1.10)");
-    }
-    cp_spec_.struct_size = sizeof(cp_spec_);
-    cp_spec_.comm_type = type == "p2p" ? ACCEL_CONTEXT_P2P : type == "a2a" ? ACCEL_CONTEXT_A2A : ACCEL_CONTEXT_A2A_P2P;
-    cp_spec_.a2a_size = static_cast<int32_t>(a2a);
+    return world / *model_parallel;
   }
 
   // Megatron's split of a parameter: column-parallel weights by output rows
@@ -586,7 +559,7 @@ class Megatron final : public sdk::Plugin {
     const AccelModelInfo* model = nullptr;
     services().check(services().table()->model->get_info(services().host(), &model), "get_info");
     // This rank's part of the sequence (cp), and its slice of that (sequence parallelism).
-    const int64_t seq = model->seq_len / cp_ / (sequence_parallel_ ? tp_ : 1);
+    const int64_t seq = model->seq_len / cp_.degree() / (sequence_parallel_ ? tp_ : 1);
     runner_ = std::make_unique<PipelineRunner>(ops_, stage_plan_, schedule_, pipeline,
                                                std::vector<int64_t>{seq, model->micro_batch_size,
                                                                     model->activation_shape[2]});
@@ -623,8 +596,7 @@ class Megatron final : public sdk::Plugin {
   const sdk::Kernels ops_;
   const int64_t tp_;
   const int64_t pp_;
-  const int64_t cp_;
-  AccelContextParallelSpec cp_spec_{};
+  const sharding::ContextParallel cp_;
   const bool sequence_parallel_;
   const bool recompute_;
   const bool full_recompute_;

@@ -75,6 +75,22 @@ class ContextParallelParity(TempDirMixin, unittest.TestCase):
         self.parity(4, "llama-tiny", cp(2, "p2p", "--megatron.use_distributed_optimizer", "true"),
                     host_extra=("--grad-clip", 0.05))
 
+    def test_under_fsdp_and_zero3(self):
+        # The sharding strategies offer it too (Accelerate's cp_size with
+        # FSDP, DeepSpeed's sequence_parallel_size): shards span data x context.
+        self.parity(2, "gpt-tiny", ["--plugin", "fsdp", "--fsdp.cp_size", 2, "--fsdp.auto_wrap_policy",
+                                    "transformer_based_wrap"])
+        self.parity(4, "llama-tiny", ["--plugin", "deepspeed_zero", "--deepspeed_zero.zero_stage", 3,
+                                      "--deepspeed_zero.sequence_parallel_size", 2], host_extra=("--grad-clip", 0.05))
+
+    def test_evaluation_splits_the_sequence_too(self):
+        rows = self.parity(2, "gpt-tiny", cp(2), host_extra=("--eval-every", 10, "--eval-steps", 2))
+        want = self.reference("gpt-tiny", ("--eval-every", 10, "--eval-steps", 2))
+        evals = [(x["eval_loss"], y["eval_loss"]) for x, y in zip(want, rows) if "eval_loss" in x]
+        self.assertEqual(len(evals), 2)
+        for a, b in evals:
+            self.assertLess(abs(a - b) / a, 1e-5)
+
     def test_with_pipeline_stages_and_recompute(self):
         self.parity(4, "gpt-tiny", cp(2, "p2p", "--megatron.pp_degree", 2))
         self.parity(2, "gpt-tiny", cp(2, "p2p", "--megatron.recompute_activations", "true",
