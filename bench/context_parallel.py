@@ -32,7 +32,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # step of a few thousand tokens in seconds on one core: attention is what
 # grows with the sequence.
 MODEL = ["--model", "llama-tiny", "--n-layer", 4, "--n-embd", 256, "--n-head", 8, "--n-kv-head", 4,
-         "--vocab-size", 4096, "--batch-size", 1, "--threads", 1, "--log-level", "warn"]
+         "--vocab-size", 4096, "--threads", 1, "--log-level", "warn"]
 
 
 def cp_args(degree, comm_type):
@@ -49,13 +49,19 @@ def step_seconds(metrics_path, tokens_per_step):
     return statistics.median(times) if times else float("nan"), rows
 
 
-def run(build, ranks, seq, extra, workdir, steps=4):
+# --mmap-threshold: glibc's M_MMAP_THRESHOLD fixed (its dynamic threshold
+# keeps freed multi-MiB blocks in the heap, which the peak counts; see
+# docs/benchmarks.md, "Allocators").
+ENV = {}
+
+
+def run(build, ranks, seq, extra, workdir, steps=4, batch=1):
     metrics = os.path.join(workdir, f"m{ranks}_{seq}.jsonl")
     if os.path.exists(metrics):
         os.remove(metrics)
-    args = [*MODEL, "--seq-len", seq, "--steps", steps, "--metrics-file", metrics, *extra]
-    rss, _ = run_ranks(build, ranks, args, workdir)
-    seconds, rows = step_seconds(metrics, seq)  # batch 1: one sequence per step
+    args = [*MODEL, "--batch-size", batch, "--seq-len", seq, "--steps", steps, "--metrics-file", metrics, *extra]
+    rss, _ = run_ranks(build, ranks, args, workdir, ENV)
+    seconds, rows = step_seconds(metrics, seq * batch)
     return max(rss), seconds, rows
 
 
@@ -70,11 +76,17 @@ def table_memory(build, tokens, extra):
                 peak, seconds, _ = run(build, degree, seq, [*cp_args(degree, comm_type), *extra], workdir)
                 shown = "-" if degree == 1 else comm_type
                 print(f"| {seq} | {degree} | {shown} | {mib(peak)} | {seconds:.2f} |", flush=True)
+            if degree > 1:
+                # The same world without cp: data parallel over `degree`
+                # ranks at the same tokens per rank (what MPI itself adds).
+                peak, seconds, _ = run(build, degree, tokens, ["--plugin", "megatron", *extra], workdir, batch=degree)
+                print(f"| {tokens} x {degree} sequences | 1 | data parallel on {degree} | {mib(peak)} | {seconds:.2f} |",
+                      flush=True)
 
 
 def table_limit(build, tokens, limit_mib, extra):
     seq = 4 * tokens
-    print(f"A sequence of {seq} tokens, each rank in its own cgroup with memory.max = {limit_mib} MiB:\n")
+    print(f"A sequence of {seq} tokens, each rank in its own cgroup limited to {limit_mib} MiB (no swap):\n")
     base = "/sys/fs/cgroup"
     if not os.path.exists(os.path.join(base, "cgroup.controllers")):
         # cgroup v1: the memory controller's own hierarchy.
@@ -86,7 +98,7 @@ def table_limit(build, tokens, limit_mib, extra):
     with tempfile.TemporaryDirectory() as workdir:
         for degree in (1, 2):
             metrics = os.path.join(workdir, f"limit{degree}.jsonl")
-            args = " ".join(str(a) for a in [host, *MODEL, "--seq-len", seq, "--steps", 2, "--metrics-file", metrics,
+            args = " ".join(str(a) for a in [host, *MODEL, "--batch-size", 1, "--seq-len", seq, "--steps", 2, "--metrics-file", metrics,
                                               *cp_args(degree, "p2p"), *extra])
             rank_cmd = (f"G={base}/accel-cp-bench-$OMPI_COMM_WORLD_RANK; mkdir -p $G; "
                         f"echo {limit_mib * 2**20} > $G/{limit_file}; "
@@ -97,9 +109,11 @@ def table_limit(build, tokens, limit_mib, extra):
             if done.returncode == 0:
                 rows = [json.loads(line) for line in open(metrics) if line.strip()]
                 result = f"trained: {len(rows)} steps, loss {rows[-1]['loss']:.4f}"
+            elif done.returncode == 137:
+                result = "killed by the memory limit (exit 137: SIGKILL from the cgroup's OOM killer)"
             else:
-                tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1][:160]
-                result = f"failed, exit {done.returncode}: {tail}"
+                lines = [l for l in done.stderr.splitlines() if "[error]" in l] or ["(no [error] line)"]
+                result = f"failed, exit {done.returncode}: {lines[0][:160]}"
             print(f"| {seq} tokens, cp {degree} on {degree} rank(s) | {result} |", flush=True)
         for r in range(2):
             subprocess.run(["rmdir", f"{base}/accel-cp-bench-{r}"], capture_output=True)
@@ -123,13 +137,17 @@ def main():
     parser.add_argument("--table", choices=["memory", "limit", "speed"], required=True)
     parser.add_argument("--build", default=os.path.join(ROOT, "build"))
     parser.add_argument("--tokens", type=int, default=2048, help="tokens per rank (memory, limit), the sequence (speed)")
-    parser.add_argument("--limit-mib", type=int, default=0, help="limit: memory.max per rank (default: measured)")
+    parser.add_argument("--limit-mib", type=int, default=0, help="limit: memory.max per rank (default 1024)")
+    parser.add_argument("--mmap-threshold", type=int, default=0,
+                        help="MALLOC_MMAP_THRESHOLD_ for accel-host (bytes; 0: glibc's dynamic default)")
     argv = sys.argv[1:]
     extra = []
     if "--" in argv:
         extra = argv[argv.index("--") + 1:]
         argv = argv[:argv.index("--")]
     opts = parser.parse_args(argv)
+    if opts.mmap_threshold:
+        ENV["MALLOC_MMAP_THRESHOLD_"] = str(opts.mmap_threshold)
     if opts.table == "memory":
         table_memory(opts.build, opts.tokens, extra)
     elif opts.table == "limit":
