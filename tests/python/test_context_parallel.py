@@ -4,7 +4,8 @@ split over C ranks, attention through a ring (p2p), Ulysses' all-to-all
 process with the same global batch (fp32, 20 steps, within 1e-5 relative,
 norms within 1e-4), for GPT-2's learned positions and Llama's rotary ones,
 alone and with tensor (and sequence) parallelism, data parallelism with the
-distributed optimizer, and pipeline stages; the context group's traffic is
+distributed optimizer, fsdp and ZeRO-3, pipeline stages, recompute,
+evaluation, bf16 and fp8; the context group's traffic is
 the exchange's formula; settings that cannot split fail with one line on
 every rank. (Checkpoints across cp degrees: test_cross_strategy.py.)"""
 import os
@@ -96,8 +97,12 @@ class ContextParallelParity(TempDirMixin, unittest.TestCase):
         self.parity(2, "gpt-tiny", cp(2, "p2p", "--megatron.recompute_activations", "true",
                                       "--megatron.recompute_granularity", "full"))
 
-    def test_bf16_within_its_tolerance(self):
+    def test_bf16_and_fp8_within_their_tolerance(self):
         self.parity(2, "llama-tiny", cp(2), host_extra=("--mixed-precision", "bf16"), loss_tol=2e-2, norm_tol=5e-2)
+        # FP8's scales come from amaxes over the data group, which holds the
+        # context ranks: the same scales as one process sees.
+        self.parity(2, "gpt-tiny", cp(2), host_extra=("--mixed-precision", "bf16", "--plugin", "fp8"), loss_tol=2e-2,
+                    norm_tol=5e-2)
 
 
 @unittest.skipUnless(MPIRUN, "mpirun not found")
