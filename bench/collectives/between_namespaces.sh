@@ -8,6 +8,9 @@
 #   bench/collectives/between_namespaces.sh [BUILD_DIR] [BENCH ARGS...]
 #
 # Default arguments: --min-bytes 1M --max-bytes 64M --rounds 7. Needs root.
+# RANKS_PER_NODE=2 puts two ranks in each namespace (shared memory inside a
+# node, TCP between them): the hierarchical all_reduce against the flat ring
+# (--hierarchical-all-reduce false).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=$(cd "${1:-$root/build}" && pwd)
@@ -19,4 +22,6 @@ name=accbench$$
 subnet=10.232.$(($$ % 250 + 1))
 "$cluster" up "$name" 2 "$subnet"
 trap '"$cluster" down "$name" 2' EXIT
-"$cluster" mpirun "$name" 2 "$subnet" 1 -- -n 2 "$build/bin/accel_collectives_bench" "${args[@]}"
+per_node=${RANKS_PER_NODE:-1}
+"$cluster" mpirun "$name" 2 "$subnet" "$per_node" -- -n $((2 * per_node)) \
+  "$build/bin/accel_collectives_bench" "${args[@]}"

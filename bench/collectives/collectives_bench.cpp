@@ -17,7 +17,12 @@
 //          [--ops all_reduce,all_gather,reduce_scatter] [--rounds 5]
 //          [--target-ms 30] [--device cpu|cuda] [--sizes S1,S2,...]
 //          [--ring-all-gather-min-bytes B|never] [--ring-reduce-scatter-min-bytes B|never]
-//          [--ring-receive-window SEGMENTS]
+//          [--ring-receive-window SEGMENTS] [--hierarchical-all-reduce true|false]
+//
+// --hierarchical-all-reduce false runs every all_reduce on the flat ring
+// (CommOptions::hierarchical_all_reduce); with true, the default, a group
+// spanning nodes evenly all-reduces in three rings. The nodes are MPI's
+// shared-memory domains, as in accel-host.
 //
 // --ring-receive-window sets CommOptions::ring_receive_window_segments (how
 // many segment receives a reducing ring step keeps posted; its scratch is
@@ -66,6 +71,7 @@ struct Config {
   std::optional<size_t> ring_all_gather_min_bytes;
   std::optional<size_t> ring_reduce_scatter_min_bytes;
   std::optional<int> ring_receive_window;
+  bool hierarchical_all_reduce = true;
   std::vector<size_t> sizes;  // exact sizes; empty: min_bytes doubling to max_bytes
 };
 
@@ -130,7 +136,13 @@ Config parse(int argc, char** argv) {
       c.ring_all_gather_min_bytes = value == "never" ? SIZE_MAX : parse_bytes(value);
     else if (flag == "--ring-reduce-scatter-min-bytes")
       c.ring_reduce_scatter_min_bytes = value == "never" ? SIZE_MAX : parse_bytes(value);
-    else if (flag == "--ring-receive-window")
+    else if (flag == "--hierarchical-all-reduce") {
+      if (value != "true" && value != "false") {
+        std::fprintf(stderr, "--hierarchical-all-reduce: '%s' is not true or false\n", value.c_str());
+        std::exit(64);
+      }
+      c.hierarchical_all_reduce = value == "true";
+    } else if (flag == "--ring-receive-window")
       c.ring_receive_window = std::max(1, std::atoi(value.c_str()));
     else if (flag == "--sizes")
       for (const std::string& item : split_commas(value)) c.sizes.push_back(parse_bytes(item));
@@ -315,6 +327,8 @@ int main(int argc, char** argv) {
     options.ring_reduce_scatter_min_bytes = *config.ring_reduce_scatter_min_bytes;
   }
   if (config.ring_receive_window) options.ring_receive_window_segments = *config.ring_receive_window;
+  options.world_nodes = session.world_nodes();
+  options.hierarchical_all_reduce = config.hierarchical_all_reduce;
   const std::vector<size_t> sizes = sizes_of(config);
   if (sizes.empty()) {
     if (session.rank() == 0) std::fprintf(stderr, "no sizes: --min-bytes is above --max-bytes\n");

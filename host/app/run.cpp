@@ -49,8 +49,8 @@ void fill_identity(AccelIdentity& identity, const accel::comm::MpiSession& mpi) 
   identity.world_size = mpi.world_size();
   identity.local_rank = mpi.local_rank();
   identity.local_world_size = mpi.local_world_size();
-  identity.node_rank = mpi.rank() / mpi.local_world_size();
-  identity.num_nodes = (mpi.world_size() + mpi.local_world_size() - 1) / mpi.local_world_size();
+  identity.node_rank = mpi.node_rank();
+  identity.num_nodes = mpi.num_nodes();
   identity.device = DLDevice{kDLCPU, 0};
 }
 
@@ -284,6 +284,8 @@ int run_accel(const std::vector<std::string>& args, const comm::MpiSession& mpi)
   comm_options.backend = config.comm.backend == "mpi"    ? accel::comm::Backend::mpi
                          : config.comm.backend == "nccl" ? accel::comm::Backend::nccl
                                                          : accel::comm::Backend::auto_select;
+  comm_options.world_nodes = mpi.world_nodes();
+  comm_options.hierarchical_all_reduce = config.comm.hierarchical_all_reduce;
   world = accel::comm::ProcessGroup::create_world(mpi, comm_options);
   context.world = world.get();
   if (config.threads > 0) at::set_num_threads(config.threads);

@@ -161,6 +161,7 @@ Settings run_settings(const RunConfig& c, const model::GptConfig& shape, const p
       {"--grad_scaler.min_scale", real(c.grad_scaler.min_scale)},
       {"--init_process_group.backend", c.comm.backend},
       {"--init_process_group.timeout", real(c.comm.timeout_s)},
+      {"--comm-hierarchical-all-reduce", c.comm.hierarchical_all_reduce ? "true" : "false"},
       {"--save", c.save_dir},
       {"--save-every", whole(c.save_every)},
       {"--save-async", c.save_async ? "true" : "false"},

@@ -198,7 +198,11 @@ po::options_description run_options(RunConfig& c, RawStrings& raw) {
       ("log-every", po::value(&c.log_every)->default_value(c.log_every),
        "print a progress line every N steps")
       ("threads", po::value(&c.threads)->default_value(c.threads),
-       "intra-op CPU threads (0: LibTorch's default)");
+       "intra-op CPU threads (0: LibTorch's default)")
+      ("comm-hierarchical-all-reduce",
+       po::value(&c.comm.hierarchical_all_reduce)->default_value(c.comm.hierarchical_all_reduce),
+       "true|false: all_reduce large buffers across nodes as reduce-scatter in the node, all_reduce across "
+       "nodes, all_gather in the node (groups with the same number of ranks on every node)");
 
   po::options_description model("Model");
   model.add_options()

@@ -43,6 +43,9 @@ struct AutocastOptions {
 struct CommSettings {
   std::string backend = "auto";  // auto (NCCL for CUDA tensors, MPI otherwise), mpi, nccl
   double timeout_s = 1800.0;     // every collective's deadline, in [0.001, 604800] (cli/options.h)
+  // Large all_reduces over groups spanning nodes evenly run in three rings
+  // (comm::CommOptions::hierarchical_all_reduce).
+  bool hierarchical_all_reduce = true;
 };
 
 struct OptimizerOptions {

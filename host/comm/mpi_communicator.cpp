@@ -187,6 +187,62 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string group_name, CommOpti
   state_ = std::make_shared<CommState>("mpi", std::move(group_name), rank, size, std::move(world_ranks),
                                        std::move(options));
   watchdog_ = std::make_unique<Watchdog>(state_);
+  try {
+    place_on_nodes();
+  } catch (...) {
+    watchdog_.reset();
+    MPI_Comm_free(&ring_comm_);
+    MPI_Comm_free(&comm_);
+    throw;
+  }
+}
+
+void MpiCommunicator::place_on_nodes() {
+  const std::vector<int>* world_nodes = state_->options().world_nodes.get();
+  member_nodes_.assign(static_cast<size_t>(size()), 0);
+  if (!world_nodes || world_nodes->empty()) return;
+  for (int r = 0; r < size(); ++r) {
+    const int world_rank = state_->world_rank_of(r);
+    if (world_rank < 0 || world_rank >= static_cast<int>(world_nodes->size())) {
+      throw CommError(ErrorCode::invalid_argument,
+                      strformat("group '%s': world rank %d has no node in CommOptions::world_nodes (%zu ranks)",
+                                state_->group_name().c_str(), world_rank, world_nodes->size()));
+    }
+    member_nodes_[static_cast<size_t>(r)] = (*world_nodes)[static_cast<size_t>(world_rank)];
+  }
+  // The members of each node, nodes in order of their first member.
+  std::vector<int> node_order;
+  std::vector<std::vector<int>> members;
+  for (int r = 0; r < size(); ++r) {
+    const int node = member_nodes_[static_cast<size_t>(r)];
+    const auto found = std::find(node_order.begin(), node_order.end(), node);
+    if (found == node_order.end()) {
+      node_order.push_back(node);
+      members.push_back({r});
+    } else {
+      members[static_cast<size_t>(found - node_order.begin())].push_back(r);
+    }
+  }
+  const size_t per_node = members.front().size();
+  if (members.size() < 2 || per_node < 2) return;
+  for (const auto& m : members) {
+    if (m.size() != per_node) return;  // uneven nodes: the flat ring
+  }
+  Hierarchy h;
+  for (size_t n = 0; n < members.size(); ++n) {
+    const auto place = std::find(members[n].begin(), members[n].end(), rank());
+    if (place == members[n].end()) continue;
+    h.node = members[n];
+    h.node_place = static_cast<int>(place - members[n].begin());
+    h.across_place = static_cast<int>(n);
+  }
+  for (const auto& m : members) h.across.push_back(m[static_cast<size_t>(h.node_place)]);
+  hierarchy_ = std::move(h);
+}
+
+Link MpiCommunicator::link_to(int peer) const {
+  return member_nodes_[static_cast<size_t>(peer)] == member_nodes_[static_cast<size_t>(rank())] ? Link::intra_node
+                                                                                                 : Link::inter_node;
 }
 
 MpiCommunicator::~MpiCommunicator() {
@@ -269,9 +325,14 @@ RingPlan MpiCommunicator::ring_plan(DType dtype) {
   plan.tag = static_cast<int>(rings_started_++ % (static_cast<uint64_t>(tag_upper_bound_) + 1));
   plan.rank = rank();
   plan.size = size();
+  plan.next_link = link_to((rank() + 1) % size());
   plan.segment_bytes = state_->options().ring_segment_bytes;
   plan.receive_window = state_->options().ring_receive_window_segments;
   return plan;
+}
+
+bool MpiCommunicator::all_reduce_is_hierarchical(const Buffer& output) const {
+  return hierarchy_ && state_->options().hierarchical_all_reduce && output.count >= size();
 }
 
 std::shared_ptr<Work> MpiCommunicator::ring_launched(std::shared_ptr<Work> ring) {
@@ -290,9 +351,26 @@ std::shared_ptr<Work> MpiCommunicator::all_reduce_async(const Buffer& input, con
   OpInfo i = info(OpType::all_reduce, &input, -1, options);
   if (auto failed = precheck(i, validate::all_reduce(input, output, op), {&input, &output})) return failed;
   if (size() > 1 && output.count >= size() && output.bytes() >= state_->options().ring_all_reduce_min_bytes) {
+    if (all_reduce_is_hierarchical(output)) {
+      // Two tags: the node rings (whose messages are ordered: the gather
+      // ring starts after the reduce ring ended on both ends) and the ring
+      // across nodes.
+      RingPlan node = ring_plan(output.dtype), across = ring_plan(output.dtype);
+      node.members = hierarchy_->node;
+      node.rank = hierarchy_->node_place;
+      node.size = static_cast<int>(hierarchy_->node.size());
+      node.next_link = Link::intra_node;
+      across.members = hierarchy_->across;
+      across.rank = hierarchy_->across_place;
+      across.size = static_cast<int>(hierarchy_->across.size());
+      across.next_link = Link::inter_node;
+      return ring_launched(start_hierarchical_all_reduce(state_, std::move(i), options.timeout_ms, node, across,
+                                                         input, output, op, scratch_));
+    }
     return ring_launched(start_ring_all_reduce(state_, std::move(i), options.timeout_ms, ring_plan(output.dtype),
                                                input, output, op, scratch_));
   }
+  count_sent(Link::mpi_collective, static_cast<int64_t>(input.bytes()));
   auto work = make_work(std::move(i), options);
   const void* send = input.data == output.data ? MPI_IN_PLACE : input.data;
   const int rc =
@@ -311,6 +389,7 @@ std::shared_ptr<Work> MpiCommunicator::all_gather_async(const Buffer& input, con
     return ring_launched(
         start_ring_all_gather(state_, std::move(i), options.timeout_ms, ring_plan(output.dtype), input, output));
   }
+  count_sent(Link::mpi_collective, static_cast<int64_t>(input.bytes()));
   auto work = make_work(std::move(i), options);
   const char* own_slot = static_cast<const char*>(output.data) + static_cast<size_t>(rank()) * input.bytes();
   const void* send = input.count > 0 && input.data == own_slot ? MPI_IN_PLACE : input.data;
@@ -332,6 +411,7 @@ std::shared_ptr<Work> MpiCommunicator::reduce_scatter_async(const Buffer& input,
     return ring_launched(start_ring_reduce_scatter(state_, std::move(i), options.timeout_ms,
                                                    ring_plan(output.dtype), input, output, op, scratch_));
   }
+  count_sent(Link::mpi_collective, static_cast<int64_t>(input.bytes()));
   auto work = make_work(std::move(i), options);
   // In place, MPI_IN_PLACE leaves the result at the start of the input (its
   // receive buffer): it is divided there (avg) and then moved to this
@@ -353,6 +433,7 @@ std::shared_ptr<Work> MpiCommunicator::broadcast_async(const Buffer& buffer, int
   Status problem = validate::buffer("buffer", buffer);
   if (problem.ok()) problem = validate::rank_in_group("root", root, size());
   if (auto failed = precheck(i, problem, {&buffer})) return failed;
+  if (root == rank()) count_sent(Link::mpi_collective, static_cast<int64_t>(buffer.bytes()));
   auto work = make_work(std::move(i), options);
   const int rc = MPI_Ibcast(buffer.data, static_cast<int>(buffer.count), types_.datatype(buffer.dtype), root,
                             comm_, work->add_request());
@@ -364,6 +445,7 @@ std::shared_ptr<Work> MpiCommunicator::all_to_all_async(const Buffer& input, con
   OpInfo i = info(OpType::all_to_all, &input, -1, options);
   if (auto failed = precheck(i, validate::all_to_all(input, output, size()), {&input, &output}))
     return failed;
+  count_sent(Link::mpi_collective, static_cast<int64_t>(input.bytes()));
   auto work = make_work(std::move(i), options);
   const int chunk = static_cast<int>(input.count / size());
   const MPI_Datatype type = types_.datatype(input.dtype);
@@ -390,6 +472,7 @@ std::shared_ptr<Work> MpiCommunicator::send_async(const Buffer& input, int peer,
   auto work = make_work(std::move(i), options);
   const int rc = MPI_Isend(input.data, static_cast<int>(input.count), types_.datatype(input.dtype), peer, tag,
                            comm_, work->add_request());
+  if (rc == MPI_SUCCESS) count_sent(link_to(peer), static_cast<int64_t>(input.bytes()));
   return launched(work, rc);
 }
 
@@ -430,6 +513,7 @@ std::shared_ptr<Work> MpiCommunicator::batch_p2p_async(std::span<const P2POp> op
                        : MPI_Irecv(op.buffer.data, count, type, op.peer, op.tag, comm_,
                                    work->add_request(true, op.buffer.count, type, op.peer));
     if (rc != MPI_SUCCESS) return launched(work, rc);
+    if (op.kind == P2POp::Kind::send) count_sent(link_to(op.peer), static_cast<int64_t>(op.buffer.bytes()));
   }
   return launched(work, MPI_SUCCESS);
 }

@@ -22,6 +22,7 @@
 #include <mpi.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -82,11 +83,31 @@ class MpiCommunicator final : public Communicator {
   OpInfo info(OpType op, const Buffer* buffer, int peer, const OpOptions& options) const;
   // The next ring's plan (takes a tag: call once per ring, in issue order).
   RingPlan ring_plan(DType dtype);
+  // Reads the members' nodes from CommOptions::world_nodes and, where the
+  // group spans nodes evenly, plans the hierarchy. Throws CommError when a
+  // member has no node there.
+  void place_on_nodes();
+  // The link from this rank to `peer` (a rank of this communicator).
+  Link link_to(int peer) const;
+  // Whether an all_reduce of `output` runs in three rings (hierarchy_).
+  bool all_reduce_is_hierarchical(const Buffer& output) const;
   // Hands a started ring to the watchdog, or marks the communicator failed.
   std::shared_ptr<Work> ring_launched(std::shared_ptr<Work> ring);
 
+  // How the members sit on nodes, where the group spans several with the
+  // same number (>= 2) of its ranks on each: the rings of a hierarchical
+  // all_reduce (ring_collectives.h), as ranks of this communicator.
+  struct Hierarchy {
+    std::vector<int> node;    // this rank's node's members, in rank order
+    std::vector<int> across;  // one per node, each at this rank's place in its node
+    int node_place = 0;       // this rank's place in `node`
+    int across_place = 0;     // and in `across`
+  };
+
   MPI_Comm comm_ = MPI_COMM_NULL;
   MPI_Comm ring_comm_ = MPI_COMM_NULL;  // the rings' own traffic
+  std::vector<int> member_nodes_;       // node of each rank (CommOptions::world_nodes)
+  std::optional<Hierarchy> hierarchy_;
   uint64_t rings_started_ = 0;          // the same on every rank: ring tags
   std::shared_ptr<ScratchPool> scratch_ = std::make_shared<ScratchPool>();
   int tag_upper_bound_ = 32767;  // MPI_TAG_UB, at least 32767 by the standard

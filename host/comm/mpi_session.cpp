@@ -3,6 +3,7 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <stdexcept>
@@ -31,7 +32,22 @@ MpiSession::MpiSession(int* argc, char*** argv) {
   MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node_comm);
   MPI_Comm_rank(node_comm, &local_rank_);
   MPI_Comm_size(node_comm, &local_world_size_);
+  // Each rank learns its node's lowest world rank (the node comm's rank 0,
+  // ordered by world rank), then every rank's; nodes are numbered by it.
+  int leader = rank_;
+  MPI_Bcast(&leader, 1, MPI_INT, 0, node_comm);
   MPI_Comm_free(&node_comm);
+  std::vector<int> leaders(static_cast<size_t>(world_size_));
+  MPI_Allgather(&leader, 1, MPI_INT, leaders.data(), 1, MPI_INT, MPI_COMM_WORLD);
+  std::vector<int> sorted = leaders;
+  std::sort(sorted.begin(), sorted.end());
+  sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
+  auto nodes = std::make_shared<std::vector<int>>(leaders.size());
+  for (size_t r = 0; r < leaders.size(); ++r) {
+    (*nodes)[r] = static_cast<int>(std::lower_bound(sorted.begin(), sorted.end(), leaders[r]) - sorted.begin());
+  }
+  num_nodes_ = static_cast<int>(sorted.size());
+  world_nodes_ = std::move(nodes);
   if (world_size_ > 1) {
     MPI_Comm_dup(MPI_COMM_WORLD, &ending_comm_);
     // A dead peer must make every_rank_is_failing answer false, not abort.

@@ -10,7 +10,9 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
 
 namespace accel::comm {
 
@@ -25,6 +27,12 @@ class MpiSession {
   int world_size() const { return world_size_; }
   int local_rank() const { return local_rank_; }
   int local_world_size() const { return local_world_size_; }
+  // Nodes are the shared-memory domains MPI reports (MPI_COMM_TYPE_SHARED),
+  // numbered 0 .. num_nodes-1 in the order of their lowest world rank.
+  int node_rank() const { return (*world_nodes_)[static_cast<size_t>(rank_)]; }
+  int num_nodes() const { return num_nodes_; }
+  // The node of every world rank (CommOptions::world_nodes).
+  const std::shared_ptr<const std::vector<int>>& world_nodes() const { return world_nodes_; }
 
   // True on every rank when `local_ok` is true on every rank (a collective:
   // all ranks must call it). How ranks agree to stop together.
@@ -53,6 +61,8 @@ class MpiSession {
   int world_size_ = 1;
   int local_rank_ = 0;
   int local_world_size_ = 1;
+  int num_nodes_ = 1;
+  std::shared_ptr<const std::vector<int>> world_nodes_;
 };
 
 }  // namespace accel::comm

@@ -86,15 +86,20 @@ size_t ScratchPool::idle_bytes() {
 namespace {
 
 enum class RingKind { all_reduce, reduce_scatter, all_gather };
+// Which of an all_reduce's two phases a ring runs: both, or one of them
+// alone (the hierarchical all_reduce's node rings).
+enum class RingSpan { whole, reduce_phase, gather_phase };
+enum class RingProgress { pending, done, failed };
 
-class RingWork final : public Work {
+// One ring's state machine. Not a Work: a RingWork runs one or several in
+// order (the hierarchical all_reduce's three), under one Work's lock.
+class Ring {
  public:
-  // `count` is the whole buffer's element count (n chunks).
-  RingWork(std::shared_ptr<CommState> state, OpInfo info, int64_t timeout_ms, const RingPlan& plan,
-           RingKind kind, const Buffer& input, const Buffer& output, int64_t count, ReduceOp op,
-           std::shared_ptr<ScratchPool> pool)
-      : Work(std::move(state), std::move(info), timeout_ms),
-        plan_(plan),
+  // `count` is the whole buffer's element count (n chunks). avg divides each
+  // reduced chunk by `divisor` (0: the ring's size).
+  Ring(const RingPlan& plan, RingKind kind, const Buffer& input, const Buffer& output, int64_t count, ReduceOp op,
+       std::shared_ptr<ScratchPool> pool, RingSpan span = RingSpan::whole, int divisor = 0)
+      : plan_(plan),
         kind_(kind),
         rotation_(kind == RingKind::all_reduce ? 0 : -1),
         input_(static_cast<const uint8_t*>(input.data)),
@@ -106,14 +111,16 @@ class RingWork final : public Work {
         segment_(std::max<int64_t>(1, static_cast<int64_t>(plan.segment_bytes / element_))),
         window_(std::max(1, plan.receive_window)),
         op_(op),
+        divisor_(divisor > 0 ? divisor : plan.size),
         pool_(std::move(pool)),
-        step_(kind == RingKind::all_gather ? plan.size - 1 : 0),
-        last_step_(kind == RingKind::reduce_scatter ? plan.size - 1 : 2 * (plan.size - 1)) {
+        step_(kind == RingKind::all_gather || span == RingSpan::gather_phase ? plan.size - 1 : 0),
+        last_step_(kind == RingKind::reduce_scatter || span == RingSpan::reduce_phase ? plan.size - 1
+                                                                                        : 2 * (plan.size - 1)) {
     // Receive slots: the window's segments, or the whole chunk if smaller.
     receive_elements_ = std::min<int64_t>(length(0), segment_ * window_);
     const size_t receive_bytes = static_cast<size_t>(receive_elements_) * element_;
     const size_t chunk_bytes = static_cast<size_t>(length(0)) * element_;
-    if (kind_ == RingKind::all_reduce) {
+    if (kind_ == RingKind::all_reduce && span != RingSpan::gather_phase) {
       scratch_ = pool_->acquire(receive_bytes);
     } else if (kind_ == RingKind::reduce_scatter) {
       // Receive slots, plus two accumulators when a partial must travel on.
@@ -121,10 +128,16 @@ class RingWork final : public Work {
     }
   }
 
-  ~RingWork() override {
+  ~Ring() {
     release_requests();
     if (pool_) pool_->release(std::move(scratch_));
   }
+  Ring(const Ring&) = delete;
+  Ring& operator=(const Ring&) = delete;
+
+  // This rank's chunk once the reduce phase is over (an all_reduce's).
+  int64_t own_chunk_begin() const { return begin(mod(plan_.rank + 1 + rotation_)); }
+  int64_t own_chunk_length() const { return length(mod(plan_.rank + 1 + rotation_)); }
 
   // Posts the first step; "" or why MPI refused.
   std::string start() {
@@ -142,10 +155,8 @@ class RingWork final : public Work {
     return problem;
   }
 
-  void start_failed(const std::string& detail) { fail_to_start(ErrorCode::internal, detail); }
-
- protected:
-  Progress poll_locked(std::string* error) override {
+  // Checks MPI once and moves on as far as it can; on `failed`, *error says why.
+  RingProgress poll(std::string* error) {
     while (step_ < last_step_) {
       // Reduce each received segment as soon as it lands, while later
       // segments are still in flight.
@@ -168,29 +179,46 @@ class RingWork final : public Work {
       }
       if (rc != MPI_SUCCESS) {
         *error = strformat("MPI (ring step %d of %d): %s", step_ + 1, last_step_, mpi_error_string(rc).c_str());
-        return Progress::failed;
+        return RingProgress::failed;
       }
-      if (pending_recvs_ > 0 || !sent) return Progress::pending;
+      if (pending_recvs_ > 0 || !sent) return RingProgress::pending;
       ++step_;
       if (step_ == plan_.size - 1 && op_ == ReduceOp::avg) {
         // This rank's chunk is complete: divide it once, before it is gathered.
         const int own = mod(plan_.rank + 1 + rotation_);
-        divide_in_place(reduced(plan_.size - 2, own), length(own), dtype_, plan_.size);
+        divide_in_place(reduced(plan_.size - 2, own), length(own), dtype_, divisor_);
       }
       if (step_ < last_step_) {
         std::string problem = post(step_);
         if (!problem.empty()) {
           *error = std::move(problem);
-          return Progress::failed;
+          return RingProgress::failed;
         }
       }
     }
-    return Progress::done;
+    return RingProgress::done;
   }
 
-  void abandon_locked() override { release_requests(); }
+  // Receives are cancelled, sends freed: point-to-point requests may be.
+  void release_requests() {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (finalized) return;
+    for (MPI_Request& r : recvs_) {
+      if (r == MPI_REQUEST_NULL) continue;
+      MPI_Cancel(&r);
+      MPI_Request_free(&r);
+    }
+    for (MPI_Request& r : sends_) {
+      if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
+    }
+  }
 
  private:
+  // The rank of `comm` at place `place` of the ring.
+  int member(int place) const {
+    return plan_.members.empty() ? place : plan_.members[static_cast<size_t>(place)];
+  }
   int mod(int k) const { return ((k % plan_.size) + plan_.size) % plan_.size; }
   // Chunk sizes differ by at most one element; the first count % n are longer.
   int64_t begin(int k) const {
@@ -248,15 +276,15 @@ class RingWork final : public Work {
     const int64_t j = next_recv_segment_++;
     slot_segment_[static_cast<size_t>(slot)] = j;
     const int n = static_cast<int>(std::min<int64_t>(segment_, length(recv_chunk(step_)) - j * segment_));
-    return MPI_Irecv(scratch_.data() + slot * segment_ * element_, n, plan_.type, mod(plan_.rank - 1), plan_.tag,
-                     plan_.comm, &recvs_[static_cast<size_t>(slot)]);
+    return MPI_Irecv(scratch_.data() + slot * segment_ * element_, n, plan_.type, member(mod(plan_.rank - 1)),
+                     plan_.tag, plan_.comm, &recvs_[static_cast<size_t>(slot)]);
   }
 
   // Posts the step's receives (a reducing step: the window's first
   // segments; a gathering one: the chunk), then every segment's send.
   std::string post(int step) {
-    const int next = mod(plan_.rank + 1);
-    const int prev = mod(plan_.rank - 1);
+    const int next = member(mod(plan_.rank + 1));
+    const int prev = member(mod(plan_.rank - 1));
     const int r = recv_chunk(step);
     const int s = send_chunk(step);
     const uint8_t* from = send_source(step, s);
@@ -298,23 +326,9 @@ class RingWork final : public Work {
                                &sends_[static_cast<size_t>(j)]);
       if (rc != MPI_SUCCESS)
         return strformat("MPI (ring step %d): %s", step + 1, mpi_error_string(rc).c_str());
+      count_sent(plan_.next_link, static_cast<int64_t>(n) * static_cast<int64_t>(element_));
     }
     return {};
-  }
-
-  // Receives are cancelled, sends freed: point-to-point requests may be.
-  void release_requests() {
-    int finalized = 0;
-    MPI_Finalized(&finalized);
-    if (finalized) return;
-    for (MPI_Request& r : recvs_) {
-      if (r == MPI_REQUEST_NULL) continue;
-      MPI_Cancel(&r);
-      MPI_Request_free(&r);
-    }
-    for (MPI_Request& r : sends_) {
-      if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
-    }
   }
 
   const RingPlan plan_;
@@ -334,6 +348,7 @@ class RingWork final : public Work {
   const int window_;
   int64_t receive_elements_ = 0;  // the receive slots' elements (window or chunk)
   const ReduceOp op_;
+  const int divisor_;                        // avg's
   const std::shared_ptr<ScratchPool> pool_;  // none for all_gather
   std::vector<uint8_t> scratch_;  // receive scratch, then a reduce_scatter's two accumulators
   std::vector<MPI_Request> recvs_;  // of step_: one per receive slot (gathering: one)
@@ -347,10 +362,52 @@ class RingWork final : public Work {
   const int last_step_;
 };
 
-std::shared_ptr<Work> start_ring(std::shared_ptr<RingWork> work) {
-  const std::string problem = work->start();
-  if (!problem.empty()) work->start_failed(problem);
-  return work;
+// The Work of one collective: its rings, run one after the other (each
+// starts in the poll that saw the previous one done).
+class RingWork final : public Work {
+ public:
+  RingWork(std::shared_ptr<CommState> state, OpInfo info, int64_t timeout_ms,
+           std::vector<std::unique_ptr<Ring>> rings)
+      : Work(std::move(state), std::move(info), timeout_ms), rings_(std::move(rings)) {}
+
+  // Starts the first ring; a Work MPI refused comes back already failed.
+  static std::shared_ptr<Work> start(std::shared_ptr<RingWork> work) {
+    const std::string problem = work->rings_.front()->start();
+    if (!problem.empty()) work->fail_to_start(ErrorCode::internal, problem);
+    return work;
+  }
+
+ protected:
+  Progress poll_locked(std::string* error) override {
+    while (current_ < rings_.size()) {
+      const RingProgress progress = rings_[current_]->poll(error);
+      if (progress == RingProgress::failed) return Progress::failed;
+      if (progress == RingProgress::pending) return Progress::pending;
+      if (++current_ == rings_.size()) break;
+      std::string problem = rings_[current_]->start();
+      if (!problem.empty()) {
+        *error = std::move(problem);
+        return Progress::failed;
+      }
+    }
+    return Progress::done;
+  }
+
+  void abandon_locked() override {
+    for (const auto& ring : rings_) ring->release_requests();
+  }
+
+ private:
+  std::vector<std::unique_ptr<Ring>> rings_;
+  size_t current_ = 0;
+};
+
+std::shared_ptr<Work> start_one(std::shared_ptr<CommState> state, OpInfo info, int64_t timeout_ms,
+                                std::unique_ptr<Ring> ring) {
+  std::vector<std::unique_ptr<Ring>> rings;
+  rings.push_back(std::move(ring));
+  return RingWork::start(
+      std::make_shared<RingWork>(std::move(state), std::move(info), timeout_ms, std::move(rings)));
 }
 
 }  // namespace
@@ -358,18 +415,40 @@ std::shared_ptr<Work> start_ring(std::shared_ptr<RingWork> work) {
 std::shared_ptr<Work> start_ring_all_reduce(std::shared_ptr<CommState> state, OpInfo info, int64_t timeout_ms,
                                             const RingPlan& plan, const Buffer& input, const Buffer& output,
                                             ReduceOp op, std::shared_ptr<ScratchPool> pool) {
-  return start_ring(std::make_shared<RingWork>(std::move(state), std::move(info), timeout_ms, plan,
-                                               RingKind::all_reduce, input, output, output.count, op,
-                                               std::move(pool)));
+  return start_one(std::move(state), std::move(info), timeout_ms,
+                   std::make_unique<Ring>(plan, RingKind::all_reduce, input, output, output.count, op,
+                                          std::move(pool)));
+}
+
+std::shared_ptr<Work> start_hierarchical_all_reduce(std::shared_ptr<CommState> state, OpInfo info,
+                                                    int64_t timeout_ms, const RingPlan& node,
+                                                    const RingPlan& across, const Buffer& input,
+                                                    const Buffer& output, ReduceOp op,
+                                                    std::shared_ptr<ScratchPool> pool) {
+  // Sums inside the node; the ring across nodes applies avg, dividing by
+  // every rank of the group once the whole sum of its chunk is known.
+  const ReduceOp partial = op == ReduceOp::avg ? ReduceOp::sum : op;
+  std::vector<std::unique_ptr<Ring>> rings;
+  rings.push_back(std::make_unique<Ring>(node, RingKind::all_reduce, input, output, output.count, partial, pool,
+                                         RingSpan::reduce_phase));
+  Buffer share = output;
+  share.data = static_cast<uint8_t*>(output.data) + rings.front()->own_chunk_begin() * dtype_size(output.dtype);
+  share.count = rings.front()->own_chunk_length();
+  rings.push_back(std::make_unique<Ring>(across, RingKind::all_reduce, share, share, share.count, op, pool,
+                                         RingSpan::whole, node.size * across.size));
+  rings.push_back(std::make_unique<Ring>(node, RingKind::all_reduce, output, output, output.count, op, nullptr,
+                                         RingSpan::gather_phase));
+  return RingWork::start(
+      std::make_shared<RingWork>(std::move(state), std::move(info), timeout_ms, std::move(rings)));
 }
 
 std::shared_ptr<Work> start_ring_reduce_scatter(std::shared_ptr<CommState> state, OpInfo info,
                                                 int64_t timeout_ms, const RingPlan& plan, const Buffer& input,
                                                 const Buffer& output, ReduceOp op,
                                                 std::shared_ptr<ScratchPool> pool) {
-  return start_ring(std::make_shared<RingWork>(std::move(state), std::move(info), timeout_ms, plan,
-                                               RingKind::reduce_scatter, input, output, input.count, op,
-                                               std::move(pool)));
+  return start_one(std::move(state), std::move(info), timeout_ms,
+                   std::make_unique<Ring>(plan, RingKind::reduce_scatter, input, output, input.count, op,
+                                          std::move(pool)));
 }
 
 bool all_gather_uses_ring(const CommOptions& options, int group_size, size_t output_bytes) {
@@ -379,9 +458,9 @@ bool all_gather_uses_ring(const CommOptions& options, int group_size, size_t out
 
 std::shared_ptr<Work> start_ring_all_gather(std::shared_ptr<CommState> state, OpInfo info, int64_t timeout_ms,
                                             const RingPlan& plan, const Buffer& input, const Buffer& output) {
-  return start_ring(std::make_shared<RingWork>(std::move(state), std::move(info), timeout_ms, plan,
-                                               RingKind::all_gather, input, output, output.count, ReduceOp::sum,
-                                               nullptr));
+  return start_one(std::move(state), std::move(info), timeout_ms,
+                   std::make_unique<Ring>(plan, RingKind::all_gather, input, output, output.count, ReduceOp::sum,
+                                          nullptr));
 }
 
 }  // namespace accel::comm

@@ -32,6 +32,7 @@
 #include <mutex>
 #include <vector>
 
+#include "host/comm/link_bytes.h"
 #include "host/comm/work.h"
 
 namespace accel::comm {
@@ -74,8 +75,12 @@ struct RingPlan {
   MPI_Comm comm = MPI_COMM_NULL;  // the ring's private communicator
   MPI_Datatype type = MPI_DATATYPE_NULL;
   int tag = 0;
-  int rank = 0;
-  int size = 1;
+  int rank = 0;  // this rank's place in the ring
+  int size = 1;  // the ring's length
+  // The ring's members in ring order, as ranks of `comm`; empty: 0 .. size-1.
+  std::vector<int> members;
+  // What the link to the next member is, for link_bytes.h's counters.
+  Link next_link = Link::intra_node;
   size_t segment_bytes = 1024 * 1024;  // CommOptions::ring_segment_bytes
   int receive_window = 4;              // CommOptions::ring_receive_window_segments
 };
@@ -98,6 +103,21 @@ std::shared_ptr<Work> start_ring_reduce_scatter(std::shared_ptr<CommState> state
                                                 int64_t timeout_ms, const RingPlan& plan, const Buffer& input,
                                                 const Buffer& output, ReduceOp op,
                                                 std::shared_ptr<ScratchPool> pool);
+
+// An all_reduce in three rings (CommOptions::hierarchical_all_reduce):
+// `node` is this rank's node (l ranks), `across` the ranks of the other
+// nodes with the same place in theirs (m ranks, one per node). The node ring
+// reduce-scatters the buffer into l chunks, so this rank holds its node's sum
+// of one chunk; the ranks holding that chunk on every node all-reduce it
+// across nodes; the node ring all-gathers the chunks. Each element is still
+// reduced in a fixed order by one rank and copied to all, so every rank ends
+// with the same bits; avg divides once, by l x m. Requires l, m >= 2 and
+// output.count >= l x m; input may be output (in place).
+std::shared_ptr<Work> start_hierarchical_all_reduce(std::shared_ptr<CommState> state, OpInfo info,
+                                                    int64_t timeout_ms, const RingPlan& node,
+                                                    const RingPlan& across, const Buffer& input,
+                                                    const Buffer& output, ReduceOp op,
+                                                    std::shared_ptr<ScratchPool> pool);
 
 // Whether an all_gather of `output_bytes` over `group_size` ranks runs on
 // the ring rather than MPI_Iallgather, by options' ring_all_gather_* window.

@@ -14,9 +14,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace accel::comm {
 
@@ -166,6 +168,18 @@ struct CommOptions {
   // (ring_collectives.cpp). Four keep a segment landing while the one
   // before it is combined.
   int ring_receive_window_segments = 4;
+  // The node (0 .. nodes-1) of each world rank, as MpiSession found it; a
+  // communicator reads its members' nodes from it. Null or empty: every rank
+  // on one node. Groups spanning nodes count the bytes each rank sends inside
+  // and across nodes (link_bytes.h) and may all-reduce hierarchically.
+  std::shared_ptr<const std::vector<int>> world_nodes;
+  // An all_reduce on the ring path over a group that spans nodes, with the
+  // same number (at least 2) of its ranks on every node, runs in three rings
+  // (ring_collectives.h): reduce-scatter inside each node, all-reduce of each
+  // rank's share across nodes, all-gather inside the node. Each rank then
+  // sends 2(m-1)/m x S/l across nodes (m nodes, l ranks each) instead of up
+  // to 2(n-1)/n x S. false: the flat ring.
+  bool hierarchical_all_reduce = true;
 };
 
 // Per operation.

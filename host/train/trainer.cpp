@@ -17,6 +17,7 @@
 #include "host/plugin/hook_dispatch.h"
 #include "host/plugin/loaded_plugin.h"
 #include "host/plugin/plugin_error.h"
+#include "host/comm/link_bytes.h"
 #include "host/comm/process_group.h"
 #include "host/runtime/comm_checks.h"
 #include "host/runtime/host_context.h"
@@ -574,6 +575,13 @@ RunEnd Trainer::run() {
       std::lock_guard<std::mutex> lock(context_->mutex);
       m.plugin_metrics.swap(context_->step_metrics);
       m.comm_bytes = context_->comm_bytes.exchange(0);
+      if (context_->identity.world_size > 1) {
+        // What this rank sent, by link (host/comm/link_bytes.h).
+        const comm::LinkBytes sent = comm::take_link_bytes_sent();
+        m.plugin_metrics["host.bytes_sent_intra_node"] = static_cast<double>(sent.intra_node);
+        m.plugin_metrics["host.bytes_sent_inter_node"] = static_cast<double>(sent.inter_node);
+        m.plugin_metrics["host.bytes_sent_mpi_collectives"] = static_cast<double>(sent.mpi_collectives);
+      }
       if (context_->tensor_parallel_size > 1) {
         m.plugin_metrics["host.tensor_parallel_bytes"] =
             static_cast<double>(runtime::take_tensor_parallel_bytes(*context_));
@@ -601,6 +609,7 @@ RunEnd Trainer::run() {
         std::lock_guard<std::mutex> lock(context_->mutex);
         context_->step_metrics.clear();
         context_->comm_bytes.exchange(0);
+        comm::take_link_bytes_sent();
         if (context_->tensor_parallel_size > 1) runtime::take_tensor_parallel_bytes(*context_);
         if (context_->context_parallel_size > 1) runtime::take_context_parallel_bytes(*context_);
       }

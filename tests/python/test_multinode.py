@@ -6,7 +6,9 @@ node talk shared memory and ranks of different nodes TCP, as on a cluster.
 
 Every strategy's losses equal one process's within 1e-5 there; the bytes
 that cross node 1's interface are at least the gradient volume an all-reduce
-between two nodes must move; and HYBRID_SHARD, which shards inside a node
+between two nodes must move, and the hierarchical all-reduce moves 1.0x the
+gradients across where the flat ring moves 1.5x (also what each rank counts
+it sent, by link); and HYBRID_SHARD, which shards inside a node
 and replicates across nodes, moves far fewer bytes between nodes than
 FULL_SHARD."""
 import os
@@ -79,11 +81,32 @@ class TwoNodesOfTwoRanks(TempDirMixin, unittest.TestCase):
         self.assertEqual(sorted(proc.stdout.split()), ["node0", "node0", "node1", "node1"])
 
     def test_ddp_equals_one_process_and_its_gradients_cross_the_wire(self):
-        rows, sent = self.across("--plugin", "ddp")
-        self.assert_same_curve(rows, "ddp")
+        flat, flat_sent = self.across("--plugin", "ddp", "--comm-hierarchical-all-reduce", "false")
+        self.assert_same_curve(flat, "ddp, flat ring")
         # An all-reduce between two nodes moves every element's partial sum
         # across at least once each way: node 1 sends >= the gradient bytes.
+        self.assertGreaterEqual(flat_sent, STEPS * GRAD_BYTES, flat_sent)
+        # Rank 0's next rank on the flat ring (0 1 2 3) is on its node: it
+        # sends 2(n-1)/n of the gradients there and nothing across.
+        for row in flat[1:]:
+            self.assertEqual(row["host.bytes_sent_inter_node"], 0, row)
+            self.assertAlmostEqual(row["host.bytes_sent_intra_node"] / GRAD_BYTES, 1.5, delta=1e-3, msg=row)
+
+    def test_hierarchical_all_reduce_halves_what_crosses_per_rank(self):
+        rows, sent = self.across("--plugin", "ddp")
+        self.assert_same_curve(rows, "ddp, hierarchical all-reduce")
+        # Reduce-scatter and all-gather inside the node send the gradients
+        # once inside; each rank's half then crosses once each way between
+        # two nodes: rank 0 sends G inside and G/2 across, where the flat
+        # ring's ranks 1 and 3 send 1.5 G across (buckets of odd length
+        # shift an element between the halves).
+        for row in rows[1:]:
+            self.assertAlmostEqual(row["host.bytes_sent_intra_node"] / GRAD_BYTES, 1.0, delta=1e-3, msg=row)
+            self.assertAlmostEqual(row["host.bytes_sent_inter_node"] / GRAD_BYTES, 0.5, delta=1e-3, msg=row)
+        # What node 1's interface carried: G per step against the flat
+        # ring's 1.5 G (test above), plus Open MPI's framing.
         self.assertGreaterEqual(sent, STEPS * GRAD_BYTES, sent)
+        self.assertLess(sent, STEPS * GRAD_BYTES * 1.25, sent)
 
     def test_fsdp_full_and_hybrid_shard_equal_one_process(self):
         full, full_sent = self.across("--plugin", "fsdp", "--fsdp.sharding_strategy", "FULL_SHARD")

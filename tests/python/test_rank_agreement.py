@@ -75,6 +75,8 @@ class DifferentSettings(TempDirMixin, unittest.TestCase):
             (["--init_process_group.timeout", 100], ["--init_process_group.timeout", 200],
              "--init_process_group.timeout"),
             ([], ["--ddp.bucket_cap_mb", 1], "--ddp.bucket_cap_mb"),
+            # Ranks that disagree would run different rings and never meet.
+            ([], ["--comm-hierarchical-all-reduce", "false"], "--comm-hierarchical-all-reduce"),
         ]
         for first, second, key in cases:
             with self.subTest(setting=key):
