@@ -257,6 +257,7 @@ int run_accel(const std::vector<std::string>& args, const comm::MpiSession& mpi)
   }
 
   accel::RunConfig config = parsed.config;
+  context.tensor_parallel_across_nodes = config.comm.tensor_parallel_across_nodes;
   accel::log::init(mpi.rank(), accel::log::parse_level(config.log_level));
   // LibTorch's CUDA backend loads only where CUDA may be used, before
   // anything asks torch about CUDA (host/comm/cuda_backend.h).

@@ -162,6 +162,7 @@ Settings run_settings(const RunConfig& c, const model::GptConfig& shape, const p
       {"--init_process_group.backend", c.comm.backend},
       {"--init_process_group.timeout", real(c.comm.timeout_s)},
       {"--comm-hierarchical-all-reduce", c.comm.hierarchical_all_reduce ? "true" : "false"},
+      {"--tensor-parallel-across-nodes", c.comm.tensor_parallel_across_nodes ? "true" : "false"},
       {"--save", c.save_dir},
       {"--save-every", whole(c.save_every)},
       {"--save-async", c.save_async ? "true" : "false"},

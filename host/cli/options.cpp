@@ -202,7 +202,10 @@ po::options_description run_options(RunConfig& c, RawStrings& raw) {
       ("comm-hierarchical-all-reduce",
        po::value(&c.comm.hierarchical_all_reduce)->default_value(c.comm.hierarchical_all_reduce),
        "true|false: all_reduce large buffers across nodes as reduce-scatter in the node, all_reduce across "
-       "nodes, all_gather in the node (groups with the same number of ranks on every node)");
+       "nodes, all_gather in the node (groups with the same number of ranks on every node)")
+      ("tensor-parallel-across-nodes", po::bool_switch(&c.comm.tensor_parallel_across_nodes),
+       "accept tensor-parallel groups that span nodes (refused otherwise: they all-reduce activations in "
+       "every layer)");
 
   po::options_description model("Model");
   model.add_options()

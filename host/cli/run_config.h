@@ -46,6 +46,8 @@ struct CommSettings {
   // Large all_reduces over groups spanning nodes evenly run in three rings
   // (comm::CommOptions::hierarchical_all_reduce).
   bool hierarchical_all_reduce = true;
+  // Accept a mesh whose tensor-parallel groups span nodes (refused otherwise).
+  bool tensor_parallel_across_nodes = false;
 };
 
 struct OptimizerOptions {

@@ -127,6 +127,25 @@ AccelStatus destroy_group(AccelHost* host, AccelGroup* group) {
   });
 }
 
+void refuse_tensor_groups_across_nodes(const HostContext& context, int tensor_size) {
+  const std::vector<int>* nodes = context.world->options().world_nodes.get();
+  if (tensor_size < 2 || context.tensor_parallel_across_nodes || !nodes) return;
+  // Tensor peers are blocks of adjacent world ranks (accel/comm.h); every
+  // rank checks every block, so all of them refuse alike.
+  for (size_t first = 0; first + static_cast<size_t>(tensor_size) <= nodes->size(); first += tensor_size) {
+    for (size_t r = first + 1; r < first + static_cast<size_t>(tensor_size); ++r) {
+      if ((*nodes)[r] == (*nodes)[first]) continue;
+      throw std::runtime_error(
+          "mesh: the tensor-parallel group of world ranks " + std::to_string(first) + "-" +
+          std::to_string(first + tensor_size - 1) + " spans nodes " + std::to_string((*nodes)[first]) + " and " +
+          std::to_string((*nodes)[r]) + " (tensor size " + std::to_string(tensor_size) + ", " +
+          std::to_string(context.identity.local_world_size) +
+          " ranks on this node): tensor parallelism all-reduces activations in every layer; run a multiple of " +
+          std::to_string(tensor_size) + " ranks per node, or pass --tensor-parallel-across-nodes to accept it");
+    }
+  }
+}
+
 }  // namespace
 
 void fill_group_services(AccelCommServices& t) {
@@ -151,6 +170,7 @@ void resolve_standard_groups(HostContext& context) {
                              std::to_string(pipeline_size) + " does not divide the world size " +
                              std::to_string(world_size));
   }
+  refuse_tensor_groups_across_nodes(context, tensor_size);
   const int data_size = world_size / (tensor_size * pipeline_size);
   mesh.tensor_size = tensor_size;
   mesh.pipeline_size = pipeline_size;

@@ -118,6 +118,9 @@ class HostContext {
 
   AccelIdentity identity{};
   OptionStore options;
+  // --tensor-parallel-across-nodes: a mesh whose tensor-parallel groups span
+  // nodes is accepted (otherwise refused when the standard groups resolve).
+  bool tensor_parallel_across_nodes = false;
   model::GptModel* model = nullptr;  // set before any create hook
   ModelPlan plan;
   bool planning = false;             // true only while plan_model hooks run

@@ -130,6 +130,18 @@ class TwoNodesOfTwoRanks(TempDirMixin, unittest.TestCase):
         rows, _ = self.across("--plugin", "megatron", "--megatron.pp_degree", 2)
         self.assert_same_curve(rows, "megatron pp 2 x dp 2")
 
+    def test_a_tensor_group_spanning_nodes_is_refused_unless_asked(self):
+        proc = subprocess.run([CLUSTER, "mpirun", self.name, "2", self.subnet, "2", "--", "-n", "4", ACCEL_HOST,
+                               *map(str, COMMON), "--steps", "1", "--plugin", "megatron", "--megatron.tp_degree",
+                               "4"], capture_output=True, text=True, timeout=120 * TIMEOUT_SCALE)
+        self.assertNotEqual(proc.returncode, 0, proc.stdout)
+        lines = [line for line in proc.stderr.splitlines() if "spans nodes" in line]
+        self.assertEqual(len(lines), 4, proc.stderr)  # every rank its one line
+        self.assertIn("world ranks 0-3 spans nodes 0 and 1", lines[0])
+        self.assertIn("--tensor-parallel-across-nodes", lines[0])
+        rows, _ = self.across("--plugin", "megatron", "--megatron.tp_degree", 4, "--tensor-parallel-across-nodes")
+        self.assert_same_curve(rows, "megatron tp 4 across 2 nodes")
+
 
 if __name__ == "__main__":
     unittest.main()
