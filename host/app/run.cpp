@@ -19,6 +19,7 @@
 #include <stdexcept>
 
 #include "host/app/run_agreement.h"
+#include "host/checkpoint/atomic_dir.h"
 #include "host/checkpoint/hf_checkpoint.h"
 #include "host/cli/options.h"
 #include "host/comm/cuda_backend.h"
@@ -161,7 +162,64 @@ void use_accelerate_config(const cli::AccelerateConfig& accelerate, const comm::
 // start, from --init-from's weights if given. Checking which of them is
 // complete is resume's own work (it falls back past a damaged newest one,
 // and fails when none is complete).
-void resolve_resume_auto(RunConfig& config) {
+// --snapshot-every without --snapshot-dir: a directory in memory named
+// after the absolute --save path, so every restart of the job finds it and
+// no other job shares it.
+void resolve_snapshot_dir(RunConfig& config) {
+  if (config.snapshot_every == 0 || !config.snapshot_dir.empty()) return;
+  std::error_code error;
+  const std::string save = std::filesystem::weakly_canonical(std::filesystem::absolute(config.save_dir), error).string();
+  uint64_t hash = 14695981039346656037ull;  // FNV-1a: the same on every rank and every build
+  for (const unsigned char c : save) hash = (hash ^ c) * 1099511628211ull;
+  config.snapshot_dir = strformat("/dev/shm/accel-snapshots/%016llx", static_cast<unsigned long long>(hash));
+  if (std::filesystem::equivalent(config.snapshot_dir, config.save_dir, error)) {
+    throw UsageError("--snapshot-dir is the --save directory; snapshots need a root of their own");
+  }
+}
+
+// The step of the newest complete checkpoint under `root`; -1 when none.
+int64_t newest_complete_step(const std::string& root) {
+  try {
+    const std::optional<std::filesystem::path> newest = checkpoint::find_newest_complete(root);
+    if (!newest) return -1;
+    return static_cast<int64_t>(checkpoint::checkpoint_step(newest->filename().string()).value_or(0));
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
+// --snapshot-every: `--resume auto` takes the snapshot when it is newer
+// than --save's newest checkpoint and every rank sees the same snapshot
+// whole. Rank 0 proposes, every rank checks, all agree (collective over the
+// world): a rank on a node whose memory lacks the snapshot's files makes
+// every rank fall back to --save. Returns whether the snapshot was taken.
+// Every rank makes both calls whatever its options, so ranks whose command
+// lines differ reach the run agreement, which names the difference, instead
+// of waiting on each other here.
+bool resume_from_snapshot(RunConfig& config, const comm::MpiSession& mpi) {
+  const bool wanted = config.resume == cli::kResumeAuto && config.snapshot_every > 0;
+  const int64_t snapshot = wanted ? newest_complete_step(config.snapshot_dir) : -1;
+  const int64_t saved = wanted ? newest_complete_step(config.save_dir) : -1;
+  const std::string proposal =
+      mpi.broadcast_from_root(snapshot >= 0 && snapshot > saved ? std::to_string(snapshot) : std::string("none"));
+  const bool agreed = mpi.all_succeeded(proposal != "none" && proposal == std::to_string(snapshot));
+  if (proposal == "none") return false;
+  if (!agreed) {
+    log::warn("--resume auto: the snapshot step_" + proposal + " in " + config.snapshot_dir +
+              " is not whole on every rank; resuming from --save");
+    return false;
+  }
+  log::info("--resume auto: the snapshot step_" + proposal + " in " + config.snapshot_dir +
+            " is newer than --save's newest checkpoint; resuming from it");
+  config.resume = config.snapshot_dir;
+  return true;
+}
+
+void resolve_resume_auto(RunConfig& config, const comm::MpiSession& mpi) {
+  if (resume_from_snapshot(config, mpi)) {
+    config.init_from.clear();
+    return;
+  }
   if (config.resume != cli::kResumeAuto) return;
   std::error_code error;
   bool any = false;
@@ -273,7 +331,8 @@ int run_accel(const std::vector<std::string>& args, const comm::MpiSession& mpi)
   // read the same micro-batches: only the data group divides the batch, and
   // its size is known once the plans resolve (Trainer checks it then).
   accel::cli::validate_for_world(config, has_model_parallel_plugin(registry) ? 1 : mpi.world_size());
-  resolve_resume_auto(config);
+  resolve_snapshot_dir(config);
+  resolve_resume_auto(config, mpi);
   take_shape_from_init_checkpoint(config);
   const accel::model::GptConfig shape = checked_model_shape(config, registry, mpi);
   // Before the first collective of the communication layer: ranks that

@@ -166,6 +166,8 @@ Settings run_settings(const RunConfig& c, const model::GptConfig& shape, const p
       {"--save", c.save_dir},
       {"--save-every", whole(c.save_every)},
       {"--save-async", c.save_async ? "true" : "false"},
+      {"--snapshot-every", whole(c.snapshot_every)},
+      {"--snapshot-dir", c.snapshot_dir},
       {"--resume", c.resume},
       {"world size", whole(world_size)},
   };

@@ -315,6 +315,12 @@ po::options_description run_options(RunConfig& c, RawStrings& raw) {
        "periodic saves copy the state to host memory at the step's end and write their files in the background "
        "while training goes on (same atomic commit, one save in flight); the final save and a signal's stay "
        "blocking")
+      ("snapshot-every", po::value(&c.snapshot_every)->default_value(c.snapshot_every),
+       "every N steps, also save in the background to --snapshot-dir, in memory, keeping the newest only: a "
+       "restart (`--resume auto`) resumes from it when it is newer than --save's newest (0: never)")
+      ("snapshot-dir", po::value(&c.snapshot_dir)->value_name("DIR"),
+       "where --snapshot-every saves (default /dev/shm/accel-snapshots/<hash of --save>); removed when the run "
+       "completes")
       ("resume", po::value(&c.resume)->value_name("DIR|auto"),
        "resume from a checkpoint directory, or the newest complete one in a save root; auto: the newest under "
        "--save when there is one, else start afresh (a requeued job's command line; see --save)")
@@ -358,6 +364,9 @@ void validate(const RunConfig& c) {
   require(c.optimizer.grad_clip >= 0, "--grad-clip must be >= 0");
   require(c.save_every == 0 || !c.save_dir.empty(), "--save-every needs --save DIR");
   require(!c.save_async || !c.save_dir.empty(), "--save-async needs --save DIR");
+  require(c.snapshot_every == 0 || !c.save_dir.empty(),
+          "--snapshot-every needs --save DIR (a restart looks under both)");
+  require(c.snapshot_dir.empty() || c.snapshot_every > 0, "--snapshot-dir needs --snapshot-every N");
   require(c.grad_scaler.init_scale > 0, "--grad_scaler.init_scale must be > 0");
   require(c.grad_scaler.growth_factor > 1, "--grad_scaler.growth_factor must be > 1");
   require(c.grad_scaler.backoff_factor > 0 && c.grad_scaler.backoff_factor < 1,
@@ -423,6 +432,7 @@ const std::vector<IntegerOptionRange>& integer_option_ranges() {
       {"grad_scaler.growth_interval", 1, kMaxSteps},
       {"grad_scaler.hysteresis", 1, kMaxSteps},
       {"save-every", 0, kMaxSteps},
+      {"snapshot-every", 0, kMaxSteps},
   };
   return ranges;
 }

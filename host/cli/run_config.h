@@ -106,6 +106,13 @@ struct RunConfig {
   // --save-async: periodic saves write their files in the background
   // (train/async_checkpoint.h); the final and the signal's save stay blocking.
   bool save_async = false;
+  // --snapshot-every N: every N steps a background save into snapshot_dir,
+  // a directory in memory (tmpfs), holding the newest one only; `--resume
+  // auto` takes it when it is newer than --save's newest and every rank sees
+  // it whole. Empty snapshot_dir: /dev/shm/accel-snapshots/<hash of --save>
+  // (resolve_snapshot_dir in app/run.cpp).
+  int64_t snapshot_every = 0;
+  std::string snapshot_dir;
   std::string resume;
   // "hf:DIR": the model's shape and initial weights from a transformers
   // checkpoint directory (checkpoint/hf_checkpoint.h) instead of the seed.

@@ -637,9 +637,12 @@ RunEnd Trainer::run() {
     // A save's costs go on this step's metrics line: the saves come first.
     const bool stopping = outcome.stop_requested && completed_steps_ != config_.steps;
     if (outcome.async_save_written) commit_async_save(&m);
+    const bool last = completed_steps_ == config_.steps;
     if (!stopping && !config_.save_dir.empty() && config_.save_every > 0 && completed_steps_ % config_.save_every == 0 &&
-        completed_steps_ != config_.steps) {
+        !last) {
       save_checkpoint(/*periodic=*/true, &m);
+    } else if (!stopping && config_.snapshot_every > 0 && completed_steps_ % config_.snapshot_every == 0 && !last) {
+      save_checkpoint(/*periodic=*/true, &m, /*snapshot=*/true);
     }
     metrics_.write(m);
     tensorboard_.write(m);
@@ -649,6 +652,7 @@ RunEnd Trainer::run() {
     }
   }
   if (!config_.save_dir.empty()) save_checkpoint();
+  remove_snapshots();
   return RunEnd::completed;
 }
 

@@ -102,10 +102,14 @@ class Trainer final : public runtime::ModelRunner {
   // Saves ROOT/step_<completed steps> (trainer_checkpoints.cpp). `periodic`
   // (a --save-every save) under --save-async: a snapshot written in the
   // background; otherwise blocking. A save in flight is committed first.
-  // Its costs go into `metrics` when given.
-  void save_checkpoint(bool periodic = false, StepMetrics* metrics = nullptr);
-  // Commits the background save once every rank wrote it (collective).
+  // Its costs go into `metrics` when given. `snapshot` (--snapshot-every):
+  // in the background into --snapshot-dir instead.
+  void save_checkpoint(bool periodic = false, StepMetrics* metrics = nullptr, bool snapshot = false);
+  // Commits the background save once every rank wrote it (collective); a
+  // snapshot's commit removes the older snapshots (rank 0).
   void commit_async_save(StepMetrics* metrics);
+  // The run completed: its snapshots' memory is given back (rank 0).
+  void remove_snapshots() const;
   // After the step a stop signal ended: the checkpoint (under --save) and
   // the line that says how to go on.
   void stop_on_signal();
@@ -240,6 +244,7 @@ class Trainer final : public runtime::ModelRunner {
   // --save-async's save in flight. Last, so it is destroyed first: a failing
   // run waits here for its write (uncommitted) before anything else goes.
   AsyncCheckpointWriter async_save_;
+  bool async_save_is_snapshot_ = false;  // the save in flight goes to --snapshot-dir
 };
 
 }  // namespace accel::train

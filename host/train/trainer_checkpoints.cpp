@@ -85,13 +85,31 @@ void Trainer::commit_async_save(StepMetrics* metrics) {
       metrics->ckpt_committed_step = static_cast<int64_t>(*step);
     }
   }
+  const bool snapshot = async_save_is_snapshot_;
   if (rank_ == 0) {
-    log::info(strformat("saved checkpoint %s (written in the background in %.0f ms)", path.c_str(),
-                        async_save_.last_write_ms()));
+    log::info(strformat("saved %s %s (written in the background in %.0f ms)", snapshot ? "snapshot" : "checkpoint",
+                        path.c_str(), async_save_.last_write_ms()));
+  }
+  if (snapshot && rank_ == 0) {
+    // Only the newest snapshot is kept: memory, not disk. Every rank has
+    // committed it, and nothing reads the older ones while training runs.
+    std::error_code error;
+    for (const auto& entry : std::filesystem::directory_iterator(config_.snapshot_dir, error)) {
+      if (entry.path() != path && entry.path().filename().string().rfind("step_", 0) == 0) {
+        std::filesystem::remove_all(entry.path(), error);
+      }
+    }
   }
 }
 
-void Trainer::save_checkpoint(bool periodic, StepMetrics* metrics) {
+void Trainer::remove_snapshots() const {
+  if (config_.snapshot_every == 0 || rank_ != 0) return;
+  std::error_code error;
+  std::filesystem::remove_all(config_.snapshot_dir, error);
+  if (error) log::warn("could not remove the snapshots in " + config_.snapshot_dir + ": " + error.message());
+}
+
+void Trainer::save_checkpoint(bool periodic, StepMetrics* metrics, bool snapshot) {
   const runtime::TraceRange range(context_, "checkpoint.save", "checkpoint");
   const auto start = std::chrono::steady_clock::now();
   // One save in flight at a time: the previous one is committed first.
@@ -139,11 +157,11 @@ void Trainer::save_checkpoint(bool periodic, StepMetrics* metrics) {
     stages.unit_stage = context_->plan.unit_stage;
     stages.ranks_per_stage = world_size_ / context_->model_run.pipeline_size;
   }
-  const bool in_background = periodic && config_.save_async;
+  const bool in_background = snapshot || (periodic && config_.save_async);
   // The last background save's buffers serve this snapshot; a blocking save frees them first.
   std::unique_ptr<checkpoint::PreparedSave> spent = async_save_.take_spent();
   if (!in_background) spent.reset();
-  checkpoint::PreparedSave save(config_.save_dir,
+  checkpoint::PreparedSave save(snapshot ? config_.snapshot_dir : config_.save_dir,
                                 checkpoint::rank_group_over(world_size_ > 1 ? context_->world : nullptr), model_,
                                 optimizer_, state, host_optimizer, save_plugins, stages, in_background,
                                 std::move(spent));
@@ -156,6 +174,7 @@ void Trainer::save_checkpoint(bool periodic, StepMetrics* metrics) {
                        plugins_ms, static_cast<long long>(host_bytes)));
   if (in_background) {
     async_save_.start(std::move(save));
+    async_save_is_snapshot_ = snapshot;
   } else {
     save.write();
     const std::filesystem::path path = save.finish();

@@ -78,6 +78,26 @@ class AsyncSavesAreTheBlockingSaves(TempDirMixin, unittest.TestCase):
         proc = run_host(*COMMON, "--steps", 1, "--save-async", check=False)
         self.assertEqual(proc.returncode, 2, proc.stderr)
         self.assertIn("--save-async needs --save DIR", proc.stderr)
+        for args, message in [(["--snapshot-every", 2], "--snapshot-every needs --save DIR"),
+                              (["--snapshot-dir", self.path("s")], "--snapshot-dir needs --snapshot-every N"),
+                              (["--save", self.path("x"), "--snapshot-every", -1], "--snapshot-every -1: must be >= 0")]:
+            proc = run_host(*COMMON, "--steps", 1, *args, check=False)
+            self.assertEqual(proc.returncode, 2, proc.stderr)
+            self.assertIn(message, proc.stderr)
+
+    def test_snapshots_live_in_their_own_directory_and_are_removed_at_the_end(self):
+        # Every 2 steps into --snapshot-dir, never --save; the run's end
+        # removes them (the final save is on --save).
+        save, snapshots = self.path("save"), self.path("snapshots")
+        run_host(*COMMON, "--steps", 6, "--save", save, "--snapshot-every", 2, "--snapshot-dir", snapshots,
+                 "--metrics-file", self.path("m.jsonl"))
+        rows = read_metrics(self.path("m.jsonl"))
+        self.assertEqual([m["step"] for m in rows if "ckpt_blocking_ms" in m], [2, 4])
+        # A commit is reported on the step that saw every write finished, if
+        # one did before the next save.
+        self.assertTrue({m["ckpt_committed_step"] for m in rows if "ckpt_committed_step" in m} <= {2, 4})
+        self.assertEqual(sorted(os.listdir(save)), ["step_6"])
+        self.assertFalse(os.path.exists(snapshots))
 
 
 class KilledDuringBackgroundWrites(TempDirMixin, unittest.TestCase):

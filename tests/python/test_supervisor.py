@@ -5,6 +5,7 @@ the restart equal a run that moved to that world through the same
 checkpoint. A signal to the supervisor reaches the ranks and ends the job
 without a restart."""
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -96,6 +97,72 @@ class Supervisor(TempDirMixin, unittest.TestCase):
         resumed_at = next(rows[i]["step"] - 1 for i in range(1, len(rows)) if rows[i]["step"] <= rows[i - 1]["step"])
         self.assertEqual(resumed_at % EVERY, 0)
         # The reference: 3 ranks to that checkpoint, then 2 ranks from it.
+        ref_root = self.path("ref")
+        mpirun(3, *zero3, "--steps", resumed_at, "--save", ref_root, "--metrics-file", self.path("ref.jsonl"))
+        mpirun(2, *zero3, "--steps", STEPS, "--save", ref_root, "--resume", ref_root,
+               "--metrics-file", self.path("ref.jsonl"))
+        restarted, reference = last_per_step(rows), read_metrics(self.path("ref.jsonl"))
+        self.assertEqual([m["step"] for m in reference], list(range(1, STEPS + 1)))
+        for a, b in zip(restarted, reference):
+            self.assertAlmostEqual(a["loss"], b["loss"], delta=1e-5, msg=f"step {a['step']}")
+
+    def snapshot_root(self, save_root):
+        """--snapshot-every's default directory for --save `save_root` (app/run.cpp: FNV-1a of the path)."""
+        h = 14695981039346656037
+        for c in os.path.realpath(save_root).encode():
+            h = ((h ^ c) * 1099511628211) % 2 ** 64
+        return f"/dev/shm/accel-snapshots/{h:016x}"
+
+    def test_a_killed_rank_restarts_from_the_snapshot_in_memory(self):
+        # No checkpoint reaches the disk before the kill (--save-every is past
+        # the end): the restart can only come from the snapshot.
+        root, metrics = self.path("save"), self.path("m.jsonl")
+        job = [*TINY, "--batch-size", 8, "--steps", STEPS, "--save-every", 100, "--snapshot-every", 2,
+               "--plugin", "fsdp"]
+        snapshots = self.snapshot_root(root)
+        self.addCleanup(shutil.rmtree, snapshots, True)
+        proc = self.start("--num_processes", 2, "--max-restarts", 2, "--", *job, "--save", root,
+                          "--metrics-file", metrics)
+        self.wait_for_lines(proc, metrics, 9)
+        self.kill_a_rank(proc)
+        # The older snapshots were removed as each newer one committed.
+        kept = [n for n in os.listdir(snapshots) if "." not in n]
+        self.assertEqual(len(kept), 1, kept)
+        self.assertFalse(os.path.exists(root) and [n for n in os.listdir(root) if "." not in n])
+        out, err = proc.communicate(timeout=300 * TIMEOUT_SCALE)
+        self.assertEqual(proc.returncode, 0, out + err)
+        self.assertIn("restart 1 of 2:", out)
+        rows = read_metrics(metrics)
+        resumed_at = next(rows[i]["step"] - 1 for i in range(1, len(rows)) if rows[i]["step"] <= rows[i - 1]["step"])
+        self.assertEqual(resumed_at % 2, 0)
+        self.assertGreaterEqual(resumed_at, 6)
+        mpirun(2, *job, "--save", self.path("straight"), "--metrics-file", self.path("straight.jsonl"))
+        restarted, straight = last_per_step(rows), read_metrics(self.path("straight.jsonl"))
+        self.assertEqual([m["step"] for m in restarted], list(range(1, STEPS + 1)))
+        self.assertEqual([m["loss"] for m in restarted], [m["loss"] for m in straight])
+        # The completed run gave the memory back.
+        self.assertFalse(os.path.exists(snapshots), os.listdir(snapshots) if os.path.exists(snapshots) else None)
+
+    def test_fewer_slots_restart_at_fewer_ranks_through_the_snapshot(self):
+        root, metrics, hostfile = self.path("save"), self.path("m.jsonl"), self.path("hosts")
+        with open(hostfile, "w") as f:
+            f.write("localhost slots=3\n")
+        zero3 = [*TINY, "--batch-size", 12, "--plugin", "deepspeed_zero", "--deepspeed_zero.zero_stage", 3]
+        snapshots = self.path("snapshots")
+        proc = self.start("--num_processes", 3, "--hostfile", hostfile, "--max_restarts", 1, "--min_ranks", 2, "--",
+                          *zero3, "--steps", STEPS, "--save", root, "--save-every", 100, "--snapshot-every", 3,
+                          "--snapshot-dir", snapshots, "--metrics-file", metrics)
+        self.wait_for_lines(proc, metrics, 8)
+        with open(hostfile, "w") as f:
+            f.write("localhost slots=2\n")
+        self.kill_a_rank(proc)
+        out, err = proc.communicate(timeout=300 * TIMEOUT_SCALE)
+        self.assertEqual(proc.returncode, 0, out + err)
+        self.assertIn("restarting at 2 rank(s)", err)
+        rows = read_metrics(metrics)
+        resumed_at = next(rows[i]["step"] - 1 for i in range(1, len(rows)) if rows[i]["step"] <= rows[i - 1]["step"])
+        self.assertEqual(resumed_at % 3, 0)
+        self.assertGreaterEqual(resumed_at, 6)
         ref_root = self.path("ref")
         mpirun(3, *zero3, "--steps", resumed_at, "--save", ref_root, "--metrics-file", self.path("ref.jsonl"))
         mpirun(2, *zero3, "--steps", STEPS, "--save", ref_root, "--resume", ref_root,
