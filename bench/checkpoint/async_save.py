@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""What a checkpoint costs the training loop: no saves, blocking saves, and
---save-async saves, on the same job (gpt-small under fsdp on 2 ranks by
+"""What a checkpoint costs the training loop: no saves, blocking saves,
+--save-async saves and --snapshot-every snapshots (in /dev/shm), on the same job (gpt-small under fsdp on 2 ranks by
 default, a save every 10 steps).
 
 The clock is this script's: it watches the metrics file and timestamps each
@@ -12,7 +12,7 @@ ckpt_blocking_ms (the training thread held), ckpt_write_ms (the background
 write) and ckpt_host_bytes (the snapshot), and each rank's peak RSS.
 
 Usage: bench/checkpoint/async_save.py [--build build] [--ranks 2] [--steps 31]
-         [--every 10] [--modes none,blocking,async] [--out DIR] -- [extra accel-host args]
+         [--every 10] [--modes none,blocking,async,snapshot] [--out DIR] -- [extra accel-host args]
 Prints a Markdown table; raw metrics stay in --out.
 """
 import argparse
@@ -40,10 +40,14 @@ def run_mode(args, mode, out):
     shutil.rmtree(save, ignore_errors=True)
     host = os.path.join(args.build, "bin", "accel-host")
     job = [*map(str, args.job or DEFAULT_JOB), "--steps", str(args.steps), "--metrics-file", metrics]
-    if mode != "none":
+    if mode in ("blocking", "async"):
         job += ["--save", save, "--save-every", str(args.every)]
     if mode == "async":
         job.append("--save-async")
+    if mode == "snapshot":
+        # Into memory (tmpfs) every --every steps; --save only at the end.
+        job += ["--save", save, "--snapshot-every", str(args.every), "--snapshot-dir",
+                os.path.join("/dev/shm", f"accel-async-save-{os.getpid()}")]
     proc = subprocess.Popen(["mpirun", "-n", str(args.ranks), host, *job], env=MPI_ENV,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     seen, arrival = 0, {}
