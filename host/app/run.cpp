@@ -177,7 +177,20 @@ void resolve_snapshot_dir(RunConfig& config) {
   }
 }
 
-// The step of the newest complete checkpoint under `root`; -1 when none.
+// The step of the newest committed checkpoint under `root` by its name
+// alone (nothing read); -1 when none.
+int64_t newest_committed_step(const std::string& root) {
+  int64_t newest = -1;
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(root, error)) {
+    if (const std::optional<uint64_t> step = checkpoint::checkpoint_step(entry.path().filename().string())) {
+      newest = std::max(newest, static_cast<int64_t>(*step));
+    }
+  }
+  return newest;
+}
+
+// The step of the newest complete (verified) checkpoint under `root`; -1 when none.
 int64_t newest_complete_step(const std::string& root) {
   try {
     const std::optional<std::filesystem::path> newest = checkpoint::find_newest_complete(root);
@@ -198,8 +211,12 @@ int64_t newest_complete_step(const std::string& root) {
 // of waiting on each other here.
 bool resume_from_snapshot(RunConfig& config, const comm::MpiSession& mpi) {
   const bool wanted = config.resume == cli::kResumeAuto && config.snapshot_every > 0;
-  const int64_t snapshot = wanted ? newest_complete_step(config.snapshot_dir) : -1;
-  const int64_t saved = wanted ? newest_complete_step(config.save_dir) : -1;
+  // The disk's newest by name: reading a checkpoint to verify it costs what
+  // loading it does, and the resume verifies whichever it takes. A damaged
+  // newer one on disk then costs the snapshot, never correctness.
+  const int64_t saved = wanted ? newest_committed_step(config.save_dir) : -1;
+  const int64_t snapshot =
+      wanted && newest_committed_step(config.snapshot_dir) > saved ? newest_complete_step(config.snapshot_dir) : -1;
   const std::string proposal =
       mpi.broadcast_from_root(snapshot >= 0 && snapshot > saved ? std::to_string(snapshot) : std::string("none"));
   const bool agreed = mpi.all_succeeded(proposal != "none" && proposal == std::to_string(snapshot));
