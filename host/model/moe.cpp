@@ -1,0 +1,146 @@
+// The mixture-of-experts MLP and its auxiliary losses (see moe.h).
+#include "host/model/moe.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+
+namespace accel::model {
+namespace {
+
+void check(bool ok, const std::string& what) {
+  if (!ok) throw std::invalid_argument("moe: " + what);
+}
+
+std::string shape_of(const at::Tensor& t) {
+  std::string s = "[";
+  for (int64_t d = 0; d < t.dim(); ++d) s += (d ? ", " : "") + std::to_string(t.size(d));
+  return s + "]";
+}
+
+void check_shapes(const at::Tensor& x, const MoeWeights& w, const MoeSettings& s) {
+  check(s.experts >= 1, "experts must be >= 1");
+  check(s.top_k >= 1 && s.top_k <= s.experts,
+        "top_k " + std::to_string(s.top_k) + " is outside [1, " + std::to_string(s.experts) + "]");
+  check(std::isfinite(s.capacity_factor) && s.capacity_factor >= 0.0, "capacity_factor must be finite and >= 0");
+  check(x.dim() == 2, "the tokens must be [T, h], got " + shape_of(x));
+  const int64_t h = x.size(1);
+  check(w.router.dim() == 2 && w.router.size(0) == s.experts && w.router.size(1) == h,
+        "router is " + shape_of(w.router) + ", expected [" + std::to_string(s.experts) + ", " + std::to_string(h) +
+            "]");
+  check(w.gate.dim() == 3 && w.gate.size(0) == s.experts && w.gate.size(2) == h, "gate is " + shape_of(w.gate));
+  check(w.up.sizes() == w.gate.sizes(), "up is " + shape_of(w.up) + ", gate " + shape_of(w.gate));
+  check(w.down.dim() == 3 && w.down.size(0) == s.experts && w.down.size(1) == h && w.down.size(2) == w.gate.size(1),
+        "down is " + shape_of(w.down));
+  if (w.shared_gate.defined()) {
+    check(w.shared_up.defined() && w.shared_down.defined() && w.shared_expert_gate.defined(),
+          "a shared expert needs shared_gate, shared_up, shared_down and shared_expert_gate");
+    check(w.shared_gate.dim() == 2 && w.shared_gate.size(1) == h && w.shared_up.sizes() == w.shared_gate.sizes() &&
+              w.shared_down.dim() == 2 && w.shared_down.size(0) == h &&
+              w.shared_down.size(1) == w.shared_gate.size(0) && w.shared_expert_gate.dim() == 2 &&
+              w.shared_expert_gate.size(0) == 1 && w.shared_expert_gate.size(1) == h,
+          "shared expert shapes " + shape_of(w.shared_gate) + ", " + shape_of(w.shared_up) + ", " +
+              shape_of(w.shared_down) + ", " + shape_of(w.shared_expert_gate) + " do not fit width " +
+              std::to_string(h));
+  }
+}
+
+at::Tensor swiglu(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& up, const at::Tensor& down) {
+  return at::linear(at::silu(at::linear(x, gate)) * at::linear(x, up), down);
+}
+
+}  // namespace
+
+int64_t moe_capacity(const MoeSettings& settings, int64_t tokens) {
+  if (settings.capacity_factor <= 0.0) return 0;
+  const double slots = settings.capacity_factor * static_cast<double>(tokens * settings.top_k) /
+                       static_cast<double>(settings.experts);
+  return std::max<int64_t>(1, static_cast<int64_t>(std::ceil(slots)));
+}
+
+at::Tensor moe_mlp(const at::Tensor& x, const MoeWeights& w, const MoeSettings& s, MoeRouting* routing) {
+  check_shapes(x, w, s);
+  const int64_t tokens = x.size(0);
+  const int64_t k = s.top_k;
+  const at::Tensor logits = at::linear(x, w.router);
+  const at::Tensor probs = at::softmax(logits.to(at::kFloat), -1);
+  at::Tensor top_weights, top_experts;
+  std::tie(top_weights, top_experts) = probs.topk(k, -1);
+  if (s.normalize_top_k) top_weights = top_weights / top_weights.sum(-1, /*keepdim=*/true);
+  top_weights = top_weights.to(x.scalar_type());
+
+  // The assignments in (slot, token) order: every token's first choice,
+  // then every token's second.
+  at::Tensor expert_of = top_experts.t().reshape({-1});
+  at::Tensor token_of = at::arange(tokens, top_experts.options()).repeat({k});
+  at::Tensor weight_of = top_weights.t().reshape({-1});
+  int64_t dropped = 0;
+  if (const int64_t capacity = moe_capacity(s, tokens); capacity > 0) {
+    // Each assignment's place in its expert's queue, in that order.
+    const at::Tensor one_hot = at::one_hot(expert_of, s.experts);
+    const at::Tensor place = (one_hot.cumsum(0) * one_hot).sum(-1) - 1;
+    const at::Tensor kept = (place < capacity).nonzero().squeeze(1);
+    dropped = expert_of.size(0) - kept.size(0);
+    expert_of = expert_of.index_select(0, kept);
+    token_of = token_of.index_select(0, kept);
+    weight_of = weight_of.index_select(0, kept);
+  }
+  // Grouped by expert; the stable sort keeps (slot, token) order inside each.
+  const at::Tensor order = std::get<1>(expert_of.sort(/*stable=*/true, /*dim=*/0, /*descending=*/false));
+  token_of = token_of.index_select(0, order);
+  weight_of = weight_of.index_select(0, order);
+  const at::Tensor counts = at::bincount(expert_of, /*weights=*/{}, s.experts).to(at::kCPU);
+  const int64_t* count = counts.data_ptr<int64_t>();
+
+  at::Tensor out = at::zeros_like(x);
+  int64_t offset = 0;
+  for (int64_t e = 0; e < s.experts; ++e) {
+    const int64_t n = count[e];
+    if (n == 0) continue;
+    const at::Tensor rows = token_of.narrow(0, offset, n);
+    const at::Tensor y = swiglu(x.index_select(0, rows), w.gate[e], w.up[e], w.down[e]) *
+                         weight_of.narrow(0, offset, n).unsqueeze(1);
+    out.index_add_(0, rows, y);
+    offset += n;
+  }
+  if (w.shared_gate.defined()) {
+    out = out + at::sigmoid(at::linear(x, w.shared_expert_gate)) *
+                    swiglu(x, w.shared_gate, w.shared_up, w.shared_down);
+  }
+  if (routing) {
+    routing->logits = logits;
+    routing->tokens_per_expert.assign(count, count + s.experts);
+    routing->dropped = dropped;
+  }
+  return out;
+}
+
+at::Tensor load_balancing_loss(const std::vector<at::Tensor>& router_logits, int64_t experts, int64_t top_k) {
+  check(!router_logits.empty(), "load_balancing_loss needs at least one layer's router logits");
+  at::Tensor assigned = at::zeros({experts}, router_logits.front().options().dtype(at::kFloat));
+  at::Tensor probability = at::zeros({experts}, router_logits.front().options().dtype(at::kFloat));
+  int64_t rows = 0;
+  for (const at::Tensor& logits : router_logits) {
+    check(logits.dim() == 2 && logits.size(1) == experts,
+          "router logits are " + shape_of(logits) + ", expected [T, " + std::to_string(experts) + "]");
+    const at::Tensor probs = at::softmax(logits.to(at::kFloat), -1);
+    const at::Tensor chosen = std::get<1>(probs.topk(top_k, -1));
+    assigned = assigned + at::one_hot(chosen.reshape({-1}), experts).sum(0).to(at::kFloat);
+    probability = probability + probs.sum(0);
+    rows += logits.size(0);
+  }
+  const double n = static_cast<double>(rows);
+  return ((assigned / n) * (probability / n)).sum() * static_cast<double>(experts);
+}
+
+at::Tensor router_z_loss(const std::vector<at::Tensor>& router_logits) {
+  check(!router_logits.empty(), "router_z_loss needs at least one layer's router logits");
+  std::vector<at::Tensor> all;
+  all.reserve(router_logits.size());
+  for (const at::Tensor& logits : router_logits) all.push_back(logits.to(at::kFloat));
+  return at::logsumexp(at::cat(all, 0), -1).pow(2).mean();
+}
+
+}  // namespace accel::model
