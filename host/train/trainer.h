@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <optional>
@@ -110,6 +111,10 @@ class Trainer final : public runtime::ModelRunner {
   void commit_async_save(StepMetrics* metrics);
   // The run completed: its snapshots' memory is given back (rank 0).
   void remove_snapshots() const;
+  // Removes the snapshots of steps before `step` (rank 0): superseded by a
+  // newer snapshot or by a checkpoint on disk.
+  void drop_snapshots_before(int64_t step) const;
+  static int64_t completed_step_of(const std::filesystem::path& checkpoint);
   // After the step a stop signal ended: the checkpoint (under --save) and
   // the line that says how to go on.
   void stop_on_signal();

@@ -90,15 +90,26 @@ void Trainer::commit_async_save(StepMetrics* metrics) {
     log::info(strformat("saved %s %s (written in the background in %.0f ms)", snapshot ? "snapshot" : "checkpoint",
                         path.c_str(), async_save_.last_write_ms()));
   }
-  if (snapshot && rank_ == 0) {
-    // Only the newest snapshot is kept: memory, not disk. Every rank has
-    // committed it, and nothing reads the older ones while training runs.
-    std::error_code error;
-    for (const auto& entry : std::filesystem::directory_iterator(config_.snapshot_dir, error)) {
-      if (entry.path() != path && entry.path().filename().string().rfind("step_", 0) == 0) {
-        std::filesystem::remove_all(entry.path(), error);
-      }
-    }
+  // Only the newest snapshot is kept, and none older than a checkpoint on
+  // disk: memory, not disk.
+  drop_snapshots_before(snapshot ? completed_step_of(path) : completed_step_of(path) + 1);
+}
+
+int64_t Trainer::completed_step_of(const std::filesystem::path& checkpoint) {
+  return static_cast<int64_t>(checkpoint::checkpoint_step(checkpoint.filename().string()).value_or(0));
+}
+
+void Trainer::drop_snapshots_before(int64_t step) const {
+  // Every rank has committed the checkpoint that supersedes them, and
+  // nothing reads the older snapshots while training runs.
+  if (config_.snapshot_every == 0 || rank_ != 0) return;
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(config_.snapshot_dir, error)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("step_", 0) != 0) continue;
+    // step_N and step_N.tmp alike: a .tmp left by an interrupted save.
+    const std::optional<uint64_t> n = checkpoint::checkpoint_step(name.substr(0, name.find('.')));
+    if (n && static_cast<int64_t>(*n) < step) std::filesystem::remove_all(entry.path(), error);
   }
 }
 
@@ -180,6 +191,7 @@ void Trainer::save_checkpoint(bool periodic, StepMetrics* metrics, bool snapshot
     const std::filesystem::path path = save.finish();
     optimizer_.drop_moment_views();  // scaled moments: the dequantised copies were for this save only
     if (rank_ == 0) log::info("saved checkpoint " + path.string());
+    drop_snapshots_before(completed_step_of(path) + 1);
   }
   if (metrics) {
     metrics->ckpt_blocking_ms =

@@ -100,6 +100,25 @@ class AsyncSavesAreTheBlockingSaves(TempDirMixin, unittest.TestCase):
         self.assertFalse(os.path.exists(snapshots))
 
 
+class SnapshotsGiveWayToCheckpoints(TempDirMixin, unittest.TestCase):
+    def test_a_checkpoint_on_disk_removes_the_older_snapshots(self):
+        # SIGTERM: the job saves its last step to --save; every snapshot is
+        # of that step or older, so none is left to hold memory.
+        root, snapshots = self.path("save"), self.path("snapshots")
+        proc = subprocess.Popen([ACCEL_HOST, *map(str, [*COMMON, "--steps", 100000, "--save", root,
+                                                        "--snapshot-every", 2, "--snapshot-dir", snapshots,
+                                                        "--log-level", "warn"])],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60 * TIMEOUT_SCALE
+        while time.monotonic() < deadline and not (os.path.isdir(snapshots) and committed_steps(snapshots)):
+            time.sleep(0.05)
+        self.assertTrue(committed_steps(snapshots))
+        proc.send_signal(signal.SIGTERM)
+        self.assertEqual(proc.wait(timeout=60 * TIMEOUT_SCALE), 75, proc.stderr.read())
+        self.assertEqual(len(committed_steps(root)), 1)
+        self.assertEqual(committed_steps(snapshots), [])
+
+
 class KilledDuringBackgroundWrites(TempDirMixin, unittest.TestCase):
     """SIGKILL at random moments of a run that saves every step in the
     background (a write nearly always in flight): no committed checkpoint is
@@ -138,6 +157,36 @@ class KilledDuringBackgroundWrites(TempDirMixin, unittest.TestCase):
                                "--log-level", "info")
             self.assertIn(f"resumed from {os.path.join(root, f'step_{newest}')} at step {newest}", resumed.stderr)
             self.assertTrue(verifies(os.path.join(root, f"step_{newest + 1}")))
+
+    def test_sigkill_while_snapshotting_every_step(self):
+        # Snapshots commit and then remove the older one: whenever the run
+        # dies, one whole snapshot is left (two while a removal was cut
+        # short, the newer whole), and --resume auto takes the newest.
+        rng = random.Random(int(os.environ.get("ACCEL_CRASH_SEED", "20261128")) + 1)
+        model = [*COMMON, "--n-embd", 128, "--n-layer", 4]
+        for trial in range(3):
+            root, snapshots = self.path(f"save{trial}"), self.path(f"snapshots{trial}")
+            job = [*model, "--save", root, "--snapshot-every", 1, "--snapshot-dir", snapshots]
+            proc = subprocess.Popen([ACCEL_HOST, *map(str, [*job, "--steps", 100000, "--log-level", "warn"])],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            deadline = time.monotonic() + 60 * TIMEOUT_SCALE
+            while time.monotonic() < deadline and not (os.path.isdir(snapshots) and committed_steps(snapshots)):
+                if proc.poll() is not None:
+                    self.fail(f"accel-host exited early ({proc.returncode}): {proc.stderr.read()}")
+                time.sleep(0.05)
+            time.sleep(rng.uniform(0.0, 1.5))
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            steps = committed_steps(snapshots)
+            self.assertIn(len(steps), (1, 2), f"trial {trial}: {steps}")
+            newest = steps[-1]
+            self.assertTrue(verifies(os.path.join(snapshots, f"step_{newest}")), f"trial {trial}: torn")
+            resumed = run_host(*job, "--steps", newest + 1, "--resume", "auto", "--log-level", "info")
+            self.assertIn(f"resumed from {os.path.join(snapshots, f'step_{newest}')} at step {newest}",
+                          resumed.stderr)
+            # The completed run saved its last step to --save and gave the memory back.
+            self.assertTrue(verifies(os.path.join(root, f"step_{newest + 1}")))
+            self.assertFalse(os.path.exists(snapshots))
 
 
 
