@@ -121,6 +121,36 @@ Status all_to_all(const Buffer& input, const Buffer& output, int size) {
   return problem;
 }
 
+Status all_to_all_v(const Buffer& input, std::span<const int64_t> send_counts, const Buffer& output,
+                    std::span<const int64_t> recv_counts, int size) {
+  Status problem = buffer("input", input);
+  if (problem.ok()) problem = buffer("output", output);
+  if (problem.ok()) problem = same_kind(input, output);
+  const auto counts = [&](const char* role, std::span<const int64_t> c, int64_t elements) {
+    if (static_cast<int64_t>(c.size()) != size) {
+      return invalid(strformat("%s has %zu counts, the group %d ranks", role, c.size(), size));
+    }
+    int64_t sum = 0;
+    for (size_t j = 0; j < c.size(); ++j) {
+      if (c[j] < 0) return invalid(strformat("%s[%zu] is %lld (counts are >= 0)", role, j, static_cast<long long>(c[j])));
+      sum += c[j];
+    }
+    if (sum != elements) {
+      return invalid(strformat("%s add up to %lld elements, the buffer holds %lld", role, static_cast<long long>(sum),
+                               static_cast<long long>(elements)));
+    }
+    return Status{};
+  };
+  if (problem.ok()) problem = counts("send_counts", send_counts, input.count);
+  if (problem.ok()) problem = counts("recv_counts", recv_counts, output.count);
+  if (problem.ok() && input.count > 0 && output.count > 0) {
+    const auto in = reinterpret_cast<uintptr_t>(input.data);
+    const auto out = reinterpret_cast<uintptr_t>(output.data);
+    if (out < in + input.bytes() && in < out + output.bytes()) problem = invalid("output overlaps the input");
+  }
+  return problem;
+}
+
 Status rank_in_group(const char* role, int rank, int size) {
   if (rank < 0 || rank >= size)
     return invalid(strformat("%s %d is not a rank of this group (size %d)", role, rank, size));

@@ -70,6 +70,16 @@ class Communicator {
                                                 const OpOptions& options = {}) = 0;
   virtual std::shared_ptr<Work> all_to_all_async(const Buffer& input, const Buffer& output,
                                                  const OpOptions& options = {}) = 0;
+  // Uneven all-to-all: this rank sends send_counts[j] elements to rank j and
+  // receives recv_counts[j] from it, each side's chunks packed in rank order
+  // (the displacements are the counts' prefix sums). One count per rank of
+  // the group, each >= 0; the input holds sum(send_counts) elements, the
+  // output sum(recv_counts), and they do not overlap. Rank i's send count to
+  // j must be j's receive count from i: a chunk of another length fails the
+  // operation on the receiver, naming the peer. Zero counts are allowed.
+  virtual std::shared_ptr<Work> all_to_all_v_async(const Buffer& input, std::span<const int64_t> send_counts,
+                                                   const Buffer& output, std::span<const int64_t> recv_counts,
+                                                   const OpOptions& options = {}) = 0;
   virtual std::shared_ptr<Work> send_async(const Buffer& input, int peer, int tag,
                                            const OpOptions& options = {}) = 0;
   // Receives exactly output.count elements; a message of another length fails.
@@ -102,6 +112,10 @@ class Communicator {
   Status all_to_all(const Buffer& input, const Buffer& output, const OpOptions& options = {}) {
     return all_to_all_async(input, output, options)->wait();
   }
+  Status all_to_all_v(const Buffer& input, std::span<const int64_t> send_counts, const Buffer& output,
+                      std::span<const int64_t> recv_counts, const OpOptions& options = {}) {
+    return all_to_all_v_async(input, send_counts, output, recv_counts, options)->wait();
+  }
   Status send(const Buffer& input, int peer, int tag = 0, const OpOptions& options = {}) {
     return send_async(input, peer, tag, options)->wait();
   }
@@ -132,6 +146,8 @@ Status reduce_scatter(const Buffer& input, const Buffer& output, ReduceOp op, in
 // Whether a reduce_scatter's output is this rank's chunk of its input.
 bool reduce_scatter_in_place(const Buffer& input, const Buffer& output, int rank);
 Status all_to_all(const Buffer& input, const Buffer& output, int size);
+Status all_to_all_v(const Buffer& input, std::span<const int64_t> send_counts, const Buffer& output,
+                    std::span<const int64_t> recv_counts, int size);
 Status rank_in_group(const char* role, int rank, int size);
 
 }  // namespace validate

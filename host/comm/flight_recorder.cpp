@@ -32,6 +32,8 @@ const char* op_name(OpType op) {
       return "batch_p2p";
     case OpType::barrier:
       return "barrier";
+    case OpType::all_to_all_v:
+      return "all_to_all_v";
   }
   return "invalid";
 }

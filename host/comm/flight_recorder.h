@@ -31,6 +31,7 @@ enum class OpType : int {
   recv,
   batch_p2p,
   barrier,
+  all_to_all_v,  // appended: the recorder's dumps name it, never number it
 };
 
 const char* op_name(OpType op);

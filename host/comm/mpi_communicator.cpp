@@ -454,6 +454,38 @@ std::shared_ptr<Work> MpiCommunicator::all_to_all_async(const Buffer& input, con
   return launched(work, rc);
 }
 
+std::shared_ptr<Work> MpiCommunicator::all_to_all_v_async(const Buffer& input, std::span<const int64_t> send_counts,
+                                                          const Buffer& output, std::span<const int64_t> recv_counts,
+                                                          const OpOptions& options) {
+  OpInfo i = info(OpType::all_to_all_v, &input, -1, options);
+  if (auto failed = precheck(i, validate::all_to_all_v(input, send_counts, output, recv_counts, size()),
+                             {&input, &output})) {
+    return failed;
+  }
+  auto work = std::make_shared<MpiWork>(state_, std::move(i), options.timeout_ms, /*point_to_point=*/true);
+  // Taken in issue order on every rank, so every rank names the same tag.
+  const RingPlan plan = ring_plan(input.dtype);
+  const size_t element = dtype_size(input.dtype);
+  int64_t offset = 0;
+  for (int peer = 0; peer < size(); ++peer) {
+    const int count = static_cast<int>(recv_counts[static_cast<size_t>(peer)]);
+    const int rc = MPI_Irecv(static_cast<char*>(output.data) + static_cast<size_t>(offset) * element, count,
+                             plan.type, peer, plan.tag, plan.comm, work->add_request(true, count, plan.type, peer));
+    if (rc != MPI_SUCCESS) return launched(work, rc);
+    offset += count;
+  }
+  offset = 0;
+  for (int peer = 0; peer < size(); ++peer) {
+    const int count = static_cast<int>(send_counts[static_cast<size_t>(peer)]);
+    const int rc = MPI_Isend(static_cast<const char*>(input.data) + static_cast<size_t>(offset) * element, count,
+                             plan.type, peer, plan.tag, plan.comm, work->add_request());
+    if (rc != MPI_SUCCESS) return launched(work, rc);
+    if (peer != rank()) count_sent(link_to(peer), static_cast<int64_t>(count) * static_cast<int64_t>(element));
+    offset += count;
+  }
+  return launched(work, MPI_SUCCESS);
+}
+
 std::shared_ptr<Work> MpiCommunicator::barrier_async(const OpOptions& options) {
   OpInfo i = info(OpType::barrier, nullptr, -1, options);
   if (auto failed = precheck(i, Status{}, {})) return failed;

@@ -229,6 +229,33 @@ class NcclCommunicator final : public Communicator {
       return ncclGroupEnd();
     });
   }
+  std::shared_ptr<Work> all_to_all_v_async(const Buffer& in, std::span<const int64_t> send_counts,
+                                           const Buffer& out, std::span<const int64_t> recv_counts,
+                                           const OpOptions& o) override {
+    const Status problem = validate::all_to_all_v(in, send_counts, out, recv_counts, size());
+    return launch(info(OpType::all_to_all_v, &in, -1, o), problem, {&in, &out}, o, [&] {
+      const size_t element = dtype_size(in.dtype);
+      size_t sent = 0, received = 0;
+      ncclGroupStart();
+      for (int peer = 0; peer < size(); ++peer) {
+        // NCCL has no length check: the counts must agree (validated per
+        // rank; the ranks' agreement is the caller's, as NCCL's own).
+        const auto s = static_cast<size_t>(send_counts[static_cast<size_t>(peer)]);
+        const auto r = static_cast<size_t>(recv_counts[static_cast<size_t>(peer)]);
+        if (s > 0) {
+          ncclSend(static_cast<const char*>(in.data) + sent * element, s, nccl_type(in.dtype), peer, handle_->comm,
+                   stream_);
+        }
+        if (r > 0) {
+          ncclRecv(static_cast<char*>(out.data) + received * element, r, nccl_type(in.dtype), peer, handle_->comm,
+                   stream_);
+        }
+        sent += s;
+        received += r;
+      }
+      return ncclGroupEnd();
+    });
+  }
   std::shared_ptr<Work> send_async(const Buffer& in, int peer, int, const OpOptions& o) override {
     Status problem = validate::buffer("input", in);
     if (problem.ok()) problem = validate::rank_in_group("peer", peer, size());

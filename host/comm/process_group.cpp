@@ -216,6 +216,14 @@ std::shared_ptr<Work> ProcessGroup::broadcast_async(const Buffer& buffer, int ro
   return c ? c->broadcast_async(buffer, root, options) : failed;
 }
 
+std::shared_ptr<Work> ProcessGroup::all_to_all_v_async(const Buffer& input, std::span<const int64_t> send_counts,
+                                                       const Buffer& output, std::span<const int64_t> recv_counts,
+                                                       const OpOptions& options) {
+  std::shared_ptr<Work> failed;
+  Communicator* c = route(input, OpType::all_to_all_v, options.label, &failed);
+  return c ? c->all_to_all_v_async(input, send_counts, output, recv_counts, options) : failed;
+}
+
 std::shared_ptr<Work> ProcessGroup::all_to_all_async(const Buffer& input, const Buffer& output,
                                                      const OpOptions& options) {
   std::shared_ptr<Work> failed;

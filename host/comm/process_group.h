@@ -91,6 +91,9 @@ class ProcessGroup final : public Communicator {
                                         const OpOptions& options = {}) override;
   std::shared_ptr<Work> all_to_all_async(const Buffer& input, const Buffer& output,
                                          const OpOptions& options = {}) override;
+  std::shared_ptr<Work> all_to_all_v_async(const Buffer& input, std::span<const int64_t> send_counts,
+                                           const Buffer& output, std::span<const int64_t> recv_counts,
+                                           const OpOptions& options = {}) override;
   std::shared_ptr<Work> send_async(const Buffer& input, int peer, int tag,
                                    const OpOptions& options = {}) override;
   std::shared_ptr<Work> recv_async(const Buffer& output, int peer, int tag,

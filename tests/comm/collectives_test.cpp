@@ -314,6 +314,80 @@ TEST_P(Collectives, AllToAll) {
   }
 }
 
+// Uneven chunks: rank i sends (i + j) % 3 elements to rank j (zero
+// counts included; rank i's k-th element to j is test_value(i, 100 j + k)),
+// and a run with one large chunk (rendezvous size) to every peer.
+TEST_P(Collectives, AllToAllV) {
+  for (int64_t scale : {1, 40000}) {
+    SCOPED_TRACE("scale " + std::to_string(scale));
+    const auto count = [&](int from, int to) { return ((from + to) % 3) * scale; };
+    std::vector<int64_t> send_counts, recv_counts;
+    int64_t sends = 0, receives = 0;
+    for (int j = 0; j < size_; ++j) {
+      send_counts.push_back(count(rank_, j));
+      recv_counts.push_back(count(j, rank_));
+      sends += send_counts.back();
+      receives += recv_counts.back();
+    }
+    TypedBuffer in(dtype(), sends);
+    for (int j = 0, at = 0; j < size_; ++j) {
+      for (int64_t k = 0; k < send_counts[static_cast<size_t>(j)]; ++k) in.set(at++, test_value(dtype(), rank_, 100 * j + k));
+    }
+    TypedBuffer out(dtype(), receives);
+    const Status s = finish(comm_->all_to_all_v_async(in.view(), send_counts, out.view(), recv_counts, {0, "a2av"}));
+    ASSERT_TRUE(s.ok()) << s.message;
+    TypedBuffer want(dtype(), receives);
+    for (int i = 0, at = 0; i < size_; ++i) {
+      for (int64_t k = 0; k < recv_counts[static_cast<size_t>(i)]; ++k) want.set(at++, test_value(dtype(), i, 100 * rank_ + k));
+    }
+    EXPECT_SAME_BYTES(out, want);
+  }
+}
+
+// Counts that cannot be right are refused before anything is sent, on the
+// rank that holds them, in one line each.
+TEST_P(Collectives, AllToAllVRefusesBadCounts) {
+  if (std::get<1>(GetParam()) == Mode::async || dtype() != DType::f32) GTEST_SKIP() << "one case";
+  TypedBuffer in = input(2 * size_, rank_);
+  TypedBuffer out(dtype(), 2 * size_);
+  const std::vector<int64_t> twos(static_cast<size_t>(size_), 2);
+  const auto refused = [&](std::vector<int64_t> send, std::vector<int64_t> recv, const Buffer& output,
+                           const char* words) {
+    const Status s = comm_->all_to_all_v(in.view(), send, output, recv);
+    EXPECT_EQ(s.code, ErrorCode::invalid_argument) << s.message;
+    EXPECT_NE(s.message.find(words), std::string::npos) << s.message;
+  };
+  refused(std::vector<int64_t>(static_cast<size_t>(size_) + 1, 0), twos, out.view(), "send_counts has");
+  std::vector<int64_t> negative = twos;
+  negative[0] = -1;  // found before the sum is
+  refused(negative, twos, out.view(), "is -1");
+  std::vector<int64_t> short_sum = twos;
+  short_sum[0] = 1;
+  refused(twos, short_sum, out.view(), "recv_counts add up to");
+  refused(twos, twos, in.view(), "overlaps");
+}
+
+// A receive count that disagrees with the sender's fails the receiver's
+// operation naming the peer (rank 1 expects one element more from rank 0
+// than rank 0 sends it); a communicator of its own, since it fails.
+TEST_P(Collectives, AllToAllVCountsThatDisagreeFailTheReceiver) {
+  if (size_ < 2 || std::get<1>(GetParam()) == Mode::async || dtype() != DType::f32) GTEST_SKIP() << "one case";
+  MpiCommunicator comm(MPI_COMM_WORLD, "a2av_mismatch", test_options());
+  std::vector<int64_t> send_counts(static_cast<size_t>(size_), 1), recv_counts(static_cast<size_t>(size_), 1);
+  if (rank_ == 1) recv_counts[0] = 2;
+  int64_t receives = 0;
+  for (int64_t c : recv_counts) receives += c;
+  TypedBuffer in = input(size_, rank_);
+  TypedBuffer out(dtype(), receives);
+  const Status s = comm.all_to_all_v(in.view(), send_counts, out.view(), recv_counts);
+  if (rank_ == 1) {
+    EXPECT_FALSE(s.ok());
+    EXPECT_NE(s.message.find("from peer 0, expected 2"), std::string::npos) << s.message;
+  } else {
+    EXPECT_TRUE(s.ok()) << s.message;
+  }
+}
+
 TEST_P(Collectives, SendRecvRing) {
   const int next = (rank_ + 1) % size_;
   const int prev = (rank_ + size_ - 1) % size_;
