@@ -6,24 +6,61 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <stdexcept>
 #include <thread>
 
 namespace accel::comm {
+namespace {
+
+bool launched_by_a_launcher() {
+  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMIX_RANK") != nullptr ||
+         std::getenv("PMI_RANK") != nullptr;
+}
+
+// Open MPI 4 puts every isolated singleton's session files under one shared
+// directory ($TMPDIR/ompi.<host>.<uid>/jf.0), which each creates on start and
+// removes on exit when empty: two one-process runs starting while a third
+// ends race on it, and the loser dies in MPI_Init ("A call to mkdir was
+// unable to create the desired directory ... File exists", open-mpi/ompi
+// #3818, #8510). A directory of this process's own cannot be raced. Returns
+// it (set as Open MPI's tmpdir base), or "" when the user set a base of
+// their own or none could be made (Open MPI's default then).
+std::string make_private_session_root() {
+  if (std::getenv("OMPI_MCA_orte_tmpdir_base") != nullptr || std::getenv("OMPI_MCA_orte_top_session_dir") != nullptr) {
+    return "";
+  }
+  std::string base = "/tmp";
+  for (const char* name : {"TMPDIR", "TEMP", "TMP"}) {  // Open MPI's own order
+    if (const char* value = std::getenv(name); value != nullptr && *value != '\0') {
+      base = value;
+      break;
+    }
+  }
+  std::string pattern = base + "/accel-mpi-XXXXXX";
+  if (mkdtemp(pattern.data()) == nullptr) return "";
+  setenv("OMPI_MCA_orte_tmpdir_base", pattern.c_str(), /*overwrite=*/1);
+  return pattern;
+}
+
+}  // namespace
 
 MpiSession::MpiSession(int* argc, char*** argv) {
   // Started by hand (no launcher's variables), Open MPI 4's singleton would
   // fork a daemon to serve MPI_Comm_spawn, which Accel never calls: half a
   // second of every one-process start (0.56 s against 0.26 s for a bare
   // MPI_Init here). An isolated singleton skips it; a user's own setting wins.
-  if (std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr && std::getenv("PMIX_RANK") == nullptr &&
-      std::getenv("PMI_RANK") == nullptr) {
+  if (!launched_by_a_launcher()) {
     setenv("OMPI_MCA_ess_singleton_isolated", "1", /*overwrite=*/0);
+    private_session_root_ = make_private_session_root();
   }
   int provided = 0;
   // MULTIPLE: the communication layer's watchdog and async collectives run on
   // their own threads.
-  if (MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
+  const int initialized = MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
+  // Read by MPI_Init alone: a process this one starts picks its own.
+  if (!private_session_root_.empty()) unsetenv("OMPI_MCA_orte_tmpdir_base");
+  if (initialized != MPI_SUCCESS) {
     throw std::runtime_error("MPI_Init_thread failed");
   }
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
@@ -61,6 +98,10 @@ MpiSession::~MpiSession() {
   if (finalized) return;
   if (ending_comm_ != MPI_COMM_NULL) MPI_Comm_free(&ending_comm_);
   MPI_Finalize();
+  if (!private_session_root_.empty()) {
+    std::error_code ignored;  // a leftover in $TMPDIR is no reason to fail a finished run
+    std::filesystem::remove_all(private_session_root_, ignored);
+  }
 }
 
 bool MpiSession::every_rank_is_failing(int64_t wait_ms) const {

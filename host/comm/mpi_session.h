@@ -63,6 +63,9 @@ class MpiSession {
   int local_world_size_ = 1;
   int num_nodes_ = 1;
   std::shared_ptr<const std::vector<int>> world_nodes_;
+  // A singleton's private Open MPI session directory, removed after
+  // MPI_Finalize; empty when Open MPI chose its own.
+  std::string private_session_root_;
 };
 
 }  // namespace accel::comm

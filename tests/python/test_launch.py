@@ -5,6 +5,7 @@ auto` then goes on from it, bit-exact with a run that was never stopped.
 Preflight: a start-up that cannot work is one line before any rank trains."""
 import os
 import signal
+import socket
 import subprocess
 import time
 import unittest
@@ -242,6 +243,39 @@ class Preflight(unittest.TestCase):
         self.assertIn("[rank 1]", line)
         self.assertIn("srun started 2 tasks without a PMI, so each would train alone: launch with srun --mpi=pmix",
                       line)
+
+
+class EmbeddedDefault(TempDirMixin, unittest.TestCase):
+    """One process without mpirun is an Open MPI singleton. Open MPI 4 keeps
+    every singleton's session files under one shared directory that each
+    creates and removes, so one-process runs starting together raced on it
+    and lost in MPI_Init (a CI run of this suite did). Each now has its own."""
+
+    def run_alone(self, extra_env):
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_", "PMI_", "SLURM_"))}
+        env.update(TMPDIR=self.tmp, **extra_env)
+        return subprocess.run([ACCEL_HOST, *map(str, COMMON), "--steps", "1"], capture_output=True, text=True,
+                              env=env, timeout=60)
+
+    def block_the_shared_session_directory(self):
+        # A file where the shared tree's job-family directory would go: what
+        # a racing process's half-made or half-removed tree looks like.
+        shared = self.path(f"ompi.{socket.gethostname()}.{os.getuid()}")
+        os.mkdir(shared)
+        open(os.path.join(shared, "jf.0"), "w").close()
+        return shared
+
+    def test_a_one_process_run_keeps_its_session_files_to_itself_and_removes_them(self):
+        shared = self.block_the_shared_session_directory()
+        proc = self.run_alone({})
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertEqual(os.listdir(self.tmp), [os.path.basename(shared)])  # its own directory is gone
+
+    def test_a_users_own_session_directory_setting_wins(self):
+        self.block_the_shared_session_directory()
+        proc = self.run_alone({"OMPI_MCA_orte_tmpdir_base": self.tmp})
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertIn("unable to create the desired directory", proc.stdout + proc.stderr)
 
 
 if __name__ == "__main__":

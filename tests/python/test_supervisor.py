@@ -5,6 +5,7 @@ the restart equal a run that moved to that world through the same
 checkpoint. A signal to the supervisor reaches the ranks and ends the job
 without a restart."""
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -13,10 +14,12 @@ import unittest
 
 from accel_testing import ACCEL_HOST, MPI_ENV, MPIRUN, TIMEOUT_SCALE, TempDirMixin, complete_lines, mpirun, read_metrics
 
-STEPS, EVERY = 14, 4
+# Long enough (10-50 ms a step) that the kill lands mid-run.
+STEPS, EVERY = 40, 4
 # --lr-decay-steps: a leg that stops early follows the whole run's schedule.
+# Info: the restarted leg says where it resumed (resumed_step).
 TINY = ["--model", "gpt-tiny", "--lr", 3e-3, "--warmup-steps", 2, "--lr-decay-steps", STEPS, "--threads", 1,
-        "--log-level", "warn"]
+        "--log-level", "info"]
 
 
 def children(pid):
@@ -25,6 +28,15 @@ def children(pid):
             return [int(p) for p in f.read().split()]
     except FileNotFoundError:
         return []
+
+
+def resumed_step(test, err):
+    """The step the restarted leg resumed at, from its log: the metrics
+    cannot tell when the kill fell between a checkpoint and the next step's
+    line (nothing repeats then)."""
+    steps = set(re.findall(r"resumed from \S+ at step (\d+)", err))
+    test.assertEqual(len(steps), 1, err)
+    return int(steps.pop())
 
 
 def last_per_step(rows):
@@ -93,8 +105,8 @@ class Supervisor(TempDirMixin, unittest.TestCase):
         self.assertIn("restarting at 2 rank(s)", err)
         self.assertIn("mpirun -n 2", out.splitlines()[-1])
         rows = read_metrics(metrics)
-        # The restart resumed from the newest checkpoint written before the kill.
-        resumed_at = next(rows[i]["step"] - 1 for i in range(1, len(rows)) if rows[i]["step"] <= rows[i - 1]["step"])
+        # The restart resumed from a checkpoint written before the kill.
+        resumed_at = resumed_step(self, err)
         self.assertEqual(resumed_at % EVERY, 0)
         # The reference: 3 ranks to that checkpoint, then 2 ranks from it.
         ref_root = self.path("ref")
@@ -119,7 +131,7 @@ class Supervisor(TempDirMixin, unittest.TestCase):
         # Long enough (about 50 ms a step) that the kill lands mid-run.
         root, metrics, steps = self.path("save"), self.path("m.jsonl"), 80
         job = ["--model", "gpt-tiny", "--lr", 3e-3, "--warmup-steps", 2, "--lr-decay-steps", steps, "--threads", 1,
-               "--log-level", "warn", "--batch-size", 8, "--steps", steps, "--save-every", 1000,
+               "--log-level", "info", "--batch-size", 8, "--steps", steps, "--save-every", 1000,
                "--snapshot-every", 2, "--plugin", "fsdp"]
         snapshots = self.snapshot_root(root)
         self.addCleanup(shutil.rmtree, snapshots, True)
@@ -136,7 +148,7 @@ class Supervisor(TempDirMixin, unittest.TestCase):
         self.assertEqual(proc.returncode, 0, out + err)
         self.assertIn("restart 1 of 2:", out)
         rows = read_metrics(metrics)
-        resumed_at = next(rows[i]["step"] - 1 for i in range(1, len(rows)) if rows[i]["step"] <= rows[i - 1]["step"])
+        resumed_at = resumed_step(self, err)
         self.assertEqual(resumed_at % 2, 0)
         self.assertGreaterEqual(resumed_at, 6)
         mpirun(2, *job, "--save", self.path("straight"), "--metrics-file", self.path("straight.jsonl"))
@@ -163,7 +175,7 @@ class Supervisor(TempDirMixin, unittest.TestCase):
         self.assertEqual(proc.returncode, 0, out + err)
         self.assertIn("restarting at 2 rank(s)", err)
         rows = read_metrics(metrics)
-        resumed_at = next(rows[i]["step"] - 1 for i in range(1, len(rows)) if rows[i]["step"] <= rows[i - 1]["step"])
+        resumed_at = resumed_step(self, err)
         self.assertEqual(resumed_at % 3, 0)
         self.assertGreaterEqual(resumed_at, 6)
         ref_root = self.path("ref")
