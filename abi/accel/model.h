@@ -71,6 +71,14 @@ typedef enum AccelParamRole {
   ACCEL_PARAM_BIAS = 2,
   ACCEL_PARAM_NORM = 3,           /* norm scale (and shift) */
   ACCEL_PARAM_EMBEDDING = 4,      /* [vocab or positions, hidden] */
+  /* 1.11: a mixture of experts' router, [experts, hidden]; applied by the
+   * host's own code, never through a linear hook. */
+  ACCEL_PARAM_ROUTER = 5,
+  /* 1.11: every expert's weights of one projection stacked, [experts, ...]:
+   * index 0 of dim 0 is expert 0. Applied by the host's own code, never
+   * through a linear hook. A plugin built before 1.11 sees an unknown role:
+   * it must treat it as ACCEL_PARAM_OTHER. */
+  ACCEL_PARAM_EXPERTS = 6,
   ACCEL_PARAM_ROLE_FORCE_32BIT = 0x7fffffff
 } AccelParamRole;
 

@@ -280,8 +280,16 @@ void take_shape_from_init_checkpoint(RunConfig& config) {
   reconcile(o.seq_len, hf.shape.seq_len, "seq-len", llama ? "max_position_embeddings" : "n_positions");
   reconcile(o.vocab_size, hf.shape.vocab_size, "vocab-size", "vocab_size");
   if (llama) {
-    config.model = "llama-tiny";  // the family; every dimension comes from config.json
+    // The family; every dimension comes from config.json.
+    config.model = hf.shape.has_experts() ? "moe-tiny" : "llama-tiny";
     reconcile(o.n_kv_head, hf.shape.n_kv_head, "n-kv-head", "num_key_value_heads");
+    if (hf.shape.has_experts()) {
+      reconcile(o.n_experts, hf.shape.n_experts, "n-experts", "num_local_experts");
+      reconcile(o.experts_per_token, hf.shape.experts_per_token, "experts-per-token", "num_experts_per_tok");
+    } else if (o.n_experts && *o.n_experts != 0) {
+      throw UsageError(strformat("--n-experts %lld contradicts %s, a dense Llama", static_cast<long long>(*o.n_experts),
+                                 (dir / "config.json").c_str()));
+    }
     reconcile(o.ffn_size, hf.shape.ffn_size, "ffn-size", "intermediate_size");
     o.rope_theta = hf.shape.rope_theta;
     o.norm_eps = hf.shape.norm_eps;

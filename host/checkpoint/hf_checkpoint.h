@@ -1,5 +1,6 @@
-// Hugging Face `transformers` checkpoints of GPT-2 (GPT2LMHeadModel) and
-// Llama (LlamaForCausalLM, hf_llama.cpp), both ways: reading a
+// Hugging Face `transformers` checkpoints of GPT-2 (GPT2LMHeadModel),
+// Llama (LlamaForCausalLM, hf_llama.cpp) and Mixtral (MixtralForCausalLM,
+// hf_mixtral.cpp), both ways: reading a
 // save_pretrained directory for --init-from hf:DIR, and the names, layouts
 // and config.json that export-hf writes.
 //
@@ -65,5 +66,16 @@ std::shared_ptr<const HfWeightSource> read_hf_llama_weights(const std::filesyste
                                                             const model::GptConfig& shape);
 std::vector<std::pair<std::string, at::Tensor>> to_hf_llama_tensors(
     const std::vector<std::pair<std::string, at::Tensor>>& host_tensors);
+
+// Mixtral's (hf_mixtral.cpp): Llama's names for everything but the experts.
+// On disk transformers keeps the router as block_sparse_moe.gate.weight and
+// one tensor per expert and projection (block_sparse_moe.experts.{e}.w1 /
+// w3 / w2.weight, [F, C], [F, C], [C, F]); the host stacks them as its
+// mlp.experts.gate_up_proj [E, 2F, C] (w1 then w3 per expert) and
+// mlp.experts.down_proj [E, C, F], as transformers 5 does in memory.
+std::shared_ptr<const HfWeightSource> read_hf_mixtral_weights(const std::filesystem::path& dir,
+                                                              const model::GptConfig& shape);
+std::vector<std::pair<std::string, at::Tensor>> to_hf_mixtral_tensors(
+    const std::vector<std::pair<std::string, at::Tensor>>& host_tensors, const model::GptConfig& shape);
 
 }  // namespace accel::checkpoint

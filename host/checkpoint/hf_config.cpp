@@ -151,8 +151,8 @@ double rope_theta(const JsonFields& config) {
   return theta;
 }
 
-HfModelConfig parse_llama(const JsonFields& config) {
-  require_architectures(config, {"LlamaForCausalLM", "LlamaModel"}, "LlamaForCausalLM");
+// The keys Llama and Mixtral share (attention, norms, rotary, width).
+ModelOverrides llama_shape(const JsonFields& config) {
   ModelOverrides o;
   o.vocab_size = dimension(config, "vocab_size", 2);
   o.seq_len = dimension(config, "max_position_embeddings");
@@ -182,9 +182,41 @@ HfModelConfig parse_llama(const JsonFields& config) {
     config.fail("pretraining_tp", strformat("is %lld; accel-host's Llama computes the projections whole "
                                             "(pretraining_tp 1)", static_cast<long long>(*tp)));
   }
+  return o;
+}
+
+HfModelConfig parse_llama(const JsonFields& config) {
+  require_architectures(config, {"LlamaForCausalLM", "LlamaModel"}, "LlamaForCausalLM");
+  const ModelOverrides o = llama_shape(config);
   HfModelConfig out;
   note_dropout(config, "attention_dropout", out.ignored);
   out.shape = build_shape(config.where(), "llama-tiny", o);
+  return out;
+}
+
+// ---- Mixtral (MixtralForCausalLM) --------------------------------------------
+// Llama's attention with a mixture of experts in every block.
+
+HfModelConfig parse_mixtral(const JsonFields& config) {
+  require_architectures(config, {"MixtralForCausalLM", "MixtralModel"}, "MixtralForCausalLM");
+  ModelOverrides o = llama_shape(config);
+  o.n_experts = dimension(config, "num_local_experts");
+  o.experts_per_token = config.integer("num_experts_per_tok", 1, *o.n_experts);
+  if (config.has_value("sliding_window")) {
+    config.fail("sliding_window", "is " + describe(config.value("sliding_window")) +
+                                      "; accel-host's Mixtral attends to the whole sequence (null)");
+  }
+  if (const auto jitter = config.optional_number("router_jitter_noise", 0.0, 1e9); jitter && *jitter != 0.0) {
+    config.fail("router_jitter_noise", strformat("is %g; accel-host's router adds no noise (0)", *jitter));
+  }
+  HfModelConfig out;
+  note_dropout(config, "attention_dropout", out.ignored);
+  // A training setting, not the model's: the run's own --moe-aux-loss-coef decides.
+  const bool aux = config.has_value("output_router_logits") && config.boolean("output_router_logits");
+  if (const auto coef = config.optional_number("router_aux_loss_coef", 0.0, 1e9); aux && coef && *coef != 0.0) {
+    out.ignored.push_back(strformat("router_aux_loss_coef %g (the run's --moe-aux-loss-coef applies)", *coef));
+  }
+  out.shape = build_shape(config.where(), "moe-tiny", o);
   return out;
 }
 
@@ -197,8 +229,10 @@ HfModelConfig parse_hf_config(std::string_view text, const std::string& where) {
     const std::optional<std::string> type = config.optional_string("model_type");
     if (type == "gpt2") return parse_gpt2(config);
     if (type == "llama") return parse_llama(config);
-    if (!type) config.fail("model_type", "is missing (supported: gpt2, llama)");
-    config.fail("model_type", "is " + describe(config.value("model_type")) + ", which is not supported (supported: gpt2, llama)");
+    if (type == "mixtral") return parse_mixtral(config);
+    if (!type) config.fail("model_type", "is missing (supported: gpt2, llama, mixtral)");
+    config.fail("model_type", "is " + describe(config.value("model_type")) +
+                                  ", which is not supported (supported: gpt2, llama, mixtral)");
   } catch (const sdk::JsonInputError& e) {
     throw CheckpointError(e.what());
   }
@@ -220,7 +254,8 @@ HfModelConfig read_hf_config(const fs::path& dir) {
 // ---- Writing -----------------------------------------------------------------
 
 std::string hf_config_json(const model::GptConfig& shape) {
-  return shape.family == model::ModelFamily::llama ? hf_llama_config_json(shape) : hf_gpt2_config_json(shape);
+  if (shape.family != model::ModelFamily::llama) return hf_gpt2_config_json(shape);
+  return shape.has_experts() ? hf_mixtral_config_json(shape) : hf_llama_config_json(shape);
 }
 
 std::string hf_gpt2_config_json(const model::GptConfig& shape) {
@@ -268,6 +303,39 @@ std::string hf_llama_config_json(const model::GptConfig& shape) {
       {"attention_dropout", 0.0},
       {"mlp_bias", false},
       {"pretraining_tp", 1},
+      {"tie_word_embeddings", false},
+      {"initializer_range", 0.02},
+      {"use_cache", true},
+      {"bos_token_id", nullptr},
+      {"eos_token_id", nullptr},
+      {"pad_token_id", nullptr},
+      {"dtype", "float32"},
+  };
+  return config.dump(2) + "\n";
+}
+
+std::string hf_mixtral_config_json(const model::GptConfig& shape) {
+  const json config = {
+      {"architectures", {"MixtralForCausalLM"}},
+      {"model_type", "mixtral"},
+      {"vocab_size", shape.vocab_size},
+      {"max_position_embeddings", shape.seq_len},
+      {"hidden_size", shape.n_embd},
+      {"intermediate_size", shape.ffn_size},
+      {"num_hidden_layers", shape.n_layer},
+      {"num_attention_heads", shape.n_head},
+      {"num_key_value_heads", shape.n_kv_head},
+      {"head_dim", shape.n_embd / shape.n_head},
+      {"num_local_experts", shape.n_experts},
+      {"num_experts_per_tok", shape.experts_per_token},
+      {"hidden_act", "silu"},
+      {"rms_norm_eps", shape.norm_eps},
+      {"rope_parameters", {{"rope_theta", shape.rope_theta}, {"rope_type", "default"}}},
+      {"sliding_window", nullptr},
+      {"router_jitter_noise", 0.0},
+      {"output_router_logits", false},
+      {"router_aux_loss_coef", 0.001},
+      {"attention_dropout", 0.0},
       {"tie_word_embeddings", false},
       {"initializer_range", 0.02},
       {"use_cache", true},

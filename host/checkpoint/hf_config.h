@@ -1,6 +1,7 @@
 // config.json of a Hugging Face `transformers` save_pretrained directory:
-// what model it describes, for --init-from hf:DIR. GPT-2 (GPT2LMHeadModel)
-// and Llama (LlamaForCausalLM), chosen by model_type.
+// what model it describes, for --init-from hf:DIR. GPT-2 (GPT2LMHeadModel),
+// Llama (LlamaForCausalLM) and Mixtral (MixtralForCausalLM: a llama shape
+// with experts), chosen by model_type.
 //
 // Read by the one JSON rule (accel/sdk/json_input.hpp), as
 // trainer_state.json is: a depth limit, integers that are JSON integers
@@ -51,5 +52,6 @@ HfModelConfig read_hf_config(const std::filesystem::path& dir);
 std::string hf_config_json(const model::GptConfig& shape);
 std::string hf_gpt2_config_json(const model::GptConfig& shape);
 std::string hf_llama_config_json(const model::GptConfig& shape);
+std::string hf_mixtral_config_json(const model::GptConfig& shape);  // a llama shape with experts
 
 }  // namespace accel::checkpoint

@@ -52,17 +52,63 @@ void HfWeightSource::add(const std::string& host_name, size_t file, const Tensor
   located_.insert_or_assign(host_name, std::move(tensor));
 }
 
+void HfWeightSource::add_stacked(const std::string& host_name, const std::vector<std::vector<Piece>>& rows,
+                                 std::vector<int64_t> host_shape) {
+  const auto [matrix_rows, matrix_cols] = model::weight_matrix_shape(host_shape);
+  if (static_cast<int64_t>(rows.size()) != matrix_rows) {
+    throw std::logic_error(host_name + ": " + std::to_string(rows.size()) + " stacked rows for " +
+                           std::to_string(matrix_rows));
+  }
+  Stacked stacked{std::move(host_shape), {}};
+  for (const std::vector<Piece>& pieces : rows) {
+    std::vector<Located> row;
+    int64_t width = 0;
+    for (const Piece& piece : pieces) {
+      int64_t numel = 1;
+      for (const int64_t d : piece.info.shape) numel *= d;
+      row.push_back(locate(piece.file, piece.info, {numel}, /*transposed=*/false));
+      bytes_stored_ += piece.info.nbytes();
+      width += numel;
+    }
+    if (width != matrix_cols) {
+      throw std::logic_error(host_name + ": a stacked row of " + std::to_string(width) + " elements for " +
+                             std::to_string(matrix_cols));
+    }
+    stacked.rows.push_back(std::move(row));
+  }
+  stacked_.insert_or_assign(host_name, std::move(stacked));
+}
+
 std::map<std::string, std::vector<int64_t>> HfWeightSource::shapes() const {
   std::map<std::string, std::vector<int64_t>> out;
   for (const auto& [name, tensor] : located_) out.emplace(name, tensor.shape);
+  for (const auto& [name, stacked] : stacked_) out.emplace(name, stacked.shape);
   return out;
 }
 
 void HfWeightSource::read_block(const std::string& name, const model::WeightBlock& block, float* dst,
                                 int64_t ld) const {
   const auto found = located_.find(name);
-  if (found == located_.end()) throw std::logic_error("the initial weights from " + origin_ + " hold no parameter " + name);
-  read_located(found->second, block, dst, ld);
+  if (found != located_.end()) return read_located(found->second, block, dst, ld);
+  const auto stacked = stacked_.find(name);
+  if (stacked == stacked_.end()) throw std::logic_error("the initial weights from " + origin_ + " hold no parameter " + name);
+  const auto [rows, cols] = model::weight_matrix_shape(stacked->second.shape);
+  if (block.row0 < 0 || block.rows < 0 || block.col0 < 0 || block.cols < 0 || block.row0 + block.rows > rows ||
+      block.col0 + block.cols > cols) {
+    throw std::logic_error("parameter " + name + ": block out of range");
+  }
+  // Each row's pieces side by side: read the part of each the block covers.
+  for (int64_t r = 0; r < block.rows; ++r) {
+    int64_t start = 0;
+    for (const Located& piece : stacked->second.rows[static_cast<size_t>(block.row0 + r)]) {
+      const int64_t length = piece.shape[0];
+      const int64_t from = std::max(start, block.col0), to = std::min(start + length, block.col0 + block.cols);
+      if (from < to) {
+        read_located(piece, model::WeightBlock{0, 1, from - start, to - from}, dst + r * ld + (from - block.col0), to - from);
+      }
+      start += length;
+    }
+  }
 }
 
 void HfWeightSource::read_located(const Located& tensor, const model::WeightBlock& block, float* dst,

@@ -44,7 +44,20 @@ class HfWeightSource final : public model::WeightSource {
   // file and tensor when the stored dtype is not a floating type.
   void add(const std::string& host_name, size_t file, const TensorInfo& info, std::vector<int64_t> host_shape,
            bool transposed);
-  bool contains(const std::string& host_name) const { return located_.count(host_name) != 0; }
+  // Parameter `host_name` (host shape `host_shape`, [E, ...]) stacked from
+  // whole tensors: row e of its matrix view is the concatenation of
+  // rows[e]'s tensors, each flattened in its row-major order (Mixtral's
+  // experts: one tensor per expert and projection on disk). The sizes must
+  // add up (std::logic_error otherwise); dtypes as add().
+  struct Piece {
+    size_t file;
+    TensorInfo info;
+  };
+  void add_stacked(const std::string& host_name, const std::vector<std::vector<Piece>>& rows,
+                   std::vector<int64_t> host_shape);
+  bool contains(const std::string& host_name) const {
+    return located_.count(host_name) != 0 || stacked_.count(host_name) != 0;
+  }
 
   std::map<std::string, std::vector<int64_t>> shapes() const override;
   void read_block(const std::string& name, const model::WeightBlock& block, float* dst, int64_t ld) const override;
@@ -79,6 +92,11 @@ class HfWeightSource final : public model::WeightSource {
   std::string origin_;
   std::vector<SafetensorsFile> files_;
   std::map<std::string, Located> located_;
+  struct Stacked {
+    std::vector<int64_t> shape;              // the host's
+    std::vector<std::vector<Located>> rows;  // per row, its pieces as 1-D tensors
+  };
+  std::map<std::string, Stacked> stacked_;
   uint64_t bytes_stored_ = 0;
   mutable std::atomic<uint64_t> bytes_read_{0};
 };

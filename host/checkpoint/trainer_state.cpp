@@ -72,7 +72,9 @@ std::string trainer_state_json(const TrainerState& state) {
         {"n_kv_head", state.model.n_kv_head},
         {"ffn_size", state.model.ffn_size},
         {"rope_theta", state.model.rope_theta},
-        {"norm_eps", state.model.norm_eps}}},
+        {"norm_eps", state.model.norm_eps},
+        {"n_experts", state.model.n_experts},
+        {"experts_per_token", state.model.experts_per_token}}},
       {"plugins", state.plugins},
       {"world_size", state.world_size}};
   return j.dump(2) + "\n";
@@ -110,7 +112,7 @@ static TrainerState read_fields(const json& document, const std::string& where) 
 
   const JsonFields model = top.object("model");
   model.only({"n_layer", "n_head", "n_embd", "seq_len", "vocab_size", "family", "n_kv_head", "ffn_size", "rope_theta",
-              "norm_eps"});
+              "norm_eps", "n_experts", "experts_per_token"});
   s.model.n_layer = model.integer("n_layer", 1, kMaxDimension);
   s.model.n_head = model.integer("n_head", 1, kMaxDimension);
   s.model.n_embd = model.integer("n_embd", 1, kMaxDimension);
@@ -129,8 +131,18 @@ static TrainerState read_fields(const json& document, const std::string& where) 
     if (s.model.n_head % s.model.n_kv_head != 0) model.fail("n_kv_head", "must divide n_head");
     s.model.ffn_size = model.integer("ffn_size", 1, kMaxDimension);
     s.model.rope_theta = model.positive_finite("rope_theta");
-  } else if (model.contains("n_kv_head") && model.integer("n_kv_head", 0, 0) != 0) {
-    model.fail("n_kv_head", "must be 0 for gpt2");
+    // Optional: files written before the mixture of experts existed are dense.
+    if (model.contains("n_experts")) s.model.n_experts = model.integer("n_experts", 0, kMaxDimension);
+    if (s.model.n_experts > 0) {
+      s.model.experts_per_token = model.integer("experts_per_token", 1, s.model.n_experts);
+    } else if (model.contains("experts_per_token") && model.integer("experts_per_token", 0, 0) != 0) {
+      model.fail("experts_per_token", "must be 0 without experts");
+    }
+  } else {
+    // GPT-2 has none of these: 0 when present ("must be at most 0").
+    for (const char* key : {"n_kv_head", "n_experts", "experts_per_token"}) {
+      if (model.contains(key)) model.integer(key, 0, 0);
+    }
   }
   if (model.contains("norm_eps")) s.model.norm_eps = model.positive_finite("norm_eps");
 

@@ -136,6 +136,7 @@ struct RawStrings {
   std::string mixed_precision = "no";
   std::string config_file;
   int64_t n_layer = 0, n_head = 0, n_embd = 0, seq_len = 0, vocab_size = 0, n_kv_head = 0, ffn_size = 0;
+  int64_t n_experts = 0, experts_per_token = 0;
 };
 
 // The numbers behind integer_option_ranges (see options.h for the products
@@ -147,6 +148,7 @@ constexpr int64_t kMaxWidth = int64_t{1} << 20;  // n-embd, and head counts that
 constexpr int64_t kMaxLayers = int64_t{1} << 14;
 constexpr int64_t kMaxVocab = int64_t{1} << 24;
 constexpr int64_t kMaxFfn = int64_t{1} << 22;
+constexpr int64_t kMaxExperts = 4096;
 constexpr int64_t kMaxThreads = 65536;
 
 // Whether a parsed integer option lies in `range`, whatever integer type
@@ -209,7 +211,8 @@ po::options_description run_options(RunConfig& c, RawStrings& raw) {
 
   po::options_description model("Model");
   model.add_options()
-      ("model", po::value(&c.model)->default_value(c.model), "gpt-tiny|gpt-small|llama-tiny|llama-small")
+      ("model", po::value(&c.model)->default_value(c.model),
+       "gpt-tiny|gpt-small|llama-tiny|llama-small|moe-tiny|moe-small")
       ("device", po::value(&c.device)->default_value(c.device),
        "auto|cpu|cuda: auto trains on cuda:<local rank> when CUDA is available, else on the CPU")
       ("n-layer", po::value(&raw.n_layer), "override: transformer blocks")
@@ -218,7 +221,17 @@ po::options_description run_options(RunConfig& c, RawStrings& raw) {
       ("seq-len", po::value(&raw.seq_len), "override: sequence length")
       ("vocab-size", po::value(&raw.vocab_size), "override: vocabulary size")
       ("n-kv-head", po::value(&raw.n_kv_head), "override (llama): key/value heads, n-head a multiple")
-      ("ffn-size", po::value(&raw.ffn_size), "override (llama): SwiGLU hidden width");
+      ("ffn-size", po::value(&raw.ffn_size), "override (llama): SwiGLU hidden width (each expert's, with experts)")
+      ("n-experts", po::value(&raw.n_experts),
+       "override (llama): experts in every block's MLP, a mixture of experts (Mixtral); 0: a dense MLP")
+      ("experts-per-token", po::value(&raw.experts_per_token), "override (moe): experts each token takes (top k)")
+      ("moe-capacity-factor", po::value(&c.moe.capacity_factor)->default_value(c.moe.capacity_factor),
+       "moe: each expert takes at most factor x tokens x k / experts assignments, the rest dropped and counted; "
+       "0: dropless")
+      ("moe-aux-loss-coef", po::value(&c.moe.aux_loss_coef)->default_value(c.moe.aux_loss_coef),
+       "moe: the load-balancing loss's weight in the loss (transformers' router_aux_loss_coef); 0: off")
+      ("moe-z-loss-coef", po::value(&c.moe.z_loss_coef)->default_value(c.moe.z_loss_coef),
+       "moe: the router z-loss's weight in the loss (ST-MoE); 0: off");
 
   po::options_description data("Data");
   data.add_options()
@@ -351,6 +364,9 @@ void validate(const RunConfig& c) {
       {"grad_scaler.backoff_factor", c.grad_scaler.backoff_factor},
       {"grad_scaler.min_scale", c.grad_scaler.min_scale},
       {"init_process_group.timeout", c.comm.timeout_s},
+      {"moe-capacity-factor", c.moe.capacity_factor},
+      {"moe-aux-loss-coef", c.moe.aux_loss_coef},
+      {"moe-z-loss-coef", c.moe.z_loss_coef},
   };
   for (const auto& [option, value] : reals) require_finite(option, value);
   // Integer options' bounds: require_integer_ranges, before this.
@@ -362,6 +378,9 @@ void validate(const RunConfig& c) {
   require(c.optimizer.eps > 0, "--eps must be > 0");
   require(c.optimizer.weight_decay >= 0, "--weight-decay must be >= 0");
   require(c.optimizer.grad_clip >= 0, "--grad-clip must be >= 0");
+  require(c.moe.capacity_factor >= 0, "--moe-capacity-factor must be >= 0");
+  require(c.moe.aux_loss_coef >= 0, "--moe-aux-loss-coef must be >= 0");
+  require(c.moe.z_loss_coef >= 0, "--moe-z-loss-coef must be >= 0");
   require(c.save_every == 0 || !c.save_dir.empty(), "--save-every needs --save DIR");
   require(!c.save_async || !c.save_dir.empty(), "--save-async needs --save DIR");
   require(c.snapshot_every == 0 || !c.save_dir.empty(),
@@ -382,8 +401,9 @@ void validate(const RunConfig& c) {
   static constexpr const char* kLevels[] = {"trace", "debug", "info", "warn", "error", "off"};
   require(std::find(std::begin(kLevels), std::end(kLevels), c.log_level) != std::end(kLevels),
           "--log-level: '" + c.log_level + "' is not one of: trace, debug, info, warn, error, off");
-  require(c.model == "gpt-tiny" || c.model == "gpt-small" || c.model == "llama-tiny" || c.model == "llama-small",
-          "--model: '" + c.model + "' is not one of: gpt-tiny, gpt-small, llama-tiny, llama-small");
+  static constexpr const char* kModels[] = {"gpt-tiny", "gpt-small", "llama-tiny", "llama-small", "moe-tiny", "moe-small"};
+  require(std::find(std::begin(kModels), std::end(kModels), c.model) != std::end(kModels),
+          "--model: '" + c.model + "' is not one of: gpt-tiny, gpt-small, llama-tiny, llama-small, moe-tiny, moe-small");
   require(c.device == "auto" || c.device == "cpu" || c.device == "cuda",
           "--device: '" + c.device + "' is not one of: auto, cpu, cuda");
   require(c.init_from.empty() || (c.init_from.rfind("hf:", 0) == 0 && c.init_from.size() > 3),
@@ -419,6 +439,8 @@ const std::vector<IntegerOptionRange>& integer_option_ranges() {
       {"vocab-size", 2, kMaxVocab},
       {"n-kv-head", 1, kMaxWidth},
       {"ffn-size", 1, kMaxFfn},
+      {"n-experts", 0, kMaxExperts},
+      {"experts-per-token", 1, kMaxExperts},
       {"eval-every", 0, kMaxSteps},
       {"eval-steps", 1, kMaxSteps},
       {"steps", 0, kMaxSteps},
@@ -530,6 +552,8 @@ ParsedCommandLine parse_command_line(const std::vector<std::string>& args,
   if (vm.count("vocab-size")) c.model_overrides.vocab_size = raw.vocab_size;
   if (vm.count("n-kv-head")) c.model_overrides.n_kv_head = raw.n_kv_head;
   if (vm.count("ffn-size")) c.model_overrides.ffn_size = raw.ffn_size;
+  if (vm.count("n-experts")) c.model_overrides.n_experts = raw.n_experts;
+  if (vm.count("experts-per-token")) c.model_overrides.experts_per_token = raw.experts_per_token;
   // The checkpoint's config.json gives the architecture: a preset beside it
   // would be silently ignored. Shape overrides are checked against it later.
   c.optimizer.grad_clip_given = !vm["grad-clip"].defaulted();

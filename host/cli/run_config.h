@@ -14,6 +14,16 @@ struct ModelOverrides {
   std::optional<int64_t> n_layer, n_head, n_embd, seq_len, vocab_size;
   std::optional<int64_t> n_kv_head, ffn_size;  // llama family only
   std::optional<double> rope_theta, norm_eps;  // llama family only (from --init-from's config.json)
+  std::optional<int64_t> n_experts, experts_per_token;  // llama family only: a mixture of experts
+};
+
+// How a mixture-of-experts model trains (model/moe.h): capacity and the
+// router's auxiliary losses. All off by default, as transformers trains
+// MixtralForCausalLM unless output_router_logits is set.
+struct MoeTraining {
+  double capacity_factor = 0.0;  // 0: dropless
+  double aux_loss_coef = 0.0;    // load balancing (transformers' router_aux_loss_coef)
+  double z_loss_coef = 0.0;      // ST-MoE's router z-loss
 };
 
 enum class DataOrder { shuffled, sequential };
@@ -83,6 +93,7 @@ struct RunConfig {
   std::string device = "auto";  // auto: cuda:<local rank> when CUDA is available, else cpu
   std::string model = "gpt-tiny";
   ModelOverrides model_overrides;
+  MoeTraining moe;
 
   std::string data = "synthetic";
   DataOrder data_order = DataOrder::shuffled;

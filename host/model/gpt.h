@@ -19,6 +19,7 @@
 #include "host/model/context_parallel.h"
 #include "host/model/cross_entropy.h"
 #include "host/model/gpt_config.h"
+#include "host/model/moe.h"
 #include "host/model/tensor_parallel.h"
 #include "host/model/unit.h"
 
@@ -116,6 +117,27 @@ class GptModel {
                                             int32_t unit, int32_t param)>;
   void set_linear(LinearFn linear) { linear_ = std::move(linear); }
 
+  // A mixture of experts (GptConfig::has_experts): the routers' capacity
+  // factor, and the auxiliary losses' coefficients. With either coefficient
+  // above 0 every block keeps its router logits for the trainer, which adds
+  // moe_auxiliary_loss over them to the loss (and their gradient to the
+  // blocks' backward); otherwise the blocks keep none.
+  void set_moe_training(const MoeTraining& training) { moe_training_ = training; }
+  const MoeTraining& moe_training() const { return moe_training_; }
+  bool moe_losses_on() const {
+    return config_.has_experts() && (moe_training_.aux_loss_coef > 0.0 || moe_training_.z_loss_coef > 0.0);
+  }
+  // What unit `unit`'s router did in its latest forward: assignments per
+  // expert and those dropped (empty for a unit without experts).
+  const MoeRouting& latest_routing(size_t unit) const;
+  // Moves out the router logits unit `unit`'s latest forward kept
+  // (undefined when none were kept): the caller owns them, and with them
+  // the router's part of that forward's graph.
+  at::Tensor take_router_logits(size_t unit) const;
+  // aux_loss_coef x load_balancing_loss + z_loss_coef x router_z_loss over
+  // one forward's router logits, every MoE layer's (moe.h's formulas).
+  at::Tensor moe_auxiliary_loss(const std::vector<at::Tensor>& router_logits) const;
+
  private:
   // `offset`: the position of the first token (forward_cached).
   at::Tensor embed(const Unit& unit, const at::Tensor& tokens, int64_t offset = 0) const;
@@ -131,9 +153,14 @@ class GptModel {
   void add_llama_units(at::Device device, bool allocate);
   at::Tensor llama_block(const Unit& unit, const at::Tensor& x, KvCache* cache, size_t layer, int64_t offset) const;
   at::Tensor llama_head(const Unit& unit, const at::Tensor& x) const;
+  // A mixture of experts' MLP on a block's normed [T, B, C] input.
+  at::Tensor llama_experts(const Unit& unit, const at::Tensor& x) const;
   struct LlamaLayout {
-    size_t attn_norm, q, k, v, o, mlp_norm, gate, up, down;
-    static LlamaLayout resolve(const Unit& block);
+    static constexpr size_t kNone = static_cast<size_t>(-1);
+    size_t attn_norm, q, k, v, o, mlp_norm;
+    size_t gate = kNone, up = kNone, down = kNone;                       // the dense MLP
+    size_t router = kNone, experts_gate_up = kNone, experts_down = kNone;  // or the experts
+    static LlamaLayout resolve(const Unit& block, bool experts);
   };
   LlamaLayout llama_layout_{};
 
@@ -157,6 +184,8 @@ class GptModel {
   at::Tensor local_targets(const at::Tensor& targets) const;
 
   LinearFn linear_;
+  MoeTraining moe_training_;
+  mutable std::vector<MoeRouting> routing_;  // per unit: its latest forward's (model is single-threaded)
   TensorGroup tensor_group_;
   ContextGroup context_group_;
 };

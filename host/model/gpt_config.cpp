@@ -1,6 +1,7 @@
 // GPT presets and shape validation (see gpt_config.h).
 #include "host/model/gpt_config.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "host/util/strformat.h"
@@ -18,6 +19,10 @@ std::string GptConfig::describe() const {
     text = strformat("llama %s n_kv_head=%lld ffn_size=%lld rope_theta=%g norm_eps=%g", text.c_str(),
                      static_cast<long long>(n_kv_head), static_cast<long long>(ffn_size), rope_theta, norm_eps);
   }
+  if (has_experts()) {
+    text += strformat(" n_experts=%lld experts_per_token=%lld", static_cast<long long>(n_experts),
+                      static_cast<long long>(experts_per_token));
+  }
   return text;
 }
 
@@ -31,14 +36,33 @@ GptConfig make_gpt_config(const std::string& preset, const ModelOverrides& overr
     config = GptConfig{2, 4, 64, 64, 256, ModelFamily::llama, 2, 176, 10000.0, 1e-5};
   } else if (preset == "llama-small") {
     config = GptConfig{8, 12, 768, 1024, 32000, ModelFamily::llama, 4, 2048, 10000.0, 1e-5};
+  } else if (preset == "moe-tiny") {
+    config = GptConfig{2, 4, 64, 64, 256, ModelFamily::llama, 2, 128, 10000.0, 1e-5, 4, 2};
+  } else if (preset == "moe-small") {
+    config = GptConfig{8, 12, 768, 1024, 32000, ModelFamily::llama, 4, 1024, 10000.0, 1e-5, 8, 2};
   } else {
     throw std::invalid_argument("--model: unknown model '" + preset +
-                                "' (expected gpt-tiny, gpt-small, llama-tiny or llama-small)");
+                                "' (expected gpt-tiny, gpt-small, llama-tiny, llama-small, moe-tiny or moe-small)");
   }
   const bool llama = config.family == ModelFamily::llama;
-  if (!llama && (overrides.n_kv_head || overrides.ffn_size)) {
-    throw std::invalid_argument(std::string(overrides.n_kv_head ? "--n-kv-head" : "--ffn-size") +
-                                " shapes llama-family models; " + preset + " is GPT-2");
+  if (!llama && (overrides.n_kv_head || overrides.ffn_size || overrides.n_experts || overrides.experts_per_token)) {
+    const char* flag = overrides.n_kv_head ? "--n-kv-head"
+                       : overrides.ffn_size ? "--ffn-size"
+                       : overrides.n_experts ? "--n-experts"
+                                             : "--experts-per-token";
+    throw std::invalid_argument(std::string(flag) + " shapes llama-family models; " + preset + " is GPT-2");
+  }
+  if (overrides.n_experts) config.n_experts = *overrides.n_experts;
+  // Experts without a k: Mixtral's top 2 (or every expert when fewer).
+  if (overrides.n_experts && !overrides.experts_per_token && config.experts_per_token == 0) {
+    config.experts_per_token = std::min<int64_t>(2, config.n_experts);
+  }
+  if (overrides.experts_per_token) config.experts_per_token = *overrides.experts_per_token;
+  if (config.n_experts == 0) {
+    if (overrides.experts_per_token) {
+      throw std::invalid_argument("--experts-per-token needs experts: " + preset + " has a dense MLP (--n-experts)");
+    }
+    config.experts_per_token = 0;
   }
   if (overrides.n_kv_head) config.n_kv_head = *overrides.n_kv_head;
   if (overrides.ffn_size) config.ffn_size = *overrides.ffn_size;
@@ -72,6 +96,11 @@ GptConfig make_gpt_config(const std::string& preset, const ModelOverrides& overr
                                             static_cast<long long>(config.n_head)));
     }
     if (config.ffn_size < 1) throw std::invalid_argument("--ffn-size must be >= 1");
+    if (config.has_experts() && (config.experts_per_token < 1 || config.experts_per_token > config.n_experts)) {
+      throw std::invalid_argument(strformat("--experts-per-token %lld must lie in [1, --n-experts %lld]",
+                                            static_cast<long long>(config.experts_per_token),
+                                            static_cast<long long>(config.n_experts)));
+    }
   }
   if (config.seq_len < 1) throw std::invalid_argument("--seq-len must be >= 1");
   if (config.vocab_size < 2) throw std::invalid_argument("--vocab-size must be >= 2");
@@ -82,7 +111,8 @@ int64_t count_parameters(const GptConfig& c) {
   const int64_t C = c.n_embd;
   if (c.family == ModelFamily::llama) {
     const int64_t kv = C / c.n_head * c.n_kv_head;
-    const int64_t block = 2 * C /*norms*/ + 2 * C * C /*q, o*/ + 2 * kv * C /*k, v*/ + 3 * C * c.ffn_size;
+    const int64_t mlp = c.has_experts() ? c.n_experts * (3 * C * c.ffn_size + C /*router row*/) : 3 * C * c.ffn_size;
+    const int64_t block = 2 * C /*norms*/ + 2 * C * C /*q, o*/ + 2 * kv * C /*k, v*/ + mlp;
     return 2 * c.vocab_size * C /*embedding, untied head*/ + c.n_layer * block + C /*final norm*/;
   }
   const int64_t block = 2 * C /*ln_1*/ + 3 * C * C + 3 * C /*c_attn*/ + C * C + C /*attn.c_proj*/ +
@@ -95,7 +125,10 @@ double minimum_training_bytes(const GptConfig& c, int64_t micro_batch, double by
   double parameters = 0.0;  // as count_parameters, in double
   if (c.family == ModelFamily::llama) {
     const double kv = C / static_cast<double>(c.n_head) * static_cast<double>(c.n_kv_head);
-    const double block = 2.0 * C + 2.0 * C * C + 2.0 * kv * C + 3.0 * C * static_cast<double>(c.ffn_size);
+    const double experts = c.has_experts() ? static_cast<double>(c.n_experts) : 1.0;
+    const double router = c.has_experts() ? experts * C : 0.0;
+    const double block = 2.0 * C + 2.0 * C * C + 2.0 * kv * C + experts * 3.0 * C * static_cast<double>(c.ffn_size) +
+                         router;
     parameters = 2.0 * static_cast<double>(c.vocab_size) * C + static_cast<double>(c.n_layer) * block + C;
   } else {
     const double block = 12.0 * C * C + 13.0 * C;

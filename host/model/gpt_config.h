@@ -1,7 +1,9 @@
 // Shapes of the built-in decoder-only models, and their named presets. Two
 // families share one GptModel (gpt.h): GPT-2 (LayerNorm, learned positions,
 // GELU MLP, tied head) and Llama (RMSNorm, rotary positions, SwiGLU MLP,
-// grouped-query attention, untied head; model/llama.cpp).
+// grouped-query attention, untied head; model/llama.cpp). A Llama with
+// n_experts > 0 is a mixture of experts, Mixtral's block: every block's
+// MLP is n_experts SwiGLU experts of ffn_size and a router (model/moe.h).
 #pragma once
 
 #include <cstdint>
@@ -26,6 +28,12 @@ struct GptConfig {
   int64_t ffn_size = 0;
   double rope_theta = 10000.0;  // Llama: rotary base
   double norm_eps = 1e-5;       // LayerNorm (GPT-2) or RMSNorm (Llama) epsilon
+  // Llama only: experts per block (0: the dense SwiGLU MLP) and the experts
+  // each token takes (top k, 1 <= k <= n_experts; 0 without experts).
+  int64_t n_experts = 0;
+  int64_t experts_per_token = 0;
+
+  bool has_experts() const { return n_experts > 0; }
 
   bool operator==(const GptConfig&) const = default;
   std::string describe() const;  // "n_layer=2 n_head=4 ..."
@@ -35,7 +43,10 @@ const char* to_string(ModelFamily family);  // "gpt2" | "llama"
 
 // gpt-tiny: fast tests; gpt-small: GPT-2 small (124M parameters);
 // llama-tiny: fast tests; llama-small: a ~100M Llama (8 layers, 768 wide,
-// 12 heads over 4 key/value heads, 32000 tokens).
+// 12 heads over 4 key/value heads, 32000 tokens); moe-tiny: llama-tiny's
+// attention with 4 experts of width 128, top 2; moe-small: llama-small's
+// attention with 8 experts of width 1024, top 2 (about 213M parameters,
+// 99M of them active per token).
 // Throws std::invalid_argument for an unknown preset or inconsistent shapes.
 GptConfig make_gpt_config(const std::string& preset, const ModelOverrides& overrides);
 

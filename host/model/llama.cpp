@@ -5,6 +5,8 @@
 //
 //   block:  h = x + o(attention(rope(q(n1(x))), rope(k(n1(x))), v(n1(x))))
 //           y = h + down(silu(gate(n2(h))) * up(n2(h)))
+//           (with experts, Mixtral's: y = h + moe(n2(h)), model/moe.h and
+//           llama_experts.cpp)
 //   RMSNorm n(x) = w * (x / sqrt(mean(x^2) + eps)), computed in fp32;
 //   rotary: q, k rotated by position * theta^(-2i/d) (the rotate_half form);
 //   grouped-query attention: each of the n_kv_head key/value heads serves
@@ -30,18 +32,37 @@ ParamSpec rms_norm_weight(std::string name, int64_t n) {
   return ParamSpec{std::move(name), ParamRole::norm, ParallelHint::replicated, {n}, InitKind::ones, 0.0};
 }
 
+// A mixture of experts' MLP as transformers 5 keeps Mixtral's in memory
+// (MixtralSparseMoeBlock): the router, then every expert's gate and up
+// projections stacked as [E, 2F, C] (gate rows first) and its down
+// projections as [E, C, F]. On disk transformers writes one tensor per
+// expert and projection (hf_mixtral.cpp maps the two).
+std::vector<ParamSpec> expert_specs(const GptConfig& c, const std::string& p) {
+  const int64_t C = c.n_embd, F = c.ffn_size, E = c.n_experts;
+  return {ParamSpec{p + "mlp.gate.weight", ParamRole::router, ParallelHint::replicated, {E, C}, InitKind::normal, 0.02},
+          ParamSpec{p + "mlp.experts.gate_up_proj", ParamRole::experts, ParallelHint::replicated, {E, 2 * F, C},
+                    InitKind::normal, 0.02},
+          ParamSpec{p + "mlp.experts.down_proj", ParamRole::experts, ParallelHint::replicated, {E, C, F},
+                    InitKind::normal, 0.02}};
+}
+
 std::vector<ParamSpec> llama_block_specs(const GptConfig& c, int64_t layer) {
   const int64_t C = c.n_embd, kv = C / c.n_head * c.n_kv_head, F = c.ffn_size;
   const std::string p = "layers." + std::to_string(layer) + ".";
-  return {rms_norm_weight(p + "input_layernorm.weight", C),
-          linear_weight(p + "self_attn.q_proj.weight", C, C, ParallelHint::column),
-          linear_weight(p + "self_attn.k_proj.weight", kv, C, ParallelHint::column),
-          linear_weight(p + "self_attn.v_proj.weight", kv, C, ParallelHint::column),
-          linear_weight(p + "self_attn.o_proj.weight", C, C, ParallelHint::row),
-          rms_norm_weight(p + "post_attention_layernorm.weight", C),
-          linear_weight(p + "mlp.gate_proj.weight", F, C, ParallelHint::column),
-          linear_weight(p + "mlp.up_proj.weight", F, C, ParallelHint::column),
-          linear_weight(p + "mlp.down_proj.weight", C, F, ParallelHint::row)};
+  std::vector<ParamSpec> specs = {rms_norm_weight(p + "input_layernorm.weight", C),
+                                  linear_weight(p + "self_attn.q_proj.weight", C, C, ParallelHint::column),
+                                  linear_weight(p + "self_attn.k_proj.weight", kv, C, ParallelHint::column),
+                                  linear_weight(p + "self_attn.v_proj.weight", kv, C, ParallelHint::column),
+                                  linear_weight(p + "self_attn.o_proj.weight", C, C, ParallelHint::row),
+                                  rms_norm_weight(p + "post_attention_layernorm.weight", C)};
+  if (c.has_experts()) {
+    for (ParamSpec& spec : expert_specs(c, p)) specs.push_back(std::move(spec));
+  } else {
+    specs.push_back(linear_weight(p + "mlp.gate_proj.weight", F, C, ParallelHint::column));
+    specs.push_back(linear_weight(p + "mlp.up_proj.weight", F, C, ParallelHint::column));
+    specs.push_back(linear_weight(p + "mlp.down_proj.weight", C, F, ParallelHint::row));
+  }
+  return specs;
 }
 
 // transformers' LlamaRMSNorm: the statistics in fp32, the product in the
@@ -86,14 +107,25 @@ void GptModel::add_llama_units(at::Device device, bool allocate) {
                                              linear_weight("lm_head.weight", c.vocab_size, c.n_embd,
                                                            ParallelHint::vocab)},
                       device, allocate);
-  llama_layout_ = LlamaLayout::resolve(units_[1]);
+  llama_layout_ = LlamaLayout::resolve(units_[1], c.has_experts());
+  routing_.resize(units_.size());
 }
 
-GptModel::LlamaLayout GptModel::LlamaLayout::resolve(const Unit& block) {
+GptModel::LlamaLayout GptModel::LlamaLayout::resolve(const Unit& block, bool experts) {
   auto index_of = [&](const char* suffix) { return param_index_by_suffix(block, suffix); };
-  return LlamaLayout{index_of(".input_layernorm.weight"), index_of(".q_proj.weight"),   index_of(".k_proj.weight"),
-                     index_of(".v_proj.weight"),          index_of(".o_proj.weight"),   index_of(".post_attention_layernorm.weight"),
-                     index_of(".gate_proj.weight"),       index_of(".up_proj.weight"),  index_of(".down_proj.weight")};
+  LlamaLayout layout{index_of(".input_layernorm.weight"), index_of(".q_proj.weight"), index_of(".k_proj.weight"),
+                     index_of(".v_proj.weight"),          index_of(".o_proj.weight"),
+                     index_of(".post_attention_layernorm.weight")};
+  if (experts) {
+    layout.router = index_of(".mlp.gate.weight");
+    layout.experts_gate_up = index_of(".mlp.experts.gate_up_proj");
+    layout.experts_down = index_of(".mlp.experts.down_proj");
+  } else {
+    layout.gate = index_of(".gate_proj.weight");
+    layout.up = index_of(".up_proj.weight");
+    layout.down = index_of(".down_proj.weight");
+  }
+  return layout;
 }
 
 at::Tensor GptModel::llama_block(const Unit& unit, const at::Tensor& x, KvCache* cache, size_t layer,
@@ -145,6 +177,9 @@ at::Tensor GptModel::llama_block(const Unit& unit, const at::Tensor& x, KvCache*
   at::Tensor y = attention(q, k, v, mask, causal);
   y = y.permute({2, 0, 1, 3}).reshape({T, B, H * D});
   const at::Tensor out = x + row(y, L.o);
+  // The experts take each token whole: no tensor region (a tensor group is
+  // refused with experts, runtime/tensor_parallel_plan.cpp).
+  if (config_.has_experts()) return out + llama_experts(unit, rms_norm(out, p[L.mlp_norm].value, config_.norm_eps));
   const at::Tensor m = enter(rms_norm(out, p[L.mlp_norm].value, config_.norm_eps));
   return out + row(at::silu(linear(m, L.gate)) * linear(m, L.up), L.down);
 }

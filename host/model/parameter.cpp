@@ -29,6 +29,8 @@ const char* to_string(ParamRole role) {
     case ParamRole::bias: return "bias";
     case ParamRole::norm: return "norm";
     case ParamRole::embedding: return "embedding";
+    case ParamRole::router: return "router";
+    case ParamRole::experts: return "experts";
   }
   return "?";
 }

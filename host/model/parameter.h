@@ -9,7 +9,10 @@
 
 namespace accel::model {
 
-enum class ParamRole : int { linear_weight = 0, bias = 1, norm = 2, embedding = 3 };
+// router: a mixture of experts' [experts, hidden] scorer; experts: every
+// expert's weights of one projection stacked on dim 0 (model/moe.h). Both
+// are applied by the model's own code, never through GptModel::LinearFn.
+enum class ParamRole : int { linear_weight = 0, bias = 1, norm = 2, embedding = 3, router = 4, experts = 5 };
 // How a tensor-parallel strategy may split it: column (output dim), row (input
 // dim), vocab (rows of an embedding), or not at all.
 enum class ParallelHint : int { replicated = 0, column = 1, row = 2, vocab = 3 };
@@ -25,8 +28,9 @@ struct ParamSpec {
   double init_std = 0.02;
 
   int64_t numel() const;
-  // AdamW decays linear weights and embeddings, never biases or norms.
-  bool decays() const { return role == ParamRole::linear_weight || role == ParamRole::embedding; }
+  // AdamW decays weight matrices (linear, router, experts) and embeddings,
+  // never biases or norms.
+  bool decays() const { return role != ParamRole::bias && role != ParamRole::norm; }
 };
 
 // How this rank holds a parameter that tensor parallelism splits: part

@@ -38,6 +38,8 @@ AccelParamRole to_abi(model::ParamRole role) {
     case model::ParamRole::bias: return ACCEL_PARAM_BIAS;
     case model::ParamRole::norm: return ACCEL_PARAM_NORM;
     case model::ParamRole::embedding: return ACCEL_PARAM_EMBEDDING;
+    case model::ParamRole::router: return ACCEL_PARAM_ROUTER;
+    case model::ParamRole::experts: return ACCEL_PARAM_EXPERTS;
   }
   return ACCEL_PARAM_OTHER;
 }

@@ -43,6 +43,13 @@ void resolve_pipeline_plan(HostContext& context) {
                                        model.units().front().name().c_str(), unit_stage.front(),
                                        model.units().back().name().c_str(), unit_stage.back(), stages - 1));
   }
+  // transformers' load-balancing loss couples every layer's routing
+  // (trainer_ranges.cpp): the stage with the loss would need the others'.
+  if (stages > 1 && model.moe_losses_on()) {
+    throw std::runtime_error(strformat("--moe-aux-loss-coef and --moe-z-loss-coef need every block on the stage with "
+                                       "the loss; with %d pipeline stages set both to 0",
+                                       stages));
+  }
   // r = (pipeline_index * data_size + data_index) * tensor_size + tensor_index (accel/comm.h).
   const int32_t per_stage = context.identity.world_size / stages;
   context.model_run.pipeline_size = stages;

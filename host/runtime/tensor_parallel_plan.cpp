@@ -108,6 +108,11 @@ void resolve_tensor_parallel_plan(HostContext& context) {
     }
     asked[u][static_cast<size_t>(split.param)] = split.dim;
   }
+  if (config.has_experts()) {
+    throw std::runtime_error(strformat("a mixture of experts does not run tensor-parallel (tensor parallel size %lld): "
+                                       "its experts take whole tokens; use a tensor size of 1",
+                                       static_cast<long long>(parts)));
+  }
   if (config.family == model::ModelFamily::llama && config.n_kv_head % parts != 0) {
     throw std::runtime_error(strformat("tensor parallel size %lld does not divide the %lld key/value heads",
                                        static_cast<long long>(parts), static_cast<long long>(config.n_kv_head)));

@@ -94,6 +94,11 @@ void MetricsWriter::write(const StepMetrics& m) {
   if (!m.param_bytes_alive_after_forward.empty()) {
     line["param_bytes_alive_after_forward"] = m.param_bytes_alive_after_forward;
   }
+  if (!m.moe_tokens_per_expert.empty()) {
+    line["moe_tokens_per_expert"] = m.moe_tokens_per_expert;
+    line["moe_dropped_tokens"] = m.moe_dropped;
+  }
+  if (m.moe_aux_loss) line["moe_aux_loss"] = *m.moe_aux_loss;
   if (m.loss_scale != 1.0) line["loss_scale"] = m.loss_scale;
   if (m.skipped) line["skipped"] = true;
   if (!resume_skipped_.empty()) line["resume_skipped"] = std::exchange(resume_skipped_, {});

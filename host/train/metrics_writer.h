@@ -40,6 +40,12 @@ struct StepMetrics {
   std::optional<double> ckpt_write_ms;
   std::optional<int64_t> ckpt_committed_step;
   std::map<std::string, double> plugin_metrics;  // "PLUGIN.name" -> value (trace->metric)
+  // A mixture of experts, on this rank over the step (every layer and
+  // micro-batch): the assignments each expert took, those dropped over
+  // capacity, and the auxiliary losses' mean part of `loss` (when on).
+  std::vector<int64_t> moe_tokens_per_expert;
+  int64_t moe_dropped = 0;
+  std::optional<double> moe_aux_loss;
   // Peak accounted bytes on the rank's device during the step, by memory
   // category ("params", "grads", "optimizer", "activations", "comm",
   // "workspace", "other", "all"): the host's own buffers and every plugin's

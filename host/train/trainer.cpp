@@ -56,8 +56,9 @@ at::Device resolve_device(const std::string& choice, int local_rank) {
 // No unit has storage yet: the plugins plan first, then the host
 // materialises the units it keeps (materialize_host_units).
 model::GptModel build_model(const RunConfig& config, at::Device device) {
-  return model::GptModel(model::make_gpt_config(config.model, config.model_overrides), device,
-                         /*allocate=*/false);
+  model::GptModel model(model::make_gpt_config(config.model, config.model_overrides), device, /*allocate=*/false);
+  model.set_moe_training(config.moe);
+  return model;
 }
 
 // The gradient buffers the host holds (a plugin managing a unit's storage
@@ -571,6 +572,14 @@ RunEnd Trainer::run() {
     }
     m.loss_scale = loss_scaler_.scale();
     m.skipped = outcome.skipped;
+    if (!moe_step_.tokens_per_expert.empty()) {
+      m.moe_tokens_per_expert = std::move(moe_step_.tokens_per_expert);
+      m.moe_dropped = moe_step_.dropped;
+      if (moe_step_.aux_loss_sum.defined()) {
+        m.moe_aux_loss = moe_step_.aux_loss_sum.item<double>() / static_cast<double>(config_.grad_accum);
+      }
+    }
+    moe_step_ = MoeStepStats{};
     if (context_) {
       std::lock_guard<std::mutex> lock(context_->mutex);
       m.plugin_metrics.swap(context_->step_metrics);

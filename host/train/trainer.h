@@ -131,6 +131,11 @@ class Trainer final : public runtime::ModelRunner {
     std::vector<at::Tensor> inputs, outputs;  // per unit of the range
     at::Tensor grad_logits;  // d(loss x multiplier)/d(logits), when the range ends with the last unit
     at::Tensor loss;         // detached fp32 scalar, likewise
+    // With a mixture of experts' auxiliary losses (GptModel::moe_losses_on):
+    // per unit of the range, the router logits its forward kept and
+    // d(aux x multiplier)/d(logits), which its backward adds (undefined for
+    // units without experts).
+    std::vector<at::Tensor> router_logits, router_grads;
     runtime::TensorView output_view, loss_view;  // what run_forward hands out
   };
   // Units' forward in order; `input` is the token ids (first 0) or the
@@ -245,6 +250,17 @@ class Trainer final : public runtime::ModelRunner {
   at::Tensor runner_loss_sum_;  // on the device, read once per step
   int64_t runner_losses_ = 0;
   int64_t completed_steps_ = 0;
+  // A mixture of experts, over the step in hand: this rank's assignments
+  // per expert (every layer, every micro-batch), those dropped, and the sum
+  // of the micro-batches' auxiliary losses (trainer_ranges.cpp).
+  void count_routing(const model::MoeRouting& routing);
+  at::Tensor add_auxiliary_loss(RangeRun& run, double loss_multiplier);
+  struct MoeStepStats {
+    std::vector<int64_t> tokens_per_expert;
+    int64_t dropped = 0;
+    at::Tensor aux_loss_sum;
+  };
+  MoeStepStats moe_step_;
   int64_t nonfinite_loss_steps_ = 0;  // skipped so far (--nonfinite-loss-skips)
   // --save-async's save in flight. Last, so it is destroyed first: a failing
   // run waits here for its write (uncommitted) before anything else goes.

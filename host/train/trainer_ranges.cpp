@@ -115,10 +115,15 @@ std::unique_ptr<Trainer::RangeRun> Trainer::forward_range(size_t first, size_t e
   // evaluation (NO_GRAD) keeps nothing.
   const bool no_grad = (flags & ACCEL_UNIT_HOOK_NO_GRAD) != 0;
   at::Tensor x = input;
+  const bool experts = model_.config().has_experts() && !no_grad;
   for (size_t u = first; u < end; ++u) {
     run->inputs.push_back(u == 0 || no_grad ? x : x.detach().requires_grad_(true));
     run->outputs.push_back(run_unit_forward(u, micro, flags, run->inputs.back()));
     x = run->outputs.back();
+    if (experts) {
+      count_routing(model_.latest_routing(u));
+      run->router_logits.push_back(model_.take_router_logits(u));
+    }
   }
   if (end != model_.units().size()) return run;
   // The loss, forward and backward, is one trace range.
@@ -139,8 +144,14 @@ std::unique_ptr<Trainer::RangeRun> Trainer::forward_range(size_t first, size_t e
       loss = model_.loss_from_logits(run->outputs.back(), targets);
     }
   }
+  // The reported loss is the cross-entropy plus the auxiliary losses, as transformers reports it.
+  const at::Tensor aux = experts && model_.moe_losses_on() ? add_auxiliary_loss(*run, loss_multiplier) : at::Tensor();
+  auto reported = [&aux](const at::Tensor& cross_entropy) {
+    const at::Tensor value = cross_entropy.detach().to(at::kFloat);
+    return aux.defined() ? value + aux : value;
+  };
   if (no_grad || run->grad_logits.defined()) {
-    run->loss = loss.detach().to(at::kFloat);
+    run->loss = reported(loss);
     return run;
   }
   // The loss's own graph (cross-entropy's saved log-softmax: batch x seq x
@@ -149,7 +160,7 @@ std::unique_ptr<Trainer::RangeRun> Trainer::forward_range(size_t first, size_t e
   // would sit on top of every unit's peak.
   run->grad_logits = torch::autograd::grad({loss * loss_multiplier}, {run->outputs.back()}, /*grad_outputs=*/{},
                                            /*retain_graph=*/true)[0];
-  run->loss = loss.detach().to(at::kFloat);
+  run->loss = reported(loss);
   return run;
 }
 
@@ -161,7 +172,12 @@ at::Tensor Trainer::backward_range(RangeRun& run, int64_t micro, uint32_t flags,
   const bool last_micro = (flags & ACCEL_UNIT_HOOK_LAST_MICRO_BATCH) != 0;
   for (size_t u = run.end; u-- > run.first;) {
     const size_t k = u - run.first;
-    if (recomputes(u)) run.outputs[k] = run_unit_forward(u, micro, flags | ACCEL_UNIT_HOOK_RECOMPUTE, run.inputs[k]);
+    const bool router_gradient = k < run.router_grads.size() && run.router_grads[k].defined();
+    if (recomputes(u)) {
+      run.outputs[k] = run_unit_forward(u, micro, flags | ACCEL_UNIT_HOOK_RECOMPUTE, run.inputs[k]);
+      // The recomputed graph's logits take the gradient the loss gave the first ones.
+      if (router_gradient) run.router_logits[k] = model_.take_router_logits(u);
+    }
     const runtime::TraceRange range(context_, "backward", "host", static_cast<int32_t>(u), static_cast<int32_t>(micro));
     if (unit_hooks) {
       runtime::TensorView view(grad_output);
@@ -169,7 +185,12 @@ at::Tensor Trainer::backward_range(RangeRun& run, int64_t micro, uint32_t flags,
       hooks_->unit_backward_pre(args);
     }
     require_storage(u, /*backward=*/true);
-    run.outputs[k].backward(grad_output);
+    if (router_gradient) {
+      torch::autograd::backward({run.outputs[k], run.router_logits[k]}, {grad_output, run.router_grads[k]});
+      run.router_logits[k] = run.router_grads[k] = at::Tensor();
+    } else {
+      run.outputs[k].backward(grad_output);
+    }
     run.outputs[k] = at::Tensor();  // frees the unit's graph and activations
     const at::Tensor grad_input = u > 0 ? run.inputs[k].grad() : at::Tensor();
     run.inputs[k] = at::Tensor();
@@ -194,6 +215,41 @@ at::Tensor Trainer::backward_range(RangeRun& run, int64_t micro, uint32_t flags,
     grad_output = grad_input;
   }
   return grad_output;
+}
+
+void Trainer::count_routing(const model::MoeRouting& routing) {
+  if (routing.tokens_per_expert.empty()) return;  // a unit without experts
+  std::vector<int64_t>& total = moe_step_.tokens_per_expert;
+  total.resize(routing.tokens_per_expert.size(), 0);
+  for (size_t e = 0; e < total.size(); ++e) total[e] += routing.tokens_per_expert[e];
+  moe_step_.dropped += routing.dropped;
+}
+
+// transformers' MixtralForCausalLM adds router_aux_loss_coef x the
+// load-balancing loss over every layer's router logits to each forward's
+// loss; so does this, with the z-loss beside it. Its gradient reaches the
+// logits here and the blocks in their backward (backward_range), scaled as
+// the cross-entropy's. Returns its value (detached fp32).
+at::Tensor Trainer::add_auxiliary_loss(RangeRun& run, double loss_multiplier) {
+  if (run.first != 0) {
+    throw std::logic_error("the auxiliary losses need every block's router logits on the rank with the loss");
+  }
+  std::vector<at::Tensor> logits;
+  std::vector<size_t> index;
+  for (size_t k = 0; k < run.router_logits.size(); ++k) {
+    if (!run.router_logits[k].defined()) continue;
+    logits.push_back(run.router_logits[k]);
+    index.push_back(k);
+  }
+  if (logits.empty()) return {};
+  const at::Tensor aux = model_.moe_auxiliary_loss(logits);
+  const std::vector<at::Tensor> grads =
+      torch::autograd::grad({aux * loss_multiplier}, logits, /*grad_outputs=*/{}, /*retain_graph=*/false);
+  run.router_grads.assign(run.router_logits.size(), at::Tensor());
+  for (size_t i = 0; i < index.size(); ++i) run.router_grads[index[i]] = grads[i];
+  const at::Tensor value = aux.detach();
+  moe_step_.aux_loss_sum = moe_step_.aux_loss_sum.defined() ? moe_step_.aux_loss_sum + value : value;
+  return value;
 }
 
 double Trainer::forward_backward(const at::Tensor& batch, int64_t micro, double loss_multiplier, bool last_micro) {

@@ -82,9 +82,24 @@ TEST(TrainerState, ALlamaShapeParsesBackAndItsFieldsAreChecked) {
   EXPECT_NE(error_of(j).find("rope_theta"), std::string::npos) << error_of(j);
 }
 
+TEST(TrainerState, AMixtureOfExpertsParsesBackAndAFileFromBeforeItIsDense) {
+  TrainerState moe = sample_state();
+  moe.model = model::GptConfig{2, 4, 64, 32, 256, model::ModelFamily::llama, 2, 96, 1e6, 1e-6, 8, 2};
+  EXPECT_EQ(parse_trainer_state(trainer_state_json(moe), "x").model, moe.model);
+  json j = json::parse(trainer_state_json(moe));
+  j["model"]["experts_per_token"] = 9;  // more than the 8 experts
+  EXPECT_NE(error_of(j).find("experts_per_token"), std::string::npos) << error_of(j);
+  for (const char* key : {"n_experts", "experts_per_token"}) j["model"].erase(key);
+  const model::GptConfig dense = parse_trainer_state(j.dump(), "x").model;
+  EXPECT_EQ(dense.n_experts, 0);
+  EXPECT_EQ(dense.experts_per_token, 0);
+}
+
 TEST(TrainerState, AFileFromBeforeTheLlamaFamilyIsGpt2) {
   json j = sample_json();
-  for (const char* key : {"family", "n_kv_head", "ffn_size", "rope_theta", "norm_eps"}) j["model"].erase(key);
+  for (const char* key : {"family", "n_kv_head", "ffn_size", "rope_theta", "norm_eps", "n_experts", "experts_per_token"}) {
+    j["model"].erase(key);
+  }
   EXPECT_EQ(parse_trainer_state(j.dump(), "x").model, sample_state().model);
 }
 

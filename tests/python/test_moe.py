@@ -1,0 +1,221 @@
+"""The mixture-of-experts family (issue 36): Mixtral's block (Llama's
+attention, a router and SwiGLU experts) trains through --init-from exactly
+as transformers' MixtralForCausalLM under torch.optim.AdamW, its
+load-balancing loss included; export-hf gives it back and greedy generate
+matches; ddp, fsdp and ZeRO-3 train as one process; resume is bit-exact;
+the metrics count what the routers did; what it cannot be is refused."""
+import json
+import os
+import unittest
+
+import torch
+import torch.nn.functional as F
+
+import gpt_reference as ref
+from accel_testing import MPIRUN, TempDirMixin, error_lines, mpirun, read_metrics, run_host, write_tokens
+
+try:
+    import transformers
+except ImportError:  # requirements-tools.txt installs it; say so rather than pass
+    transformers = None
+
+SHAPE = dict(vocab_size=256, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2, max_position_embeddings=32,
+             rms_norm_eps=1e-6, router_aux_loss_coef=0.02)
+SEQ = SHAPE["max_position_embeddings"]
+HYPER = dict(lr=2e-3, min_lr=2e-4, warmup=5, schedule="cosine", betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1,
+             grad_clip=1.0)
+STEPS, BATCH, ACCUM = 20, 8, 2
+AUX = SHAPE["router_aux_loss_coef"]
+
+
+def random_mixtral(seed=0, **overrides):
+    torch.manual_seed(seed)
+    model = transformers.MixtralForCausalLM(transformers.MixtralConfig(**{**SHAPE, **overrides}))
+    with torch.no_grad():  # norms away from one, so a misplaced weight shows
+        for name, p in model.named_parameters():
+            if p.dim() == 1:
+                p.add_(0.05 * torch.randn_like(p))
+    return model
+
+
+def losses_of(model, x, y):
+    """Cross-entropy and transformers' own load-balancing loss of one forward."""
+    out = model(input_ids=x, output_router_logits=True)
+    ce = F.cross_entropy(out.logits.reshape(-1, out.logits.shape[-1]), y.reshape(-1))
+    return ce, out.aux_loss
+
+
+@unittest.skipUnless(transformers, "transformers is not installed (requirements-tools.txt)")
+class MixtralFromTransformers(TempDirMixin, unittest.TestCase):
+    def setUp(self):
+        super().setUp()
+        self.tokens_path = self.path("tokens.bin")
+        self.tokens = write_tokens(self.tokens_path, 40_000, SHAPE["vocab_size"])
+        self.probe_path = self.path("probe.bin")
+        self.probe = write_tokens(self.probe_path, BATCH * (SEQ + 1), SHAPE["vocab_size"], seed=5)
+        self.hf_dir = self.path("hf")
+        random_mixtral().save_pretrained(self.hf_dir, safe_serialization=True)
+
+    def host_args(self, save_dir, metrics):
+        return ["--init-from", "hf:" + self.hf_dir, "--data", "tokens:" + self.tokens_path,
+                "--data-order", "sequential", "--steps", STEPS, "--batch-size", BATCH, "--grad-accum", ACCUM,
+                "--lr", HYPER["lr"], "--min-lr", HYPER["min_lr"], "--warmup-steps", HYPER["warmup"],
+                "--lr-schedule", HYPER["schedule"], "--beta1", HYPER["betas"][0], "--beta2", HYPER["betas"][1],
+                "--eps", HYPER["eps"], "--weight-decay", HYPER["weight_decay"], "--grad-clip", HYPER["grad_clip"],
+                "--moe-aux-loss-coef", AUX,
+                "--eval-every", STEPS, "--eval-steps", 1, "--eval-data", "tokens:" + self.probe_path,
+                "--save", save_dir, "--metrics-file", metrics, "--log-level", "warn", "--threads", 1]
+
+    def train_transformers(self):
+        model = transformers.MixtralForCausalLM.from_pretrained(self.hf_dir, attn_implementation="eager")
+        model.train()
+        opt = ref.make_optimizer(model, HYPER["lr"], HYPER["betas"], HYPER["eps"], HYPER["weight_decay"])
+        losses, aux_losses = [], []
+        for step in range(STEPS):
+            lr = ref.learning_rate(step, STEPS, HYPER["lr"], HYPER["min_lr"], HYPER["warmup"], HYPER["schedule"])
+            for group in opt.param_groups:
+                group["lr"] = lr
+            opt.zero_grad()
+            micro, micro_aux = [], []
+            for x, y in ref.sequential_micro_batches(self.tokens, step, BATCH, ACCUM, SEQ):
+                ce, aux = losses_of(model, x, y)
+                loss = ce + AUX * aux  # what MixtralForCausalLM adds with output_router_logits
+                (loss / ACCUM).backward()
+                micro.append(loss.item())
+                micro_aux.append(AUX * aux.item())
+            torch.nn.utils.clip_grad_norm_(model.parameters(), HYPER["grad_clip"])
+            opt.step()
+            losses.append(sum(micro) / ACCUM)
+            aux_losses.append(sum(micro_aux) / ACCUM)
+        return losses, aux_losses
+
+    def test_mixtral_trains_like_transformers_exports_back_and_generates_alike(self):
+        theirs, their_aux = self.train_transformers()
+        run, metrics = self.path("run"), self.path("m.jsonl")
+        run_host(*self.host_args(run, metrics))
+        ours = read_metrics(metrics)
+        self.assertEqual([m["step"] for m in ours], list(range(1, STEPS + 1)))
+        for step, (mine, their) in enumerate(zip(ours, theirs)):
+            self.assertLess(abs(mine["loss"] - their) / their, 1e-5, f"step {step + 1}: accel {mine} transformers {their}")
+        for step, (mine, their) in enumerate(zip(ours, their_aux)):
+            self.assertLess(abs(mine["moe_aux_loss"] - their), 1e-6, f"aux, step {step + 1}")
+            # Dropless: every token's two choices, in each of the 2 layers, over the step's 8 x 32 tokens.
+            self.assertEqual(sum(mine["moe_tokens_per_expert"]), 2 * 2 * BATCH * SEQ)
+            self.assertEqual(mine["moe_dropped_tokens"], 0)
+
+        out = self.path("exported")
+        run_host("export-hf", run, out)
+        with open(os.path.join(out, "config.json")) as f:
+            config = json.load(f)
+        self.assertEqual(config["architectures"], ["MixtralForCausalLM"])
+        self.assertEqual((config["num_local_experts"], config["num_experts_per_tok"]), (4, 2))
+        exported = transformers.MixtralForCausalLM.from_pretrained(out, attn_implementation="eager").eval()
+        windows = torch.from_numpy(self.probe.reshape(BATCH, SEQ + 1))
+        with torch.no_grad():
+            ce, _ = losses_of(exported, windows[:, :-1], windows[:, 1:])
+        # The evaluation reports the cross-entropy alone.
+        self.assertLess(abs(ours[-1]["eval_loss"] - ce.item()) / ce.item(), 1e-5, (ours[-1]["eval_loss"], ce.item()))
+
+        prompt = [5, 17, 200, 3]
+        with torch.no_grad():
+            expected = exported.generate(torch.tensor([prompt]), max_new_tokens=20, min_new_tokens=20,
+                                         do_sample=False, pad_token_id=0)[0, len(prompt):].tolist()
+        got = run_host("generate", run, "--prompt-ids", " ".join(map(str, prompt)), "--max-new-tokens", 20,
+                       "--temperature", 0).stdout.split()
+        self.assertEqual([int(i) for i in got], expected)
+
+    def test_a_mixtral_the_host_cannot_be_is_refused_by_name(self):
+        for overrides, message in [
+            (dict(sliding_window=16), "sliding_window\" is 16; accel-host's Mixtral attends to the whole sequence"),
+            (dict(router_jitter_noise=0.1), "router_jitter_noise\" is 0.1; accel-host's router adds no noise"),
+        ]:
+            with self.subTest(overrides):
+                bad = self.path("bad" + list(overrides)[0])
+                random_mixtral(**overrides).save_pretrained(bad, safe_serialization=True)
+                proc = run_host("--init-from", "hf:" + bad, "--steps", 1, check=False)
+                self.assertEqual(proc.returncode, 1, proc.stderr)  # as every unreadable checkpoint
+                [line] = error_lines(proc.stderr)
+                self.assertIn(message, line)
+
+
+TRAINING = ["--seq-len", 32, "--batch-size", 8, "--lr", 3e-3, "--warmup-steps", 2, "--lr-decay-steps", 8,
+            "--threads", 1, "--log-level", "warn"]
+
+
+class MoeStrategies(TempDirMixin, unittest.TestCase):
+    COMMON = ["--model", "moe-tiny", *TRAINING]
+
+    def run_metrics(self, *extra, ranks=1, steps=8):
+        metrics = self.path(f"m{len(os.listdir(self.tmp))}.jsonl")
+        args = [*self.COMMON, "--steps", steps, "--metrics-file", metrics, *extra]
+        (run_host(*args) if ranks == 1 else mpirun(ranks, *args))
+        return read_metrics(metrics)
+
+    def losses(self, *extra, ranks=1, steps=8):
+        return [m["loss"] for m in self.run_metrics(*extra, ranks=ranks, steps=steps)]
+
+    def assert_close(self, expected, got, what, tolerance=1e-5):
+        self.assertEqual(len(expected), len(got), what)
+        for step, (a, b) in enumerate(zip(expected, got)):
+            self.assertLess(abs(a - b) / a, tolerance, f"{what} step {step + 1}: {a} vs {b}")
+
+    @unittest.skipUnless(MPIRUN, "mpirun not found")
+    def test_ddp_fsdp_and_zero3_train_as_one_process(self):
+        one = self.losses()
+        for name, extra in (("ddp", ["--plugin", "ddp"]), ("fsdp", ["--plugin", "fsdp"]),
+                            ("ZeRO-3", ["--plugin", "deepspeed_zero", "--deepspeed_zero.zero_stage", 3])):
+            with self.subTest(name):
+                self.assert_close(one, self.losses(*extra, ranks=2), name)
+
+    def test_resume_is_bit_exact_with_the_auxiliary_losses(self):
+        aux = ["--moe-aux-loss-coef", 0.01, "--moe-z-loss-coef", 0.001]
+        whole, save = self.losses(*aux), self.path("b")
+        first = self.losses(*aux, "--save", save, steps=4)
+        rest = self.losses(*aux, "--save", save, "--resume", save)
+        self.assertEqual(first + rest, whole)
+
+    def test_the_auxiliary_losses_join_the_loss_and_steer_the_router(self):
+        plain = self.run_metrics()
+        aux = self.run_metrics("--moe-aux-loss-coef", 0.01, "--moe-z-loss-coef", 0.001)
+        self.assertNotIn("moe_aux_loss", plain[0])
+        # The first step's loss is the same cross-entropy plus the auxiliary part.
+        self.assertAlmostEqual(aux[0]["loss"], plain[0]["loss"] + aux[0]["moe_aux_loss"], delta=1e-6)
+        self.assertGreater(aux[0]["moe_aux_loss"], 0.01)  # at least the coefficient: E x sum f P >= 1
+        # Their gradient reaches the router: the next steps differ.
+        self.assertNotAlmostEqual(aux[1]["loss"] - aux[1]["moe_aux_loss"], plain[1]["loss"], delta=1e-7)
+
+    def test_capacity_drops_and_counts_assignments(self):
+        tokens = 2 * 2 * 8 * 32  # layers x top 2 x batch x sequence
+        dropless = self.run_metrics(steps=2)
+        self.assertEqual([sum(m["moe_tokens_per_expert"]) for m in dropless], [tokens, tokens])
+        self.assertEqual(len(dropless[0]["moe_tokens_per_expert"]), 4)
+        capped = self.run_metrics("--moe-capacity-factor", 0.5, steps=2)
+        for m in capped:
+            # Capacity ceil(0.5 x 256 x 2 / 4) = 64 per expert and layer: at most half of the assignments stay.
+            self.assertEqual(sum(m["moe_tokens_per_expert"]) + m["moe_dropped_tokens"], tokens)
+            self.assertLessEqual(sum(m["moe_tokens_per_expert"]), tokens // 2)
+            self.assertTrue(all(n <= 64 * 2 for n in m["moe_tokens_per_expert"]), m["moe_tokens_per_expert"])
+
+    def test_bad_expert_options_are_one_line(self):
+        for args, message in [
+            (["--model", "moe-tiny", "--n-experts", 4, "--experts-per-token", 5],
+             "--experts-per-token 5 must lie in [1, --n-experts 4]"),
+            (["--model", "llama-tiny", "--experts-per-token", 2], "--experts-per-token needs experts"),
+            (["--model", "gpt-tiny", "--n-experts", 4], "--n-experts shapes llama-family models"),
+            (["--model", "moe-tiny", "--moe-aux-loss-coef", -1], "--moe-aux-loss-coef must be >= 0"),
+        ]:
+            with self.subTest(args):
+                proc = run_host(*TRAINING, *args, "--steps", 1, check=False)
+                self.assertEqual(proc.returncode, 2, proc.stderr)
+                self.assertIn(message, proc.stderr)
+
+    @unittest.skipUnless(MPIRUN, "mpirun not found")
+    def test_tensor_parallel_experts_are_refused(self):
+        proc = mpirun(2, *self.COMMON, "--steps", 1, "--plugin", "megatron", "--megatron.tp_degree", 2, check=False)
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertIn("a mixture of experts does not run tensor-parallel", proc.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
