@@ -242,9 +242,13 @@ at::Tensor Trainer::add_auxiliary_loss(RangeRun& run, double loss_multiplier) {
     index.push_back(k);
   }
   if (logits.empty()) return {};
+  // The loss depends on the logits' values alone: its gradient is taken at
+  // leaves of them, so a block whose forward kept no graph (recomputed in
+  // backward) gets it as well.
+  const at::AutoGradMode grad_mode(true);
+  for (at::Tensor& l : logits) l = l.detach().requires_grad_(true);
   const at::Tensor aux = model_.moe_auxiliary_loss(logits);
-  const std::vector<at::Tensor> grads =
-      torch::autograd::grad({aux * loss_multiplier}, logits, /*grad_outputs=*/{}, /*retain_graph=*/false);
+  const std::vector<at::Tensor> grads = torch::autograd::grad({aux * loss_multiplier}, logits);
   run.router_grads.assign(run.router_logits.size(), at::Tensor());
   for (size_t i = 0; i < index.size(); ++i) run.router_grads[index[i]] = grads[i];
   const at::Tensor value = aux.detach();

@@ -168,6 +168,15 @@ class MoeStrategies(TempDirMixin, unittest.TestCase):
             with self.subTest(name):
                 self.assert_close(one, self.losses(*extra, ranks=2), name)
 
+    @unittest.skipUnless(MPIRUN, "mpirun not found")
+    def test_recomputed_blocks_take_the_auxiliary_gradient_too(self):
+        # Activation checkpointing reruns each block's forward in backward:
+        # the auxiliary loss's gradient must reach the rerun's router logits.
+        aux = ["--moe-aux-loss-coef", 0.05, "--moe-z-loss-coef", 0.01, "--plugin", "fsdp", "--grad-accum", 2]
+        plain = self.losses(*aux, ranks=2)
+        recomputed = self.losses(*aux, "--fsdp.activation_checkpointing", "true", ranks=2)
+        self.assert_close(plain, recomputed, "activation checkpointing", tolerance=1e-6)
+
     def test_resume_is_bit_exact_with_the_auxiliary_losses(self):
         aux = ["--moe-aux-loss-coef", 0.01, "--moe-z-loss-coef", 0.001]
         whole, save = self.losses(*aux), self.path("b")
