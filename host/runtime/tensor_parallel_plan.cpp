@@ -108,7 +108,7 @@ void resolve_tensor_parallel_plan(HostContext& context) {
     }
     asked[u][static_cast<size_t>(split.param)] = split.dim;
   }
-  if (config.has_experts()) {
+  if (config.has_experts() && parts > 1) {
     throw std::runtime_error(strformat("a mixture of experts does not run tensor-parallel (tensor parallel size %lld): "
                                        "its experts take whole tokens; use a tensor size of 1",
                                        static_cast<long long>(parts)));

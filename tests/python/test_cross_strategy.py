@@ -22,13 +22,13 @@ class CrossStrategyCheckpoints(TempDirMixin, unittest.TestCase):
     size, another strategy (fsdp, deepspeed_zero, megatron, ddp), or in one
     process."""
 
-    def resume(self, save_n, save_extra, load_n, load_extra, straight_extra=(), tolerance=1e-5):
+    def resume(self, save_n, save_extra, load_n, load_extra, straight_extra=(), tolerance=1e-5, common=COMMON):
         straight, split = self.path("straight.jsonl"), self.path("split.jsonl")
         ckpt = self.path("ckpt")
-        run_host(*COMMON, "--steps", 8, "--batch-size", 12, "--metrics-file", straight, *straight_extra)
-        save_args = [*COMMON, "--steps", 4, "--lr-decay-steps", 8, "--batch-size", 12, "--save", ckpt,
+        run_host(*common, "--steps", 8, "--batch-size", 12, "--metrics-file", straight, *straight_extra)
+        save_args = [*common, "--steps", 4, "--lr-decay-steps", 8, "--batch-size", 12, "--save", ckpt,
                      "--metrics-file", split, *save_extra]
-        resume_args = [*COMMON, "--steps", 8, "--batch-size", 12, "--resume", ckpt, "--metrics-file", split,
+        resume_args = [*common, "--steps", 8, "--batch-size", 12, "--resume", ckpt, "--metrics-file", split,
                        *load_extra]
         for n, args in ((save_n, save_args), (load_n, resume_args)):
             if n == 1:
@@ -252,6 +252,24 @@ class CrossStrategyCheckpoints(TempDirMixin, unittest.TestCase):
     def test_zero2_on_three_resumes_as_pp2_dp2_distributed_optimizer(self):
         self.resume(3, ["--plugin", "deepspeed_zero", "--deepspeed_zero.zero_stage", 2], 4,
                     ["--plugin", "megatron", "--megatron.pp_degree", 2, *self.DISTRIBUTED_OPTIMIZER])
+
+    # A mixture of experts (moe-tiny, dropless): its stacked experts are
+    # parameters like any other, stored whole by name, so they move between
+    # sharded, pipelined, context-split and single layouts alike.
+    MOE = ["--model", "moe-tiny", *COMMON[2:]]
+
+    def test_moe_zero3_on_four_resumes_under_fsdp_on_two(self):
+        self.resume(4, self.ZERO3, 2, [*FSDP, *WRAP], common=self.MOE)
+
+    def test_moe_fsdp_sharded_on_two_resumes_in_one_process(self):
+        self.resume(2, [*FSDP, *WRAP, "--fsdp.state_dict_type", "SHARDED_STATE_DICT"], 1, [], common=self.MOE)
+
+    def test_moe_one_process_resumes_as_pp2_dp2(self):
+        self.resume(1, [], 4, ["--plugin", "megatron", "--megatron.pp_degree", 2], common=self.MOE)
+
+    def test_moe_cp2_resumes_under_zero2_on_three(self):
+        self.resume(2, ["--plugin", "megatron", "--megatron.cp_degree", 2], 3,
+                    ["--plugin", "deepspeed_zero", "--deepspeed_zero.zero_stage", 2], common=self.MOE)
 
     def test_hybrid_with_ignored_unit_resumes_as_full_shard(self):
         self.resume(4, [*FSDP, *WRAP, "--fsdp.sharding_strategy", "HYBRID_SHARD", "--fsdp.hybrid_shard_group_size",

@@ -225,6 +225,15 @@ class MoeStrategies(TempDirMixin, unittest.TestCase):
         self.assertNotEqual(proc.returncode, 0)
         self.assertIn("a mixture of experts does not run tensor-parallel", proc.stderr)
 
+    @unittest.skipUnless(MPIRUN, "mpirun not found")
+    def test_pipeline_stages_train_as_one_process_and_refuse_the_auxiliary_losses(self):
+        pp = ["--plugin", "megatron", "--megatron.pp_degree", 2]
+        self.assert_close(self.losses(), self.losses(*pp, ranks=2), "pp 2")
+        proc = mpirun(2, *self.COMMON, "--steps", 1, *pp, "--moe-aux-loss-coef", 0.01, check=False)
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertIn("--moe-aux-loss-coef and --moe-z-loss-coef need every block on the stage with the loss",
+                      proc.stderr)
+
 
 if __name__ == "__main__":
     unittest.main()
