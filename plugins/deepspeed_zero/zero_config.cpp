@@ -635,8 +635,21 @@ ZeroConfig resolve(const PluginFields& f, const HostSettings& host, const std::s
 
   // Fields that cannot apply here.
   if (!f.transformer_moe_cls_names.empty()) {
-    refuse("--deepspeed_zero.transformer_moe_cls_names " + shown(f.transformer_moe_cls_names) +
-           ": the model has no mixture-of-experts units to shard as experts");
+    // Accelerate's form: class names separated by commas, spaces allowed.
+    std::string class_name;
+    for (size_t i = 0; i <= f.transformer_moe_cls_names.size(); ++i) {
+      const char ch = i < f.transformer_moe_cls_names.size() ? f.transformer_moe_cls_names[i] : ',';
+      if (ch == ',') {
+        if (class_name.empty()) {
+          refuse("--deepspeed_zero.transformer_moe_cls_names " + shown(f.transformer_moe_cls_names) +
+                 ": an empty class name");
+        }
+        c.moe_leaf_classes.push_back(class_name);
+        class_name.clear();
+      } else if (ch != ' ') {
+        class_name += ch;
+      }
+    }
   }
   if (f.enable_msamp) {
     refuse(

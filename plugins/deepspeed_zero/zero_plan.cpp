@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <numeric>
 
+#include "zero_config.h"  // Error, shown_text
+
 namespace accel::zero {
 
 using sharding::GatherGroup;
@@ -78,6 +80,29 @@ int64_t hidden_size(const std::vector<UnitLayout>& units) {
     }
   }
   return 0;
+}
+
+std::vector<int32_t> moe_leaf_units(const std::vector<UnitLayout>& units, const std::vector<std::string>& class_names) {
+  std::vector<int32_t> moe;
+  for (const UnitLayout& u : units) {
+    const bool experts = std::any_of(u.params.begin(), u.params.end(), [](const sharding::ParamLayout& p) {
+      return p.role == ACCEL_PARAM_EXPERTS;
+    });
+    if (u.kind == ACCEL_UNIT_BLOCK && experts) moe.push_back(u.index);
+  }
+  for (const std::string& name : class_names) {
+    if (moe.empty()) {
+      throw sdk::Error(ACCEL_ERROR_INVALID_ARGUMENT, "--deepspeed_zero.transformer_moe_cls_names " + shown_text(name) +
+                                                    ": the model has no mixture-of-experts blocks (a moe-tiny or "
+                                                    "moe-small model, or --n-experts, has)");
+    }
+    if (name != "MixtralSparseMoeBlock") {
+      throw sdk::Error(ACCEL_ERROR_INVALID_ARGUMENT, "--deepspeed_zero.transformer_moe_cls_names " + shown_text(name) +
+                                                    ": the model has no such class; its mixture-of-experts blocks "
+                                                    "are MixtralSparseMoeBlock");
+    }
+  }
+  return moe;
 }
 
 }  // namespace accel::zero

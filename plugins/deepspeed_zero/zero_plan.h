@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "sharding/gather_plan.h"
@@ -28,5 +29,15 @@ sharding::GatherPlan plan_partitions(const std::vector<sharding::UnitLayout>& un
 // The model's hidden size (the embedding's row width), which Accelerate's
 // "auto" stage-3 sizes derive from; 0 when there is no embedding.
 int64_t hidden_size(const std::vector<sharding::UnitLayout>& units);
+
+// transformer_moe_cls_names: what DeepSpeed's set_z3_leaf_modules does to
+// those classes (their parameters gathered together, whatever experts the
+// tokens reach) every ZeRO-3 unit here already has, so the option is a
+// check: each name must be a mixture-of-experts block class of the model.
+// The host's is Mixtral's, MixtralSparseMoeBlock: a block unit holding
+// ACCEL_PARAM_EXPERTS parameters. Returns those units; throws Error
+// (ACCEL_ERROR_INVALID_ARGUMENT) naming a class the model does not have.
+std::vector<int32_t> moe_leaf_units(const std::vector<sharding::UnitLayout>& units,
+                                    const std::vector<std::string>& class_names);
 
 }  // namespace accel::zero

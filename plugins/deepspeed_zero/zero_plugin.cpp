@@ -82,7 +82,8 @@ class DeepSpeedZero final : public sdk::Plugin {
        "stage 3: each checkpoint also holds model_16bit.safetensors, every parameter whole in fp16 (--mixed-precision "
        "fp16) or bf16, written by rank 0"},
       {"transformer_moe_cls_names", ACCEL_OPTION_STRING, nullptr,
-       "mixture-of-experts unit names (refused: the models have no MoE units)"},
+       "mixture-of-experts block classes, comma-separated: MixtralSparseMoeBlock (the moe models' blocks; ZeRO-3 "
+       "gathers each whole before its forward)"},
       {"enable_msamp", ACCEL_OPTION_BOOL, "false", "MS-AMP FP8 (refused: use --plugin fp8)"},
       {"msamp_opt_level", ACCEL_OPTION_ENUM, "O1", "MS-AMP level (refused when given, with enable_msamp)", "O1|O2"},
       {"sequence_parallel_size", ACCEL_OPTION_INT, "1",
@@ -121,6 +122,16 @@ class DeepSpeedZero final : public sdk::Plugin {
     if (config_.param_persistence_threshold < 0) config_.param_persistence_threshold = 10 * h;
     if (config_.prefetch_bucket_size < 0) config_.prefetch_bucket_size = static_cast<int64_t>(0.9 * h * h);
     plan_ = plan_partitions(units_, config_.stage, config_.param_persistence_threshold, config_.max_reuse_distance);
+    if (!config_.moe_leaf_classes.empty()) {
+      const std::vector<int32_t> moe = moe_leaf_units(units_, config_.moe_leaf_classes);
+      if (s.rank() == 0) {
+        s.info() << "deepspeed_zero: transformer_moe_cls_names: " << moe.size()
+                 << (config_.stage == 3 ? " mixture-of-experts blocks, each gathered whole before its forward (router "
+                                          "and every expert, as set_z3_leaf_modules makes them)"
+                                        : " mixture-of-experts blocks; below stage 3 nothing is gathered (Accelerate "
+                                          "applies it at stage 3 only)");
+      }
+    }
     if (config_.stage == 3) {
       config_.forward_prefetch = config_.prefetch_bucket_size > 0;
       config_.backward_prefetch = config_.prefetch_bucket_size > 0 ? sharding::BackwardPrefetch::backward_pre

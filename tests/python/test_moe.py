@@ -169,6 +169,21 @@ class MoeStrategies(TempDirMixin, unittest.TestCase):
                 self.assert_close(one, self.losses(*extra, ranks=2), name)
 
     @unittest.skipUnless(MPIRUN, "mpirun not found")
+    def test_deepspeeds_transformer_moe_cls_names_names_the_blocks_zero3_keeps_whole(self):
+        zero3 = ["--plugin", "deepspeed_zero", "--deepspeed_zero.zero_stage", 3]
+        named = ["--deepspeed_zero.transformer_moe_cls_names", "MixtralSparseMoeBlock"]
+        info = [a if a != "warn" else "info" for a in self.COMMON]
+        proc = mpirun(2, *info, "--steps", 2, *zero3, *named)
+        self.assertIn("transformer_moe_cls_names: 2 mixture-of-experts blocks, each gathered whole", proc.stderr)
+        for model, name, message in (("moe-tiny", "JetMoEBlock", "its mixture-of-experts blocks are MixtralSparseMoeBlock"),
+                                     ("llama-tiny", "MixtralSparseMoeBlock", "the model has no mixture-of-experts blocks")):
+            with self.subTest(model):
+                proc = mpirun(2, *TRAINING, "--model", model, "--steps", 1, *zero3,
+                              "--deepspeed_zero.transformer_moe_cls_names", name, check=False)
+                self.assertNotEqual(proc.returncode, 0)
+                self.assertIn(message, proc.stderr)
+
+    @unittest.skipUnless(MPIRUN, "mpirun not found")
     def test_recomputed_blocks_take_the_auxiliary_gradient_too(self):
         # Activation checkpointing reruns each block's forward in backward:
         # the auxiliary loss's gradient must reach the rerun's router logits.

@@ -126,8 +126,8 @@ TEST(Refusals, BadInputsAreOneLineNamingTheKey) {
   EXPECT_NE(refusal(R"({"train_batch_size": 16.5})").find("\"train_batch_size\" must be a whole number, got 16.5"),
             std::string::npos);
   PluginFields moe;
-  moe.transformer_moe_cls_names = "MixtralBlock";
-  EXPECT_NE(refusal("", host(), moe).find("no mixture-of-experts units"), std::string::npos);
+  moe.transformer_moe_cls_names = "MixtralSparseMoeBlock,,Other";
+  EXPECT_NE(refusal("", host(), moe).find("an empty class name"), std::string::npos);
   PluginFields msamp;
   msamp.enable_msamp = true;
   EXPECT_NE(refusal("", host(), msamp).find("--plugin fp8"), std::string::npos);
@@ -364,6 +364,28 @@ std::vector<sharding::UnitLayout> gpt(int64_t block_numel) {
   units[3].numel = 20;
   units[3].tied_units = {0};
   return units;
+}
+
+TEST(Plans, MoeClassNamesMustBeTheModelsMixtureOfExpertsBlocks) {
+  auto units = gpt(500);
+  const std::vector<std::string> mixtral = {"MixtralSparseMoeBlock"};
+  auto refusal = [&](const std::vector<std::string>& names) {
+    try {
+      moe_leaf_units(units, names);
+    } catch (const sdk::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(refusal(mixtral).find("the model has no mixture-of-experts blocks"), std::string::npos);
+  sharding::ParamLayout experts;
+  experts.name = "layers.0.mlp.experts.down_proj";
+  experts.role = ACCEL_PARAM_EXPERTS;
+  units[2].params.push_back(experts);
+  EXPECT_EQ(moe_leaf_units(units, mixtral), std::vector<int32_t>{2});
+  EXPECT_NE(refusal({"MixtralSparseMoeBlock", "Qwen2MoeSparseMoeBlock"}).find("its mixture-of-experts blocks are "
+                                                                            "MixtralSparseMoeBlock"),
+            std::string::npos);
 }
 
 TEST(Plans, EachStagePartitionsWhatDeepSpeedDoes) {
