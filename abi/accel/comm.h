@@ -230,6 +230,28 @@ typedef AccelStatus AccelCollectiveFn(AccelHost* host,
                                       const AccelCollectiveArgs* args,
                                       AccelWork** work);
 
+/* since 1.11: all_to_all with a count per rank (a mixture of experts'
+ * token exchange). Reads group, input, output, stream, timeout_ms and label
+ * of `args`, and the two arrays, borrowed for the call, one entry per rank
+ * of the group, each >= 0: this rank sends send_counts[j] elements to group
+ * rank j and receives recv_counts[j] from it, each side's chunks packed in
+ * group-rank order (the displacements are the counts' prefix sums). input
+ * holds sum(send_counts) elements (its flat order), output
+ * sum(recv_counts); the two do not overlap. Both sides must agree: rank
+ * i's send count to j is j's receive count from i, and a chunk of another
+ * length fails the operation on the receiver, its message naming the peer
+ * and both counts. Counts that do not match the tensors, a NULL array or a
+ * negative count are refused (ACCEL_ERROR_INVALID_ARGUMENT) before anything
+ * is sent. Zero counts are allowed. In the collective
+ * sequence check it counts as (all_to_all_v, dtype, group size). Same
+ * sync/async modes and threads as the others. A 1.10 host has no such
+ * member (ACCEL_HAS_FN). */
+typedef AccelStatus AccelAllToAllVFn(AccelHost* host,
+                                     const AccelCollectiveArgs* args,
+                                     const int64_t* send_counts,
+                                     const int64_t* recv_counts,
+                                     AccelWork** work);
+
 /* Waits for every rank of args->group to arrive (reads group, stream,
  * timeout_ms, label only). Same sync/async modes as the others. */
 typedef AccelStatus AccelBarrierFn(AccelHost* host,
@@ -292,6 +314,7 @@ typedef struct AccelCommServices {
   AccelWorkSynchronizeFn* work_synchronize;
   AccelWorkTestFn* work_test;
   AccelWorkFreeFn* work_free;
+  AccelAllToAllVFn* all_to_all_v;  /* since 1.11 */
 } AccelCommServices;
 
 #ifdef __cplusplus

@@ -21,6 +21,7 @@
 // on from any thread (the handle table and comm::Work are thread-safe).
 #include <cstring>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -237,6 +238,26 @@ AccelStatus all_to_all(AccelHost* host, const AccelCollectiveArgs* a, AccelWork*
   });
 }
 
+AccelStatus all_to_all_v(AccelHost* host, const AccelCollectiveArgs* a, const int64_t* send_counts,
+                         const int64_t* recv_counts, AccelWork** work) {
+  return collective("comm.all_to_all_v", host, a, work, [&](const ResolvedGroup& g, HostContext& c) {
+    if (send_counts == nullptr || recv_counts == nullptr) {
+      fail(ACCEL_ERROR_INVALID_ARGUMENT, std::string("all_to_all_v: ") +
+                                             (send_counts == nullptr ? "send_counts" : "recv_counts") + " is NULL");
+    }
+    const Buffer in = checked_buffer(c, a->input, "input"), out = checked_buffer(c, a->output, "output");
+    const auto size = static_cast<size_t>(g.group->size());
+    const std::span<const int64_t> sends(send_counts, size), receives(recv_counts, size);
+    // The counts differ between ranks; what every rank shares is the
+    // operation, the dtype and the group's size.
+    Buffer described = in;
+    described.count = static_cast<int64_t>(size);
+    sequence(c, g, comm::OpType::all_to_all_v, &described, -1, -1, a);
+    c.comm_bytes += static_cast<int64_t>(in.bytes());
+    return g.group->all_to_all_v_async(in, sends, out, receives, options_of(a));
+  });
+}
+
 // The send/recv batch open on this thread (batch_begin .. batch_end): its
 // operations are issued together, so a pipeline stage may send to and receive
 // from its neighbours in any order without deadlock.
@@ -395,6 +416,7 @@ const AccelCommServices* comm_services_table() {
     t.reduce_scatter = &reduce_scatter;
     t.broadcast = &broadcast;
     t.all_to_all = &all_to_all;
+    t.all_to_all_v = &all_to_all_v;
     t.send = &send;
     t.recv = &recv;
     t.barrier = &barrier;

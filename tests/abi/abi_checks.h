@@ -57,7 +57,7 @@ ACCEL_CHECK_EXT_STRUCT(AccelMemoryServices, event_elapsed, event_elapsed,
 ACCEL_CHECK_EXT_STRUCT(AccelMeshSpec, reserved, replica_size, 32);
 ACCEL_CHECK_EXT_STRUCT(AccelGroupInfo, ranks, ranks, 32);
 ACCEL_CHECK_EXT_STRUCT(AccelCollectiveArgs, label, label, 72);
-ACCEL_CHECK_EXT_STRUCT(AccelCommServices, work_free, work_free, 176);
+ACCEL_CHECK_EXT_STRUCT(AccelCommServices, all_to_all_v, work_free, 176);
 /* kernels.h */
 ACCEL_CHECK_EXT_STRUCT(AccelCastArgs, output_transposed, stream, 64);
 ACCEL_CHECK_EXT_STRUCT(AccelAxpyArgs, stream, stream, 56);

@@ -65,6 +65,30 @@ class Refusals(unittest.TestCase):
     def test_freed_work_handle_is_refused_as_stale(self):
         self.refused(1, "stale_work", "comm.work_wait", r"work handle 0x[0-9a-f]+ is stale: its work was freed")
 
+    def test_all_to_all_v_past_its_input_is_refused(self):
+        self.refused(2, "all_to_all_v_overrun", "comm.all_to_all_v",
+                     r"input \(f32 x2[12] = .*runs .* past the end of allocation 'collective_faults small'")
+
+    def test_all_to_all_v_counts_two_ranks_disagree_on_fail_the_receiver_naming_the_peer(self):
+        # At 4 ranks rank 3 expects (0 + 2 x 3) % 3 + 1 = 1 float from rank 0, which sends it none.
+        proc, _ = job(4, "--collective_faults.fault", "all_to_all_v_disagree", env={"ACCEL_COMM_VERIFY": "0"})
+        out = proc.stdout + proc.stderr
+        self.assertNotEqual(proc.returncode, 0, out)
+        self.assertIsNone(CRASH.search(out), out)
+        self.assertRegex(out, r"\[rank 3\] \[error\] plugin collective_faults: step_end failed \(ACCEL_ERROR_\w+\): "
+                              r"comm.all_to_all_v: .*received 0 elements from peer 0, expected 1")
+
+
+@unittest.skipUnless(MPIRUN, "no mpirun")
+class AllToAllV(unittest.TestCase):
+    def test_uneven_and_zero_counts_arrive_in_place_at_one_to_four_ranks(self):
+        # The plugin checks every received float against its sender and fails the step otherwise.
+        for n in (1, 2, 4):  # (RUN's batch of 4 does not split over 3)
+            for verify in ("0", "ops"):
+                with self.subTest(ranks=n, verify=verify):
+                    proc, _ = job(n, "--collective_faults.fault", "all_to_all_v", env={"ACCEL_COMM_VERIFY": verify})
+                    self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+
 
 @unittest.skipUnless(MPIRUN, "no mpirun")
 class Divergence(unittest.TestCase):

@@ -14,6 +14,12 @@
  *   skip_all_reduce     every step every rank all-reduces 'collective_faults
  *                       A' then 'collective_faults B'; at step `step`, rank
  *                       `rank` (-1: the last) skips A
+ *   all_to_all_v        no mistake: every step an all_to_all_v with uneven
+ *                       and zero counts (rank i sends (i + 2j) % 3 floats of
+ *                       value 100 i + j to rank j), each chunk checked
+ *   all_to_all_v_disagree  that exchange, but at step `step` the last rank
+ *                       expects one float more from rank 0 than rank 0 sends
+ *   all_to_all_v_overrun   at step `step`, send counts summing past the input
  * With fault none it only issues A and B each step (the sequence check must
  * then stay quiet). */
 #include <accel/accel.h>
@@ -22,7 +28,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum Fault { NONE, OVERRUN_ALL_REDUCE, OVERRUN_ALL_GATHER, BOGUS_GROUP, STALE_GROUP, BOGUS_WORK, STALE_WORK, SKIP };
+enum Fault {
+  NONE,
+  OVERRUN_ALL_REDUCE,
+  OVERRUN_ALL_GATHER,
+  BOGUS_GROUP,
+  STALE_GROUP,
+  BOGUS_WORK,
+  STALE_WORK,
+  SKIP,
+  ALL_TO_ALL_V,
+  ALL_TO_ALL_V_DISAGREE,
+  ALL_TO_ALL_V_OVERRUN
+};
 
 struct AccelPlugin {
   AccelHost* host;
@@ -98,6 +116,44 @@ static AccelStatus all_reduce(AccelPlugin* self, AccelGroup* group, const DLTens
   return self->services->comm->all_reduce(self->host, &c, work);
 }
 
+/* The uneven exchange: the first 8 floats of the buffer are the input, the
+ * last 8 the output (at most 2 floats to or from each of at most 4 ranks). */
+static AccelStatus exchange(AccelPlugin* self, const AccelIdentity* id, int disagree, int overrun) {
+  const int32_t n = id->world_size, r = id->rank;
+  if (n > 4) return ACCEL_ERROR_INVALID_ARGUMENT;
+  int64_t sends[4], receives[4], sent = 0, received = 0;
+  float* data = (float*)self->small->data;
+  for (int32_t j = 0; j < n; ++j) {
+    sends[j] = (r + 2 * j) % 3;
+    receives[j] = (j + 2 * r) % 3;
+    for (int64_t k = 0; k < sends[j]; ++k) data[sent + k] = (float)(100 * r + j);
+    sent += sends[j];
+    received += receives[j];
+  }
+  if (disagree && r == n - 1) ++receives[0], ++received;
+  int64_t in_shape[1], in_strides[1], out_shape[1], out_strides[1];
+  DLTensor in = view(data, in_shape, in_strides, overrun ? sent + 20 : sent);
+  DLTensor out = view(data + 8, out_shape, out_strides, received);
+  AccelCollectiveArgs c = {.struct_size = sizeof(AccelCollectiveArgs)};
+  c.input = &in;
+  c.output = &out;
+  c.label = "collective_faults all_to_all_v";
+  AccelStatus status = self->services->comm->all_to_all_v(self->host, &c, sends, receives, NULL);
+  if (status != ACCEL_OK) return status;
+  int64_t at = 0;
+  for (int32_t j = 0; j < n; ++j) {
+    for (int64_t k = 0; k < receives[j]; ++k) {
+      if (data[8 + at + k] != (float)(100 * j + r)) {
+        fprintf(stderr, "collective_faults: rank %d got %g from rank %d, expected %d\n", r, data[8 + at + k], j,
+                100 * j + r);
+        return ACCEL_ERROR_INTERNAL;
+      }
+    }
+    at += receives[j];
+  }
+  return ACCEL_OK;
+}
+
 static AccelStatus on_step_end(AccelPlugin* self, const AccelStepArgs* args) {
   const AccelCommServices* comm = self->services->comm;
   const AccelIdentity* id = NULL;
@@ -112,8 +168,13 @@ static AccelStatus on_step_end(AccelPlugin* self, const AccelStepArgs* args) {
       return status;
     return all_reduce(self, NULL, self->small, "collective_faults B", NULL);
   }
+  if (self->fault == ALL_TO_ALL_V || self->fault == ALL_TO_ALL_V_DISAGREE) {
+    return exchange(self, id, self->fault == ALL_TO_ALL_V_DISAGREE && now, 0);
+  }
   if (!now) return ACCEL_OK;
   switch (self->fault) {
+    case ALL_TO_ALL_V_OVERRUN:
+      return exchange(self, id, 0, 1);
     case OVERRUN_ALL_REDUCE: {
       DLTensor big = view(self->small->data, shape, strides, 1024);
       return all_reduce(self, NULL, &big, "collective_faults overrun", NULL);
@@ -157,10 +218,12 @@ static AccelStatus on_teardown(AccelPlugin* self) {
   return status;
 }
 
-static const char* const kFaults[] = {"none",       "overrun_all_reduce", "overrun_all_gather", "bogus_group",
-                                      "stale_group", "bogus_work",        "stale_work",         "skip_all_reduce"};
+static const char* const kFaults[] = {"none",         "overrun_all_reduce",    "overrun_all_gather",
+                                      "bogus_group",  "stale_group",           "bogus_work",
+                                      "stale_work",   "skip_all_reduce",       "all_to_all_v",
+                                      "all_to_all_v_disagree", "all_to_all_v_overrun"};
 static const AccelOptionSpec kFault = {sizeof(AccelOptionSpec), NULL, "fault", ACCEL_OPTION_ENUM, 0, "none",
-                                       "the mistake to make", kFaults, 8, NULL, NULL};
+                                       "the mistake to make", kFaults, 11, NULL, NULL};
 static const AccelOptionSpec kStep = {sizeof(AccelOptionSpec), NULL, "step", ACCEL_OPTION_INT, 0, "1",
                                       "the step whose step_end makes it", NULL, 0, "0", NULL};
 static const AccelOptionSpec kRank = {sizeof(AccelOptionSpec), NULL, "rank", ACCEL_OPTION_INT, 0, "-1",

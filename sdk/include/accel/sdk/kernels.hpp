@@ -73,6 +73,23 @@ class Kernels {
   void broadcast(AccelGroup* group, const DLTensor* tensor, int32_t root, const char* label) const {
     collective(s_.table()->comm->broadcast, group, tensor, tensor, ACCEL_REDUCE_SUM, root, label, false);
   }
+  // All-to-all with a count per group rank (accel/comm.h's all_to_all_v;
+  // host ABI >= 1.11). `async`: returns the work handle, else completes
+  // before returning.
+  AccelWork* all_to_all_v(AccelGroup* group, const DLTensor* input, const int64_t* send_counts,
+                          const DLTensor* output, const int64_t* recv_counts, const char* label,
+                          bool async = false) const {
+    AccelCollectiveArgs args{};
+    args.struct_size = sizeof(args);
+    args.group = group;
+    args.input = input;
+    args.output = output;
+    args.label = label;
+    AccelWork* work = nullptr;
+    s_.check(s_.table()->comm->all_to_all_v(s_.host(), &args, send_counts, recv_counts, async ? &work : nullptr),
+             "all_to_all_v");
+    return work;
+  }
   // Point to point with group rank `peer` (a pipeline's stages). `async`:
   // returns the work handle, else completes before returning.
   AccelWork* send(AccelGroup* group, const DLTensor* input, int32_t peer, const char* label, bool async = false) const {
