@@ -20,7 +20,7 @@ std::string shape_of(const at::Tensor& t) {
   return s + "]";
 }
 
-void check_shapes(const at::Tensor& x, const MoeWeights& w, const MoeSettings& s) {
+void check_shapes(const at::Tensor& x, const MoeWeights& w, const MoeSettings& s, int64_t ranks) {
   check(s.experts >= 1, "experts must be >= 1");
   check(s.top_k >= 1 && s.top_k <= s.experts,
         "top_k " + std::to_string(s.top_k) + " is outside [1, " + std::to_string(s.experts) + "]");
@@ -30,9 +30,12 @@ void check_shapes(const at::Tensor& x, const MoeWeights& w, const MoeSettings& s
   check(w.router.dim() == 2 && w.router.size(0) == s.experts && w.router.size(1) == h,
         "router is " + shape_of(w.router) + ", expected [" + std::to_string(s.experts) + ", " + std::to_string(h) +
             "]");
-  check(w.gate.dim() == 3 && w.gate.size(0) == s.experts && w.gate.size(2) == h, "gate is " + shape_of(w.gate));
+  check(s.experts % ranks == 0, std::to_string(s.experts) + " experts do not split over an expert group of " +
+                                     std::to_string(ranks));
+  const int64_t local = s.experts / ranks;  // the experts this rank holds
+  check(w.gate.dim() == 3 && w.gate.size(0) == local && w.gate.size(2) == h, "gate is " + shape_of(w.gate));
   check(w.up.sizes() == w.gate.sizes(), "up is " + shape_of(w.up) + ", gate " + shape_of(w.gate));
-  check(w.down.dim() == 3 && w.down.size(0) == s.experts && w.down.size(1) == h && w.down.size(2) == w.gate.size(1),
+  check(w.down.dim() == 3 && w.down.size(0) == local && w.down.size(1) == h && w.down.size(2) == w.gate.size(1),
         "down is " + shape_of(w.down));
   if (w.shared_gate.defined()) {
     check(w.shared_up.defined() && w.shared_down.defined() && w.shared_expert_gate.defined(),
@@ -51,6 +54,55 @@ at::Tensor swiglu(const at::Tensor& x, const at::Tensor& gate, const at::Tensor&
   return at::linear(at::silu(at::linear(x, gate)) * at::linear(x, up), down);
 }
 
+// Expert parallelism: the assignments' rows (`token_of`, sorted by expert,
+// count[e] for expert e of all E) go to their experts' ranks, run there,
+// and their outputs come back in the same order.
+at::Tensor run_on_expert_ranks(const at::Tensor& x, const at::Tensor& token_of, const int64_t* count,
+                               const MoeWeights& w, int64_t experts, const ExpertGroup& g) {
+  const int64_t ranks = g.size, local = experts / ranks;
+  const auto P = static_cast<size_t>(ranks);
+  std::vector<int64_t> send_rows(P, 0);
+  for (int64_t e = 0; e < experts; ++e) send_rows[static_cast<size_t>(e / local)] += count[e];
+  // How many rows each rank sends each of this rank's experts: from[s * local + e].
+  const at::Tensor counts = at::from_blob(const_cast<int64_t*>(count), {experts, 1}, at::kLong).clone();
+  const at::Tensor mine = g.all_to_all_v(counts, std::vector<int64_t>(P, local), std::vector<int64_t>(P, local));
+  const int64_t* from = mine.data_ptr<int64_t>();
+  std::vector<int64_t> recv_rows(P, 0), source_start(P, 0);
+  for (size_t s = 0; s < P; ++s) {
+    for (int64_t e = 0; e < local; ++e) recv_rows[s] += from[static_cast<int64_t>(s) * local + e];
+    if (s > 0) source_start[s] = source_start[s - 1] + recv_rows[s - 1];
+  }
+  const at::Tensor received = exchange_rows(x.index_select(0, token_of), send_rows, recv_rows, g);
+  // The rows arrive by source, each source's by expert: regrouped by expert.
+  std::vector<int64_t> order, per_expert(static_cast<size_t>(local), 0);
+  order.reserve(static_cast<size_t>(received.size(0)));
+  for (int64_t e = 0; e < local; ++e) {
+    for (size_t s = 0; s < P; ++s) {
+      int64_t start = source_start[s];
+      for (int64_t before = 0; before < e; ++before) start += from[static_cast<int64_t>(s) * local + before];
+      const int64_t n = from[static_cast<int64_t>(s) * local + e];
+      for (int64_t i = 0; i < n; ++i) order.push_back(start + i);
+      per_expert[static_cast<size_t>(e)] += n;
+    }
+  }
+  const auto index = at::TensorOptions().dtype(at::kLong).device(x.device());
+  const at::Tensor order_t = at::tensor(order, at::kLong).to(x.device());
+  const at::Tensor grouped = received.index_select(0, order_t);
+  // Always a graph through the exchange back, even for a rank no token
+  // reached: every rank's backward then runs both exchanges.
+  std::vector<at::Tensor> outputs = {grouped.narrow(0, 0, 0)};
+  int64_t offset = 0;
+  for (int64_t e = 0; e < local; ++e) {
+    const int64_t n = per_expert[static_cast<size_t>(e)];
+    if (n == 0) continue;
+    outputs.push_back(swiglu(grouped.narrow(0, offset, n), w.gate[e], w.up[e], w.down[e]));
+    offset += n;
+  }
+  const at::Tensor inverse =
+      at::empty_like(order_t).index_put_({order_t}, at::arange(static_cast<int64_t>(order.size()), index));
+  return exchange_rows(at::cat(outputs, 0).index_select(0, inverse), recv_rows, send_rows, g);
+}
+
 }  // namespace
 
 int64_t moe_capacity(const MoeSettings& settings, int64_t tokens) {
@@ -60,8 +112,10 @@ int64_t moe_capacity(const MoeSettings& settings, int64_t tokens) {
   return std::max<int64_t>(1, static_cast<int64_t>(std::ceil(slots)));
 }
 
-at::Tensor moe_mlp(const at::Tensor& x, const MoeWeights& w, const MoeSettings& s, MoeRouting* routing) {
-  check_shapes(x, w, s);
+at::Tensor moe_mlp(const at::Tensor& x, const MoeWeights& w, const MoeSettings& s, MoeRouting* routing,
+                   const ExpertGroup* group) {
+  const bool parallel = group != nullptr && group->active();
+  check_shapes(x, w, s, parallel ? group->size : 1);
   const int64_t tokens = x.size(0);
   const int64_t k = s.top_k;
   const at::Tensor logits = at::linear(x, w.router);
@@ -95,8 +149,12 @@ at::Tensor moe_mlp(const at::Tensor& x, const MoeWeights& w, const MoeSettings& 
   const int64_t* count = counts.data_ptr<int64_t>();
 
   at::Tensor out = at::zeros_like(x);
+  if (parallel) {
+    const at::Tensor y = run_on_expert_ranks(x, token_of, count, w, s.experts, *group);
+    out.index_add_(0, token_of, y * weight_of.unsqueeze(1));
+  }
   int64_t offset = 0;
-  for (int64_t e = 0; e < s.experts; ++e) {
+  for (int64_t e = 0; e < s.experts && !parallel; ++e) {
     const int64_t n = count[e];
     if (n == 0) continue;
     const at::Tensor rows = token_of.narrow(0, offset, n);

@@ -26,6 +26,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "host/model/expert_parallel.h"
+
 namespace accel::model {
 
 struct MoeSettings {
@@ -56,9 +58,12 @@ struct MoeRouting {
 };
 
 // x: [T, h] (tokens flattened). Returns [T, h]; fills *routing when given.
-// Throws std::invalid_argument for shapes or settings that do not fit.
+// With an active expert `group` (expert_parallel.h) the router is whole
+// ([E, h]) but gate, up and down hold this rank's E / P experts; x is this
+// rank's tokens, routed over all E. Throws std::invalid_argument for shapes
+// or settings that do not fit.
 at::Tensor moe_mlp(const at::Tensor& x, const MoeWeights& weights, const MoeSettings& settings,
-                   MoeRouting* routing = nullptr);
+                   MoeRouting* routing = nullptr, const ExpertGroup* group = nullptr);
 
 // The expert capacity for `tokens` tokens (0: unbounded, dropless).
 int64_t moe_capacity(const MoeSettings& settings, int64_t tokens);
