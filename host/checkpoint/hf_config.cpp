@@ -230,6 +230,12 @@ HfModelConfig parse_hf_config(std::string_view text, const std::string& where) {
     if (type == "gpt2") return parse_gpt2(config);
     if (type == "llama") return parse_llama(config);
     if (type == "mixtral") return parse_mixtral(config);
+    if (type == "qwen2_moe") {
+      // Qwen2-MoE's attention has q, k and v biases, which the host's Llama
+      // block does not: its weights could not compute what transformers does.
+      config.fail("model_type", "is \"qwen2_moe\": Qwen2-MoE's attention has q, k and v biases, which accel-host's "
+                                "llama family does not (supported: gpt2, llama, mixtral)");
+    }
     if (!type) config.fail("model_type", "is missing (supported: gpt2, llama, mixtral)");
     config.fail("model_type", "is " + describe(config.value("model_type")) +
                                   ", which is not supported (supported: gpt2, llama, mixtral)");

@@ -44,6 +44,15 @@ json llama_json() {
     "tie_word_embeddings": false})");
 }
 
+json mixtral_json() {
+  return json::parse(R"({"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "vocab_size": 256,
+    "max_position_embeddings": 64, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": null, "hidden_act": "silu",
+    "rms_norm_eps": 1e-05, "rope_parameters": {"rope_theta": 1000000.0, "rope_type": "default"},
+    "num_local_experts": 8, "num_experts_per_tok": 2, "sliding_window": null, "router_jitter_noise": 0.0,
+    "output_router_logits": true, "router_aux_loss_coef": 0.02, "tie_word_embeddings": false})");
+}
+
 constexpr const char* kWhere = "hf/config.json";
 
 std::string error_of_text(const std::string& text) {
@@ -82,8 +91,28 @@ TEST(HfConfig, BothFamiliesParse) {
   EXPECT_EQ(llama.shape.norm_eps, 1e-6);
 }
 
+TEST(HfConfig, AMixtralIsALlamaWithExperts) {
+  const HfModelConfig mixtral = parse_hf_config(mixtral_json().dump(), kWhere);
+  EXPECT_EQ(mixtral.shape.family, model::ModelFamily::llama);
+  EXPECT_EQ(mixtral.shape.n_experts, 8);
+  EXPECT_EQ(mixtral.shape.experts_per_token, 2);
+  EXPECT_EQ(mixtral.shape.ffn_size, 96);
+  EXPECT_EQ(mixtral.shape.rope_theta, 1e6);
+  // The aux coefficient is the run's to choose: noted, never applied.
+  ASSERT_EQ(mixtral.ignored.size(), 1u);
+  EXPECT_NE(mixtral.ignored[0].find("router_aux_loss_coef 0.02"), std::string::npos);
+  json j = mixtral_json();
+  j["num_experts_per_tok"] = 9;
+  expect_refused(error_of(j), "\"num_experts_per_tok\"", "more than the experts");
+  j = mixtral_json();
+  j["sliding_window"] = 4096;
+  expect_refused(error_of(j), "\"sliding_window\" is 4096; accel-host's Mixtral attends to the whole sequence",
+                 "sliding window");
+  expect_refused(error_of(json{{"model_type", "qwen2_moe"}}), "q, k and v biases", "qwen2_moe");
+}
+
 TEST(HfConfig, WhatExportWritesParsesBack) {
-  for (const json& j : {gpt2_json(), llama_json()}) {
+  for (const json& j : {gpt2_json(), llama_json(), mixtral_json()}) {
     const model::GptConfig shape = parse_hf_config(j.dump(), kWhere).shape;
     EXPECT_EQ(parse_hf_config(hf_config_json(shape), kWhere).shape, shape) << shape.describe();
   }
