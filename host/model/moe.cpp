@@ -148,21 +148,26 @@ at::Tensor moe_mlp(const at::Tensor& x, const MoeWeights& w, const MoeSettings& 
   const at::Tensor counts = at::bincount(expert_of, /*weights=*/{}, s.experts).to(at::kCPU);
   const int64_t* count = counts.data_ptr<int64_t>();
 
-  at::Tensor out = at::zeros_like(x);
+  // Every assignment's output in expert order (here or on the experts'
+  // ranks), weighted, then summed into its token's row in one pass: the
+  // same additions in the same order as expert by expert, with one gather
+  // and one scatter instead of one of each per expert.
+  at::Tensor y;
   if (parallel) {
-    const at::Tensor y = run_on_expert_ranks(x, token_of, count, w, s.experts, *group);
-    out.index_add_(0, token_of, y * weight_of.unsqueeze(1));
+    y = run_on_expert_ranks(x, token_of, count, w, s.experts, *group);
+  } else {
+    const at::Tensor rows = x.index_select(0, token_of);
+    std::vector<at::Tensor> outputs = {rows.narrow(0, 0, 0)};
+    int64_t offset = 0;
+    for (int64_t e = 0; e < s.experts; ++e) {
+      const int64_t n = count[e];
+      if (n == 0) continue;
+      outputs.push_back(swiglu(rows.narrow(0, offset, n), w.gate[e], w.up[e], w.down[e]));
+      offset += n;
+    }
+    y = at::cat(outputs, 0);
   }
-  int64_t offset = 0;
-  for (int64_t e = 0; e < s.experts && !parallel; ++e) {
-    const int64_t n = count[e];
-    if (n == 0) continue;
-    const at::Tensor rows = token_of.narrow(0, offset, n);
-    const at::Tensor y = swiglu(x.index_select(0, rows), w.gate[e], w.up[e], w.down[e]) *
-                         weight_of.narrow(0, offset, n).unsqueeze(1);
-    out.index_add_(0, rows, y);
-    offset += n;
-  }
+  at::Tensor out = at::zeros_like(x).index_add_(0, token_of, y * weight_of.unsqueeze(1));
   if (w.shared_gate.defined()) {
     out = out + at::sigmoid(at::linear(x, w.shared_expert_gate)) *
                     swiglu(x, w.shared_gate, w.shared_up, w.shared_down);
