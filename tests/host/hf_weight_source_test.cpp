@@ -276,3 +276,58 @@ TEST_F(HfWeightSourceTest, ANonFloatingWeightIsRefusedByName) {
     EXPECT_NE(std::string(e.what()).find("I32"), std::string::npos) << e.what();
   }
 }
+
+// Mixtral's experts (hf_mixtral.cpp): a host parameter [E, 2F, C] stacked
+// from one [F, C] tensor per expert and projection (w1 then w3), of mixed
+// dtypes. Every flat range, which crosses pieces and experts, holds what
+// stacking the converted tensors gives, bit for bit, and reads only its
+// own bytes.
+TEST(HfWeightSourceStacked, EveryFlatRangeIsTheStackedTensorsBitForBit) {
+  const fs::path dir = fs::temp_directory_path() / ("accel_hf_stacked_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const int64_t E = 3, F = 5, C = 7;
+  std::vector<at::Tensor> values;
+  SafetensorsWriter writer;
+  std::vector<std::string> names;
+  for (int64_t e = 0; e < E; ++e) {
+    for (const char* projection : {"w1", "w3"}) {
+      const at::ScalarType type = e == 1 ? at::kBFloat16 : at::kFloat;
+      values.push_back(at::randn({F, C}, at::TensorOptions().dtype(at::kDouble)).to(type).contiguous());
+      names.push_back("experts." + std::to_string(e) + "." + projection + ".weight");
+      writer.add(names.back(), file_dtype(type), {F, C}, values.back().data_ptr(), values.back().nbytes());
+    }
+  }
+  writer.write(dir / "model.safetensors");
+  auto weights = std::make_shared<HfWeightSource>("hf:" + dir.string());
+  const size_t f = weights->add_file(SafetensorsFile::open(dir / "model.safetensors"));
+  std::vector<std::vector<HfWeightSource::Piece>> rows(static_cast<size_t>(E));
+  for (size_t i = 0; i < names.size(); ++i) rows[i / 2].push_back({f, *weights->file(f).find(names[i])});
+  weights->add_stacked("gate_up", rows, {E, 2 * F, C});
+  EXPECT_TRUE(weights->contains("gate_up"));
+  EXPECT_EQ(weights->shapes().at("gate_up"), (std::vector<int64_t>{E, 2 * F, C}));
+
+  std::vector<at::Tensor> converted;
+  for (const at::Tensor& v : values) converted.push_back(v.to(at::kFloat));
+  const at::Tensor whole = at::stack(converted).view({E, 2 * F, C}).contiguous();
+  ParamSpec spec;
+  spec.name = "gate_up";
+  spec.shape = {E, 2 * F, C};
+  const ParamInit init(0, std::shared_ptr<const model::WeightSource>(weights));
+  const int64_t n = whole.numel();
+  for (int64_t begin = 0; begin < n; begin += 11) {
+    for (int64_t count : {int64_t{1}, int64_t{F * C + 3}, n - begin}) {
+      if (begin + count > n) continue;
+      const uint64_t before = weights->bytes_read();
+      std::vector<float> got(static_cast<size_t>(count), -1.0f);
+      init.fill(spec, begin, count, got.data());
+      ASSERT_TRUE(same_bits(got.data(), whole.const_data_ptr<float>() + begin, count))
+          << "[" << begin << ", " << begin + count << ")";
+      // Expert 1's pieces are bf16: 2 bytes an element, the others 4.
+      uint64_t expected = 0;
+      for (int64_t k = begin; k < begin + count; ++k) expected += (k / (2 * F * C)) == 1 ? 2 : 4;
+      EXPECT_EQ(weights->bytes_read() - before, expected) << "[" << begin << ", " << begin + count << ")";
+    }
+  }
+  EXPECT_THROW(weights->add_stacked("short", rows, {E, 2 * F + 1, C}), std::logic_error);
+  fs::remove_all(dir);
+}
