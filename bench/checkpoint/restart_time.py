@@ -18,6 +18,7 @@ background".
 import argparse
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -69,6 +70,7 @@ def run_mode(mode, args, host, model, tmp):
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV)
     lines = []
     times = {}
+    resume = {}
 
     def read_output():
         # Timestamps the lines that matter as they arrive.
@@ -78,6 +80,10 @@ def run_mode(mode, args, host, model, tmp):
             if "restarting at" in line and "restart" not in times:
                 times["restart"] = now
             if "resumed from" in line and "kill" in times and "resumed" not in times:
+                # The restarted leg's rows are the ones after this moment
+                # (a kill right after a checkpoint repeats no step).
+                resume["rows_before"] = len(rows_of(metrics))
+                resume["step"] = int(re.search(r"resumed from \S+ at step (\d+)", line).group(1))
                 times["resumed"] = now
 
     reader = threading.Thread(target=read_output, daemon=True)
@@ -92,13 +98,17 @@ def run_mode(mode, args, host, model, tmp):
     [launcher] = children(supervisor.pid)
     os.kill(children(launcher)[-1], signal.SIGKILL)
     times["kill"] = time.monotonic()
-    # The restarted job's first step is the first line whose step does not
-    # follow the one before (it repeats the steps after its checkpoint).
+    # The restarted job's first step is the first row written after its
+    # "resumed from" line; with nothing to resume from, the first row whose
+    # step does not follow the one before.
     restart_index = None
     while True:
         rows = rows_of(metrics)
         if restart_index is None:
-            restart_index = next((i for i in range(1, len(rows)) if rows[i]["step"] <= rows[i - 1]["step"]), None)
+            if "rows_before" in resume:
+                restart_index = resume["rows_before"] if len(rows) > resume["rows_before"] else None
+            else:
+                restart_index = next((i for i in range(1, len(rows)) if rows[i]["step"] <= rows[i - 1]["step"]), None)
             if restart_index is not None:
                 times["first_step"] = time.monotonic()
         if restart_index is not None and "caught_up" not in times and \
@@ -113,7 +123,7 @@ def run_mode(mode, args, host, model, tmp):
     rows = rows_of(metrics)
     seen = restart_index
     killed_at = rows[seen - 1]["step"]
-    resumed_at = rows[seen]["step"] - 1
+    resumed_at = resume.get("step", 0)
     # The reference: 4 ranks to the step the restart resumed from, 3 from it.
     ref_root, ref_metrics = os.path.join(tmp, f"{mode}_ref"), os.path.join(tmp, f"{mode}_ref.jsonl")
     base = [*model, *ZERO3, "--lr-decay-steps", str(args.steps), "--save", ref_root, "--metrics-file", ref_metrics,
