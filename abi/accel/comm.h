@@ -10,6 +10,7 @@
  *         + tensor_index,
  *     data_index = replica_index * sharding_size + sharding_index,
  *     context_index = data_index % context_size,
+ *     expert_index = data_index % expert_size,
  * tensor-parallel peers are adjacent ranks (same node first), context peers
  * next, then the rest of the sharding peers; replicas and pipeline stages
  * span nodes. data_size is sharding_size * replica_size.
@@ -22,6 +23,15 @@
  * same micro-batches. The host hands every CONTEXT group one micro-batch:
  * the data loader's rank is data_index / context_size of
  * data_size / context_size.
+ *
+ * Expert parallelism (since 1.12) splits each mixture-of-experts layer's
+ * experts over expert_size ranks: the innermost expert_size ranks of the
+ * data index (EXPERT) each hold E / expert_size experts, exchange tokens
+ * with all_to_all_v, and read different micro-batches (they are data ranks
+ * for everything else). The ranks holding the same experts form
+ * EXPERT_DATA (data_size / expert_size ranks): the experts' gradients are
+ * summed there and divided by data_size, the average over the data group
+ * that the other parameters' gradients get.
  *
  * A collective on CUDA tensors runs on NCCL, on CPU tensors on MPI; the
  * caller does not choose. Two modes:
@@ -96,6 +106,12 @@ typedef enum AccelGroupKind {
   ACCEL_GROUP_CONTEXT = 7,   /* since 1.10: the ranks one sequence is split
                                 over (a subset of DATA; size 1 without
                                 context parallelism) */
+  ACCEL_GROUP_EXPERT = 8,    /* since 1.12: the ranks a layer's experts are
+                                split over (a subset of DATA; size 1 without
+                                expert parallelism) */
+  ACCEL_GROUP_EXPERT_DATA = 9, /* since 1.12: the ranks holding the same
+                                experts (DATA / EXPERT; all of DATA without
+                                expert parallelism) */
   ACCEL_GROUP_KIND_FORCE_32BIT = 0x7fffffff
 } AccelGroupKind;
 
@@ -104,7 +120,8 @@ typedef enum AccelGroupKind {
  * default to 1; of sharding and replica, one left 0 takes what remains of
  * the world, both left 0 give sharding = 1, replica = the rest. The product
  * tensor * pipeline * sharding * replica must equal the world size, and
- * context_size must divide the data size (sharding * replica). Two plugins
+ * context_size and expert_size must each divide the data size (sharding *
+ * replica); expert_size defaults to 1. Two plugins
  * giving different non-zero values for one dimension is a configuration
  * error naming both. */
 typedef struct AccelMeshSpec {
@@ -116,6 +133,10 @@ typedef struct AccelMeshSpec {
   int32_t replica_size;
   int32_t context_size;    /* since 1.10: ranks one sequence is split over */
   int32_t reserved;        /* since 1.10: must be 0 (refused otherwise) */
+  int32_t expert_size;     /* since 1.12: ranks a layer's experts are split
+                              over (the model must have experts, a multiple
+                              of it per layer) */
+  int32_t reserved2;       /* since 1.12: must be 0 (refused otherwise) */
 } AccelMeshSpec;
 
 /* Declares (part of) the mesh. `mesh` is borrowed for the call.

@@ -34,6 +34,9 @@ struct ExpertGroup {
   std::function<at::Tensor(const at::Tensor& input, const std::vector<int64_t>& send_rows,
                            const std::vector<int64_t>& recv_rows)>
       all_to_all_v;
+  // The group's slices of a contiguous tensor concatenated along dim 0 in
+  // rank order (a checkpoint's whole experts); collective over the group.
+  std::function<at::Tensor(const at::Tensor& input)> all_gather;
 
   bool active() const { return size > 1; }
 };

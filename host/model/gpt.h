@@ -109,6 +109,10 @@ class GptModel {
   // `group` must outlive the model's use.
   void set_context_group(ContextGroup group) { context_group_ = std::move(group); }
   const ContextGroup& context_group() const { return context_group_; }
+  // Expert parallelism (expert_parallel.h): the units' ACCEL_PARAM_EXPERTS
+  // parameters must already hold this rank's E / size experts.
+  void set_expert_group(ExpertGroup group) { expert_group_ = std::move(group); }
+  const ExpertGroup& expert_group() const { return expert_group_; }
 
   // Routes the blocks' linear layers (y = x W^T + b) through `linear`, given
   // the unit index and the weight's index within the unit: how plugins'
@@ -188,6 +192,7 @@ class GptModel {
   mutable std::vector<MoeRouting> routing_;  // per unit: its latest forward's (model is single-threaded)
   TensorGroup tensor_group_;
   ContextGroup context_group_;
+  ExpertGroup expert_group_;
 };
 
 }  // namespace accel::model

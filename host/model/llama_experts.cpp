@@ -24,7 +24,7 @@ at::Tensor GptModel::llama_experts(const Unit& unit, const at::Tensor& x) const 
   const int64_t T = x.size(0), B = x.size(1), C = x.size(2);
   MoeRouting& routing = routing_.at(static_cast<size_t>(&unit - units_.data()));
   // Tokens in the host's sequence-major order: capacity's queue follows it.
-  const at::Tensor y = moe_mlp(x.reshape({T * B, C}), weights, settings, &routing);
+  const at::Tensor y = moe_mlp(x.reshape({T * B, C}), weights, settings, &routing, &expert_group_);
   // Kept only for the auxiliary losses: they hold the router's graph.
   if (!moe_losses_on()) routing.logits = at::Tensor();
   return y.view({T, B, C});

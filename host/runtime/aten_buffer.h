@@ -1,7 +1,7 @@
 // A contiguous ATen tensor as the communicator's Buffer: how the host's own
-// model collectives (tensor and context parallelism) hand tensors to a
-// ProcessGroup. Throws std::runtime_error for a dtype the communicators do
-// not reduce. Any thread.
+// model collectives (tensor, context and expert parallelism) hand tensors
+// to a ProcessGroup. Throws std::runtime_error for a dtype the communicators
+// do not move. Any thread.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -19,6 +19,8 @@ inline comm::DType comm_dtype_of(const at::Tensor& t) {
     case at::kBFloat16: return comm::DType::bf16;
     case at::kHalf: return comm::DType::f16;
     case at::kDouble: return comm::DType::f64;
+    case at::kLong: return comm::DType::i64;  // expert parallelism's token counts
+    case at::kInt: return comm::DType::i32;
     default:
       throw std::runtime_error(std::string("the host's model collectives cannot move a ") +
                                c10::toString(t.scalar_type()) + " tensor");

@@ -70,6 +70,13 @@ AccelStatus set_mesh(AccelHost* host, const AccelMeshSpec* mesh) {
       }
       merge(context.mesh.context_size, mesh->context_size, "context");
     }
+    if (ACCEL_STRUCT_HAS_FIELD(mesh, AccelMeshSpec, reserved2)) {
+      if (mesh->reserved2 != 0) fail(ACCEL_ERROR_INVALID_ARGUMENT, "AccelMeshSpec.reserved2 must be 0");
+      if (mesh->expert_size < 0) {
+        fail(ACCEL_ERROR_INVALID_ARGUMENT, "expert size " + std::to_string(mesh->expert_size) + " is negative");
+      }
+      merge(context.mesh.expert_size, mesh->expert_size, "expert");
+    }
   });
 }
 
@@ -191,6 +198,14 @@ void resolve_standard_groups(HostContext& context) {
                              " / pipeline " + std::to_string(pipeline_size) + ")");
   }
   mesh.context_size = context_size;
+  const int expert_size = std::max(1, mesh.expert_size);
+  if (data_size % expert_size != 0) {
+    throw std::runtime_error("mesh expert size " + std::to_string(expert_size) +
+                             " does not divide the data-parallel size " + std::to_string(data_size) + " (world " +
+                             std::to_string(world_size) + " / tensor " + std::to_string(tensor_size) +
+                             " / pipeline " + std::to_string(pipeline_size) + ")");
+  }
+  mesh.expert_size = expert_size;
   const int rank = world.rank();
   auto standard = [&](comm::ProcessGroup* borrowed, std::unique_ptr<comm::ProcessGroup> owned) {
     std::shared_ptr<GroupEntry> entry = make_entry(context, borrowed, std::move(owned));
@@ -224,6 +239,14 @@ void resolve_standard_groups(HostContext& context) {
   const int context_slot = (pipeline_index * data_size + data_index / context_size) * tensor_size + tensor_index;
   context.standard_groups[ACCEL_GROUP_CONTEXT] =
       standard(nullptr, world.split(context_slot, rank, "context"));
+  // Expert peers likewise (expert_index = data_index % expert_size); the
+  // ranks holding the same experts share everything but data_index / expert_size.
+  const int expert_slot = (pipeline_index * data_size + data_index / expert_size) * tensor_size + tensor_index;
+  context.standard_groups[ACCEL_GROUP_EXPERT] = standard(nullptr, world.split(expert_slot, rank, "expert"));
+  const int expert_data_slot = (pipeline_index * expert_size + data_index % expert_size) * tensor_size + tensor_index;
+  context.standard_groups[ACCEL_GROUP_EXPERT_DATA] =
+      expert_size == 1 ? context.standard_groups[ACCEL_GROUP_DATA]
+                       : standard(nullptr, world.split(expert_data_slot, rank, "expert data"));
   context.standard_groups[ACCEL_GROUP_NODE] =
       standard(nullptr, world.split(context.identity.node_rank, rank, "node"));
 }

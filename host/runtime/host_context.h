@@ -210,6 +210,12 @@ class HostContext {
   std::unique_ptr<comm::ProcessGroup> context_ring_group, context_a2a_group;
   std::atomic<int64_t> context_parallel_bytes{0};
 
+  // --- expert parallelism (expert_parallel_plan.cpp) ---
+  // The expert group's size once resolved (1: none), and the bytes the
+  // host's token exchanges sent this step.
+  int64_t expert_parallel_size = 1;
+  std::atomic<int64_t> expert_parallel_bytes{0};
+
   // --- the parameter gather codec (gather_codec_services.cpp, ABI 1.8) ---
   // The plugin whose hooks implement it (at most one; hooks null: none),
   // set by the hook dispatcher once every plugin is created.

@@ -97,6 +97,8 @@ const char* group_name(AccelGroupKind kind) {
     case ACCEL_GROUP_REPLICA: return "replica";
     case ACCEL_GROUP_NODE: return "node";
     case ACCEL_GROUP_CONTEXT: return "context";
+    case ACCEL_GROUP_EXPERT: return "expert";
+    case ACCEL_GROUP_EXPERT_DATA: return "expert data";
     default: return nullptr;
   }
 }

@@ -2,6 +2,7 @@
 #include "host/train/checkpoint_format.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -38,9 +39,10 @@ std::vector<at::Tensor> moments_of(train::FlatAdamW& optimizer, size_t unit) {
 // (collective over the group: every rank of it calls this, in the same
 // order): all-gather, reassemble the fused blocks along the split
 // dimension, drop the vocabulary padding.
-at::Tensor gather_whole(const model::Param& p, const at::Tensor& local, const model::TensorGroup& tp) {
+at::Tensor gather_whole(const model::Param& p, const at::Tensor& local,
+                        const std::function<at::Tensor(const at::Tensor&)>& all_gather) {
   const auto d = static_cast<int64_t>(p.split.dim);
-  at::Tensor all = tp.all_gather(local.contiguous().reshape({1, -1}).to(at::kFloat));
+  at::Tensor all = all_gather(local.contiguous().reshape({1, -1}).to(at::kFloat));
   std::vector<int64_t> shape = {p.split.parts};
   shape.insert(shape.end(), p.shape.begin(), p.shape.end());
   all = all.view(shape);
@@ -84,7 +86,8 @@ std::vector<Rectangle> local_rectangles(const model::Param& p, const at::Tensor&
 WholeTensors gather_split_tensors(const model::GptModel& model, train::FlatAdamW& optimizer, bool host_optimizer) {
   WholeTensors whole;
   const model::TensorGroup& tp = model.tensor_group();
-  if (!tp.active()) return whole;
+  const model::ExpertGroup& ep = model.expert_group();
+  if (!tp.active() && !ep.active()) return whole;
   for (size_t u = 0; u < model.units().size(); ++u) {
     const model::Unit& unit = model.units()[u];
     if (!host_keeps(unit) || !unit.is_split()) continue;
@@ -92,10 +95,13 @@ WholeTensors gather_split_tensors(const model::GptModel& model, train::FlatAdamW
         host_optimizer ? moments_of(optimizer, u) : std::vector<at::Tensor>();
     for (const model::Param& p : unit.params()) {
       if (!sliced(p)) continue;
+      // Experts are split over the expert group, everything else over the tensor group.
+      const auto& all_gather = p.spec.role == model::ParamRole::experts ? ep.all_gather : tp.all_gather;
       const auto local = [&](const at::Tensor& flat) { return flat.narrow(0, p.offset, p.numel()).view(p.shape); };
-      whole[p.spec.name] = gather_whole(p, local(unit.flat_params()), tp).cpu();
+      whole[p.spec.name] = gather_whole(p, local(unit.flat_params()), all_gather).cpu();
       for (size_t m = 0; m < unit_moments.size(); ++m) {
-        whole[std::string(kMoments[m]) + "/" + p.spec.name] = gather_whole(p, local(unit_moments[m]), tp).cpu();
+        whole[std::string(kMoments[m]) + "/" + p.spec.name] =
+            gather_whole(p, local(unit_moments[m]), all_gather).cpu();
       }
     }
   }

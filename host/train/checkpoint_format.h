@@ -62,8 +62,9 @@ std::vector<std::string> write_host_files(const std::filesystem::path& dir, cons
 
 // The whole tensors (global shapes, on the CPU) of every tensor-parallel
 // split parameter and, with `host_optimizer`, of its AdamW moments
-// ("exp_avg/NAME", "exp_avg_sq/NAME"): all-gathered over the tensor group,
-// so collective — every rank calls it. Empty without tensor parallelism. A
+// ("exp_avg/NAME", "exp_avg_sq/NAME"): all-gathered over the tensor group
+// (the experts of an expert-parallel run over the expert group), so
+// collective — every rank calls it. Empty without either. A
 // checkpoint of a tensor-parallel run is therefore the same files as any
 // other (global shapes, offsets 0) and resumes at any layout; resuming into
 // one, each rank reads its rectangles of the whole tensors.

@@ -27,6 +27,7 @@
 #include "host/runtime/pipeline_plan.h"
 #include "host/runtime/plugin_state.h"
 #include "host/runtime/context_parallel_plan.h"
+#include "host/runtime/expert_parallel_plan.h"
 #include "host/runtime/tensor_parallel_plan.h"
 #include "host/runtime/tensor_views.h"
 #include "host/runtime/trace_scope.h"
@@ -409,6 +410,7 @@ void Trainer::plan_plugins() {
   runtime::resolve_pipeline_plan(*context_);
   if (!plan.splits.empty()) use_tensor_parallel_plan();
   runtime::resolve_context_parallel_plan(*context_);
+  use_expert_parallel_plan();
   use_data_parallel_share();
   if (context_->model_run.pipeline_size > 1) {
     // Each stage holds its units' gradients only: the host's norm and step
@@ -462,6 +464,14 @@ void Trainer::use_tensor_parallel_plan() {
   if (!hooks_->owns_clip_gradients()) {
     throw std::runtime_error("the plugins' model plan splits parameters, but no plugin takes over clip_gradients: "
                              "the host's norm would count split parameters once per rank");
+  }
+}
+
+void Trainer::use_expert_parallel_plan() {
+  runtime::resolve_expert_parallel_plan(*context_);
+  if (context_->expert_parallel_size > 1 && (!hooks_->owns_clip_gradients() || !hooks_->owns_optimizer_step())) {
+    throw std::runtime_error("the plugins' mesh splits the experts, but no plugin takes over clip_gradients and "
+                             "optimizer_step: the host's norm and step would treat other ranks' experts as these");
   }
 }
 
@@ -599,6 +609,10 @@ RunEnd Trainer::run() {
         m.plugin_metrics["host.context_parallel_bytes"] =
             static_cast<double>(runtime::take_context_parallel_bytes(*context_));
       }
+      if (context_->expert_parallel_size > 1) {
+        m.plugin_metrics["host.expert_parallel_bytes"] =
+            static_cast<double>(runtime::take_expert_parallel_bytes(*context_));
+      }
       if (context_->memory) m.memory_peak_bytes = device_memory_peaks(*context_->memory);
       m.memory_startup_peak_bytes.swap(startup_memory_peaks);
     }
@@ -621,6 +635,7 @@ RunEnd Trainer::run() {
         comm::take_link_bytes_sent();
         if (context_->tensor_parallel_size > 1) runtime::take_tensor_parallel_bytes(*context_);
         if (context_->context_parallel_size > 1) runtime::take_context_parallel_bytes(*context_);
+        if (context_->expert_parallel_size > 1) runtime::take_expert_parallel_bytes(*context_);
       }
     }
     if (logged_step(completed_steps_)) {

@@ -92,6 +92,7 @@ class Trainer final : public runtime::ModelRunner {
   // Resolves the plan's tensor-parallel splits into the model.
   void use_precision_policy();
   void use_tensor_parallel_plan();
+  void use_expert_parallel_plan();
   // The data-parallel rank and size once splits and stages resolved
   // (world = stages x data x tensor), checked against the batch.
   void use_data_parallel_share();

@@ -13,6 +13,11 @@
 //     fused attention kernel does anyway) or, at recompute_granularity full,
 //     every block (the host's activation checkpointing, the f / g
 //     collectives run again).
+//   - ep_degree: the mesh's expert size (ABI 1.12). The host splits every
+//     mixture-of-experts layer's experts over ACCEL_GROUP_EXPERT and routes
+//     tokens there with all_to_all_v; the plugin reduces the experts'
+//     gradients over EXPERT_DATA and sums the clipping norm over EXPERT
+//     (plugins/sharding/expert_slices.h).
 //   - pp_degree: the units cut into stages (pipeline_schedule.h, plan_stages);
 //     the plugin takes the train step over and runs 1F1B, interleaved or
 //     GPipe through the host's run_forward / run_backward, sending
@@ -51,6 +56,7 @@
 #include "pipeline_runner.h"
 #include "pipeline_schedule.h"
 #include "sharding/context_parallel.h"
+#include "sharding/expert_slices.h"
 #include "sharding/machinery.h"
 #include "sharding/model_layout.h"
 
@@ -96,6 +102,11 @@ class Megatron final : public sdk::Plugin {
        "Megatron-Core's context_parallel_size)",
        nullptr, "1", kMaxDegree},
       ACCEL_CONTEXT_PARALLEL_OPTIONS("p2p"),
+      {"ep_degree", ACCEL_OPTION_INT, "1",
+       "expert-parallel degree E: ranks each mixture-of-experts layer's experts are split over, E / ep_degree "
+       "each, tokens exchanged by all_to_all_v (a divisor of the data-parallel size; Megatron-Core's "
+       "expert_model_parallel_size)",
+       nullptr, "1", kMaxDegree},
       {"pipeline_schedule", ACCEL_OPTION_ENUM, "1f1b",
        "1f1b (Megatron's; interleaved with virtual stages) or gpipe (every forward, then every backward)",
        "1f1b|gpipe"},
@@ -156,6 +167,7 @@ class Megatron final : public sdk::Plugin {
         tp_(s.option<int64_t>("tp_degree")),
         pp_(s.option<int64_t>("pp_degree")),
         cp_(s, "cp_degree", checked_data_ranks(s)),
+        ep_(s.option<int64_t>("ep_degree")),
         sequence_parallel_(s.option<bool>("sequence_parallelism")),
         recompute_(s.option<bool>("recompute_activations")),
         full_recompute_(recompute_ && s.option<std::string>("recompute_granularity") == "full"),
@@ -185,6 +197,7 @@ class Megatron final : public sdk::Plugin {
                               static_cast<long long>(s.option<int64_t>("train.grad_accum_steps"))));
     }
     refuse_unserved_fields(s);
+    check_expert_parallel(s);
     if (s.option<std::string>("train.optimizer") != "adamw") {
       throw Error(ACCEL_ERROR_UNSUPPORTED, "train.optimizer " + s.option<std::string>("train.optimizer") +
                                                ": megatron's optimizer is AdamW only");
@@ -221,6 +234,7 @@ class Megatron final : public sdk::Plugin {
     mesh.sharding_size = config_.mesh.sharding_size;
     mesh.replica_size = config_.mesh.replica_size;
     cp_.declare(mesh);
+    if (ep_ > 1) mesh.expert_size = static_cast<int32_t>(ep_);  // checked for a 1.12 host at create
     services().check(t.comm->set_mesh(services().host(), &mesh), "set_mesh");
     cp_.plan(services());
     if (pp_ > 1) {
@@ -290,15 +304,21 @@ class Megatron final : public sdk::Plugin {
     m_.comm_buffers = std::make_unique<sdk::BufferPool>(s, /*keep_per_shape=*/2);
     m_.reducer =
         std::make_unique<sharding::GradReducer>(ops_, config_, *m_.store, sharding, replica, data, *m_.comm_buffers);
+    const sharding::ExpertGroups experts = sharding::read_expert_groups(ops_);
+    if (experts.size != ep_) {
+      throw Error(ACCEL_ERROR_INTERNAL, "the expert group has " + std::to_string(experts.size) +
+                                            " ranks, ep_degree is " + std::to_string(ep_));
+    }
+    m_.reducer->set_experts(experts);
     if (distributed_optimizer_) {
       m_.publish = std::make_unique<sharding::HostParamSync>(ops_, *m_.store, sharding, *m_.comm_buffers);
     }
     AccelGroup* pipeline = ops_.group(ACCEL_GROUP_PIPELINE);
     m_.optimizer = std::make_unique<sharding::ShardedOptimizer>(ops_, *m_.store, sharding, sharding_shape.rank, tensor_,
-                                                                pp_ > 1 ? pipeline : nullptr);
+                                                                pp_ > 1 ? pipeline : nullptr, experts);
     setup_pipeline(pipeline);
     m_.checkpoint = std::make_unique<sharding::CheckpointIo>(ops_, config_, *m_.store, sharding, ops_.shape(replica),
-                                                             s.rank(), config_json(), tensor_.rank);
+                                                             s.rank(), config_json(), tensor_.rank, experts.data_rank);
   }
 
   void step_begin(const AccelStepArgs& args) override {
@@ -360,6 +380,7 @@ class Megatron final : public sdk::Plugin {
     s.metric("tp_degree", static_cast<double>(tp_));
     s.metric("pp_degree", static_cast<double>(pp_));
     s.metric("cp_degree", static_cast<double>(cp_.degree()));
+    s.metric("ep_degree", static_cast<double>(ep_));
     s.metric("pp_peak_in_flight", static_cast<double>(last_peak_in_flight_));
     s.metric("pp_bubble_fraction", last_bubble_);
     s.metric("data_parallel_size", static_cast<double>(data_size_));
@@ -501,6 +522,27 @@ class Megatron final : public sdk::Plugin {
     }
   }
 
+  // Expert parallelism's settings, refused at create on every rank alike.
+  void check_expert_parallel(const sdk::Services& s) const {
+    if (ep_ == 1) return;
+    const int64_t data = checked_data_ranks(s);
+    if (data % ep_ != 0) {
+      throw Error(ACCEL_ERROR_INVALID_ARGUMENT,
+                  sdk::format("ep_degree %lld does not divide the data-parallel size %lld (world / (tp_degree x "
+                              "pp_degree)): expert groups are made of data ranks",
+                              static_cast<long long>(ep_), static_cast<long long>(data)));
+    }
+    if (!sdk::host_abi_at_least(1, 12)) {
+      throw Error(ACCEL_ERROR_UNSUPPORTED, "ep_degree needs a host with the expert group (ABI 1.12)");
+    }
+    if (distributed_optimizer_) {
+      throw Error(ACCEL_ERROR_UNSUPPORTED,
+                  "ep_degree with use_distributed_optimizer: the partitions span the data group, where expert "
+                  "slices differ between ranks; leave use_distributed_optimizer off (the experts' state already "
+                  "falls as 1 / ep_degree)");
+    }
+  }
+
   // The data group's average of a unit's gradients (sequence-parallel
   // partial sums first): all-reduced, or reduce-scattered into the
   // distributed optimizer's partition.
@@ -582,11 +624,11 @@ class Megatron final : public sdk::Plugin {
     return sdk::format(
         "{\"tp_degree\": %lld, \"sequence_parallelism\": %s, \"recompute_activations\": %s, "
         "\"use_distributed_optimizer\": %s, \"pp_degree\": %lld, \"virtual_stages\": %d, "
-        "\"pipeline_schedule\": \"%s\"}",
+        "\"pipeline_schedule\": \"%s\", \"ep_degree\": %lld}",
         static_cast<long long>(tp_), sequence_parallel_ ? "true" : "false",
         full_recompute_ ? "\"full\"" : recompute_ ? "\"selective\"" : "false",
         distributed_optimizer_ ? "true" : "false", static_cast<long long>(pp_), stage_plan_.chunks,
-        to_string(schedule_));
+        to_string(schedule_), static_cast<long long>(ep_));
   }
 
   WeightDecaySchedule wd_;
@@ -597,6 +639,7 @@ class Megatron final : public sdk::Plugin {
   const int64_t tp_;
   const int64_t pp_;
   const sharding::ContextParallel cp_;
+  const int64_t ep_;
   const bool sequence_parallel_;
   const bool recompute_;
   const bool full_recompute_;

@@ -13,6 +13,8 @@
 #include <utility>
 #include <vector>
 
+#include "expert_slices.h"
+
 namespace accel::sharding {
 
 namespace {
@@ -52,14 +54,27 @@ void transfer(const sdk::Services& s, KeptViews* kept, const Stored& kind, const
   s.check(save ? checkpoint.put(s.host(), &args) : checkpoint.get(s.host(), &args), (save ? "put " : "get ") + name);
 }
 
+// Which parameters a rank puts when saving, so that each element is put
+// once: whole ones, slices of tensor-parallel splits, expert slices.
+struct Puts {
+  bool whole = true;
+  bool tensor_slices = true;
+  bool expert_slices = true;
+
+  bool operator()(const ParamLayout& p) const {
+    return !p.is_split() ? whole : is_expert_slice(p) ? expert_slices : tensor_slices;
+  }
+  bool any() const { return whole || tensor_slices || expert_slices; }
+};
+
 // Every parameter's part of `range` of a unit's flat buffer, where `buffer`
 // element 0 is unit element `buffer_begin`: rectangles of the local slice,
-// put or got by global offset. Saving with `whole_too` false skips the
-// parameters that are not split (another tensor rank puts those).
+// put or got by global offset. Saving puts only the parameters `puts`
+// takes (another rank puts the others).
 void transfer_range(const sdk::Services& s, KeptViews* kept, const Stored& kind, const UnitLayout& unit,
-                    sdk::FlatRange range, const DLTensor& buffer, int64_t buffer_begin, bool whole_too = true) {
+                    sdk::FlatRange range, const DLTensor& buffer, int64_t buffer_begin, Puts puts = {}) {
   for (const ParamLayout& p : unit.params) {
-    if (!whole_too && !p.is_split()) continue;
+    if (!puts(p)) continue;
     const sdk::FlatRange part = sdk::intersect(range, sdk::FlatRange{p.flat_offset, p.flat_offset + p.numel});
     if (part.empty()) continue;
     for (const sdk::Rectangle& local :
@@ -143,7 +158,7 @@ void CheckpointIo::load_scaled(const UnitLayout& layout, sdk::FlatRange held, in
 
 CheckpointIo::CheckpointIo(const sdk::Kernels& ops, const ShardingOptions& config, ShardStore& store,
                            AccelGroup* sharding, sdk::GroupShape replica, int32_t world_rank, std::string config_json,
-                           int32_t tensor_rank)
+                           int32_t tensor_rank, int32_t expert_data_rank)
     : ops_(ops),
       config_(config),
       config_json_(std::move(config_json)),
@@ -152,7 +167,8 @@ CheckpointIo::CheckpointIo(const sdk::Kernels& ops, const ShardingOptions& confi
       sharding_rank_(ops.shape(sharding).rank),
       replica_(replica),
       world_rank_(world_rank),
-      tensor_rank_(tensor_rank) {}
+      tensor_rank_(tensor_rank),
+      expert_data_rank_(expert_data_rank) {}
 
 void CheckpointIo::save(const AccelStateArgs&, const DLDataType* model_file) {
   const sdk::Services& s = ops_.services();
@@ -163,8 +179,12 @@ void CheckpointIo::save(const AccelStateArgs&, const DLDataType* model_file) {
   std::vector<sdk::Buffer> gathered;
   KeptViews kept;
   // Each element is put once: whole parameters by tensor rank 0, the slices
-  // of split ones by every tensor rank.
-  const bool whole_too = tensor_rank_ == 0;
+  // of split ones by every tensor rank; in host-owned units, whole
+  // parameters and tensor slices by the data group's first rank, expert
+  // slices by each expert group's ranks in the first of EXPERT_DATA.
+  const Puts sharded_puts{tensor_rank_ == 0, true, true};
+  const bool data_first = replica_.rank == 0 && sharding_rank_ == 0;
+  const Puts replicated_puts{data_first && tensor_rank_ == 0, data_first, expert_data_rank_ == 0};
   for (int32_t u = 0; u < store_.num_units(); ++u) {
     // A tied copy's state is its owning stage's to save (equal to it).
     if (const UnitLayout* layout = store_.layout(u); layout != nullptr && layout->tied_copy) continue;
@@ -208,7 +228,7 @@ void CheckpointIo::save(const AccelStateArgs&, const DLDataType* model_file) {
         // writes them whole, equal to the masters after every step.
         if (unit->host_params && shard == master) continue;
         if (config_.state_dict_type != StateDictType::full) {
-          transfer_range(s, &kept, kind, unit->layout, unit->real, *shard, unit->shard_begin(), whole_too);
+          transfer_range(s, &kept, kind, unit->layout, unit->real, *shard, unit->shard_begin(), sharded_puts);
           continue;
         }
         sdk::Buffer full = ops_.allocate(ACCEL_MEMORY_WORKSPACE, shard->dtype, unit->shards.padded_numel(),
@@ -224,11 +244,11 @@ void CheckpointIo::save(const AccelStateArgs&, const DLDataType* model_file) {
           full = std::move(on_host);  // frees the device copy
         }
         transfer_range(s, &kept, kind, unit->layout, sdk::FlatRange{0, unit->layout.numel}, full.tensor(), 0,
-                       whole_too);
+                       sharded_puts);
         gathered.push_back(std::move(full));
       }
     } else if (ReplicatedUnit* replicated = store_.replicated(u)) {
-      if (replica_.rank != 0 || sharding_rank_ != 0) continue;  // the data group's first rank puts them
+      if (!replicated_puts.any()) continue;
       const sdk::FlatRange all{0, replicated->layout.numel};
       const DLTensor* exp_avg = &replicated->exp_avg.tensor();
       const DLTensor* exp_avg_sq = &replicated->exp_avg_sq.tensor();
@@ -237,8 +257,8 @@ void CheckpointIo::save(const AccelStateArgs&, const DLDataType* model_file) {
         exp_avg = dequantized(*exp_avg, pieces, replicated->exp_avg_scale, all.size(), gathered);
         exp_avg_sq = dequantized(*exp_avg_sq, pieces, replicated->exp_avg_sq_scale, all.size(), gathered);
       }
-      transfer_range(s, &kept, kExpAvg, replicated->layout, all, *exp_avg, 0, whole_too);
-      transfer_range(s, &kept, kExpAvgSq, replicated->layout, all, *exp_avg_sq, 0, whole_too);
+      transfer_range(s, &kept, kExpAvg, replicated->layout, all, *exp_avg, 0, replicated_puts);
+      transfer_range(s, &kept, kExpAvgSq, replicated->layout, all, *exp_avg_sq, 0, replicated_puts);
     }
   }
   if (model_file != nullptr && replica_.rank == 0) {  // replicas hold equal shards

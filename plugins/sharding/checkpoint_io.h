@@ -13,7 +13,8 @@
 // of host-owned units are put whole by the data group's first rank. Units
 // holding tensor-parallel slices (megatron) put and get each slice at its
 // global offset (sdk::local_to_global); a parameter every tensor rank holds
-// whole is put by tensor rank 0. Loading gets, on every
+// whole is put by tensor rank 0; a unit's expert slices (expert_slices.h)
+// by EXPERT_DATA's first ranks. Loading gets, on every
 // rank, the rectangles of its own shard, whatever wrote them; a missing
 // tensor is an error naming it. save_state runs on every rank (each rank's
 // puts go to its own file). Thread-safety: loop thread only.
@@ -33,8 +34,11 @@ class CheckpointIo {
  public:
   // `tensor_rank`: this rank's index in the tensor-parallel group when the
   // units hold tensor-parallel slices (megatron), else 0.
+  // `expert_data_rank`: its index in EXPERT_DATA when host-owned units hold
+  // expert slices (expert_slices.h; those ranks that are 0 put them), else 0.
   CheckpointIo(const sdk::Kernels& ops, const ShardingOptions& config, ShardStore& store, AccelGroup* sharding,
-               sdk::GroupShape replica, int32_t world_rank, std::string config_json, int32_t tensor_rank = 0);
+               sdk::GroupShape replica, int32_t world_rank, std::string config_json, int32_t tensor_rank = 0,
+               int32_t expert_data_rank = 0);
 
   // With `model_file`, also the consolidated model file
   // (ACCEL_CHECKPOINT_EXPORT, DeepSpeed's
@@ -61,6 +65,7 @@ class CheckpointIo {
   sdk::GroupShape replica_;
   int32_t world_rank_;
   int32_t tensor_rank_;
+  int32_t expert_data_rank_;
 };
 
 }  // namespace accel::sharding

@@ -178,9 +178,56 @@ void GradReducer::reduce_scatter(int32_t u, bool last_micro_batch) {
   }
 }
 
+void GradReducer::set_experts(const ExpertGroups& experts) {
+  if (!experts.active()) return;
+  if (fp8_ || fp8_data_) {
+    throw sdk::Error(ACCEL_ERROR_UNSUPPORTED,
+                "FP8 gradient communication beside expert parallelism: the experts' gradients reduce over "
+                "EXPERT_DATA, where no FP8 all_reduce is built; leave the precision plugin's FP8 gradients off");
+  }
+  for (int32_t u = 0; u < store_.num_units(); ++u) {
+    if (store_.sharded(u) != nullptr && holds_expert_slices(*store_.layout(u))) {
+      throw sdk::Error(ACCEL_ERROR_UNSUPPORTED, "unit " + store_.layout(u)->name +
+                                               " holds experts and is sharded over the data group; expert slices "
+                                               "are not sharded here (keep the units holding experts unsharded)");
+    }
+  }
+  experts_ = experts;
+}
+
+// The unit's runs of adjacent parameters of one kind in flight as views of
+// its buffer: expert slices scaled by 1 / expert size and averaged over
+// EXPERT_DATA, the rest averaged over DATA.
+void GradReducer::all_reduce_with_experts(const UnitLayout& layout, const DLTensor* grads) {
+  const std::vector<ParamLayout>& params = layout.params;
+  for (size_t first = 0; first < params.size();) {
+    const bool experts = is_expert_slice(params[first]);
+    size_t end = first + 1;
+    while (end < params.size() && is_expert_slice(params[end]) == experts) ++end;
+    const int64_t begin = params[first].flat_offset;
+    const int64_t count = params[end - 1].flat_offset + params[end - 1].numel - begin;
+    first = end;
+    expert_views_.push_back(std::make_unique<sdk::FlatView>(*grads, begin, count));
+    const DLTensor* view = expert_views_.back()->get();
+    if (!experts) {
+      pending_.push_back(ops_.all_reduce(data_, view, ACCEL_REDUCE_AVG, "sharding replicated all_reduce", true));
+      continue;
+    }
+    ops_.scale(view, 1.0 / experts_.size);
+    if (experts_.data_size > 1) {
+      pending_.push_back(
+          ops_.all_reduce(experts_.expert_data, view, ACCEL_REDUCE_AVG, "sharding expert grad all_reduce", true));
+    }
+  }
+}
+
 void GradReducer::all_reduce_replicated(int32_t unit, const DLTensor* grads) {
   if (data_size_ <= 1) return;
   if (grads == nullptr) grads = ops_.storage(unit).grads;
+  if (experts_.active() && holds_expert_slices(*store_.layout(unit))) {
+    all_reduce_with_experts(*store_.layout(unit), grads);
+    return;
+  }
   if (fp8_data_) {
     PendingFp8 entry;
     // The hook's view of the gradients lives for the hook only; the decode
@@ -212,6 +259,7 @@ void GradReducer::finish() {
   }
   for (PendingFp8& entry : pending_fp8_) fp8_data_->decode_to_sources(entry.wire.tensor(), entry.segments, entry.scales);
   pending_fp8_.clear();
+  expert_views_.clear();
 }
 
 void GradReducer::abandon() noexcept {
@@ -223,6 +271,7 @@ void GradReducer::abandon() noexcept {
   }
   pending_.clear();
   pending_fp8_.clear();
+  expert_views_.clear();
 }
 
 }  // namespace accel::sharding

@@ -19,7 +19,10 @@
 // micro-batch the shard is all-reduced (AVG) over REPLICA, asynchronously,
 // completed in finish().
 // Host-owned unit: its gradients are all-reduced (AVG) over DATA once, on the
-// last micro-batch (gradients_ready), asynchronously.
+// last micro-batch (gradients_ready), asynchronously. With expert
+// parallelism (set_experts, expert_slices.h) a unit's expert slices are
+// scaled by 1 / expert size and averaged over EXPERT_DATA instead: the
+// data group's average of the experts this rank holds.
 //
 // FP8 gradient communication (the precision policy's grad_comm_dtype,
 // accel/precision.h; fp8's MS-AMP O1/O2): the reduce_scatter input is the
@@ -49,6 +52,7 @@
 #include <memory>
 #include <vector>
 
+#include "expert_slices.h"
 #include "sharding_options.h"
 #include "shard_store.h"
 
@@ -68,6 +72,10 @@ class GradReducer {
   void reduce_scatter(int32_t unit, bool last_micro_batch);
   // Starts the all-reduce of a host-owned unit's gradients over DATA.
   void all_reduce_replicated(int32_t unit, const DLTensor* grads);
+  // Expert parallelism: host-owned units' expert slices reduce over
+  // EXPERT_DATA. Throws Error with FP8 gradient communication (its
+  // all_reduce is built over DATA only) or sharded units holding experts.
+  void set_experts(const ExpertGroups& experts);
   // Completes every asynchronous reduction.
   void finish();
   // Waits without throwing (teardown after a failure).
@@ -92,7 +100,10 @@ class GradReducer {
   int32_t sharding_size_ = 1;
   int32_t replica_size_ = 1;
   int32_t data_size_ = 1;
+  ExpertGroups experts_;
+  std::vector<std::unique_ptr<sdk::FlatView>> expert_views_;  // the views in flight, freed in finish()
   void reduce_scatter_fp8(int32_t unit, const DLTensor* full);
+  void all_reduce_with_experts(const UnitLayout& layout, const DLTensor* grads);
 
   // A host-owned unit's FP8 all_reduce in flight: decoded in finish().
   struct PendingFp8 {

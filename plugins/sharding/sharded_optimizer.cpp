@@ -30,10 +30,11 @@ std::vector<DecayRun> decay_runs(const std::vector<ParamLayout>& params, sdk::Fl
   return runs;
 }
 
-std::vector<sdk::FlatRange> split_ranges(const std::vector<ParamLayout>& params, sdk::FlatRange range) {
+std::vector<sdk::FlatRange> split_ranges(const std::vector<ParamLayout>& params, sdk::FlatRange range,
+                                         CountedSlices which) {
   std::vector<sdk::FlatRange> out;
   for (const ParamLayout& p : params) {
-    if (!p.is_split()) continue;
+    if (!p.is_split() || !(is_expert_slice(p) ? which.experts : which.tensor)) continue;
     const sdk::FlatRange part = sdk::intersect(range, sdk::FlatRange{p.flat_offset, p.flat_offset + p.numel});
     if (part.empty()) continue;
     const sdk::FlatRange relative{part.begin - range.begin, part.end - range.begin};
@@ -74,13 +75,15 @@ bool fp32_on_host(const DLTensor& t) {
 }  // namespace
 
 ShardedOptimizer::ShardedOptimizer(const sdk::Kernels& ops, ShardStore& store, AccelGroup* sharding,
-                                   int32_t sharding_rank, TensorGroup tensor, AccelGroup* pipeline)
+                                   int32_t sharding_rank, TensorGroup tensor, AccelGroup* pipeline,
+                                   ExpertGroups experts)
     : ops_(ops),
       store_(store),
       sharding_(sharding),
       sharding_rank_(sharding_rank),
       tensor_(tensor),
-      pipeline_(pipeline) {
+      pipeline_(pipeline),
+      experts_(experts) {
   if (store.host_resident()) cpu_adamw_ = std::make_unique<CpuAdamW>(fused_step_threads(ops.services()));
 }
 
@@ -102,15 +105,18 @@ void ShardedOptimizer::clip_gradients(const AccelClipArgs& args) {
     return spaces.back();
   };
   // What this rank counts of a gradient buffer holding unit elements `range`:
-  // all of it, or off tensor rank 0 only its slices of split parameters.
+  // all of it on tensor and expert rank 0; elsewhere only the slices this
+  // rank holds apart from its peers (tensor slices off tensor rank 0,
+  // expert slices off expert rank 0).
   std::vector<std::unique_ptr<sdk::FlatView>> split_views;
+  const CountedSlices distinct{experts_.rank == 0, tensor_.rank == 0};
   const auto count = [&](Space& sp, const DLTensor* grads, const UnitLayout& layout, sdk::FlatRange range) {
     if (layout.tied_copy) return;  // counted by its owning stage
-    if (tensor_.rank == 0) {
+    if (tensor_.rank == 0 && experts_.rank == 0) {
       sp.counted.push_back(grads);
       return;
     }
-    for (const sdk::FlatRange& r : split_ranges(layout.params, range)) {
+    for (const sdk::FlatRange& r : split_ranges(layout.params, range, distinct)) {
       split_views.push_back(std::make_unique<sdk::FlatView>(*grads, r.begin, r.size()));
       sp.counted.push_back(split_views.back()->get());
     }
@@ -158,6 +164,7 @@ void ShardedOptimizer::clip_gradients(const AccelClipArgs& args) {
   }
   if (tensor_.size > 1) ops_.all_reduce(tensor_.group, &total, ACCEL_REDUCE_SUM, "sharding grad norm all_reduce (tensor)");
   if (pipeline_ != nullptr) ops_.all_reduce(pipeline_, &total, ACCEL_REDUCE_SUM, "sharding grad norm all_reduce (pipeline)");
+  if (experts_.active()) ops_.all_reduce(experts_.expert, &total, ACCEL_REDUCE_SUM, "sharding grad norm all_reduce (expert)");
 
   // clip_scale per space with the global squared norm; the first also writes
   // total_norm (it does so even with nothing to scale).

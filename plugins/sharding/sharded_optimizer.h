@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "cpu_adamw.h"
+#include "expert_slices.h"
 #include "shard_store.h"
 
 namespace accel::sharding {
@@ -40,9 +41,17 @@ struct DecayRun {
 // buffer, relative to range.begin, adjacent runs of equal decay merged.
 std::vector<DecayRun> decay_runs(const std::vector<ParamLayout>& params, sdk::FlatRange range, uint32_t no_decay_roles);
 
-// The elements of tensor-parallel slices (split parameters) within `range`,
-// relative to range.begin, adjacent ones merged.
-std::vector<sdk::FlatRange> split_ranges(const std::vector<ParamLayout>& params, sdk::FlatRange range);
+// Which split parameters a rank counts in the clipping norm besides the
+// whole ones (expert_slices.h): tensor-parallel slices, expert slices, or both.
+struct CountedSlices {
+  bool tensor = true;
+  bool experts = true;
+};
+
+// The elements of split parameters (tensor-parallel or expert slices, as
+// `which` says) within `range`, relative to range.begin, adjacent ones merged.
+std::vector<sdk::FlatRange> split_ranges(const std::vector<ParamLayout>& params, sdk::FlatRange range,
+                                         CountedSlices which = {});
 
 // The tensor-parallel group the units' split parameters are sliced over
 // (megatron); absent (nullptr) when nothing is split.
@@ -59,9 +68,11 @@ class ShardedOptimizer {
   // parameters every tensor rank holds whole (Megatron's norm, each element
   // counted once). With a pipeline group (stages holding different units)
   // it sums over PIPELINE too; tied copies (UnitLayout::tied_copy) are
-  // scaled but counted by their owning stage only.
+  // scaled but counted by their owning stage only. With expert groups
+  // (expert_slices.h) it sums over EXPERT too: each expert rank counts its
+  // expert slices, expert rank 0 alone everything else.
   ShardedOptimizer(const sdk::Kernels& ops, ShardStore& store, AccelGroup* sharding, int32_t sharding_rank,
-                   TensorGroup tensor = {}, AccelGroup* pipeline = nullptr);
+                   TensorGroup tensor = {}, AccelGroup* pipeline = nullptr, ExpertGroups experts = {});
 
   void clip_gradients(const AccelClipArgs& args);
   // The fused host step's threads; 0 when partitions step on the device.
@@ -77,6 +88,7 @@ class ShardedOptimizer {
   int32_t sharding_rank_;
   TensorGroup tensor_;
   AccelGroup* pipeline_;  // null: one stage
+  ExpertGroups experts_;
   std::unique_ptr<CpuAdamW> cpu_adamw_;  // host-resident partitions (ShardStore::host_resident)
 };
 

@@ -54,7 +54,7 @@ ACCEL_CHECK_EXT_STRUCT(AccelMemoryStats, num_allocs, num_allocs, 40);
 ACCEL_CHECK_EXT_STRUCT(AccelMemoryServices, event_elapsed, event_elapsed,
                        144);
 /* comm.h */
-ACCEL_CHECK_EXT_STRUCT(AccelMeshSpec, reserved, replica_size, 32);
+ACCEL_CHECK_EXT_STRUCT(AccelMeshSpec, reserved2, replica_size, 32);
 ACCEL_CHECK_EXT_STRUCT(AccelGroupInfo, ranks, ranks, 32);
 ACCEL_CHECK_EXT_STRUCT(AccelCollectiveArgs, label, label, 72);
 ACCEL_CHECK_EXT_STRUCT(AccelCommServices, all_to_all_v, work_free, 176);

@@ -271,6 +271,17 @@ class CrossStrategyCheckpoints(TempDirMixin, unittest.TestCase):
         self.resume(2, ["--plugin", "megatron", "--megatron.cp_degree", 2], 3,
                     ["--plugin", "deepspeed_zero", "--deepspeed_zero.zero_stage", 2], common=self.MOE)
 
+    # Expert parallelism: each rank holds E / ep experts, saved by name as
+    # slices at their global offsets (the host's parameters whole).
+    def test_moe_ep2_dp2_resumes_in_one_process(self):
+        self.resume(4, ["--plugin", "megatron", "--megatron.ep_degree", 2], 1, [], common=self.MOE)
+
+    def test_moe_zero3_on_two_resumes_as_ep2(self):
+        self.resume(2, self.ZERO3, 2, ["--plugin", "megatron", "--megatron.ep_degree", 2], common=self.MOE)
+
+    def test_moe_ep4_resumes_under_fsdp_on_two(self):
+        self.resume(4, ["--plugin", "megatron", "--megatron.ep_degree", 4], 2, [*FSDP, *WRAP], common=self.MOE)
+
     def test_hybrid_with_ignored_unit_resumes_as_full_shard(self):
         self.resume(4, [*FSDP, *WRAP, "--fsdp.sharding_strategy", "HYBRID_SHARD", "--fsdp.hybrid_shard_group_size",
                         2, "--fsdp.ignored_modules", r"block\.1", "--fsdp.state_dict_type", "LOCAL_STATE_DICT"],

@@ -240,6 +240,69 @@ class MoeStrategies(TempDirMixin, unittest.TestCase):
         self.assertNotEqual(proc.returncode, 0)
         self.assertIn("a mixture of experts does not run tensor-parallel", proc.stderr)
 
+    EP = ["--plugin", "megatron", "--megatron.ep_degree"]
+
+    @unittest.skipUnless(MPIRUN, "mpirun not found")
+    def test_expert_parallel_trains_as_one_process(self):
+        # The experts split over 2 and 4 ranks, tokens exchanged by
+        # all_to_all_v: the same losses and gradient norms (the clipping
+        # norm, 0.5 here so it clips, sums the expert slices over the
+        # expert group) as one process.
+        clip = ["--grad-clip", 0.5]
+        one = self.run_metrics(*clip)
+        for ranks, ep in ((2, 2), (4, 2), (4, 4)):
+            with self.subTest(ranks=ranks, ep=ep):
+                got = self.run_metrics(*clip, *self.EP, ep, ranks=ranks)
+                self.assert_close([m["loss"] for m in one], [m["loss"] for m in got], f"ep {ep} on {ranks} ranks")
+                self.assert_close([m["grad_norm"] for m in one], [m["grad_norm"] for m in got],
+                                  f"ep {ep} on {ranks} ranks, gradient norm")
+                self.assertEqual(got[0]["megatron.ep_degree"], ep)
+        # The load-balancing loss is each rank's over its own tokens (a
+        # product of means: data parallelism changes it), so with it ep 2
+        # equals the same ranks' data parallelism, ep 1.
+        aux = [*clip, "--moe-aux-loss-coef", 0.01]
+        self.assert_close(self.losses(*aux, *self.EP, 1, ranks=2), self.losses(*aux, *self.EP, 2, ranks=2),
+                          "ep 2 with the auxiliary loss")
+
+    @unittest.skipUnless(MPIRUN, "mpirun not found")
+    def test_expert_parallel_bytes_are_the_routed_rows(self):
+        # ep 2 on 2 ranks: rank 0 sends the rows its tokens route to experts
+        # 2 and 3, and the outputs of the rows rank 1 routes to experts 0
+        # and 1; backward sends both back as gradients. Rank 1's share of
+        # the first step's routing is the whole batch's (one process, same
+        # weights) less rank 0's. Each layer also sends its 2 expert counts.
+        whole = self.run_metrics(steps=1)[0]["moe_tokens_per_expert"]
+        step = self.run_metrics(*self.EP, 2, ranks=2, steps=1)[0]
+        mine = step["moe_tokens_per_expert"]
+        theirs = [a - b for a, b in zip(whole, mine)]
+        rows = mine[2] + mine[3] + theirs[0] + theirs[1]
+        width, layers, fp32, count = 64, 2, 4, 8
+        self.assertEqual(step["host.expert_parallel_bytes"], 2 * rows * width * fp32 + layers * 2 * count)
+
+    @unittest.skipUnless(MPIRUN, "mpirun not found")
+    def test_expert_parallel_resume_is_bit_exact(self):
+        ep, save = [*self.EP, 2], self.path("ep")
+        whole = self.losses(*ep, ranks=2)
+        first = self.losses(*ep, "--save", save, ranks=2, steps=4)
+        rest = self.losses(*ep, "--save", save, "--resume", save, ranks=2)
+        self.assertEqual(first + rest, whole)
+
+    @unittest.skipUnless(MPIRUN, "mpirun not found")
+    def test_expert_parallel_that_cannot_be_is_one_line(self):
+        for ranks, extra, message in [
+            (2, [*self.EP, 3], "ep_degree 3 does not divide the data-parallel size 2"),
+            (4, [*self.EP, 4, "--n-experts", 6], "expert parallel size 4 does not divide the 6 experts"),
+            (2, [*self.EP, 2, "--megatron.use_distributed_optimizer", "true"],
+             "ep_degree with use_distributed_optimizer"),
+        ]:
+            with self.subTest(extra):
+                proc = mpirun(ranks, *self.COMMON, "--steps", 1, *extra, check=False)
+                self.assertNotEqual(proc.returncode, 0)
+                self.assertIn(message, proc.stderr)
+        proc = mpirun(2, *TRAINING, "--model", "llama-tiny", "--steps", 1, *self.EP, 2, check=False)
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertIn("the mesh's expert size is 2, but the model has no experts", proc.stderr)
+
     @unittest.skipUnless(MPIRUN, "mpirun not found")
     def test_pipeline_stages_train_as_one_process_and_refuse_the_auxiliary_losses(self):
         pp = ["--plugin", "megatron", "--megatron.pp_degree", 2]

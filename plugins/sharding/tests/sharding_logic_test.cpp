@@ -86,6 +86,34 @@ TEST(SplitRanges, OnlySplitParametersInsideTheRange) {
   EXPECT_TRUE(split_ranges(params, sdk::FlatRange{0, 4}).empty());
 }
 
+// Expert parallelism: an expert rank other than 0 counts its expert slices
+// only, a tensor rank other than 0 its tensor slices only (expert_slices.h).
+TEST(SplitRanges, ExpertSlicesApartFromTensorSlices) {
+  std::vector<ParamLayout> params;
+  params.push_back(whole("router", ACCEL_PARAM_ROUTER, 0, {4}));
+  params.push_back(half("attn", 4, {4, 3}));  // a tensor slice: 4..10
+  ParamLayout experts = half("experts", 10, {4, 2});  // an expert slice: 10..14
+  experts.role = ACCEL_PARAM_EXPERTS;
+  params.push_back(experts);
+  EXPECT_TRUE(is_expert_slice(params[2]));
+  EXPECT_FALSE(is_expert_slice(params[1]));
+  EXPECT_TRUE(holds_expert_slices(UnitLayout{0, "block.0", ACCEL_UNIT_BLOCK, 14, 3, {}, params}));
+  const std::vector<sdk::FlatRange> both = split_ranges(params, sdk::FlatRange{0, 14});
+  ASSERT_EQ(both.size(), 1u);  // adjacent: merged
+  EXPECT_EQ(both[0].begin, 4);
+  EXPECT_EQ(both[0].end, 14);
+  const std::vector<sdk::FlatRange> experts_only = split_ranges(params, sdk::FlatRange{0, 14}, {false, true});
+  ASSERT_EQ(experts_only.size(), 1u);
+  EXPECT_EQ(experts_only[0].begin, 10);
+  EXPECT_EQ(experts_only[0].end, 14);
+  const std::vector<sdk::FlatRange> tensor_only = split_ranges(params, sdk::FlatRange{0, 14}, {true, false});
+  ASSERT_EQ(tensor_only.size(), 1u);
+  EXPECT_EQ(tensor_only[0].end, 10);
+  // An expert that is whole (expert size 1) is not a slice.
+  params[2].split = sdk::SplitSlice{};
+  EXPECT_FALSE(is_expert_slice(params[2]));
+}
+
 // ------------------------------------------------------------- gather plan
 
 // units 0..4; groups {0, 4} (tied ends), {1}, {2}; unit 3 host-owned.

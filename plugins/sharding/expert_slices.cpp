@@ -1,0 +1,25 @@
+// The expert groups as the sharding machinery reads them (see expert_slices.h).
+#include "expert_slices.h"
+
+#include <algorithm>
+
+namespace accel::sharding {
+
+ExpertGroups read_expert_groups(const sdk::Kernels& ops) {
+  ExpertGroups g;
+  if (!sdk::host_abi_at_least(1, 12)) return g;
+  g.expert = ops.group(ACCEL_GROUP_EXPERT);
+  g.expert_data = ops.group(ACCEL_GROUP_EXPERT_DATA);
+  const sdk::GroupShape expert = ops.shape(g.expert), data = ops.shape(g.expert_data);
+  g.rank = expert.rank;
+  g.size = expert.size;
+  g.data_rank = data.rank;
+  g.data_size = data.size;
+  return g;
+}
+
+bool holds_expert_slices(const UnitLayout& unit) {
+  return std::any_of(unit.params.begin(), unit.params.end(), is_expert_slice);
+}
+
+}  // namespace accel::sharding
