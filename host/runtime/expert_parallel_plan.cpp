@@ -73,10 +73,6 @@ void resolve_expert_parallel_plan(HostContext& context) {
     throw std::runtime_error(strformat("expert parallel size %lld does not divide the %lld experts of each layer",
                                        static_cast<long long>(parts), static_cast<long long>(config.n_experts)));
   }
-  if (context.tensor_parallel_size > 1) {
-    throw std::runtime_error("expert parallelism beside tensor parallelism: the experts take whole tokens; "
-                             "use a tensor size of 1");
-  }
   const auto standard = context.standard_groups.find(ACCEL_GROUP_EXPERT);
   if (standard == context.standard_groups.end()) {
     throw std::runtime_error("expert parallelism needs ranks: run under mpirun or accel-host launch");

@@ -18,8 +18,9 @@ namespace accel::runtime {
 
 // Applies the mesh's expert size to context.model and refreshes the model
 // view's shapes. Throws std::runtime_error with one line when the model
-// cannot split so (no experts, a count the size does not divide, tensor
-// parallelism beside it). A no-op at expert size 1.
+// cannot split so (no experts, a count the size does not divide). A no-op
+// at expert size 1. Beside tensor parallelism each tensor index has its own
+// expert groups (the layout's), whose ranks hold equal tokens.
 void resolve_expert_parallel_plan(HostContext& context);
 
 // Bytes this rank's token exchanges sent to other ranks since the last

@@ -108,10 +108,16 @@ void resolve_tensor_parallel_plan(HostContext& context) {
     }
     asked[u][static_cast<size_t>(split.param)] = split.dim;
   }
-  if (config.has_experts() && parts > 1) {
-    throw std::runtime_error(strformat("a mixture of experts does not run tensor-parallel (tensor parallel size %lld): "
-                                       "its experts take whole tokens; use a tensor size of 1",
-                                       static_cast<long long>(parts)));
+  // A mixture of experts keeps its router and experts whole under tensor
+  // parallelism (their hints are replicated): every tensor rank routes and
+  // runs the tokens it holds (all of them; its sequence slice under
+  // sequence parallelism, whose partial gradients the strategy sums).
+  // The auxiliary losses are products of means over tokens: a sequence
+  // slice's would not be the sequence's.
+  if (config.has_experts() && plan.sequence_parallel && model.moe_losses_on()) {
+    throw std::runtime_error("--moe-aux-loss-coef and --moe-z-loss-coef with sequence parallelism: each tensor rank "
+                             "routes a slice of the sequence, whose load-balancing loss is not the sequence's; "
+                             "leave sequence_parallelism off");
   }
   if (config.family == model::ModelFamily::llama && config.n_kv_head % parts != 0) {
     throw std::runtime_error(strformat("tensor parallel size %lld does not divide the %lld key/value heads",

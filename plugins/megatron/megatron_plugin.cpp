@@ -614,7 +614,9 @@ class Megatron final : public sdk::Plugin {
 
   void sum_partial_gradients(int32_t unit) {
     for (const sharding::ParamLayout& p : units_.at(static_cast<size_t>(unit)).params) {
-      if (p.is_split()) continue;
+      // Tensor slices hold their own gradients; whole parameters and
+      // experts (whole over the tensor group) saw a slice of the sequence.
+      if (p.is_split() && !sharding::is_expert_slice(p)) continue;
       const sdk::FlatView grad(*ops_.storage(unit).grads, p.flat_offset, p.numel);
       ops_.all_reduce(tensor_.group, grad.get(), ACCEL_REDUCE_SUM, "megatron sequence-parallel grad all_reduce");
     }

@@ -235,10 +235,21 @@ class MoeStrategies(TempDirMixin, unittest.TestCase):
                 self.assertIn(message, proc.stderr)
 
     @unittest.skipUnless(MPIRUN, "mpirun not found")
-    def test_tensor_parallel_experts_are_refused(self):
-        proc = mpirun(2, *self.COMMON, "--steps", 1, "--plugin", "megatron", "--megatron.tp_degree", 2, check=False)
+    def test_tensor_parallel_attention_around_whole_or_expert_parallel_experts(self):
+        # Attention split over the tensor group, the experts whole on every
+        # tensor rank (each routes the tokens it holds: all of them, or its
+        # sequence slice), or split over expert groups beside it.
+        clip = ["--grad-clip", 0.5]
+        tp = ["--plugin", "megatron", "--megatron.tp_degree", 2]
+        one = self.losses(*clip)
+        for ranks, extra in ((2, []), (2, ["--megatron.sequence_parallelism", "true"]),
+                             (4, ["--megatron.ep_degree", 2])):
+            with self.subTest(extra):
+                self.assert_close(one, self.losses(*clip, *tp, *extra, ranks=ranks), f"tp 2 {extra}")
+        proc = mpirun(2, *self.COMMON, "--steps", 1, *tp, "--megatron.sequence_parallelism", "true",
+                      "--moe-aux-loss-coef", 0.01, check=False)
         self.assertNotEqual(proc.returncode, 0)
-        self.assertIn("a mixture of experts does not run tensor-parallel", proc.stderr)
+        self.assertIn("--moe-aux-loss-coef and --moe-z-loss-coef with sequence parallelism", proc.stderr)
 
     EP = ["--plugin", "megatron", "--megatron.ep_degree"]
 
@@ -263,6 +274,16 @@ class MoeStrategies(TempDirMixin, unittest.TestCase):
         aux = [*clip, "--moe-aux-loss-coef", 0.01]
         self.assert_close(self.losses(*aux, *self.EP, 1, ranks=2), self.losses(*aux, *self.EP, 2, ranks=2),
                           "ep 2 with the auxiliary loss")
+
+    @unittest.skipUnless(MPIRUN, "mpirun not found")
+    def test_expert_parallel_composes_with_pipeline_context_and_recompute(self):
+        clip = ["--grad-clip", 0.5]
+        one = self.losses(*clip)
+        for ranks, extra in ((4, ["--megatron.pp_degree", 2]), (2, ["--megatron.cp_degree", 2]),
+                             (2, ["--megatron.recompute_activations", "true",
+                                  "--megatron.recompute_granularity", "full"])):
+            with self.subTest(extra[0]):
+                self.assert_close(one, self.losses(*clip, *self.EP, 2, *extra, ranks=ranks), f"ep 2 with {extra}")
 
     @unittest.skipUnless(MPIRUN, "mpirun not found")
     def test_expert_parallel_bytes_are_the_routed_rows(self):
