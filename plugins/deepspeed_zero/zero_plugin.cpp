@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "sharding/context_parallel.h"
+#include "sharding/expert_slices.h"
 #include "sharding/machinery.h"
 #include "sharding/model_layout.h"
 #include "zero_config.h"
@@ -91,6 +92,12 @@ class DeepSpeedZero final : public sdk::Plugin {
        "and the data-parallel size of the batch keys is the world over it",
        nullptr, "1", "2147483647"},
       ACCEL_CONTEXT_PARALLEL_OPTIONS("a2a"),
+      {"ep_size", ACCEL_OPTION_INT, "1",
+       "DeepSpeed-MoE's ep_size (deepspeed.moe.layer.MoE(ep_size=...)): ranks each mixture-of-experts layer's "
+       "experts are split over, tokens exchanged by all_to_all_v (a divisor of the world size); the blocks holding "
+       "experts stay whole on every rank (their experts 1 / ep_size of the layer's), the other units partitioned "
+       "as the stage says",
+       nullptr, "1", "2147483647"},
   };
 
   explicit DeepSpeedZero(const sdk::Services& s)
@@ -98,7 +105,16 @@ class DeepSpeedZero final : public sdk::Plugin {
         config_(read_config(s)),
         cp_(s, "sequence_parallel_size", s.world_size()),
         host_max_grad_norm_(s.option<double>("train.max_grad_norm")),
+        ep_(s.option<int64_t>("ep_size")),
         ops_(s) {
+    if (ep_ > 1 && s.world_size() % ep_ != 0) {
+      throw Error(ACCEL_ERROR_INVALID_ARGUMENT,
+                  sdk::format("ep_size %lld does not divide the world size %d (expert groups are made of data ranks)",
+                              static_cast<long long>(ep_), s.world_size()));
+    }
+    if (ep_ > 1 && !sdk::host_abi_at_least(1, 12)) {
+      throw Error(ACCEL_ERROR_UNSUPPORTED, "ep_size needs a host with the expert group (ABI 1.12)");
+    }
     if (s.rank() != 0) return;
     for (const std::string& note : config_.notes) s.info() << "deepspeed_zero: " << note;
     if (!config_.unknown_keys.empty()) {
@@ -122,6 +138,10 @@ class DeepSpeedZero final : public sdk::Plugin {
     if (config_.param_persistence_threshold < 0) config_.param_persistence_threshold = 10 * h;
     if (config_.prefetch_bucket_size < 0) config_.prefetch_bucket_size = static_cast<int64_t>(0.9 * h * h);
     plan_ = plan_partitions(units_, config_.stage, config_.param_persistence_threshold, config_.max_reuse_distance);
+    // Expert parallelism: the blocks holding experts stay whole (the host
+    // splits their experts over the expert group; the partitions span the
+    // data group, where those slices differ).
+    if (ep_ > 1) plan_ = without_expert_units(std::move(plan_), units_);
     if (!config_.moe_leaf_classes.empty()) {
       const std::vector<int32_t> moe = moe_leaf_units(units_, config_.moe_leaf_classes);
       if (s.rank() == 0) {
@@ -144,6 +164,7 @@ class DeepSpeedZero final : public sdk::Plugin {
     mesh.struct_size = sizeof(mesh);
     mesh.sharding_size = config_.mesh.sharding_size;
     mesh.replica_size = config_.mesh.replica_size;
+    if (ep_ > 1) mesh.expert_size = static_cast<int32_t>(ep_);
     cp_.declare(mesh);
     s.check(s.table()->comm->set_mesh(s.host(), &mesh), "set_mesh");
     cp_.plan(s);
@@ -164,11 +185,15 @@ class DeepSpeedZero final : public sdk::Plugin {
     AccelGroup* world = ops_.group(ACCEL_GROUP_WORLD);
     const sdk::GroupShape sharding_shape = ops_.shape(sharding);
     const int32_t rank = s.rank();
+    // The expert slices resolved after plan_model: the whole blocks' local shapes.
+    if (ep_ > 1) units_ = sharding::read_model_layout(s, sharding::SplitParams::accept);
+    const sharding::ExpertGroups experts = sharding::read_expert_groups(ops_);
     m_.store = std::make_unique<sharding::ShardStore>(ops_, config_, units_, plan_, sharding_shape, world, rank,
                                                       managed_storage());
     m_.comm_buffers = std::make_unique<sdk::BufferPool>(s, /*keep_per_shape=*/2);
     m_.reducer =
         std::make_unique<sharding::GradReducer>(ops_, config_, *m_.store, sharding, replica, data, *m_.comm_buffers);
+    m_.reducer->set_experts(experts);
     if (config_.stage == 3) {
       m_.gathers =
           std::make_unique<sharding::GatherEngine>(ops_, config_, plan_, *m_.store, sharding, *m_.comm_buffers);
@@ -180,9 +205,10 @@ class DeepSpeedZero final : public sdk::Plugin {
     if (config_.stage == 1 || config_.stage == 2) {
       m_.publish = std::make_unique<sharding::HostParamSync>(ops_, *m_.store, sharding, *m_.comm_buffers);
     }
-    m_.optimizer = std::make_unique<sharding::ShardedOptimizer>(ops_, *m_.store, sharding, sharding_shape.rank);
+    m_.optimizer = std::make_unique<sharding::ShardedOptimizer>(ops_, *m_.store, sharding, sharding_shape.rank,
+                                                                sharding::TensorGroup{}, nullptr, experts);
     m_.checkpoint = std::make_unique<sharding::CheckpointIo>(ops_, config_, *m_.store, sharding, ops_.shape(replica),
-                                                             rank, to_json(config_));
+                                                             rank, to_json(config_), 0, experts.data_rank);
     if (rank == 0) s.info() << "deepspeed_zero: " << describe();
   }
 
@@ -265,6 +291,7 @@ class DeepSpeedZero final : public sdk::Plugin {
     const sdk::Services& s = services();
     m_.end_step(s);
     s.metric("zero_stage", static_cast<double>(config_.stage));
+    s.metric("ep_size", static_cast<double>(ep_));
     if (m_.publish) s.metric("param_allgather_elements", static_cast<double>(m_.publish->take_gathered_elements()));
     if ((args.flags & ACCEL_STEP_EVAL) != 0) return;
     s.metric("ds_lr", last_lr_);
@@ -323,6 +350,7 @@ class DeepSpeedZero final : public sdk::Plugin {
   ZeroConfig config_;
   const sharding::ContextParallel cp_;
   double host_max_grad_norm_;  // --grad-clip, > 0 whenever the host asks for a finite max norm
+  const int64_t ep_;           // ep_size: the mesh's expert size
   const sdk::Kernels ops_;
   sharding::GatherPlan plan_;
   std::vector<UnitLayout> units_;

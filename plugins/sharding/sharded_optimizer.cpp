@@ -107,19 +107,27 @@ void ShardedOptimizer::clip_gradients(const AccelClipArgs& args) {
   // What this rank counts of a gradient buffer holding unit elements `range`:
   // all of it on tensor and expert rank 0; elsewhere only the slices this
   // rank holds apart from its peers (tensor slices off tensor rank 0,
-  // expert slices off expert rank 0).
+  // expert slices off expert rank 0). When the sharding group spans the
+  // expert groups (ZeRO over the data group) its sum covers the expert
+  // ranks: the first rank of SHARDING counts everything, each first rank
+  // of EXPERT_DATA its expert slices.
   std::vector<std::unique_ptr<sdk::FlatView>> split_views;
-  const CountedSlices distinct{experts_.rank == 0, tensor_.rank == 0};
-  const auto count = [&](Space& sp, const DLTensor* grads, const UnitLayout& layout, sdk::FlatRange range) {
-    if (layout.tied_copy) return;  // counted by its owning stage
-    if (tensor_.rank == 0 && experts_.rank == 0) {
-      sp.counted.push_back(grads);
-      return;
-    }
-    for (const sdk::FlatRange& r : split_ranges(layout.params, range, distinct)) {
+  const bool experts_in_sharding = experts_.active() && ops_.shape(sharding_).size > 1;
+  const bool first_expert_rank = experts_in_sharding || experts_.rank == 0;
+  const auto count_ranges = [&](Space& sp, const DLTensor* grads, const UnitLayout& layout, sdk::FlatRange range,
+                                CountedSlices which) {
+    for (const sdk::FlatRange& r : split_ranges(layout.params, range, which)) {
       split_views.push_back(std::make_unique<sdk::FlatView>(*grads, r.begin, r.size()));
       sp.counted.push_back(split_views.back()->get());
     }
+  };
+  const auto count = [&](Space& sp, const DLTensor* grads, const UnitLayout& layout, sdk::FlatRange range) {
+    if (layout.tied_copy) return;  // counted by its owning stage
+    if (tensor_.rank == 0 && first_expert_rank) {
+      sp.counted.push_back(grads);
+      return;
+    }
+    count_ranges(sp, grads, layout, range, CountedSlices{first_expert_rank, tensor_.rank == 0});
   };
   for (int32_t u = 0; u < store_.num_units(); ++u) {
     if (ShardedUnit* unit = store_.sharded(u)) {
@@ -131,7 +139,12 @@ void ShardedOptimizer::clip_gradients(const AccelClipArgs& args) {
       if (grads == nullptr) continue;
       Space& sp = space_of(grads);
       sp.scaled.push_back(grads);
-      if (sharding_rank_ == 0) count(sp, grads, replicated->layout, sdk::FlatRange{0, replicated->layout.numel});
+      const sdk::FlatRange all{0, replicated->layout.numel};
+      if (sharding_rank_ == 0) {
+        count(sp, grads, replicated->layout, all);
+      } else if (experts_in_sharding && experts_.data_rank == 0 && tensor_.rank == 0) {
+        count_ranges(sp, grads, replicated->layout, all, CountedSlices{false, true});
+      }
     }
   }
 
@@ -164,7 +177,9 @@ void ShardedOptimizer::clip_gradients(const AccelClipArgs& args) {
   }
   if (tensor_.size > 1) ops_.all_reduce(tensor_.group, &total, ACCEL_REDUCE_SUM, "sharding grad norm all_reduce (tensor)");
   if (pipeline_ != nullptr) ops_.all_reduce(pipeline_, &total, ACCEL_REDUCE_SUM, "sharding grad norm all_reduce (pipeline)");
-  if (experts_.active()) ops_.all_reduce(experts_.expert, &total, ACCEL_REDUCE_SUM, "sharding grad norm all_reduce (expert)");
+  if (experts_.active() && !experts_in_sharding) {
+    ops_.all_reduce(experts_.expert, &total, ACCEL_REDUCE_SUM, "sharding grad norm all_reduce (expert)");
+  }
 
   // clip_scale per space with the global squared norm; the first also writes
   // total_norm (it does so even with nothing to scale).

@@ -70,7 +70,9 @@ class ShardedOptimizer {
   // it sums over PIPELINE too; tied copies (UnitLayout::tied_copy) are
   // scaled but counted by their owning stage only. With expert groups
   // (expert_slices.h) it sums over EXPERT too: each expert rank counts its
-  // expert slices, expert rank 0 alone everything else.
+  // expert slices, expert rank 0 alone everything else — unless the
+  // sharding group spans the expert groups (more than one rank: ZeRO and
+  // FSDP shard over the whole data group), whose sum then covers them.
   ShardedOptimizer(const sdk::Kernels& ops, ShardStore& store, AccelGroup* sharding, int32_t sharding_rank,
                    TensorGroup tensor = {}, AccelGroup* pipeline = nullptr, ExpertGroups experts = {});
 

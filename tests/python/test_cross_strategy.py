@@ -279,6 +279,10 @@ class CrossStrategyCheckpoints(TempDirMixin, unittest.TestCase):
     def test_moe_zero3_on_two_resumes_as_ep2(self):
         self.resume(2, self.ZERO3, 2, ["--plugin", "megatron", "--megatron.ep_degree", 2], common=self.MOE)
 
+    def test_moe_zero3_ep2_dp2_resumes_as_megatron_ep4(self):
+        self.resume(4, [*self.ZERO3, "--deepspeed_zero.ep_size", 2], 4,
+                    ["--plugin", "megatron", "--megatron.ep_degree", 4], common=self.MOE)
+
     def test_moe_ep4_resumes_under_fsdp_on_two(self):
         self.resume(4, ["--plugin", "megatron", "--megatron.ep_degree", 4], 2, [*FSDP, *WRAP], common=self.MOE)
 

@@ -286,6 +286,23 @@ class MoeStrategies(TempDirMixin, unittest.TestCase):
                 self.assert_close(one, self.losses(*clip, *self.EP, 2, *extra, ranks=ranks), f"ep 2 with {extra}")
 
     @unittest.skipUnless(MPIRUN, "mpirun not found")
+    def test_zero_stages_with_expert_parallelism_train_as_one_process(self):
+        # DeepSpeed-MoE's ep_size: the blocks holding experts whole on every
+        # rank (their experts 1 / ep_size of each layer's), the rest
+        # partitioned; ep 2 x dp 2 under ZeRO-3, ep 4 under ZeRO-1.
+        clip = ["--grad-clip", 0.5]
+        one = self.losses(*clip)
+        zero = ["--plugin", "deepspeed_zero", "--deepspeed_zero.zero_stage"]
+        for stage, ep in ((3, 2), (1, 4)):
+            with self.subTest(stage=stage, ep=ep):
+                got = self.run_metrics(*clip, *zero, stage, "--deepspeed_zero.ep_size", ep, ranks=4)
+                self.assert_close(one, [m["loss"] for m in got], f"ZeRO-{stage} ep {ep}")
+                self.assertEqual(got[0]["deepspeed_zero.ep_size"], ep)
+        proc = mpirun(2, *self.COMMON, "--steps", 1, *zero, 3, "--deepspeed_zero.ep_size", 4, check=False)
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertIn("ep_size 4 does not divide the world size 2", proc.stderr)
+
+    @unittest.skipUnless(MPIRUN, "mpirun not found")
     def test_expert_parallel_bytes_are_the_routed_rows(self):
         # ep 2 on 2 ranks: rank 0 sends the rows its tokens route to experts
         # 2 and 3, and the outputs of the rows rank 1 routes to experts 0
