@@ -26,6 +26,7 @@
 
 #include "fsdp_config.h"
 #include "sharding/context_parallel.h"
+#include "sharding/expert_slices.h"
 #include "sharding/machinery.h"
 #include "sharding/model_layout.h"
 #include "wrap_plan.h"
@@ -112,10 +113,30 @@ class Fsdp final : public sdk::Plugin {
        "shards span them (torchtitan's dp_shard_cp)",
        nullptr, "1", "2147483647"},
       ACCEL_CONTEXT_PARALLEL_OPTIONS("p2p"),
+      {"ep_size", ACCEL_OPTION_INT, "1",
+       "expert parallelism (torchtitan's expert_parallel_degree; Accelerate's FSDP has none): ranks each "
+       "mixture-of-experts layer's experts are split over, tokens exchanged by all_to_all_v; the blocks holding "
+       "experts stay whole on every rank (their experts 1 / ep_size of the layer's), the other units sharded",
+       nullptr, "1", "2147483647"},
   };
 
   explicit Fsdp(const sdk::Services& s)
-      : Plugin(s), config_(read_config(s)), cp_(s, "cp_size", s.world_size()), ops_(s) {}
+      : Plugin(s), config_(read_config(s)), cp_(s, "cp_size", s.world_size()), ep_(s.option<int64_t>("ep_size")),
+        ops_(s) {
+    if (ep_ == 1) return;
+    if (s.world_size() % ep_ != 0) {
+      throw Error(ACCEL_ERROR_INVALID_ARGUMENT,
+                  sdk::format("ep_size %lld does not divide the world size %d (expert groups are made of data ranks)",
+                              static_cast<long long>(ep_), s.world_size()));
+    }
+    if (config_.mesh.replica_size > 1) {
+      throw Error(ACCEL_ERROR_UNSUPPORTED, "ep_size with a hybrid sharding strategy: the clipping norm counts expert "
+                                           "slices across the whole data group; use FULL_SHARD or SHARD_GRAD_OP");
+    }
+    if (!sdk::host_abi_at_least(1, 12)) {
+      throw Error(ACCEL_ERROR_UNSUPPORTED, "ep_size needs a host with the expert group (ABI 1.12)");
+    }
+  }
 
   void plan_model(const AccelPlanArgs&) override {
     const sdk::Services& s = services();
@@ -126,6 +147,12 @@ class Fsdp final : public sdk::Plugin {
       const std::vector<bool> ignored = select_ignored(units, config_.ignored_regex, &widened);
       for (size_t u = 0; u < units.size(); ++u) sharded[u] = !ignored[u];
     }
+    // Expert parallelism: the blocks holding experts stay whole (the host
+    // splits their experts over the expert group; the shards span the data
+    // group, where those slices differ).
+    for (size_t u = 0; u < units.size() && ep_ > 1; ++u) {
+      for (const sharding::ParamLayout& p : units[u].params) sharded[u] = sharded[u] && p.role != ACCEL_PARAM_EXPERTS;
+    }
     plan_ = plan_wrap_groups(units, sharded, config_.wrap_policy, config_.wrap_names, config_.min_num_params);
     for (const std::string& name : widened) {
       s.warn() << "unit " << name << " is tied to an ignored unit: it is left host-owned too";
@@ -135,6 +162,7 @@ class Fsdp final : public sdk::Plugin {
     mesh.struct_size = sizeof(mesh);
     mesh.sharding_size = config_.mesh.sharding_size;
     mesh.replica_size = config_.mesh.replica_size;
+    if (ep_ > 1) mesh.expert_size = static_cast<int32_t>(ep_);
     cp_.declare(mesh);
     s.check(s.table()->comm->set_mesh(s.host(), &mesh), "set_mesh");
     cp_.plan(s);
@@ -152,7 +180,9 @@ class Fsdp final : public sdk::Plugin {
 
   void setup(const AccelSetupArgs&) override {
     const sdk::Services& s = services();
-    units_ = sharding::read_model_layout(s);
+    // The expert slices resolved after plan_model: the whole blocks' local shapes.
+    units_ = sharding::read_model_layout(s, ep_ > 1 ? sharding::SplitParams::accept : sharding::SplitParams::refuse);
+    const sharding::ExpertGroups experts = sharding::read_expert_groups(ops_);
     AccelGroup* sharding = ops_.group(ACCEL_GROUP_SHARDING);
     AccelGroup* replica = ops_.group(ACCEL_GROUP_REPLICA);
     AccelGroup* data = ops_.group(ACCEL_GROUP_DATA);
@@ -173,11 +203,13 @@ class Fsdp final : public sdk::Plugin {
     m_.comm_buffers = std::make_unique<sdk::BufferPool>(s, /*keep_per_shape=*/2);
     m_.gathers = std::make_unique<GatherEngine>(ops_, config_, plan_, *m_.store, sharding, *m_.comm_buffers);
     m_.reducer = std::make_unique<GradReducer>(ops_, config_, *m_.store, sharding, replica, data, *m_.comm_buffers);
+    m_.reducer->set_experts(experts);
     m_.schedule = std::make_unique<UnitSchedule>(config_, plan_, m_.gathers.get(), *m_.reducer,
                                                  static_cast<int32_t>(units_.size()));
-    m_.optimizer = std::make_unique<ShardedOptimizer>(ops_, *m_.store, sharding, sharding_shape.rank);
-    m_.checkpoint =
-        std::make_unique<CheckpointIo>(ops_, config_, *m_.store, sharding, replica_shape, rank, to_json(config_));
+    m_.optimizer = std::make_unique<ShardedOptimizer>(ops_, *m_.store, sharding, sharding_shape.rank,
+                                                      sharding::TensorGroup{}, nullptr, experts);
+    m_.checkpoint = std::make_unique<CheckpointIo>(ops_, config_, *m_.store, sharding, replica_shape, rank,
+                                                   to_json(config_), 0, experts.data_rank);
     if (rank == 0) s.info() << "fsdp: " << describe_plan();
   }
 
@@ -205,6 +237,7 @@ class Fsdp final : public sdk::Plugin {
     m_.end_step(s);
     s.metric("wrap_groups", static_cast<double>(plan_.groups.size()));
     s.metric("sharding_size", static_cast<double>(config_.mesh.sharding_size));
+    s.metric("ep_size", static_cast<double>(ep_));
   }
 
   void save_state(const AccelStateArgs& args) override { m_.checkpoint->save(args); }
@@ -235,6 +268,7 @@ class Fsdp final : public sdk::Plugin {
 
   const FsdpConfig config_;
   const sharding::ContextParallel cp_;
+  const int64_t ep_;  // ep_size: the mesh's expert size
   const sdk::Kernels ops_;
   WrapPlan plan_;
   std::vector<UnitLayout> units_;

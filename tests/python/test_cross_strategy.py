@@ -283,6 +283,10 @@ class CrossStrategyCheckpoints(TempDirMixin, unittest.TestCase):
         self.resume(4, [*self.ZERO3, "--deepspeed_zero.ep_size", 2], 4,
                     ["--plugin", "megatron", "--megatron.ep_degree", 4], common=self.MOE)
 
+    def test_moe_fsdp_ep2_on_four_resumes_as_megatron_ep2_on_two(self):
+        self.resume(4, [*FSDP, *WRAP, "--fsdp.ep_size", 2], 2, ["--plugin", "megatron", "--megatron.ep_degree", 2],
+                    common=self.MOE)
+
     def test_moe_ep4_resumes_under_fsdp_on_two(self):
         self.resume(4, ["--plugin", "megatron", "--megatron.ep_degree", 4], 2, [*FSDP, *WRAP], common=self.MOE)
 

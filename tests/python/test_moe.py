@@ -286,7 +286,7 @@ class MoeStrategies(TempDirMixin, unittest.TestCase):
                 self.assert_close(one, self.losses(*clip, *self.EP, 2, *extra, ranks=ranks), f"ep 2 with {extra}")
 
     @unittest.skipUnless(MPIRUN, "mpirun not found")
-    def test_zero_stages_with_expert_parallelism_train_as_one_process(self):
+    def test_zero_stages_and_fsdp_with_expert_parallelism_train_as_one_process(self):
         # DeepSpeed-MoE's ep_size: the blocks holding experts whole on every
         # rank (their experts 1 / ep_size of each layer's), the rest
         # partitioned; ep 2 x dp 2 under ZeRO-3, ep 4 under ZeRO-1.
@@ -298,6 +298,8 @@ class MoeStrategies(TempDirMixin, unittest.TestCase):
                 got = self.run_metrics(*clip, *zero, stage, "--deepspeed_zero.ep_size", ep, ranks=4)
                 self.assert_close(one, [m["loss"] for m in got], f"ZeRO-{stage} ep {ep}")
                 self.assertEqual(got[0]["deepspeed_zero.ep_size"], ep)
+        fsdp = self.run_metrics(*clip, "--plugin", "fsdp", "--fsdp.ep_size", 2, ranks=2)
+        self.assert_close(one, [m["loss"] for m in fsdp], "fsdp ep 2")
         proc = mpirun(2, *self.COMMON, "--steps", 1, *zero, 3, "--deepspeed_zero.ep_size", 4, check=False)
         self.assertNotEqual(proc.returncode, 0)
         self.assertIn("ep_size 4 does not divide the world size 2", proc.stderr)
