@@ -16,6 +16,17 @@ at::Tensor GptModel::llama_experts(const Unit& unit, const at::Tensor& x) const 
   weights.gate = gate_up.narrow(1, 0, F);
   weights.up = gate_up.narrow(1, F, F);
   weights.down = p[L.experts_down].value;
+  if (linear_) {
+    // Each expert's matrices through the plugins' linear chain (FP8), as the
+    // parameter they are slices of: gate and up are both gate_up_proj's.
+    const auto unit_index = static_cast<int32_t>(&unit - units_.data());
+    const auto gate_up_param = static_cast<int32_t>(L.experts_gate_up);
+    const auto down_param = static_cast<int32_t>(L.experts_down);
+    weights.expert_linear = [this, unit_index, gate_up_param, down_param](const at::Tensor& x, const at::Tensor& w,
+                                                                          bool down) {
+      return linear_(x, w, at::Tensor(), unit_index, down ? down_param : gate_up_param);
+    };
+  }
   MoeSettings settings;
   settings.experts = config_.n_experts;
   settings.top_k = config_.experts_per_token;

@@ -54,6 +54,13 @@ at::Tensor swiglu(const at::Tensor& x, const at::Tensor& gate, const at::Tensor&
   return at::linear(at::silu(at::linear(x, gate)) * at::linear(x, up), down);
 }
 
+// Expert e's SwiGLU over its rows, through the weights' expert_linear when set.
+at::Tensor expert_swiglu(const at::Tensor& x, const MoeWeights& w, int64_t e) {
+  if (!w.expert_linear) return swiglu(x, w.gate[e], w.up[e], w.down[e]);
+  const auto& linear = w.expert_linear;
+  return linear(at::silu(linear(x, w.gate[e], false)) * linear(x, w.up[e], false), w.down[e], true);
+}
+
 // Expert parallelism: the assignments' rows (`token_of`, sorted by expert,
 // count[e] for expert e of all E) go to their experts' ranks, run there,
 // and their outputs come back in the same order.
@@ -95,7 +102,7 @@ at::Tensor run_on_expert_ranks(const at::Tensor& x, const at::Tensor& token_of, 
   for (int64_t e = 0; e < local; ++e) {
     const int64_t n = per_expert[static_cast<size_t>(e)];
     if (n == 0) continue;
-    outputs.push_back(swiglu(grouped.narrow(0, offset, n), w.gate[e], w.up[e], w.down[e]));
+    outputs.push_back(expert_swiglu(grouped.narrow(0, offset, n), w, e));
     offset += n;
   }
   const at::Tensor inverse =
@@ -162,7 +169,7 @@ at::Tensor moe_mlp(const at::Tensor& x, const MoeWeights& w, const MoeSettings& 
     for (int64_t e = 0; e < s.experts; ++e) {
       const int64_t n = count[e];
       if (n == 0) continue;
-      outputs.push_back(swiglu(rows.narrow(0, offset, n), w.gate[e], w.up[e], w.down[e]));
+      outputs.push_back(expert_swiglu(rows.narrow(0, offset, n), w, e));
       offset += n;
     }
     y = at::cat(outputs, 0);

@@ -24,6 +24,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "host/model/expert_parallel.h"
@@ -48,6 +49,10 @@ struct MoeWeights {
   at::Tensor shared_up;           // [ffn_shared, h]
   at::Tensor shared_down;         // [h, ffn_shared]
   at::Tensor shared_expert_gate;  // [1, h]
+  // How an expert's projection runs, y = x W^T with W one expert's [out, in]
+  // matrix (`down`: of the down projection, else of gate or up): at::linear
+  // when empty; the model routes it through the plugins' linear chain (FP8).
+  std::function<at::Tensor(const at::Tensor& x, const at::Tensor& weight, bool down)> expert_linear;
 };
 
 // What the router did, for the auxiliary losses and the metrics.

@@ -47,7 +47,11 @@ void WeightGatherCodec::query(AccelGatherCodecQueryArgs& args) {
   for (int32_t p = 0; p < args.num_params; ++p) {
     const int32_t slot = state_.slot(args.unit, p);
     if (slot < 0) continue;
-    const bool yes = config_.gathers_weights_encoded(args.flags, args.param_dtype);
+    // Stacked experts are cast expert by expert: under current scaling each
+    // with its own matrix's amax, which one code scale for the whole
+    // gathered tensor would not reproduce; they gather in their dtype.
+    const bool yes = !state_.linears()[static_cast<size_t>(slot)].experts &&
+                     config_.gathers_weights_encoded(args.flags, args.param_dtype);
     delivered_[static_cast<size_t>(slot)] = yes ? 1 : 0;
     if (!yes) continue;
     args.code_dtypes[p] = config_.forward_dtype();

@@ -21,7 +21,8 @@
 // group size, so the data-parallel sum per replica is the whole weight's),
 // are added by the linear each time it casts, as it would have counted.
 //
-// A weight is gathered encoded only when every use of the gathered weight
+// Stacked experts (a mixture of experts' projections) are never encoded: the
+// linear casts them expert by expert. A weight is gathered encoded only when every use of the gathered weight
 // is its FP8 cast: not with override_linear_precision's fprop or dgrad
 // (those GEMMs read the unquantised weight), not in an evaluation forward
 // that runs in the run's precision (NO_GRAD without

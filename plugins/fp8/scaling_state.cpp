@@ -32,7 +32,9 @@ std::vector<LinearSlot> find_block_linears(const sdk::Services& s) {
     for (int32_t p = 0; p < unit->num_params; ++p) {
       const AccelParamInfo* param = nullptr;
       s.check(model.get_param(s.host(), u, p, &param), "model get_param");
-      if (param->role == ACCEL_PARAM_LINEAR_WEIGHT) out.push_back(LinearSlot{u, p, param->name});
+      if (param->role == ACCEL_PARAM_LINEAR_WEIGHT || param->role == ACCEL_PARAM_EXPERTS) {
+        out.push_back(LinearSlot{u, p, param->name, param->role == ACCEL_PARAM_EXPERTS});
+      }
     }
   }
   return out;

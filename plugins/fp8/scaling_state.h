@@ -46,9 +46,14 @@ struct LinearSlot {
   int32_t unit = 0;
   int32_t param = 0;
   std::string name;
+  // A mixture of experts' stacked projections (ACCEL_PARAM_EXPERTS): the
+  // chain runs each expert's matrix as this parameter, so one scale covers
+  // every expert (per tensor, as the stacked tensor is one parameter).
+  bool experts = false;
 };
 
-// Every linear of the model's block units, in (unit, param) order.
+// Every linear of the model's block units (linear weights and stacked
+// experts), in (unit, param) order.
 std::vector<LinearSlot> find_block_linears(const sdk::Services& services);
 
 // One history group (forward or backward) and its scales.

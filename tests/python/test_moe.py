@@ -251,6 +251,30 @@ class MoeStrategies(TempDirMixin, unittest.TestCase):
         self.assertNotEqual(proc.returncode, 0)
         self.assertIn("--moe-aux-loss-coef and --moe-z-loss-coef with sequence parallelism", proc.stderr)
 
+    def test_fp8_casts_every_experts_projections(self):
+        # The experts' GEMMs go through the linear chain as their stacked
+        # parameter: fp8 scales each stacked tensor once (its weight amax is
+        # the largest of every expert's matrices) and the run stays near
+        # the fp32 one.
+        init, log = self.path("init"), self.path("fp8.jsonl")
+        run_host(*self.COMMON, "--steps", 0, "--save", init)
+        plain = self.losses(steps=4)
+        fp8 = self.losses("--plugin", "fp8", "--fp8.state_log", log, steps=4)  # the same seed: init's weights
+        with open(log) as f:
+            states = [json.loads(line) for line in f if line.strip()]
+        linears = len(states[0]["forward_amax"]) // 2
+        self.assertEqual(linears, 2 * 6)  # per layer: q, k, v, o, gate_up_proj, down_proj
+        from safetensors.torch import load_file
+        weights = load_file(os.path.join(init, "step_0", "model.safetensors"))
+        for layer in range(2):
+            for slot, name in ((4, "gate_up_proj"), (5, "down_proj")):
+                stacked = weights[f"layers.{layer}.mlp.experts.{name}"]
+                logged = torch.tensor(states[0]["forward_amax"][linears + 6 * layer + slot], dtype=torch.float32)
+                self.assertEqual(logged.item(), stacked.abs().max().item(), f"layer {layer} {name}")
+        for step, (a, b) in enumerate(zip(plain, fp8)):
+            self.assertLess(abs(a - b) / a, 0.02, f"step {step + 1}: fp32 {a} fp8 {b}")
+        self.assertNotEqual(plain, fp8)
+
     EP = ["--plugin", "megatron", "--megatron.ep_degree"]
 
     @unittest.skipUnless(MPIRUN, "mpirun not found")
