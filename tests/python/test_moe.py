@@ -275,6 +275,15 @@ class MoeStrategies(TempDirMixin, unittest.TestCase):
             self.assertLess(abs(a - b) / a, 0.02, f"step {step + 1}: fp32 {a} fp8 {b}")
         self.assertNotEqual(plain, fp8)
 
+    @unittest.skipUnless(MPIRUN, "mpirun not found")
+    def test_fp8_experts_under_expert_parallelism_scale_as_one_process(self):
+        # Delayed scaling's step-end MAX over the world makes every rank's
+        # scales the whole batch's and the whole stacked tensor's.
+        fp8 = ["--plugin", "fp8"]
+        self.assert_close(self.losses(*fp8, steps=4),
+                          self.losses(*fp8, "--plugin", "megatron", "--megatron.ep_degree", 2, ranks=2, steps=4),
+                          "fp8 ep 2")
+
     EP = ["--plugin", "megatron", "--megatron.ep_degree"]
 
     @unittest.skipUnless(MPIRUN, "mpirun not found")
