@@ -277,12 +277,17 @@ class Megatron final : public sdk::Plugin {
     // A pipeline stage keeps the optimizer state of the units it holds.
     const std::vector<UnitLayout> held = sharding::held_units(units_);
     plan_.group_of.assign(units_.size(), -1);
-    for (const UnitLayout& u : held) plan_.group_of[static_cast<size_t>(u.index)] = distributed_optimizer_ ? 0 : -1;
     if (distributed_optimizer_) {
       // One partition group of every unit: ZeRO-1 gathers nothing per unit.
+      // Units holding expert slices stay whole (the partitions span the data
+      // group, where those slices differ; expert_slices.h reduces them).
       sharding::GatherGroup all;
-      for (const UnitLayout& u : held) all.units.push_back(u.index);
-      plan_.groups.push_back(std::move(all));
+      for (const UnitLayout& u : held) {
+        if (sharding::holds_expert_slices(u)) continue;
+        all.units.push_back(u.index);
+        plan_.group_of[static_cast<size_t>(u.index)] = 0;
+      }
+      if (!all.units.empty()) plan_.groups.push_back(std::move(all));
     }
     AccelGroup* sharding = ops_.group(ACCEL_GROUP_SHARDING);
     AccelGroup* replica = ops_.group(ACCEL_GROUP_REPLICA);
@@ -535,12 +540,6 @@ class Megatron final : public sdk::Plugin {
     if (!sdk::host_abi_at_least(1, 12)) {
       throw Error(ACCEL_ERROR_UNSUPPORTED, "ep_degree needs a host with the expert group (ABI 1.12)");
     }
-    if (distributed_optimizer_) {
-      throw Error(ACCEL_ERROR_UNSUPPORTED,
-                  "ep_degree with use_distributed_optimizer: the partitions span the data group, where expert "
-                  "slices differ between ranks; leave use_distributed_optimizer off (the experts' state already "
-                  "falls as 1 / ep_degree)");
-    }
   }
 
   // The data group's average of a unit's gradients (sequence-parallel
@@ -548,7 +547,7 @@ class Megatron final : public sdk::Plugin {
   // distributed optimizer's partition.
   void reduce_over_data(int32_t unit, const DLTensor* grads) {
     if (sequence_parallel_) sum_partial_gradients(unit);
-    if (distributed_optimizer_) {
+    if (plan_.sharded(unit)) {
       m_.reducer->reduce_scatter(unit, /*last_micro_batch=*/true);
     } else {
       m_.reducer->all_reduce_replicated(unit, grads);

@@ -287,6 +287,10 @@ class CrossStrategyCheckpoints(TempDirMixin, unittest.TestCase):
         self.resume(4, [*FSDP, *WRAP, "--fsdp.ep_size", 2], 2, ["--plugin", "megatron", "--megatron.ep_degree", 2],
                     common=self.MOE)
 
+    def test_moe_ep2_distributed_optimizer_on_four_resumes_under_zero3_on_two(self):
+        self.resume(4, ["--plugin", "megatron", "--megatron.ep_degree", 2, *self.DISTRIBUTED_OPTIMIZER], 2,
+                    self.ZERO3, common=self.MOE)
+
     def test_moe_ep4_resumes_under_fsdp_on_two(self):
         self.resume(4, ["--plugin", "megatron", "--megatron.ep_degree", 4], 2, [*FSDP, *WRAP], common=self.MOE)
 

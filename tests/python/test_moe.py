@@ -309,10 +309,11 @@ class MoeStrategies(TempDirMixin, unittest.TestCase):
                           "ep 2 with the auxiliary loss")
 
     @unittest.skipUnless(MPIRUN, "mpirun not found")
-    def test_expert_parallel_composes_with_pipeline_context_and_recompute(self):
+    def test_expert_parallel_composes_with_pipeline_context_distributed_optimizer_and_recompute(self):
         clip = ["--grad-clip", 0.5]
         one = self.losses(*clip)
         for ranks, extra in ((4, ["--megatron.pp_degree", 2]), (2, ["--megatron.cp_degree", 2]),
+                             (4, ["--megatron.use_distributed_optimizer", "true"]),
                              (2, ["--megatron.recompute_activations", "true",
                                   "--megatron.recompute_granularity", "full"])):
             with self.subTest(extra[0]):
@@ -365,8 +366,6 @@ class MoeStrategies(TempDirMixin, unittest.TestCase):
         for ranks, extra, message in [
             (2, [*self.EP, 3], "ep_degree 3 does not divide the data-parallel size 2"),
             (4, [*self.EP, 4, "--n-experts", 6], "expert parallel size 4 does not divide the 6 experts"),
-            (2, [*self.EP, 2, "--megatron.use_distributed_optimizer", "true"],
-             "ep_degree with use_distributed_optimizer"),
         ]:
             with self.subTest(extra):
                 proc = mpirun(ranks, *self.COMMON, "--steps", 1, *extra, check=False)
