@@ -3,6 +3,7 @@
 
 #include <span>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "host/comm/process_group.h"
@@ -10,6 +11,7 @@
 #include "host/runtime/comm_checks.h"
 #include "host/runtime/model_services.h"
 #include "host/runtime/service_support.h"
+#include "host/util/log.h"
 #include "host/util/strformat.h"
 
 namespace accel::runtime {
@@ -93,6 +95,14 @@ void resolve_expert_parallel_plan(HostContext& context) {
     if (any) unit.split_params(splits);
   }
   context.expert_parallel_size = parts;
+  if (context.identity.rank == 0) {
+    std::string ranks;
+    for (int r : group.world_ranks()) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+    log::info(strformat("expert parallelism: each layer's %lld experts over %lld ranks, %lld each; rank 0's expert "
+                        "group is world ranks [%s]",
+                        static_cast<long long>(config.n_experts), static_cast<long long>(parts),
+                        static_cast<long long>(config.n_experts / parts), ranks.c_str()));
+  }
   model.set_expert_group(make_expert_group(context, group));
   if (context.model_view) context.model_view->refresh_layout();
 }

@@ -246,6 +246,12 @@ class MoeStrategies(TempDirMixin, unittest.TestCase):
                              (4, ["--megatron.ep_degree", 2])):
             with self.subTest(extra):
                 self.assert_close(one, self.losses(*clip, *tp, *extra, ranks=ranks), f"tp 2 {extra}")
+        # The layout (accel/comm.h): expert peers share the tensor index, so
+        # with tp 2 rank 0's expert group is world ranks 0 and 2.
+        info = [a if a != "warn" else "info" for a in self.COMMON]
+        proc = mpirun(4, *info, "--steps", 1, *tp, "--megatron.ep_degree", 2)
+        self.assertIn("expert parallelism: each layer's 4 experts over 2 ranks, 2 each; rank 0's expert group is "
+                      "world ranks [0, 2]", proc.stderr)
         proc = mpirun(2, *self.COMMON, "--steps", 1, *tp, "--megatron.sequence_parallelism", "true",
                       "--moe-aux-loss-coef", 0.01, check=False)
         self.assertNotEqual(proc.returncode, 0)
