@@ -22,6 +22,16 @@
 namespace accel::model {
 namespace {
 
+// A layer's weights without a shared expert (MoeWeights' other members empty).
+MoeWeights experts_of(at::Tensor router, at::Tensor gate, at::Tensor up, at::Tensor down) {
+  MoeWeights w;
+  w.router = std::move(router);
+  w.gate = std::move(gate);
+  w.up = std::move(up);
+  w.down = std::move(down);
+  return w;
+}
+
 // FIFO mailboxes keyed (to, from), as MPI orders one sender's messages.
 class Fabric {
  public:
@@ -101,7 +111,7 @@ TEST_P(ExpertParallel, EveryRankEqualsAllExpertsInOneProcess) {
                    all_down = down.clone().requires_grad_();
   std::vector<at::Tensor> want_out, want_x_grad, want_router_grad;
   for (int64_t r = 0; r < c.ranks; ++r) {
-    MoeWeights w{router.clone().requires_grad_(), all_gate, all_up, all_down};
+    MoeWeights w = experts_of(router.clone().requires_grad_(), all_gate, all_up, all_down);
     const at::Tensor x = tokens[static_cast<size_t>(r)].clone().requires_grad_();
     const at::Tensor out = moe_mlp(x, w, settings);
     out.backward(upstream[static_cast<size_t>(r)]);
@@ -119,9 +129,9 @@ TEST_P(ExpertParallel, EveryRankEqualsAllExpertsInOneProcess) {
     threads.emplace_back([&, r] {
       at::set_num_threads(1);
       const ExpertGroup group = wired(fabric, c.ranks, r);
-      MoeWeights w{router.clone().requires_grad_(), gate.narrow(0, r * local, local).clone().requires_grad_(),
+      MoeWeights w = experts_of(router.clone().requires_grad_(), gate.narrow(0, r * local, local).clone().requires_grad_(),
                    up.narrow(0, r * local, local).clone().requires_grad_(),
-                   down.narrow(0, r * local, local).clone().requires_grad_()};
+                   down.narrow(0, r * local, local).clone().requires_grad_());
       const auto i = static_cast<size_t>(r);
       const at::Tensor x = tokens[i].clone().requires_grad_();
       MoeRouting routing;
@@ -168,7 +178,7 @@ TEST(ExpertParallelShapes, ExpertsThatDoNotSplitOverTheGroupAreRefused) {
   MoeSettings settings;
   settings.experts = 4;
   settings.top_k = 2;
-  MoeWeights w{at::randn({4, 8}), at::randn({1, 6, 8}), at::randn({1, 6, 8}), at::randn({1, 8, 6})};
+  MoeWeights w = experts_of(at::randn({4, 8}), at::randn({1, 6, 8}), at::randn({1, 6, 8}), at::randn({1, 8, 6}));
   EXPECT_THROW(moe_mlp(at::randn({3, 8}), w, settings, nullptr, &group), std::invalid_argument);
 }
 

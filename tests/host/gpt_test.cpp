@@ -211,7 +211,9 @@ TEST(Gpt, SplitSlicesAreTheWholeTensorsParts) {
     const at::Tensor wte = value(part, 0, "wte.weight");  // 15 rows padded to 16
     const int64_t real = rank == 0 ? 8 : 7;
     EXPECT_TRUE(at::equal(wte.narrow(0, 0, real), value(whole, 0, "wte.weight").narrow(0, rank * 8, real)));
-    if (rank == 1) EXPECT_TRUE(at::equal(wte[7], at::zeros({8})));
+    if (rank == 1) {
+      EXPECT_TRUE(at::equal(wte[7], at::zeros({8})));
+    }
     EXPECT_TRUE(at::equal(value(part, 1, "h.0.ln_1.weight"), value(whole, 1, "h.0.ln_1.weight")));
   }
 }
