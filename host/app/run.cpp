@@ -286,6 +286,11 @@ void take_shape_from_init_checkpoint(RunConfig& config) {
     if (hf.shape.has_experts()) {
       reconcile(o.n_experts, hf.shape.n_experts, "n-experts", "num_local_experts");
       reconcile(o.experts_per_token, hf.shape.experts_per_token, "experts-per-token", "num_experts_per_tok");
+      if ((o.shared_expert_size && *o.shared_expert_size != 0) || (o.normalize_top_k && !*o.normalize_top_k)) {
+        throw UsageError(strformat("--shared-expert-size and --normalize-top-k false contradict %s, a Mixtral (no "
+                                   "shared expert, its top-k weights renormalised)",
+                                   (dir / "config.json").c_str()));
+      }
     } else if (o.n_experts && *o.n_experts != 0) {
       throw UsageError(strformat("--n-experts %lld contradicts %s, a dense Llama", static_cast<long long>(*o.n_experts),
                                  (dir / "config.json").c_str()));

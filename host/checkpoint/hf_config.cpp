@@ -321,6 +321,13 @@ std::string hf_llama_config_json(const model::GptConfig& shape) {
 }
 
 std::string hf_mixtral_config_json(const model::GptConfig& shape) {
+  if (shape.shared_expert_size > 0 || !shape.normalize_top_k) {
+    // Qwen2MoeForCausalLM has both, but also q, k and v biases the llama
+    // family has not: no transformers class is this model.
+    throw CheckpointError(
+        "export-hf: a mixture of experts with a shared expert or un-normalised top-k weights is no transformers "
+        "model (MixtralForCausalLM has neither; Qwen2MoeForCausalLM adds attention biases the host lacks)");
+  }
   const json config = {
       {"architectures", {"MixtralForCausalLM"}},
       {"model_type", "mixtral"},

@@ -55,7 +55,7 @@ constexpr int64_t kMaxWorldSize = int64_t{1} << 24;
 }  // namespace
 
 std::string trainer_state_json(const TrainerState& state) {
-  const json j = {
+  json j = {
       {"format_version", kTrainerStateFormatVersion},
       {"step", state.step},
       {"data_position", state.data_position},
@@ -77,6 +77,10 @@ std::string trainer_state_json(const TrainerState& state) {
         {"experts_per_token", state.model.experts_per_token}}},
       {"plugins", state.plugins},
       {"world_size", state.world_size}};
+  if (state.model.has_experts()) {  // a mixture of experts' routing variants (absent: Mixtral's)
+    j["model"]["shared_expert_size"] = state.model.shared_expert_size;
+    j["model"]["normalize_top_k"] = state.model.normalize_top_k;
+  }
   return j.dump(2) + "\n";
 }
 
@@ -112,7 +116,7 @@ static TrainerState read_fields(const json& document, const std::string& where) 
 
   const JsonFields model = top.object("model");
   model.only({"n_layer", "n_head", "n_embd", "seq_len", "vocab_size", "family", "n_kv_head", "ffn_size", "rope_theta",
-              "norm_eps", "n_experts", "experts_per_token"});
+              "norm_eps", "n_experts", "experts_per_token", "shared_expert_size", "normalize_top_k"});
   s.model.n_layer = model.integer("n_layer", 1, kMaxDimension);
   s.model.n_head = model.integer("n_head", 1, kMaxDimension);
   s.model.n_embd = model.integer("n_embd", 1, kMaxDimension);
@@ -135,6 +139,11 @@ static TrainerState read_fields(const json& document, const std::string& where) 
     if (model.contains("n_experts")) s.model.n_experts = model.integer("n_experts", 0, kMaxDimension);
     if (s.model.n_experts > 0) {
       s.model.experts_per_token = model.integer("experts_per_token", 1, s.model.n_experts);
+      // Optional: files written before the shared expert existed have none.
+      if (model.contains("shared_expert_size")) {
+        s.model.shared_expert_size = model.integer("shared_expert_size", 0, kMaxDimension);
+      }
+      if (model.contains("normalize_top_k")) s.model.normalize_top_k = model.boolean("normalize_top_k");
     } else if (model.contains("experts_per_token") && model.integer("experts_per_token", 0, 0) != 0) {
       model.fail("experts_per_token", "must be 0 without experts");
     }

@@ -136,7 +136,8 @@ struct RawStrings {
   std::string mixed_precision = "no";
   std::string config_file;
   int64_t n_layer = 0, n_head = 0, n_embd = 0, seq_len = 0, vocab_size = 0, n_kv_head = 0, ffn_size = 0;
-  int64_t n_experts = 0, experts_per_token = 0;
+  int64_t n_experts = 0, experts_per_token = 0, shared_expert_size = 0;
+  bool normalize_top_k = true;
 };
 
 // The numbers behind integer_option_ranges (see options.h for the products
@@ -225,6 +226,12 @@ po::options_description run_options(RunConfig& c, RawStrings& raw) {
       ("n-experts", po::value(&raw.n_experts),
        "override (llama): experts in every block's MLP, a mixture of experts (Mixtral); 0: a dense MLP")
       ("experts-per-token", po::value(&raw.experts_per_token), "override (moe): experts each token takes (top k)")
+      ("shared-expert-size", po::value(&raw.shared_expert_size),
+       "override (moe): a shared SwiGLU expert of this width every token goes through, scaled by a sigmoid gate "
+       "(Qwen2-MoE's shared_expert_intermediate_size); 0: none")
+      ("normalize-top-k", po::value(&raw.normalize_top_k),
+       "override (moe): renormalise the k chosen routing weights to sum 1 (Mixtral: true; Qwen2-MoE's "
+       "norm_topk_prob)")
       ("moe-capacity-factor", po::value(&c.moe.capacity_factor)->default_value(c.moe.capacity_factor),
        "moe: each expert takes at most factor x tokens x k / experts assignments, the rest dropped and counted; "
        "0: dropless")
@@ -441,6 +448,7 @@ const std::vector<IntegerOptionRange>& integer_option_ranges() {
       {"ffn-size", 1, kMaxFfn},
       {"n-experts", 0, kMaxExperts},
       {"experts-per-token", 1, kMaxExperts},
+      {"shared-expert-size", 0, kMaxFfn},
       {"eval-every", 0, kMaxSteps},
       {"eval-steps", 1, kMaxSteps},
       {"steps", 0, kMaxSteps},
@@ -554,6 +562,8 @@ ParsedCommandLine parse_command_line(const std::vector<std::string>& args,
   if (vm.count("ffn-size")) c.model_overrides.ffn_size = raw.ffn_size;
   if (vm.count("n-experts")) c.model_overrides.n_experts = raw.n_experts;
   if (vm.count("experts-per-token")) c.model_overrides.experts_per_token = raw.experts_per_token;
+  if (vm.count("shared-expert-size")) c.model_overrides.shared_expert_size = raw.shared_expert_size;
+  if (vm.count("normalize-top-k")) c.model_overrides.normalize_top_k = raw.normalize_top_k;
   // The checkpoint's config.json gives the architecture: a preset beside it
   // would be silently ignored. Shape overrides are checked against it later.
   c.optimizer.grad_clip_given = !vm["grad-clip"].defaulted();

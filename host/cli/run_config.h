@@ -15,6 +15,8 @@ struct ModelOverrides {
   std::optional<int64_t> n_kv_head, ffn_size;  // llama family only
   std::optional<double> rope_theta, norm_eps;  // llama family only (from --init-from's config.json)
   std::optional<int64_t> n_experts, experts_per_token;  // llama family only: a mixture of experts
+  std::optional<int64_t> shared_expert_size;  // moe: Qwen2-MoE's shared expert (0: none)
+  std::optional<bool> normalize_top_k;        // moe: Mixtral renormalises the top k (Qwen2-MoE's norm_topk_prob)
 };
 
 // How a mixture-of-experts model trains (model/moe.h): capacity and the

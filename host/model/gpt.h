@@ -164,7 +164,8 @@ class GptModel {
     size_t attn_norm, q, k, v, o, mlp_norm;
     size_t gate = kNone, up = kNone, down = kNone;                       // the dense MLP
     size_t router = kNone, experts_gate_up = kNone, experts_down = kNone;  // or the experts
-    static LlamaLayout resolve(const Unit& block, bool experts);
+    size_t shared_gate = kNone, shared_up = kNone, shared_down = kNone, shared_expert_gate = kNone;  // and theirs
+    static LlamaLayout resolve(const Unit& block, const GptConfig& config);
   };
   LlamaLayout llama_layout_{};
 

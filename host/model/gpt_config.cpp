@@ -22,6 +22,8 @@ std::string GptConfig::describe() const {
   if (has_experts()) {
     text += strformat(" n_experts=%lld experts_per_token=%lld", static_cast<long long>(n_experts),
                       static_cast<long long>(experts_per_token));
+    if (shared_expert_size > 0) text += strformat(" shared_expert_size=%lld", static_cast<long long>(shared_expert_size));
+    if (!normalize_top_k) text += " normalize_top_k=false";
   }
   return text;
 }
@@ -58,11 +60,19 @@ GptConfig make_gpt_config(const std::string& preset, const ModelOverrides& overr
     config.experts_per_token = std::min<int64_t>(2, config.n_experts);
   }
   if (overrides.experts_per_token) config.experts_per_token = *overrides.experts_per_token;
+  if (overrides.shared_expert_size) config.shared_expert_size = *overrides.shared_expert_size;
+  if (overrides.normalize_top_k) config.normalize_top_k = *overrides.normalize_top_k;
   if (config.n_experts == 0) {
-    if (overrides.experts_per_token) {
-      throw std::invalid_argument("--experts-per-token needs experts: " + preset + " has a dense MLP (--n-experts)");
+    for (const auto& [given, flag] : {std::pair{overrides.experts_per_token.has_value(), "--experts-per-token"},
+                                      std::pair{overrides.shared_expert_size.has_value(), "--shared-expert-size"},
+                                      std::pair{overrides.normalize_top_k.has_value(), "--normalize-top-k"}}) {
+      if (given) {
+        throw std::invalid_argument(std::string(flag) + " needs experts: " + preset + " has a dense MLP (--n-experts)");
+      }
     }
     config.experts_per_token = 0;
+    config.shared_expert_size = 0;
+    config.normalize_top_k = true;
   }
   if (overrides.n_kv_head) config.n_kv_head = *overrides.n_kv_head;
   if (overrides.ffn_size) config.ffn_size = *overrides.ffn_size;
@@ -111,7 +121,9 @@ int64_t count_parameters(const GptConfig& c) {
   const int64_t C = c.n_embd;
   if (c.family == ModelFamily::llama) {
     const int64_t kv = C / c.n_head * c.n_kv_head;
-    const int64_t mlp = c.has_experts() ? c.n_experts * (3 * C * c.ffn_size + C /*router row*/) : 3 * C * c.ffn_size;
+    const int64_t shared = c.shared_expert_size > 0 ? 3 * C * c.shared_expert_size + C /*its gate*/ : 0;
+    const int64_t mlp =
+        c.has_experts() ? c.n_experts * (3 * C * c.ffn_size + C /*router row*/) + shared : 3 * C * c.ffn_size;
     const int64_t block = 2 * C /*norms*/ + 2 * C * C /*q, o*/ + 2 * kv * C /*k, v*/ + mlp;
     return 2 * c.vocab_size * C /*embedding, untied head*/ + c.n_layer * block + C /*final norm*/;
   }
@@ -126,7 +138,9 @@ double minimum_training_bytes(const GptConfig& c, int64_t micro_batch, double by
   if (c.family == ModelFamily::llama) {
     const double kv = C / static_cast<double>(c.n_head) * static_cast<double>(c.n_kv_head);
     const double experts = c.has_experts() ? static_cast<double>(c.n_experts) : 1.0;
-    const double router = c.has_experts() ? experts * C : 0.0;
+    const double router = c.has_experts() ? experts * C + 3.0 * C * static_cast<double>(c.shared_expert_size) +
+                                                (c.shared_expert_size > 0 ? C : 0.0)
+                                          : 0.0;
     const double block = 2.0 * C + 2.0 * C * C + 2.0 * kv * C + experts * 3.0 * C * static_cast<double>(c.ffn_size) +
                          router;
     parameters = 2.0 * static_cast<double>(c.vocab_size) * C + static_cast<double>(c.n_layer) * block + C;

@@ -32,6 +32,12 @@ struct GptConfig {
   // each token takes (top k, 1 <= k <= n_experts; 0 without experts).
   int64_t n_experts = 0;
   int64_t experts_per_token = 0;
+  // With experts: Qwen2-MoE's shared expert (a SwiGLU of this width every
+  // token goes through, scaled by a sigmoid gate; 0: none), and whether the
+  // k routing weights are renormalised to sum 1 (Mixtral) or kept as the
+  // softmax gave them (Qwen2-MoE's default norm_topk_prob false).
+  int64_t shared_expert_size = 0;
+  bool normalize_top_k = true;
 
   bool has_experts() const { return n_experts > 0; }
 

@@ -36,14 +36,27 @@ ParamSpec rms_norm_weight(std::string name, int64_t n) {
 // (MixtralSparseMoeBlock): the router, then every expert's gate and up
 // projections stacked as [E, 2F, C] (gate rows first) and its down
 // projections as [E, C, F]. On disk transformers writes one tensor per
-// expert and projection (hf_mixtral.cpp maps the two).
+// expert and projection (hf_mixtral.cpp maps the two). With a shared
+// expert, Qwen2-MoE's (Qwen2MoeSparseMoeBlock): its SwiGLU projections,
+// whole on every tensor rank as the experts are (linear weights: the FP8
+// chain casts them), and its [1, C] sigmoid gate (a router-like weight).
 std::vector<ParamSpec> expert_specs(const GptConfig& c, const std::string& p) {
-  const int64_t C = c.n_embd, F = c.ffn_size, E = c.n_experts;
-  return {ParamSpec{p + "mlp.gate.weight", ParamRole::router, ParallelHint::replicated, {E, C}, InitKind::normal, 0.02},
-          ParamSpec{p + "mlp.experts.gate_up_proj", ParamRole::experts, ParallelHint::replicated, {E, 2 * F, C},
-                    InitKind::normal, 0.02},
-          ParamSpec{p + "mlp.experts.down_proj", ParamRole::experts, ParallelHint::replicated, {E, C, F},
-                    InitKind::normal, 0.02}};
+  const int64_t C = c.n_embd, F = c.ffn_size, E = c.n_experts, S = c.shared_expert_size;
+  std::vector<ParamSpec> specs = {
+      ParamSpec{p + "mlp.gate.weight", ParamRole::router, ParallelHint::replicated, {E, C}, InitKind::normal, 0.02},
+      ParamSpec{p + "mlp.experts.gate_up_proj", ParamRole::experts, ParallelHint::replicated, {E, 2 * F, C},
+                InitKind::normal, 0.02},
+      ParamSpec{p + "mlp.experts.down_proj", ParamRole::experts, ParallelHint::replicated, {E, C, F},
+                InitKind::normal, 0.02}};
+  if (S > 0) {
+    specs.push_back(linear_weight(p + "mlp.shared_expert.gate_proj.weight", S, C, ParallelHint::replicated));
+    specs.push_back(linear_weight(p + "mlp.shared_expert.up_proj.weight", S, C, ParallelHint::replicated));
+    specs.push_back(linear_weight(p + "mlp.shared_expert.down_proj.weight", C, S, ParallelHint::replicated));
+    specs.push_back(
+        ParamSpec{p + "mlp.shared_expert_gate.weight", ParamRole::router, ParallelHint::replicated, {1, C},
+                  InitKind::normal, 0.02});
+  }
+  return specs;
 }
 
 std::vector<ParamSpec> llama_block_specs(const GptConfig& c, int64_t layer) {
@@ -107,19 +120,25 @@ void GptModel::add_llama_units(at::Device device, bool allocate) {
                                              linear_weight("lm_head.weight", c.vocab_size, c.n_embd,
                                                            ParallelHint::vocab)},
                       device, allocate);
-  llama_layout_ = LlamaLayout::resolve(units_[1], c.has_experts());
+  llama_layout_ = LlamaLayout::resolve(units_[1], c);
   routing_.resize(units_.size());
 }
 
-GptModel::LlamaLayout GptModel::LlamaLayout::resolve(const Unit& block, bool experts) {
+GptModel::LlamaLayout GptModel::LlamaLayout::resolve(const Unit& block, const GptConfig& config) {
   auto index_of = [&](const char* suffix) { return param_index_by_suffix(block, suffix); };
   LlamaLayout layout{index_of(".input_layernorm.weight"), index_of(".q_proj.weight"), index_of(".k_proj.weight"),
                      index_of(".v_proj.weight"),          index_of(".o_proj.weight"),
                      index_of(".post_attention_layernorm.weight")};
-  if (experts) {
+  if (config.has_experts()) {
     layout.router = index_of(".mlp.gate.weight");
     layout.experts_gate_up = index_of(".mlp.experts.gate_up_proj");
     layout.experts_down = index_of(".mlp.experts.down_proj");
+    if (config.shared_expert_size > 0) {
+      layout.shared_gate = index_of(".mlp.shared_expert.gate_proj.weight");
+      layout.shared_up = index_of(".mlp.shared_expert.up_proj.weight");
+      layout.shared_down = index_of(".mlp.shared_expert.down_proj.weight");
+      layout.shared_expert_gate = index_of(".mlp.shared_expert_gate.weight");
+    }
   } else {
     layout.gate = index_of(".gate_proj.weight");
     layout.up = index_of(".up_proj.weight");

@@ -16,21 +16,34 @@ at::Tensor GptModel::llama_experts(const Unit& unit, const at::Tensor& x) const 
   weights.gate = gate_up.narrow(1, 0, F);
   weights.up = gate_up.narrow(1, F, F);
   weights.down = p[L.experts_down].value;
+  if (config_.shared_expert_size > 0) {
+    weights.shared_gate = p[L.shared_gate].value;
+    weights.shared_up = p[L.shared_up].value;
+    weights.shared_down = p[L.shared_down].value;
+    weights.shared_expert_gate = p[L.shared_expert_gate].value;
+  }
   if (linear_) {
-    // Each expert's matrices through the plugins' linear chain (FP8), as the
-    // parameter they are slices of: gate and up are both gate_up_proj's.
+    // Each projection through the plugins' linear chain (FP8), as the
+    // parameter it is (a slice of): an expert's gate and up are both
+    // gate_up_proj's.
     const auto unit_index = static_cast<int32_t>(&unit - units_.data());
-    const auto gate_up_param = static_cast<int32_t>(L.experts_gate_up);
-    const auto down_param = static_cast<int32_t>(L.experts_down);
-    weights.expert_linear = [this, unit_index, gate_up_param, down_param](const at::Tensor& x, const at::Tensor& w,
-                                                                          bool down) {
-      return linear_(x, w, at::Tensor(), unit_index, down ? down_param : gate_up_param);
+    weights.linear = [this, unit_index, L](const at::Tensor& x, const at::Tensor& w, MoeProjection which) {
+      size_t param = L.experts_gate_up;
+      switch (which) {
+        case MoeProjection::expert_gate:
+        case MoeProjection::expert_up: param = L.experts_gate_up; break;
+        case MoeProjection::expert_down: param = L.experts_down; break;
+        case MoeProjection::shared_gate: param = L.shared_gate; break;
+        case MoeProjection::shared_up: param = L.shared_up; break;
+        case MoeProjection::shared_down: param = L.shared_down; break;
+      }
+      return linear_(x, w, at::Tensor(), unit_index, static_cast<int32_t>(param));
     };
   }
   MoeSettings settings;
   settings.experts = config_.n_experts;
   settings.top_k = config_.experts_per_token;
-  settings.normalize_top_k = true;  // Mixtral
+  settings.normalize_top_k = config_.normalize_top_k;  // Mixtral: true; Qwen2-MoE: its norm_topk_prob
   settings.capacity_factor = moe_training_.capacity_factor;
   const int64_t T = x.size(0), B = x.size(1), C = x.size(2);
   MoeRouting& routing = routing_.at(static_cast<size_t>(&unit - units_.data()));

@@ -54,11 +54,22 @@ at::Tensor swiglu(const at::Tensor& x, const at::Tensor& gate, const at::Tensor&
   return at::linear(at::silu(at::linear(x, gate)) * at::linear(x, up), down);
 }
 
-// Expert e's SwiGLU over its rows, through the weights' expert_linear when set.
+// Expert e's SwiGLU over its rows, through the weights' linear when set.
 at::Tensor expert_swiglu(const at::Tensor& x, const MoeWeights& w, int64_t e) {
-  if (!w.expert_linear) return swiglu(x, w.gate[e], w.up[e], w.down[e]);
-  const auto& linear = w.expert_linear;
-  return linear(at::silu(linear(x, w.gate[e], false)) * linear(x, w.up[e], false), w.down[e], true);
+  if (!w.linear) return swiglu(x, w.gate[e], w.up[e], w.down[e]);
+  const auto& linear = w.linear;
+  return linear(at::silu(linear(x, w.gate[e], MoeProjection::expert_gate)) *
+                    linear(x, w.up[e], MoeProjection::expert_up),
+                w.down[e], MoeProjection::expert_down);
+}
+
+// The shared expert's SwiGLU over every token, likewise.
+at::Tensor shared_swiglu(const at::Tensor& x, const MoeWeights& w) {
+  if (!w.linear) return swiglu(x, w.shared_gate, w.shared_up, w.shared_down);
+  const auto& linear = w.linear;
+  return linear(at::silu(linear(x, w.shared_gate, MoeProjection::shared_gate)) *
+                    linear(x, w.shared_up, MoeProjection::shared_up),
+                w.shared_down, MoeProjection::shared_down);
 }
 
 // Expert parallelism: the assignments' rows (`token_of`, sorted by expert,
@@ -176,8 +187,7 @@ at::Tensor moe_mlp(const at::Tensor& x, const MoeWeights& w, const MoeSettings& 
   }
   at::Tensor out = at::zeros_like(x).index_add_(0, token_of, y * weight_of.unsqueeze(1));
   if (w.shared_gate.defined()) {
-    out = out + at::sigmoid(at::linear(x, w.shared_expert_gate)) *
-                    swiglu(x, w.shared_gate, w.shared_up, w.shared_down);
+    out = out + at::sigmoid(at::linear(x, w.shared_expert_gate)) * shared_swiglu(x, w);
   }
   if (routing) {
     routing->logits = logits;

@@ -38,6 +38,9 @@ struct MoeSettings {
   double capacity_factor = 0.0;  // 0: dropless
 };
 
+// Which projection a MoeWeights::linear call computes.
+enum class MoeProjection { expert_gate, expert_up, expert_down, shared_gate, shared_up, shared_down };
+
 // One layer's weights; the experts stacked on the first dimension.
 struct MoeWeights {
   at::Tensor router;  // [E, h]
@@ -49,10 +52,10 @@ struct MoeWeights {
   at::Tensor shared_up;           // [ffn_shared, h]
   at::Tensor shared_down;         // [h, ffn_shared]
   at::Tensor shared_expert_gate;  // [1, h]
-  // How an expert's projection runs, y = x W^T with W one expert's [out, in]
-  // matrix (`down`: of the down projection, else of gate or up): at::linear
-  // when empty; the model routes it through the plugins' linear chain (FP8).
-  std::function<at::Tensor(const at::Tensor& x, const at::Tensor& weight, bool down)> expert_linear;
+  // How a projection runs, y = x W^T with W one expert's [out, in] matrix
+  // or the shared expert's: at::linear when empty; the model routes them
+  // through the plugins' linear chain (FP8).
+  std::function<at::Tensor(const at::Tensor& x, const at::Tensor& weight, MoeProjection which)> linear;
 };
 
 // What the router did, for the auxiliary losses and the metrics.

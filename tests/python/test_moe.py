@@ -125,6 +125,58 @@ class MixtralFromTransformers(TempDirMixin, unittest.TestCase):
                        "--temperature", 0).stdout.split()
         self.assertEqual([int(i) for i in got], expected)
 
+    def test_a_shared_expert_and_unnormalised_top_k_compute_as_qwen2_moe_blocks(self):
+        # --shared-expert-size and --normalize-top-k false: each block's MLP is
+        # transformers' Qwen2MoeSparseMoeBlock (norm_topk_prob false, a shared
+        # expert behind a sigmoid gate). The reference is a MixtralForCausalLM
+        # whose MLPs are those blocks, loaded with the host's initial weights:
+        # the first step's loss and gradient norm must agree.
+        from safetensors.torch import load_file
+        shape = ["--model", "moe-tiny", "--seq-len", SEQ, "--shared-expert-size", 96, "--normalize-top-k", "false",
+                 "--data", "tokens:" + self.tokens_path, "--data-order", "sequential", "--batch-size", BATCH,
+                 "--grad-accum", ACCUM, "--threads", 1, "--log-level", "warn"]
+        init, metrics = self.path("init"), self.path("m.jsonl")
+        run_host(*shape, "--steps", 0, "--save", init)
+        run_host(*shape, "--steps", 1, "--metrics-file", metrics)
+        ours = read_metrics(metrics)[0]
+        config = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=SEQ, rms_norm_eps=1e-5,
+                      rope_parameters={"rope_type": "default", "rope_theta": 10000.0})  # moe-tiny's (Mixtral's is 1e6)
+        model = transformers.MixtralForCausalLM(transformers.MixtralConfig(**config, num_local_experts=4,
+                                                                           num_experts_per_tok=2))
+        qwen = transformers.Qwen2MoeConfig(**config, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=128,
+                                           shared_expert_intermediate_size=96, norm_topk_prob=False)
+        from transformers.models.qwen2_moe.modeling_qwen2_moe import Qwen2MoeSparseMoeBlock
+        for layer in model.model.layers:
+            layer.mlp = Qwen2MoeSparseMoeBlock(qwen)
+        weights = load_file(os.path.join(init, "step_0", "model.safetensors"))
+        state = {(k if k.startswith("lm_head") else "model." + k): v for k, v in weights.items()}
+        self.assertEqual(sorted(state), sorted(model.state_dict()))
+        model.load_state_dict(state)
+        model.config._attn_implementation = "eager"
+        losses = []
+        for x, y in ref.sequential_micro_batches(self.tokens, 0, BATCH, ACCUM, SEQ):
+            logits = model(input_ids=x).logits
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+            (loss / ACCUM).backward()
+            losses.append(loss.item())
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), float("inf")).item()
+        loss = sum(losses) / ACCUM
+        self.assertLess(abs(ours["loss"] - loss) / loss, 1e-6, (ours["loss"], loss))
+        self.assertLess(abs(ours["grad_norm"] - norm) / norm, 1e-5, (ours["grad_norm"], norm))
+        # No transformers class is this model (MixtralForCausalLM has no
+        # shared expert and renormalises; Qwen2MoeForCausalLM has attention
+        # biases): export-hf says so, for either difference.
+        proc = run_host("export-hf", os.path.join(init, "step_0"), self.path("out"), check=False)
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertIn("tensor layers.0.mlp.shared_expert.down_proj.weight is not part of Mixtral", proc.stderr)
+        plain = self.path("plain")
+        run_host(*shape[:4], *shape[6:], "--steps", 0, "--save", plain)  # --normalize-top-k false alone
+        proc = run_host("export-hf", os.path.join(plain, "step_0"), self.path("out2"), check=False)
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertIn("a mixture of experts with a shared expert or un-normalised top-k weights is no transformers "
+                      "model", proc.stderr)
+
     def test_a_mixtral_the_host_cannot_be_is_refused_by_name(self):
         for overrides, message in [
             (dict(sliding_window=16), "sliding_window\" is 16; accel-host's Mixtral attends to the whole sequence"),
@@ -193,7 +245,9 @@ class MoeStrategies(TempDirMixin, unittest.TestCase):
         self.assert_close(plain, recomputed, "activation checkpointing", tolerance=1e-6)
 
     def test_resume_is_bit_exact_with_the_auxiliary_losses(self):
-        aux = ["--moe-aux-loss-coef", 0.01, "--moe-z-loss-coef", 0.001]
+        # Qwen2-MoE's routing variant too: its fields travel in trainer_state.json.
+        aux = ["--moe-aux-loss-coef", 0.01, "--moe-z-loss-coef", 0.001, "--shared-expert-size", 32,
+               "--normalize-top-k", "false"]
         whole, save = self.losses(*aux), self.path("b")
         first = self.losses(*aux, "--save", save, steps=4)
         rest = self.losses(*aux, "--save", save, "--resume", save)
@@ -228,6 +282,8 @@ class MoeStrategies(TempDirMixin, unittest.TestCase):
             (["--model", "llama-tiny", "--experts-per-token", 2], "--experts-per-token needs experts"),
             (["--model", "gpt-tiny", "--n-experts", 4], "--n-experts shapes llama-family models"),
             (["--model", "moe-tiny", "--moe-aux-loss-coef", -1], "--moe-aux-loss-coef must be >= 0"),
+            (["--model", "llama-tiny", "--shared-expert-size", 32], "--shared-expert-size needs experts"),
+            (["--model", "llama-tiny", "--normalize-top-k", "false"], "--normalize-top-k needs experts"),
         ]:
             with self.subTest(args):
                 proc = run_host(*TRAINING, *args, "--steps", 1, check=False)
