@@ -22,20 +22,27 @@ SHAPES = {
     # vocabulary head and attention are a small share), as in the issue's
     # _scaled_mm measurement.
     "llama-wide": dict(family="llama", L=4, H=16, KV=4, C=2048, F=8192, T=1024, V=32000),
+    # A mixture of experts (Mixtral's block): llama-small's attention, 8
+    # experts of width 1024, each token through 2 of them.
+    "moe-small": dict(family="moe", L=8, H=12, KV=4, C=768, F=1024, T=1024, V=32000, E=8, K=2),
 }
 DENSE_BF16_PEAK = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L40S": 362e12, "L4": 121e12}
 
 
-def parameters(s):
+def parameters(s, active=False):
+    """Parameters of a shape; `active`: those one token's forward uses (a
+    mixture of experts' K of E experts, and its router)."""
     L, C, V, T = s["L"], s["C"], s["V"], s["T"]
     if s["family"] == "gpt":  # tied head, learned positions, biases, two LayerNorms per block
         return V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C
     kv = C * s["KV"] // s["H"]
-    return 2 * V * C + L * (2 * C * C + 2 * C * kv + 3 * C * s["F"] + 2 * C) + C
+    experts = (s["K"] if active else s["E"]) if s["family"] == "moe" else 1
+    router = s["E"] * C if s["family"] == "moe" else 0
+    return 2 * V * C + L * (2 * C * C + 2 * C * kv + experts * 3 * C * s["F"] + router + 2 * C) + C
 
 
 def flops_per_token(s):
-    return 6 * parameters(s) + 12 * s["L"] * s["T"] * s["C"]
+    return 6 * parameters(s, active=True) + 12 * s["L"] * s["T"] * s["C"]
 
 
 def peak_of(device):

@@ -94,6 +94,10 @@ echo "== llama-small, batch 16 x 1024"
 run_accel "accel llama-small bf16" llama-small 120 "${bf16[@]}" "${llama_small[@]}"
 run_accel "accel llama-small fp8" llama-small 100 "${bf16[@]}" "${llama_small[@]}" --plugin fp8
 run_torch "transformers llama-small eager" 120 --impl transformers --shape llama-small --batch-size 16 --baseline
+echo "== moe-small (8 experts, top 2), batch 8 x 1024"
+run_accel "accel moe-small bf16" moe-small 120 "${bf16[@]}" --model moe-small --batch-size 8
+run_accel "accel moe-small fp8" moe-small 100 "${bf16[@]}" --model moe-small --batch-size 8 --plugin fp8
+run_torch "transformers moe-small eager" 120 --impl transformers --shape moe-small --batch-size 8 --baseline
 fi
 
 echo "== fp8 against bf16 over 300 steps of real text (gpt-small, batch 8; the repo's sources as bytes)"

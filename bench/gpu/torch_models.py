@@ -40,6 +40,7 @@ def parse_args(argv):
     s = SHAPES[a.shape]
     a.family, a.n_layer, a.n_head, a.n_embd, a.seq_len, a.vocab_size = s["family"], s["L"], s["H"], s["C"], s["T"], s["V"]
     a.n_kv_head, a.ffn_size = s.get("KV", s["H"]), s.get("F", 4 * s["C"])
+    a.n_experts, a.experts_per_token = s.get("E", 0), s.get("K", 0)
     return a
 
 
@@ -62,6 +63,14 @@ def build(a):
                                       n_layer=a.n_layer, n_head=a.n_head, resid_pdrop=0.0, embd_pdrop=0.0,
                                       attn_pdrop=0.0, attn_implementation="sdpa")
         return transformers.GPT2LMHeadModel(cfg), "hf"
+    if a.family == "moe":  # MixtralForCausalLM: the llama shape with experts (router_jitter 0, no sliding window)
+        cfg = transformers.MixtralConfig(vocab_size=a.vocab_size, hidden_size=a.n_embd, intermediate_size=a.ffn_size,
+                                         num_hidden_layers=a.n_layer, num_attention_heads=a.n_head,
+                                         num_key_value_heads=a.n_kv_head, max_position_embeddings=a.seq_len,
+                                         num_local_experts=a.n_experts, num_experts_per_tok=a.experts_per_token,
+                                         rms_norm_eps=1e-5, tie_word_embeddings=False, attn_implementation="sdpa",
+                                         rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+        return transformers.MixtralForCausalLM(cfg), "hf"
     cfg = transformers.LlamaConfig(vocab_size=a.vocab_size, hidden_size=a.n_embd, intermediate_size=a.ffn_size,
                                    num_hidden_layers=a.n_layer, num_attention_heads=a.n_head,
                                    num_key_value_heads=a.n_kv_head, max_position_embeddings=a.seq_len,
