@@ -54,22 +54,17 @@ at::Tensor swiglu(const at::Tensor& x, const at::Tensor& gate, const at::Tensor&
   return at::linear(at::silu(at::linear(x, gate)) * at::linear(x, up), down);
 }
 
-// Expert e's SwiGLU over its rows, through the weights' linear when set.
-at::Tensor expert_swiglu(const at::Tensor& x, const MoeWeights& w, int64_t e) {
-  if (!w.linear) return swiglu(x, w.gate[e], w.up[e], w.down[e]);
-  const auto& linear = w.linear;
-  return linear(at::silu(linear(x, w.gate[e], MoeProjection::expert_gate)) *
-                    linear(x, w.up[e], MoeProjection::expert_up),
-                w.down[e], MoeProjection::expert_down);
+// A SwiGLU whose projections run through the weights' linear when set;
+// `gate` names the first of its three MoeProjections (gate, up, down).
+at::Tensor swiglu(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& up, const at::Tensor& down,
+                  const MoeWeights& w, MoeProjection first) {
+  if (!w.linear) return swiglu(x, gate, up, down);
+  const auto which = [first](int k) { return static_cast<MoeProjection>(static_cast<int>(first) + k); };
+  return w.linear(at::silu(w.linear(x, gate, which(0))) * w.linear(x, up, which(1)), down, which(2));
 }
 
-// The shared expert's SwiGLU over every token, likewise.
-at::Tensor shared_swiglu(const at::Tensor& x, const MoeWeights& w) {
-  if (!w.linear) return swiglu(x, w.shared_gate, w.shared_up, w.shared_down);
-  const auto& linear = w.linear;
-  return linear(at::silu(linear(x, w.shared_gate, MoeProjection::shared_gate)) *
-                    linear(x, w.shared_up, MoeProjection::shared_up),
-                w.shared_down, MoeProjection::shared_down);
+at::Tensor expert_swiglu(const at::Tensor& x, const MoeWeights& w, int64_t e) {
+  return swiglu(x, w.gate[e], w.up[e], w.down[e], w, MoeProjection::expert_gate);
 }
 
 // Expert parallelism: the assignments' rows (`token_of`, sorted by expert,
@@ -187,7 +182,8 @@ at::Tensor moe_mlp(const at::Tensor& x, const MoeWeights& w, const MoeSettings& 
   }
   at::Tensor out = at::zeros_like(x).index_add_(0, token_of, y * weight_of.unsqueeze(1));
   if (w.shared_gate.defined()) {
-    out = out + at::sigmoid(at::linear(x, w.shared_expert_gate)) * shared_swiglu(x, w);
+    out = out + at::sigmoid(at::linear(x, w.shared_expert_gate)) *
+                    swiglu(x, w.shared_gate, w.shared_up, w.shared_down, w, MoeProjection::shared_gate);
   }
   if (routing) {
     routing->logits = logits;

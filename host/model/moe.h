@@ -38,7 +38,8 @@ struct MoeSettings {
   double capacity_factor = 0.0;  // 0: dropless
 };
 
-// Which projection a MoeWeights::linear call computes.
+// Which projection a MoeWeights::linear call computes (each SwiGLU's gate,
+// up, down in that order: moe.cpp counts on it).
 enum class MoeProjection { expert_gate, expert_up, expert_down, shared_gate, shared_up, shared_down };
 
 // One layer's weights; the experts stacked on the first dimension.

@@ -190,22 +190,18 @@ void resolve_standard_groups(HostContext& context) {
                              std::to_string(data_size) + " (world " + std::to_string(world_size) + " / tensor " +
                              std::to_string(tensor_size) + " / pipeline " + std::to_string(pipeline_size) + ")");
   }
-  const int context_size = std::max(1, mesh.context_size);
-  if (data_size % context_size != 0) {
-    throw std::runtime_error("mesh context size " + std::to_string(context_size) +
+  // Context and expert groups are carved out of the data index: each size
+  // (0: 1) must divide it.
+  const auto inside_data = [&](int32_t& size, const char* what) {
+    size = std::max(1, size);
+    if (data_size % size == 0) return size;
+    throw std::runtime_error("mesh " + std::string(what) + " size " + std::to_string(size) +
                              " does not divide the data-parallel size " + std::to_string(data_size) + " (world " +
                              std::to_string(world_size) + " / tensor " + std::to_string(tensor_size) +
                              " / pipeline " + std::to_string(pipeline_size) + ")");
-  }
-  mesh.context_size = context_size;
-  const int expert_size = std::max(1, mesh.expert_size);
-  if (data_size % expert_size != 0) {
-    throw std::runtime_error("mesh expert size " + std::to_string(expert_size) +
-                             " does not divide the data-parallel size " + std::to_string(data_size) + " (world " +
-                             std::to_string(world_size) + " / tensor " + std::to_string(tensor_size) +
-                             " / pipeline " + std::to_string(pipeline_size) + ")");
-  }
-  mesh.expert_size = expert_size;
+  };
+  const int context_size = inside_data(mesh.context_size, "context");
+  const int expert_size = inside_data(mesh.expert_size, "expert");
   const int rank = world.rank();
   auto standard = [&](comm::ProcessGroup* borrowed, std::unique_ptr<comm::ProcessGroup> owned) {
     std::shared_ptr<GroupEntry> entry = make_entry(context, borrowed, std::move(owned));

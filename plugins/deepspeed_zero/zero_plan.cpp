@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "sharding/expert_slices.h"
 #include "zero_config.h"  // Error, shown_text
 
 namespace accel::zero {
@@ -73,11 +74,7 @@ GatherPlan plan_partitions(const std::vector<UnitLayout>& units, int stage, int6
 }
 
 GatherPlan without_expert_units(GatherPlan plan, const std::vector<UnitLayout>& units) {
-  const auto holds_experts = [&](int32_t u) {
-    const UnitLayout& unit = units[static_cast<size_t>(u)];
-    return std::any_of(unit.params.begin(), unit.params.end(),
-                       [](const sharding::ParamLayout& p) { return p.role == ACCEL_PARAM_EXPERTS; });
-  };
+  const auto holds_experts = [&](int32_t u) { return sharding::holds_experts(units[static_cast<size_t>(u)]); };
   std::vector<GatherGroup> kept;
   for (GatherGroup& g : plan.groups) {
     if (std::none_of(g.units.begin(), g.units.end(), holds_experts)) kept.push_back(std::move(g));
@@ -103,10 +100,7 @@ int64_t hidden_size(const std::vector<UnitLayout>& units) {
 std::vector<int32_t> moe_leaf_units(const std::vector<UnitLayout>& units, const std::vector<std::string>& class_names) {
   std::vector<int32_t> moe;
   for (const UnitLayout& u : units) {
-    const bool experts = std::any_of(u.params.begin(), u.params.end(), [](const sharding::ParamLayout& p) {
-      return p.role == ACCEL_PARAM_EXPERTS;
-    });
-    if (u.kind == ACCEL_UNIT_BLOCK && experts) moe.push_back(u.index);
+    if (u.kind == ACCEL_UNIT_BLOCK && sharding::holds_experts(u)) moe.push_back(u.index);
   }
   for (const std::string& name : class_names) {
     if (moe.empty()) {

@@ -150,9 +150,7 @@ class Fsdp final : public sdk::Plugin {
     // Expert parallelism: the blocks holding experts stay whole (the host
     // splits their experts over the expert group; the shards span the data
     // group, where those slices differ).
-    for (size_t u = 0; u < units.size() && ep_ > 1; ++u) {
-      for (const sharding::ParamLayout& p : units[u].params) sharded[u] = sharded[u] && p.role != ACCEL_PARAM_EXPERTS;
-    }
+    for (size_t u = 0; u < units.size() && ep_ > 1; ++u) sharded[u] = sharded[u] && !sharding::holds_experts(units[u]);
     plan_ = plan_wrap_groups(units, sharded, config_.wrap_policy, config_.wrap_names, config_.min_num_params);
     for (const std::string& name : widened) {
       s.warn() << "unit " << name << " is tied to an ignored unit: it is left host-owned too";

@@ -22,4 +22,9 @@ bool holds_expert_slices(const UnitLayout& unit) {
   return std::any_of(unit.params.begin(), unit.params.end(), is_expert_slice);
 }
 
+bool holds_experts(const UnitLayout& unit) {
+  return std::any_of(unit.params.begin(), unit.params.end(),
+                     [](const ParamLayout& p) { return p.role == ACCEL_PARAM_EXPERTS; });
+}
+
 }  // namespace accel::sharding

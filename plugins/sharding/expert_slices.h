@@ -43,5 +43,8 @@ inline bool is_expert_slice(const ParamLayout& p) { return p.role == ACCEL_PARAM
 
 // Whether any parameter of `unit` is an expert slice.
 bool holds_expert_slices(const UnitLayout& unit);
+// Whether `unit` holds a mixture of experts' stacked experts, split or not
+// (planning reads the layout before the host splits them).
+bool holds_experts(const UnitLayout& unit);
 
 }  // namespace accel::sharding
