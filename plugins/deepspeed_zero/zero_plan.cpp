@@ -73,20 +73,6 @@ GatherPlan plan_partitions(const std::vector<UnitLayout>& units, int stage, int6
   return plan;
 }
 
-GatherPlan without_expert_units(GatherPlan plan, const std::vector<UnitLayout>& units) {
-  const auto holds_experts = [&](int32_t u) { return sharding::holds_experts(units[static_cast<size_t>(u)]); };
-  std::vector<GatherGroup> kept;
-  for (GatherGroup& g : plan.groups) {
-    if (std::none_of(g.units.begin(), g.units.end(), holds_experts)) kept.push_back(std::move(g));
-  }
-  plan.groups = std::move(kept);
-  std::fill(plan.group_of.begin(), plan.group_of.end(), -1);
-  for (size_t g = 0; g < plan.groups.size(); ++g) {
-    for (int32_t u : plan.groups[g].units) plan.group_of[static_cast<size_t>(u)] = static_cast<int32_t>(g);
-  }
-  return plan;
-}
-
 int64_t hidden_size(const std::vector<UnitLayout>& units) {
   for (const UnitLayout& u : units) {
     if (u.kind != ACCEL_UNIT_EMBEDDING) continue;

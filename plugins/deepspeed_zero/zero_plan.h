@@ -26,11 +26,6 @@ namespace accel::zero {
 sharding::GatherPlan plan_partitions(const std::vector<sharding::UnitLayout>& units, int stage,
                                      int64_t persistence_threshold, int64_t max_reuse_distance);
 
-// `plan` less the units holding ACCEL_PARAM_EXPERTS parameters (host-owned,
-// whole on every rank), its groups renumbered; tied units stay together (a
-// group loses all its units or none: blocks are tied to nothing).
-sharding::GatherPlan without_expert_units(sharding::GatherPlan plan, const std::vector<sharding::UnitLayout>& units);
-
 // The model's hidden size (the embedding's row width), which Accelerate's
 // "auto" stage-3 sizes derive from; 0 when there is no embedding.
 int64_t hidden_size(const std::vector<sharding::UnitLayout>& units);

@@ -95,8 +95,8 @@ class DeepSpeedZero final : public sdk::Plugin {
       {"ep_size", ACCEL_OPTION_INT, "1",
        "DeepSpeed-MoE's ep_size (deepspeed.moe.layer.MoE(ep_size=...)): ranks each mixture-of-experts layer's "
        "experts are split over, tokens exchanged by all_to_all_v (a divisor of the world size); the blocks holding "
-       "experts stay whole on every rank (their experts 1 / ep_size of the layer's), the other units partitioned "
-       "as the stage says",
+       "experts are partitioned over the expert-data-parallel group (the world / ep_size ranks holding the same "
+       "experts), the other units over the data group, as the stage says",
        nullptr, "1", "2147483647"},
   };
 
@@ -138,10 +138,6 @@ class DeepSpeedZero final : public sdk::Plugin {
     if (config_.param_persistence_threshold < 0) config_.param_persistence_threshold = 10 * h;
     if (config_.prefetch_bucket_size < 0) config_.prefetch_bucket_size = static_cast<int64_t>(0.9 * h * h);
     plan_ = plan_partitions(units_, config_.stage, config_.param_persistence_threshold, config_.max_reuse_distance);
-    // Expert parallelism: the blocks holding experts stay whole (the host
-    // splits their experts over the expert group; the partitions span the
-    // data group, where those slices differ).
-    if (ep_ > 1) plan_ = without_expert_units(std::move(plan_), units_);
     if (!config_.moe_leaf_classes.empty()) {
       const std::vector<int32_t> moe = moe_leaf_units(units_, config_.moe_leaf_classes);
       if (s.rank() == 0) {
@@ -188,27 +184,30 @@ class DeepSpeedZero final : public sdk::Plugin {
     // The expert slices resolved after plan_model: the whole blocks' local shapes.
     if (ep_ > 1) units_ = sharding::read_model_layout(s, sharding::SplitParams::accept);
     const sharding::ExpertGroups experts = sharding::read_expert_groups(ops_);
-    m_.store = std::make_unique<sharding::ShardStore>(ops_, config_, units_, plan_, sharding_shape, world, rank,
-                                                      managed_storage());
+    // Expert parallelism: the blocks holding experts partition over
+    // EXPERT_DATA (DeepSpeed's expert data parallel group), the rest over
+    // the data group.
+    m_.store = std::make_unique<sharding::ShardStore>(ops_, config_, units_, plan_, sharding, world, rank,
+                                                      managed_storage(), experts);
     m_.comm_buffers = std::make_unique<sdk::BufferPool>(s, /*keep_per_shape=*/2);
     m_.reducer =
         std::make_unique<sharding::GradReducer>(ops_, config_, *m_.store, sharding, replica, data, *m_.comm_buffers);
     m_.reducer->set_experts(experts);
     if (config_.stage == 3) {
       m_.gathers =
-          std::make_unique<sharding::GatherEngine>(ops_, config_, plan_, *m_.store, sharding, *m_.comm_buffers);
+          std::make_unique<sharding::GatherEngine>(ops_, config_, plan_, *m_.store, *m_.comm_buffers);
     }
     if (config_.stage >= 2) {
       m_.schedule = std::make_unique<sharding::UnitSchedule>(config_, plan_, m_.gathers.get(), *m_.reducer,
                                                              static_cast<int32_t>(units_.size()));
     }
     if (config_.stage == 1 || config_.stage == 2) {
-      m_.publish = std::make_unique<sharding::HostParamSync>(ops_, *m_.store, sharding, *m_.comm_buffers);
+      m_.publish = std::make_unique<sharding::HostParamSync>(ops_, *m_.store, *m_.comm_buffers);
     }
     m_.optimizer = std::make_unique<sharding::ShardedOptimizer>(ops_, *m_.store, sharding, sharding_shape.rank,
                                                                 sharding::TensorGroup{}, nullptr, experts);
     m_.checkpoint = std::make_unique<sharding::CheckpointIo>(ops_, config_, *m_.store, sharding, ops_.shape(replica),
-                                                             rank, to_json(config_), 0, experts.data_rank);
+                                                             rank, to_json(config_), 0, experts);
     if (rank == 0) s.info() << "deepspeed_zero: " << describe();
   }
 

@@ -116,7 +116,8 @@ class Fsdp final : public sdk::Plugin {
       {"ep_size", ACCEL_OPTION_INT, "1",
        "expert parallelism (torchtitan's expert_parallel_degree; Accelerate's FSDP has none): ranks each "
        "mixture-of-experts layer's experts are split over, tokens exchanged by all_to_all_v; the blocks holding "
-       "experts stay whole on every rank (their experts 1 / ep_size of the layer's), the other units sharded",
+       "experts are sharded over the ranks holding the same experts (world / ep_size; torchtitan's dp_shard_mod_ep), "
+       "the other units over every rank",
        nullptr, "1", "2147483647"},
   };
 
@@ -147,10 +148,6 @@ class Fsdp final : public sdk::Plugin {
       const std::vector<bool> ignored = select_ignored(units, config_.ignored_regex, &widened);
       for (size_t u = 0; u < units.size(); ++u) sharded[u] = !ignored[u];
     }
-    // Expert parallelism: the blocks holding experts stay whole (the host
-    // splits their experts over the expert group; the shards span the data
-    // group, where those slices differ).
-    for (size_t u = 0; u < units.size() && ep_ > 1; ++u) sharded[u] = sharded[u] && !sharding::holds_experts(units[u]);
     plan_ = plan_wrap_groups(units, sharded, config_.wrap_policy, config_.wrap_names, config_.min_num_params);
     for (const std::string& name : widened) {
       s.warn() << "unit " << name << " is tied to an ignored unit: it is left host-owned too";
@@ -194,12 +191,15 @@ class Fsdp final : public sdk::Plugin {
                               config_.mesh.replica_size));
     }
     const int32_t rank = s.rank();
-    m_.store = std::make_unique<ShardStore>(ops_, config_, units_, plan_, sharding_shape, world, rank);
+    // Expert parallelism: the blocks holding experts shard over EXPERT_DATA,
+    // the rest over every rank (shard_store.h).
+    m_.store = std::make_unique<ShardStore>(ops_, config_, units_, plan_, sharding, world, rank,
+                                            ACCEL_STORAGE_PARAMS | ACCEL_STORAGE_GRADS, experts);
     // Staging buffers recur with the same shapes every step: at most two
     // groups are in flight under limit_all_gathers, one reduce_scatter at
     // a time, so two idle buffers of a shape cover the plan.
     m_.comm_buffers = std::make_unique<sdk::BufferPool>(s, /*keep_per_shape=*/2);
-    m_.gathers = std::make_unique<GatherEngine>(ops_, config_, plan_, *m_.store, sharding, *m_.comm_buffers);
+    m_.gathers = std::make_unique<GatherEngine>(ops_, config_, plan_, *m_.store, *m_.comm_buffers);
     m_.reducer = std::make_unique<GradReducer>(ops_, config_, *m_.store, sharding, replica, data, *m_.comm_buffers);
     m_.reducer->set_experts(experts);
     m_.schedule = std::make_unique<UnitSchedule>(config_, plan_, m_.gathers.get(), *m_.reducer,
@@ -207,7 +207,7 @@ class Fsdp final : public sdk::Plugin {
     m_.optimizer = std::make_unique<ShardedOptimizer>(ops_, *m_.store, sharding, sharding_shape.rank,
                                                       sharding::TensorGroup{}, nullptr, experts);
     m_.checkpoint = std::make_unique<CheckpointIo>(ops_, config_, *m_.store, sharding, replica_shape, rank,
-                                                   to_json(config_), 0, experts.data_rank);
+                                                   to_json(config_), 0, experts);
     if (rank == 0) s.info() << "fsdp: " << describe_plan();
   }
 

@@ -279,11 +279,11 @@ class Megatron final : public sdk::Plugin {
     plan_.group_of.assign(units_.size(), -1);
     if (distributed_optimizer_) {
       // One partition group of every unit: ZeRO-1 gathers nothing per unit.
-      // Units holding expert slices stay whole (the partitions span the data
-      // group, where those slices differ; expert_slices.h reduces them).
+      // Units holding expert slices partition over EXPERT_DATA, the rest
+      // over the data group (shard_store.h; Megatron-Core's expert data
+      // parallel group).
       sharding::GatherGroup all;
       for (const UnitLayout& u : held) {
-        if (sharding::holds_expert_slices(u)) continue;
         all.units.push_back(u.index);
         plan_.group_of[static_cast<size_t>(u.index)] = 0;
       }
@@ -302,28 +302,28 @@ class Megatron final : public sdk::Plugin {
                                             " ranks, tp_degree is " + std::to_string(tp_));
     }
     const sdk::GroupShape sharding_shape = ops_.shape(sharding);
-    // The host keeps the parameters and gradients (the model runs on them);
-    // the partitions are the optimizer's.
-    m_.store = std::make_unique<sharding::ShardStore>(ops_, config_, held, plan_, sharding_shape,
-                                                      ops_.group(ACCEL_GROUP_WORLD), s.rank(), /*managed=*/0);
-    m_.comm_buffers = std::make_unique<sdk::BufferPool>(s, /*keep_per_shape=*/2);
-    m_.reducer =
-        std::make_unique<sharding::GradReducer>(ops_, config_, *m_.store, sharding, replica, data, *m_.comm_buffers);
     const sharding::ExpertGroups experts = sharding::read_expert_groups(ops_);
     if (experts.size != ep_) {
       throw Error(ACCEL_ERROR_INTERNAL, "the expert group has " + std::to_string(experts.size) +
                                             " ranks, ep_degree is " + std::to_string(ep_));
     }
+    // The host keeps the parameters and gradients (the model runs on them);
+    // the partitions are the optimizer's.
+    m_.store = std::make_unique<sharding::ShardStore>(ops_, config_, held, plan_, sharding,
+                                                      ops_.group(ACCEL_GROUP_WORLD), s.rank(), /*managed=*/0, experts);
+    m_.comm_buffers = std::make_unique<sdk::BufferPool>(s, /*keep_per_shape=*/2);
+    m_.reducer =
+        std::make_unique<sharding::GradReducer>(ops_, config_, *m_.store, sharding, replica, data, *m_.comm_buffers);
     m_.reducer->set_experts(experts);
     if (distributed_optimizer_) {
-      m_.publish = std::make_unique<sharding::HostParamSync>(ops_, *m_.store, sharding, *m_.comm_buffers);
+      m_.publish = std::make_unique<sharding::HostParamSync>(ops_, *m_.store, *m_.comm_buffers);
     }
     AccelGroup* pipeline = ops_.group(ACCEL_GROUP_PIPELINE);
     m_.optimizer = std::make_unique<sharding::ShardedOptimizer>(ops_, *m_.store, sharding, sharding_shape.rank, tensor_,
                                                                 pp_ > 1 ? pipeline : nullptr, experts);
     setup_pipeline(pipeline);
     m_.checkpoint = std::make_unique<sharding::CheckpointIo>(ops_, config_, *m_.store, sharding, ops_.shape(replica),
-                                                             s.rank(), config_json(), tensor_.rank, experts.data_rank);
+                                                             s.rank(), config_json(), tensor_.rank, experts);
   }
 
   void step_begin(const AccelStepArgs& args) override {

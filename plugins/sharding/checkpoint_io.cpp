@@ -89,8 +89,11 @@ void transfer_range(const sdk::Services& s, KeptViews* kept, const Stored& kind,
 // The consolidated model file (checkpoint_io.h): every unit's full
 // parameters, converted to `dtype` and put whole by world rank 0 into
 // `converted`, kept (with their views) until the caller's save returns.
-void put_model_file(const sdk::Kernels& ops, const ShardingOptions& config, ShardStore& store, AccelGroup* sharding,
-                    int32_t world_rank, DLDataType dtype, KeptViews& kept, std::vector<sdk::Buffer>& converted) {
+// Expert slices (split along dim 0 over EXPERT, expert rank r holding the
+// r-th block of experts) are all-gathered over EXPERT and put whole.
+void put_model_file(const sdk::Kernels& ops, const ShardingOptions& config, ShardStore& store,
+                    const ExpertGroups& experts, int32_t world_rank, DLDataType dtype, KeptViews& kept,
+                    std::vector<sdk::Buffer>& converted) {
   const DLDataType fp32{kDLFloat, 32, 1};
   for (int32_t u = 0; u < store.num_units(); ++u) {
     if (store.layout(u) == nullptr) continue;  // another pipeline stage's
@@ -114,15 +117,38 @@ void put_model_file(const sdk::Kernels& ops, const ShardingOptions& config, Shar
         store.swap()->read_masters(u, static_cast<float*>(read_in.tensor().data));
         master = &read_in.tensor();
       }
-      ops.all_gather(sharding, master, &gathered.tensor(), "sharding model file all_gather");
+      ops.all_gather(unit->group, master, &gathered.tensor(), "sharding model file all_gather");
       full = &gathered.tensor();
+    }
+    const sdk::FlatView real(*full, 0, layout.numel);
+    sdk::Buffer peers;  // every expert rank's unit, side by side
+    const bool split_experts = experts.active() && holds_expert_slices(layout);
+    if (split_experts) {
+      peers = ops.allocate(ACCEL_MEMORY_WORKSPACE, full->dtype, experts.size * layout.numel, place, false,
+                           "sharding model file experts all_gather");
+      ops.all_gather(experts.expert, real.get(), &peers.tensor(), "sharding model file experts all_gather");
     }
     if (world_rank != 0) continue;
     converted.push_back(ops.allocate(ACCEL_MEMORY_WORKSPACE, dtype, layout.numel, place, false, "sharding model file"));
-    const sdk::FlatView real(*full, 0, layout.numel);
     ops.convert(real.get(), &converted.back().tensor());
     transfer_range(ops.services(), &kept, kModelFile, layout, sdk::FlatRange{0, layout.numel},
-                   converted.back().tensor(), 0);
+                   converted.back().tensor(), 0, Puts{true, true, !split_experts});
+    if (!split_experts) continue;
+    for (const ParamLayout& p : layout.params) {
+      if (!is_expert_slice(p)) continue;
+      if (p.split.dim != 0 || p.split.blocks != 1 || p.global_shape.at(0) != p.local_shape.at(0) * experts.size) {
+        throw sdk::Error(ACCEL_ERROR_INTERNAL, p.name + ": an expert slice not split along dim 0 over EXPERT");
+      }
+      converted.push_back(
+          ops.allocate(ACCEL_MEMORY_WORKSPACE, dtype, experts.size * p.numel, place, false, "sharding model file"));
+      for (int32_t r = 0; r < experts.size; ++r) {
+        const sdk::FlatView from(peers.tensor(), r * layout.numel + p.flat_offset, p.numel);
+        const sdk::FlatView into(converted.back().tensor(), r * p.numel, p.numel);
+        ops.convert(from.get(), into.get());
+      }
+      const sdk::Rectangle whole{std::vector<int64_t>(p.global_shape.size(), 0), p.global_shape, 0};
+      transfer(ops.services(), &kept, kModelFile, p, whole, converted.back().tensor(), 0);
+    }
   }
 }
 
@@ -158,17 +184,16 @@ void CheckpointIo::load_scaled(const UnitLayout& layout, sdk::FlatRange held, in
 
 CheckpointIo::CheckpointIo(const sdk::Kernels& ops, const ShardingOptions& config, ShardStore& store,
                            AccelGroup* sharding, sdk::GroupShape replica, int32_t world_rank, std::string config_json,
-                           int32_t tensor_rank, int32_t expert_data_rank)
+                           int32_t tensor_rank, ExpertGroups experts)
     : ops_(ops),
       config_(config),
       config_json_(std::move(config_json)),
       store_(store),
-      sharding_(sharding),
       sharding_rank_(ops.shape(sharding).rank),
       replica_(replica),
       world_rank_(world_rank),
       tensor_rank_(tensor_rank),
-      expert_data_rank_(expert_data_rank) {}
+      experts_(experts) {}
 
 void CheckpointIo::save(const AccelStateArgs&, const DLDataType* model_file) {
   const sdk::Services& s = ops_.services();
@@ -183,13 +208,16 @@ void CheckpointIo::save(const AccelStateArgs&, const DLDataType* model_file) {
   // parameters and tensor slices by the data group's first rank, expert
   // slices by each expert group's ranks in the first of EXPERT_DATA.
   const Puts sharded_puts{tensor_rank_ == 0, true, true};
+  // A shard over EXPERT_DATA is its expert group's alike but for the experts.
+  const Puts expert_data_puts{tensor_rank_ == 0 && experts_.rank == 0, experts_.rank == 0, true};
   const bool data_first = replica_.rank == 0 && sharding_rank_ == 0;
-  const Puts replicated_puts{data_first && tensor_rank_ == 0, data_first, expert_data_rank_ == 0};
+  const Puts replicated_puts{data_first && tensor_rank_ == 0, data_first, experts_.data_rank == 0};
   for (int32_t u = 0; u < store_.num_units(); ++u) {
     // A tied copy's state is its owning stage's to save (equal to it).
     if (const UnitLayout* layout = store_.layout(u); layout != nullptr && layout->tied_copy) continue;
     if (ShardedUnit* unit = store_.sharded(u)) {
       if (replica_.rank != 0) continue;  // replicas hold equal shards: replica 0 saves
+      const Puts& puts = unit->over_expert_data ? expert_data_puts : sharded_puts;
       const int64_t n = unit->shards.shard_numel();
       // Null while in the NVMe swap: read back below.
       const DLTensor* master = unit->master_or_null();
@@ -228,13 +256,13 @@ void CheckpointIo::save(const AccelStateArgs&, const DLDataType* model_file) {
         // writes them whole, equal to the masters after every step.
         if (unit->host_params && shard == master) continue;
         if (config_.state_dict_type != StateDictType::full) {
-          transfer_range(s, &kept, kind, unit->layout, unit->real, *shard, unit->shard_begin(), sharded_puts);
+          transfer_range(s, &kept, kind, unit->layout, unit->real, *shard, unit->shard_begin(), puts);
           continue;
         }
         sdk::Buffer full = ops_.allocate(ACCEL_MEMORY_WORKSPACE, shard->dtype, unit->shards.padded_numel(),
                                          config_.shard_place(), false, "sharding full state dict");
-        ops_.all_gather(sharding_, shard, &full.tensor(), "sharding state dict all_gather");
-        if (sharding_rank_ != 0) continue;  // `full` is freed here
+        ops_.all_gather(unit->group, shard, &full.tensor(), "sharding state dict all_gather");
+        if (unit->shard_index != 0) continue;  // `full` is freed here
         if (!sdk::is_host(full.tensor())) {
           sdk::Buffer on_host =
               ops_.allocate(ACCEL_MEMORY_WORKSPACE, shard->dtype, unit->shards.padded_numel(),
@@ -243,8 +271,7 @@ void CheckpointIo::save(const AccelStateArgs&, const DLDataType* model_file) {
           ops_.synchronize();
           full = std::move(on_host);  // frees the device copy
         }
-        transfer_range(s, &kept, kind, unit->layout, sdk::FlatRange{0, unit->layout.numel}, full.tensor(), 0,
-                       sharded_puts);
+        transfer_range(s, &kept, kind, unit->layout, sdk::FlatRange{0, unit->layout.numel}, full.tensor(), 0, puts);
         gathered.push_back(std::move(full));
       }
     } else if (ReplicatedUnit* replicated = store_.replicated(u)) {
@@ -262,7 +289,7 @@ void CheckpointIo::save(const AccelStateArgs&, const DLDataType* model_file) {
     }
   }
   if (model_file != nullptr && replica_.rank == 0) {  // replicas hold equal shards
-    put_model_file(ops_, config_, store_, sharding_, world_rank_, *model_file, kept, gathered);
+    put_model_file(ops_, config_, store_, experts_, world_rank_, *model_file, kept, gathered);
   }
   if (world_rank_ == 0) {
     s.check(s.table()->checkpoint->put_string(s.host(), ACCEL_CHECKPOINT_PLUGIN, "config", config_json_.c_str()),

@@ -14,7 +14,10 @@
 // holding tensor-parallel slices (megatron) put and get each slice at its
 // global offset (sdk::local_to_global); a parameter every tensor rank holds
 // whole is put by tensor rank 0; a unit's expert slices (expert_slices.h)
-// by EXPERT_DATA's first ranks. Loading gets, on every
+// by EXPERT_DATA's first ranks, or, in a unit sharded over EXPERT_DATA
+// (shard_store.h), by every rank of replica 0 (its other elements by
+// expert rank 0). The consolidated model file gathers whole experts over
+// EXPERT for world rank 0. Loading gets, on every
 // rank, the rectangles of its own shard, whatever wrote them; a missing
 // tensor is an error naming it. save_state runs on every rank (each rank's
 // puts go to its own file). Thread-safety: loop thread only.
@@ -25,6 +28,7 @@
 
 #include <string>
 
+#include "expert_slices.h"
 #include "sharding_options.h"
 #include "shard_store.h"
 
@@ -34,11 +38,11 @@ class CheckpointIo {
  public:
   // `tensor_rank`: this rank's index in the tensor-parallel group when the
   // units hold tensor-parallel slices (megatron), else 0.
-  // `expert_data_rank`: its index in EXPERT_DATA when host-owned units hold
-  // expert slices (expert_slices.h; those ranks that are 0 put them), else 0.
+  // `experts`: the expert groups when units hold expert slices
+  // (expert_slices.h), else inactive.
   CheckpointIo(const sdk::Kernels& ops, const ShardingOptions& config, ShardStore& store, AccelGroup* sharding,
                sdk::GroupShape replica, int32_t world_rank, std::string config_json, int32_t tensor_rank = 0,
-               int32_t expert_data_rank = 0);
+               ExpertGroups experts = {});
 
   // With `model_file`, also the consolidated model file
   // (ACCEL_CHECKPOINT_EXPORT, DeepSpeed's
@@ -60,12 +64,11 @@ class CheckpointIo {
   const ShardingOptions& config_;
   std::string config_json_;  // the strategy's resolved configuration, put for information
   ShardStore& store_;
-  AccelGroup* sharding_;
   int32_t sharding_rank_;
   sdk::GroupShape replica_;
   int32_t world_rank_;
   int32_t tensor_rank_;
-  int32_t expert_data_rank_;
+  ExpertGroups experts_;
 };
 
 }  // namespace accel::sharding

@@ -18,6 +18,20 @@ ExpertGroups read_expert_groups(const sdk::Kernels& ops) {
   return g;
 }
 
+std::vector<SliceRun> slice_runs(const UnitLayout& unit) {
+  std::vector<SliceRun> runs;
+  const std::vector<ParamLayout>& params = unit.params;
+  for (size_t first = 0; first < params.size();) {
+    const bool experts = is_expert_slice(params[first]);
+    size_t end = first + 1;
+    while (end < params.size() && is_expert_slice(params[end]) == experts) ++end;
+    runs.push_back(SliceRun{sdk::FlatRange{params[first].flat_offset, params[end - 1].flat_offset + params[end - 1].numel},
+                            experts});
+    first = end;
+  }
+  return runs;
+}
+
 bool holds_expert_slices(const UnitLayout& unit) {
   return std::any_of(unit.params.begin(), unit.params.end(), is_expert_slice);
 }

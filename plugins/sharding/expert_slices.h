@@ -15,6 +15,7 @@
 #pragma once
 
 #include <accel/accel.h>
+#include <accel/sdk/flat_shard.hpp>
 #include <accel/sdk/kernels.hpp>
 
 #include <vector>
@@ -38,8 +39,19 @@ struct ExpertGroups {
 // groups when the mesh has none, or on a host before ABI 1.12).
 ExpertGroups read_expert_groups(const sdk::Kernels& ops);
 
+// A run of adjacent parameters of one kind in a unit's flat buffer: expert
+// slices, or parameters equal over the data group.
+struct SliceRun {
+  sdk::FlatRange range;
+  bool experts = false;
+};
+
 // Whether `p`'s local tensor is this rank's slice of a layer's experts.
 inline bool is_expert_slice(const ParamLayout& p) { return p.role == ACCEL_PARAM_EXPERTS && p.is_split(); }
+
+// `unit`'s parameters in flat order as alternating runs of expert slices
+// and of the rest (a unit without expert slices is one run).
+std::vector<SliceRun> slice_runs(const UnitLayout& unit);
 
 // Whether any parameter of `unit` is an expert slice.
 bool holds_expert_slices(const UnitLayout& unit);

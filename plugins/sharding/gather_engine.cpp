@@ -71,12 +71,11 @@ struct CodecCall {
 }  // namespace
 
 GatherEngine::GatherEngine(const sdk::Kernels& ops, const ShardingOptions& config, const GatherPlan& plan,
-                           ShardStore& store, AccelGroup* sharding, sdk::BufferPool& comm_buffers)
+                           ShardStore& store, sdk::BufferPool& comm_buffers)
     : ops_(ops),
       config_(config),
       plan_(plan),
       store_(store),
-      sharding_(sharding),
       comm_buffers_(comm_buffers),
       state_(plan.groups.size(), State::resharded),
       in_flight_(plan.groups.size()) {
@@ -139,7 +138,7 @@ void GatherEngine::encode(UnitGather& g, const ShardedUnit& unit, const DLTensor
   }
   // Every rank calls encode for the unit, with or without slices of its own:
   // the codec may reduce over the sharding group.
-  const AccelGatherCodecArgs args = call.args(unit.layout.index, g.codec_flags, sharding_);
+  const AccelGatherCodecArgs args = call.args(unit.layout.index, g.codec_flags, unit.group);
   const sdk::Services& s = ops_.services();
   s.check(codec_services_->encode(s.host(), &args), "gather_codec encode");
 }
@@ -162,7 +161,7 @@ void GatherEngine::decode(UnitGather& g) {
       }
     }
   }
-  const AccelGatherCodecArgs args = call.args(g.unit, g.codec_flags, sharding_);
+  const AccelGatherCodecArgs args = call.args(g.unit, g.codec_flags, store_.sharded(g.unit)->group);
   const sdk::Services& s = ops_.services();
   s.check(codec_services_->decode(s.host(), &args), "gather_codec decode");
 }
@@ -231,7 +230,7 @@ void GatherEngine::issue(int32_t group, bool async, uint32_t codec_flags) {
     if (g.codec != nullptr) {
       encode(g, unit, *send);
       g.staged_shard = sdk::BufferPool::Lease{};  // packed: the shard copy is no longer needed
-      g.work = ops_.all_gather(sharding_, &g.packet_out.tensor(), &g.packet_in.tensor(), "sharding codec all_gather",
+      g.work = ops_.all_gather(unit.group, &g.packet_out.tensor(), &g.packet_in.tensor(), "sharding codec all_gather",
                                async);
       counters_.bytes += g.codec->plan.gathered_bytes();
       ++counters_.encoded_units;
@@ -244,7 +243,7 @@ void GatherEngine::issue(int32_t group, bool async, uint32_t codec_flags) {
                                     ACCEL_MEMORY_DEVICE, "sharding padded all_gather");
       receive = &g.padded.tensor();
     }
-    g.work = ops_.all_gather(sharding_, send, receive, "sharding all_gather", async);
+    g.work = ops_.all_gather(unit.group, send, receive, "sharding all_gather", async);
     counters_.bytes += unit.shards.padded_numel() * element_bytes(config_.param_dtype);
     gathers.push_back(std::move(g));
   }

@@ -5,8 +5,8 @@
 // all_gather in flight, started by a prefetch) or GATHERED (every unit's full
 // buffer materialised and filled). To gather a unit: materialise its full
 // PARAMS buffer in param_dtype, bring this rank's fp32 master shard to the
-// device (cpu_offload) and cast it to param_dtype, all_gather over SHARDING
-// into the buffer — or into a padded staging buffer, copied out, when the
+// device (cpu_offload) and cast it to param_dtype, all_gather over the
+// unit's sharding group (ShardedUnit::group) into the buffer — or into a padded staging buffer, copied out, when the
 // unit's size is not a multiple of the group size.
 //
 // Prefetch issues the all_gather asynchronously and returns; the group is
@@ -68,8 +68,9 @@ struct GatherCounters {
 
 class GatherEngine {
  public:
+  // Each unit gathers over its own sharding group (ShardedUnit::group).
   GatherEngine(const sdk::Kernels& ops, const ShardingOptions& config, const GatherPlan& plan, ShardStore& store,
-               AccelGroup* sharding, sdk::BufferPool& comm_buffers);
+               sdk::BufferPool& comm_buffers);
 
   // Makes `group`'s full parameters usable: completes its prefetch, or
   // gathers it now. `codec_flags` (ACCEL_GATHER_CODEC_*) go to the codec's
@@ -122,7 +123,6 @@ class GatherEngine {
   const ShardingOptions& config_;
   const GatherPlan& plan_;
   ShardStore& store_;
-  AccelGroup* sharding_;
   sdk::BufferPool& comm_buffers_;
   std::vector<State> state_;
   std::vector<std::vector<UnitGather>> in_flight_;  // per group

@@ -128,26 +128,24 @@ void GradReducer::reduce_scatter(int32_t u, bool last_micro_batch) {
   // over one rank there is nothing to reduce (the average of one is
   // itself). Only a host older than 1.7 takes the chunk below.
   const DLTensor& shard = unit.grad_tensor();
-  const bool view_in_place = unit.grad_view && input == full && (sharding_size_ == 1 || reduce_scatter_in_place_);
+  const int32_t group_size = unit.shards.parts();
+  const bool view_in_place = unit.grad_view && input == full && (group_size == 1 || reduce_scatter_in_place_);
   if (view_in_place ||
       (unit.grad_is_zero && !unit.grad_view && accel_dtype_equal(shard.dtype, config_.reduce_dtype) &&
        sdk::same_space(*input, shard))) {
-    if (!(unit.grad_view && sharding_size_ == 1)) {
-      ops_.reduce_scatter(sharding_, input, &shard, ACCEL_REDUCE_AVG, "sharding reduce_scatter");
+    if (!(unit.grad_view && group_size == 1)) {
+      ops_.reduce_scatter(unit.group, input, &shard, ACCEL_REDUCE_AVG, "sharding reduce_scatter");
       ++reduce_scatters_;
     }
     unit.grad_is_zero = false;
     staged.reset();
     if (!unit.host_grads) ops_.release(u, ACCEL_STORAGE_GRADS);
-    if (last_micro_batch && replica_size_ > 1) {
-      pending_.push_back(ops_.all_reduce(replica_, &shard, ACCEL_REDUCE_AVG, "sharding replica all_reduce",
-                                         /*async=*/true));
-    }
+    if (last_micro_batch) finish_shard(unit);
     return;
   }
   sdk::BufferPool::Lease chunk = comm_buffers_.take(ACCEL_MEMORY_COMM, config_.reduce_dtype, shard_numel,
                                                     ACCEL_MEMORY_DEVICE, "sharding reduce_scatter output");
-  ops_.reduce_scatter(sharding_, input, &chunk.tensor(), ACCEL_REDUCE_AVG, "sharding reduce_scatter");
+  ops_.reduce_scatter(unit.group, input, &chunk.tensor(), ACCEL_REDUCE_AVG, "sharding reduce_scatter");
   ++reduce_scatters_;
   unit.grad_is_zero = false;
   staged.reset();
@@ -172,11 +170,40 @@ void GradReducer::reduce_scatter(int32_t u, bool last_micro_batch) {
     ops_.axpy(addend, &unit.grad_tensor(), 1.0);
   }
 
-  if (last_micro_batch && replica_size_ > 1) {
-    pending_.push_back(ops_.all_reduce(replica_, &unit.grad_tensor(), ACCEL_REDUCE_AVG, "sharding replica all_reduce",
+  if (last_micro_batch) finish_shard(unit);
+}
+
+// The step's last reduction into a shard, averaged over its sharding group
+// so far: over REPLICA too (HYBRID), or, spanning EXPERT_DATA, its expert
+// slices scaled by 1 / expert size (expert_slices.h) and its other elements
+// averaged over EXPERT. The expert group's ranks share one shard index, so
+// they all-reduce the same ranges.
+void GradReducer::finish_shard(ShardedUnit& unit) {
+  const DLTensor& shard = unit.grad_tensor();
+  if (replica_size_ > 1) {
+    pending_.push_back(ops_.all_reduce(replica_, &shard, ACCEL_REDUCE_AVG, "sharding replica all_reduce",
                                        /*async=*/true));
   }
+  if (!unit.over_expert_data) return;
+  if (!experts_.active()) {
+    throw sdk::Error(ACCEL_ERROR_INTERNAL, "unit " + unit.layout.name + " spans EXPERT_DATA without set_experts");
+  }
+  const sdk::FlatRange held{unit.shard_begin(), unit.shard_begin() + unit.shards.shard_numel()};
+  for (const SliceRun& run : slice_runs(unit.layout)) {
+    const sdk::FlatRange part = sdk::intersect(held, run.range);
+    if (part.empty()) continue;
+    expert_views_.push_back(std::make_unique<sdk::FlatView>(shard, part.begin - held.begin, part.size()));
+    const DLTensor* view = expert_views_.back()->get();
+    if (run.experts) {
+      ops_.scale(view, 1.0 / experts_.size);
+    } else {
+      pending_.push_back(
+          ops_.all_reduce(experts_.expert, view, ACCEL_REDUCE_AVG, "sharding expert-group all_reduce", true));
+    }
+  }
 }
+
+
 
 void GradReducer::set_experts(const ExpertGroups& experts) {
   if (!experts.active()) return;
@@ -185,31 +212,22 @@ void GradReducer::set_experts(const ExpertGroups& experts) {
                 "FP8 gradient communication beside expert parallelism: the experts' gradients reduce over "
                 "EXPERT_DATA, where no FP8 all_reduce is built; leave the precision plugin's FP8 gradients off");
   }
-  for (int32_t u = 0; u < store_.num_units(); ++u) {
-    if (store_.sharded(u) != nullptr && holds_expert_slices(*store_.layout(u))) {
-      throw sdk::Error(ACCEL_ERROR_UNSUPPORTED, "unit " + store_.layout(u)->name +
-                                               " holds experts and is sharded over the data group; expert slices "
-                                               "are not sharded here (keep the units holding experts unsharded)");
-    }
+  if (replica_size_ > 1 && store_.any_over_expert_data()) {
+    throw sdk::Error(ACCEL_ERROR_UNSUPPORTED,
+                     "units holding experts sharded beside a replica group (HYBRID sharding) are not built: their "
+                     "shards span EXPERT_DATA; shard over every data rank");
   }
   experts_ = experts;
 }
 
-// The unit's runs of adjacent parameters of one kind in flight as views of
+// The unit's runs of expert slices and of the rest in flight as views of
 // its buffer: expert slices scaled by 1 / expert size and averaged over
 // EXPERT_DATA, the rest averaged over DATA.
 void GradReducer::all_reduce_with_experts(const UnitLayout& layout, const DLTensor* grads) {
-  const std::vector<ParamLayout>& params = layout.params;
-  for (size_t first = 0; first < params.size();) {
-    const bool experts = is_expert_slice(params[first]);
-    size_t end = first + 1;
-    while (end < params.size() && is_expert_slice(params[end]) == experts) ++end;
-    const int64_t begin = params[first].flat_offset;
-    const int64_t count = params[end - 1].flat_offset + params[end - 1].numel - begin;
-    first = end;
-    expert_views_.push_back(std::make_unique<sdk::FlatView>(*grads, begin, count));
+  for (const SliceRun& run : slice_runs(layout)) {
+    expert_views_.push_back(std::make_unique<sdk::FlatView>(*grads, run.range.begin, run.range.size()));
     const DLTensor* view = expert_views_.back()->get();
-    if (!experts) {
+    if (!run.experts) {
       pending_.push_back(ops_.all_reduce(data_, view, ACCEL_REDUCE_AVG, "sharding replicated all_reduce", true));
       continue;
     }

@@ -22,7 +22,12 @@
 // last micro-batch (gradients_ready), asynchronously. With expert
 // parallelism (set_experts, expert_slices.h) a unit's expert slices are
 // scaled by 1 / expert size and averaged over EXPERT_DATA instead: the
-// data group's average of the experts this rank holds.
+// data group's average of the experts this rank holds. A sharded unit
+// holding expert slices reduce-scatters over its group, EXPERT_DATA
+// (shard_store.h); on the last micro-batch its shard's expert slices are
+// scaled by 1 / expert size and its other elements all-reduced (AVG) over
+// EXPERT, asynchronously (HSDP's two stages, the second skipping the
+// experts, which differ over EXPERT).
 //
 // FP8 gradient communication (the precision policy's grad_comm_dtype,
 // accel/precision.h; fp8's MS-AMP O1/O2): the reduce_scatter input is the
@@ -72,9 +77,10 @@ class GradReducer {
   void reduce_scatter(int32_t unit, bool last_micro_batch);
   // Starts the all-reduce of a host-owned unit's gradients over DATA.
   void all_reduce_replicated(int32_t unit, const DLTensor* grads);
-  // Expert parallelism: host-owned units' expert slices reduce over
-  // EXPERT_DATA. Throws Error with FP8 gradient communication (its
-  // all_reduce is built over DATA only) or sharded units holding experts.
+  // Expert parallelism: units' expert slices reduce over EXPERT_DATA (see
+  // above). Throws Error with FP8 gradient communication (its all_reduce
+  // is built over DATA only), or with a replica group beside units sharded
+  // over EXPERT_DATA. Call before the first reduction.
   void set_experts(const ExpertGroups& experts);
   // Completes every asynchronous reduction.
   void finish();
@@ -104,6 +110,7 @@ class GradReducer {
   std::vector<std::unique_ptr<sdk::FlatView>> expert_views_;  // the views in flight, freed in finish()
   void reduce_scatter_fp8(int32_t unit, const DLTensor* full);
   void all_reduce_with_experts(const UnitLayout& layout, const DLTensor* grads);
+  void finish_shard(ShardedUnit& unit);
 
   // A host-owned unit's FP8 all_reduce in flight: decoded in finish().
   struct PendingFp8 {

@@ -45,7 +45,7 @@ void HostParamSync::publish() {
                                       "sharding padded all_gather");
         receive = &p.padded.tensor();
       }
-      p.work = ops_.all_gather(sharding_, send, receive, "sharding parameter all_gather", /*async=*/true);
+      p.work = ops_.all_gather(unit->group, send, receive, "sharding parameter all_gather", /*async=*/true);
       gathered_elements_ += unit->shards.padded_numel();
       pending.push_back(std::move(p));
     }

@@ -7,7 +7,7 @@
 //
 // Per sharded unit whose parameters are the host's (ShardedUnit::host_params):
 // the master shard (brought to the device first when offloaded) is
-// all-gathered over SHARDING straight into the host's buffer when the unit's
+// all-gathered over its sharding group straight into the host's buffer when the unit's
 // size is a multiple of the group, else into a padded staging buffer whose
 // real part is copied out. The gathers are issued asynchronously and
 // completed together. Invariant after publish(): every rank's host
@@ -26,8 +26,9 @@ namespace accel::sharding {
 
 class HostParamSync {
  public:
-  HostParamSync(const sdk::Kernels& ops, ShardStore& store, AccelGroup* sharding, sdk::BufferPool& comm_buffers)
-      : ops_(ops), store_(store), sharding_(sharding), comm_buffers_(comm_buffers) {}
+  // Each unit gathers over its own sharding group (ShardedUnit::group).
+  HostParamSync(const sdk::Kernels& ops, ShardStore& store, sdk::BufferPool& comm_buffers)
+      : ops_(ops), store_(store), comm_buffers_(comm_buffers) {}
 
   void publish();
   // Elements all-gathered by publish() since the last call (communicated
@@ -41,7 +42,6 @@ class HostParamSync {
  private:
   const sdk::Kernels& ops_;
   ShardStore& store_;
-  AccelGroup* sharding_;
   sdk::BufferPool& comm_buffers_;
   int64_t gathered_elements_ = 0;
 };

@@ -32,13 +32,45 @@ bool views_host_grads(const sdk::Kernels& ops, const ShardingOptions& config, co
   return grads != nullptr && accel_dtype_equal(grads->dtype, fp32);
 }
 
+// sync_module_states for one unit's full parameters: world rank 0's
+// everywhere, except that expert slices come from the first rank holding
+// the same experts (each EXPERT_DATA's rank 0).
+void broadcast_unit(const sdk::Kernels& ops, AccelGroup* world, const ExpertGroups& experts, const UnitLayout& layout,
+                    const DLTensor* full) {
+  if (!experts.active() || !holds_expert_slices(layout)) {
+    ops.broadcast(world, full, 0, "sharding sync_module_states");
+    return;
+  }
+  for (const SliceRun& run : slice_runs(layout)) {
+    const sdk::FlatView part(*full, run.range.begin, run.range.size());
+    ops.broadcast(run.experts ? experts.expert_data : world, part.get(), 0,
+                  run.experts ? "sharding sync_module_states (experts)" : "sharding sync_module_states");
+  }
+}
+
 }  // namespace
 
+bool ShardStore::any_over_expert_data() const {
+  return std::any_of(sharded_.begin(), sharded_.end(),
+                     [](const std::unique_ptr<ShardedUnit>& u) { return u && u->over_expert_data; });
+}
+
 ShardStore::ShardStore(const sdk::Kernels& ops, const ShardingOptions& config, const std::vector<UnitLayout>& units,
-                       const GatherPlan& plan, sdk::GroupShape sharding, AccelGroup* world, int32_t world_rank,
-                       uint32_t managed)
+                       const GatherPlan& plan, AccelGroup* sharding_group, AccelGroup* world, int32_t world_rank,
+                       uint32_t managed, const ExpertGroups& experts)
     : host_resident_(config.cpu_offload), formats_(sharding::moment_formats(ops.services().precision_policy())) {
   const DLDataType fp32{kDLFloat, 32, 1};
+  // The group a sharded unit's shards span (shard_store.h).
+  const sdk::GroupShape sharding = ops.shape(sharding_group);
+  const auto over_expert_data = [&](const UnitLayout& layout) {
+    return experts.active() && holds_expert_slices(layout);
+  };
+  const auto shape_of = [&](const UnitLayout& layout) {
+    return over_expert_data(layout) ? sdk::GroupShape{experts.data_rank, experts.data_size} : sharding;
+  };
+  const auto broadcast = [&](const UnitLayout& layout, const DLTensor* full) {
+    broadcast_unit(ops, world, experts, layout, full);
+  };
   if (formats_.scaled() && !config.moment_swap_dir.empty()) {
     throw sdk::Error(ACCEL_ERROR_UNSUPPORTED,
                      "scaled low-precision AdamW moments (the precision policy: fp8's msamp O2) with the moments "
@@ -58,7 +90,7 @@ ShardStore::ShardStore(const sdk::Kernels& ops, const ShardingOptions& config, c
     std::vector<int64_t> swap_numel(slots, 0);
     for (const UnitLayout& layout : units) {
       if (plan.sharded(layout.index)) {
-        swap_numel[static_cast<size_t>(layout.index)] = sdk::FlatShardLayout(layout.numel, sharding.size).shard_numel();
+        swap_numel[static_cast<size_t>(layout.index)] = sdk::FlatShardLayout(layout.numel, shape_of(layout).size).shard_numel();
       }
     }
     make_swap(ops, config, std::move(swap_numel), world_rank);
@@ -86,17 +118,25 @@ ShardStore::ShardStore(const sdk::Kernels& ops, const ShardingOptions& config, c
                                       true, "sharding exp_avg_sq (replicated)");
       unit->exp_avg_scale = scale_slots(layout);
       unit->exp_avg_sq_scale = scale_slots(layout);
-      if (config.sync_module_states) {
-        ops.broadcast(world, ops.storage(layout.index).params, 0, "sharding sync_module_states");
-      }
+      if (config.sync_module_states) broadcast(layout, ops.storage(layout.index).params);
       replicated_[index] = std::move(unit);
       continue;
     }
     auto unit = std::make_unique<ShardedUnit>();
     unit->layout = layout;
-    unit->shards = sdk::FlatShardLayout(layout.numel, sharding.size);
-    unit->shard_index = sharding.rank;
-    unit->real = unit->shards.real_part(sharding.rank);
+    const sdk::GroupShape shape = shape_of(layout);
+    unit->over_expert_data = over_expert_data(layout);
+    if (unit->over_expert_data && sharding.size != experts.size * experts.data_size) {
+      throw sdk::Error(ACCEL_ERROR_UNSUPPORTED,
+                       "unit " + layout.name + " holds experts and is sharded, but the sharding group (" +
+                           std::to_string(sharding.size) + " ranks) is not the data group (" +
+                           std::to_string(experts.size * experts.data_size) +
+                           "): expert units shard over EXPERT_DATA only beside a sharding group of every data rank");
+    }
+    unit->group = unit->over_expert_data ? experts.expert_data : sharding_group;
+    unit->shards = sdk::FlatShardLayout(layout.numel, shape.size);
+    unit->shard_index = shape.rank;
+    unit->real = unit->shards.real_part(shape.rank);
     unit->host_params = (managed & ACCEL_STORAGE_PARAMS) == 0;
     unit->host_grads = (managed & ACCEL_STORAGE_GRADS) == 0;
     const int64_t n = unit->shards.shard_numel();
@@ -111,7 +151,7 @@ ShardStore::ShardStore(const sdk::Kernels& ops, const ShardingOptions& config, c
       // The partition is stepped in place in the host's parameters and
       // published by an in-place all_gather: 4 bytes per parameter, not 4 + 4/N.
       const sdk::Kernels::Materialized host = ops.storage(layout.index);
-      if (config.sync_module_states) ops.broadcast(world, host.params, 0, "sharding sync_module_states");
+      if (config.sync_module_states) broadcast(layout, host.params);
       unit->master_view = std::make_unique<sdk::FlatView>(*host.params, unit->shard_begin(), n);
       if (views_host_grads(ops, config, *unit)) {
         unit->grad_view = std::make_unique<sdk::FlatView>(*host.grads, unit->shard_begin(), n);
@@ -132,7 +172,7 @@ ShardStore::ShardStore(const sdk::Kernels& ops, const ShardingOptions& config, c
     // The padding stays zero.
     if (unit->host_params) {
       const DLTensor* full = ops.storage(layout.index).params;
-      if (config.sync_module_states) ops.broadcast(world, full, 0, "sharding sync_module_states");
+      if (config.sync_module_states) broadcast(layout, full);
       if (!unit->real.empty()) {
         const sdk::FlatView slice(*full, unit->real.begin, unit->real.size());
         const sdk::FlatView into(unit->master.tensor(), 0, unit->real.size());
@@ -150,11 +190,13 @@ ShardStore::ShardStore(const sdk::Kernels& ops, const ShardingOptions& config, c
       // A 1.0 host: rank 0 materialises each unit and broadcasts it (below).
     }
     // One unit full at a time: ZeRO-3-style initialisation without a
-    // full-model peak.
+    // full-model peak. The broadcast's sources materialise: world rank 0,
+    // and for expert slices each EXPERT_DATA's first rank.
+    const bool source = world_rank == 0 || (unit->over_expert_data && experts.data_rank == 0);
     const AccelStorageInit init =
-        config.cpu_ram_efficient_loading && world_rank != 0 ? ACCEL_INIT_UNDEFINED : ACCEL_INIT_FROM_SEED;
+        config.cpu_ram_efficient_loading && !source ? ACCEL_INIT_UNDEFINED : ACCEL_INIT_FROM_SEED;
     const DLTensor* full = ops.materialize(layout.index, ACCEL_STORAGE_PARAMS, init, fp32).params;
-    if (config.sync_module_states) ops.broadcast(world, full, 0, "sharding sync_module_states");
+    if (config.sync_module_states) broadcast(layout, full);
     if (!unit->real.empty()) {
       const sdk::FlatView slice(*full, unit->real.begin, unit->real.size());
       const sdk::FlatView into(unit->master.tensor(), 0, unit->real.size());

@@ -4,8 +4,12 @@
 // full AdamW moments beside the host's buffers.
 //
 // Layout (sdk/flat_shard.hpp): a unit's flat buffer of numel elements is
-// padded to a multiple of the sharding-group size S and cut into S equal
-// shards; sharding rank i keeps shard i. Invariants: every shard buffer has
+// padded to a multiple of its sharding group's size S and cut into S equal
+// shards; the group's rank i keeps shard i. The group is SHARDING, except
+// with expert parallelism for a unit holding expert slices (expert_slices.h):
+// EXPERT_DATA, the ranks holding the same experts (DeepSpeed's expert data
+// parallel group). Such a unit's shard is equal over EXPERT outside its
+// expert slices; GradReducer completes those elements' average there. Invariants: every shard buffer has
 // shard_numel elements, the padding tail of master and gradient shards is
 // zero (so collectives over the padded buffer move zeros), and shards live in
 // pinned host memory with cpu_offload, else on the device. Allocated with
@@ -21,6 +25,7 @@
 #include <memory>
 #include <vector>
 
+#include "expert_slices.h"
 #include "sharding_options.h"
 #include "model_layout.h"
 #include "gather_plan.h"
@@ -31,8 +36,10 @@ namespace accel::sharding {
 
 struct ShardedUnit {
   UnitLayout layout;
-  sdk::FlatShardLayout shards;  // numel over the sharding group
-  int32_t shard_index = 0;      // this rank's sharding rank
+  sdk::FlatShardLayout shards;  // numel over `group`
+  AccelGroup* group = nullptr;  // the ranks the shards span: SHARDING, or EXPERT_DATA (over_expert_data)
+  int32_t shard_index = 0;      // this rank's index in `group`
+  bool over_expert_data = false;  // holds expert slices, sharded over EXPERT_DATA (shard_store.h)
   sdk::FlatRange real;          // this shard's real elements, in unit coordinates
   sdk::Buffer master;           // fp32 parameters, shard_numel
   sdk::Buffer grad;             // fp32 gradients, shard_numel
@@ -84,16 +91,20 @@ class ShardStore {
   // broadcast in place when sync_module_states. `units` may be a subset of
   // the model's (a pipeline stage holds its own): the rest have no state.
   // sync_module_states broadcasts each unit over `world`: it needs every
-  // rank to hold the same units (no pipeline stages).
+  // rank to hold the same units (no pipeline stages). Sharded units span
+  // `sharding`, those holding expert slices EXPERT_DATA when `experts` is
+  // active (it must then equal the data group: Error otherwise).
   ShardStore(const sdk::Kernels& ops, const ShardingOptions& config, const std::vector<UnitLayout>& units,
-             const GatherPlan& plan, sdk::GroupShape sharding, AccelGroup* world, int32_t world_rank,
-             uint32_t managed = ACCEL_STORAGE_PARAMS | ACCEL_STORAGE_GRADS);
+             const GatherPlan& plan, AccelGroup* sharding, AccelGroup* world, int32_t world_rank,
+             uint32_t managed = ACCEL_STORAGE_PARAMS | ACCEL_STORAGE_GRADS, const ExpertGroups& experts = {});
 
   // nullptr when the unit is not of that kind.
   ShardedUnit* sharded(int32_t unit) { return sharded_.at(static_cast<size_t>(unit)).get(); }
   ReplicatedUnit* replicated(int32_t unit) { return replicated_.at(static_cast<size_t>(unit)).get(); }
   int32_t num_units() const { return static_cast<int32_t>(sharded_.size()); }
   // Unit `unit`'s layout, or null when this store holds no state of it.
+  // Whether some sharded unit spans EXPERT_DATA.
+  bool any_over_expert_data() const;
   const UnitLayout* layout(int32_t unit) const {
     if (const auto& s = sharded_.at(static_cast<size_t>(unit))) return &s->layout;
     if (const auto& r = replicated_.at(static_cast<size_t>(unit))) return &r->layout;

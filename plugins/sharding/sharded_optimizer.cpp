@@ -121,19 +121,26 @@ void ShardedOptimizer::clip_gradients(const AccelClipArgs& args) {
       sp.counted.push_back(split_views.back()->get());
     }
   };
-  const auto count = [&](Space& sp, const DLTensor* grads, const UnitLayout& layout, sdk::FlatRange range) {
+  // `first_expert`: whether this rank counts what its expert group holds
+  // alike (all but the expert slices).
+  const auto count = [&](Space& sp, const DLTensor* grads, const UnitLayout& layout, sdk::FlatRange range,
+                         bool first_expert) {
     if (layout.tied_copy) return;  // counted by its owning stage
-    if (tensor_.rank == 0 && first_expert_rank) {
+    if (tensor_.rank == 0 && first_expert) {
       sp.counted.push_back(grads);
       return;
     }
-    count_ranges(sp, grads, layout, range, CountedSlices{first_expert_rank, tensor_.rank == 0});
+    count_ranges(sp, grads, layout, range, CountedSlices{first_expert, tensor_.rank == 0});
   };
   for (int32_t u = 0; u < store_.num_units(); ++u) {
     if (ShardedUnit* unit = store_.sharded(u)) {
       Space& sp = space_of(&unit->grad_tensor());
       sp.scaled.push_back(&unit->grad_tensor());
-      count(sp, &unit->grad_tensor(), unit->layout, unit->real);
+      // A shard over EXPERT_DATA is equal over EXPERT outside its expert
+      // slices: expert rank 0 counts those (the sum over SHARDING, every
+      // data rank, then covers each element once).
+      count(sp, &unit->grad_tensor(), unit->layout, unit->real,
+            unit->over_expert_data ? experts_.rank == 0 : first_expert_rank);
     } else if (ReplicatedUnit* replicated = store_.replicated(u)) {
       const DLTensor* grads = ops_.storage(u).grads;
       if (grads == nullptr) continue;
@@ -141,7 +148,7 @@ void ShardedOptimizer::clip_gradients(const AccelClipArgs& args) {
       sp.scaled.push_back(grads);
       const sdk::FlatRange all{0, replicated->layout.numel};
       if (sharding_rank_ == 0) {
-        count(sp, grads, replicated->layout, all);
+        count(sp, grads, replicated->layout, all, first_expert_rank);
       } else if (experts_in_sharding && experts_.data_rank == 0 && tensor_.rank == 0) {
         count_ranges(sp, grads, replicated->layout, all, CountedSlices{false, true});
       }

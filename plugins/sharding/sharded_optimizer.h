@@ -72,7 +72,9 @@ class ShardedOptimizer {
   // (expert_slices.h) it sums over EXPERT too: each expert rank counts its
   // expert slices, expert rank 0 alone everything else — unless the
   // sharding group spans the expert groups (more than one rank: ZeRO and
-  // FSDP shard over the whole data group), whose sum then covers them.
+  // FSDP shard over the whole data group), whose sum then covers them. A
+  // unit sharded over EXPERT_DATA (shard_store.h) counts its expert slices
+  // on every rank and the rest on expert rank 0.
   ShardedOptimizer(const sdk::Kernels& ops, ShardStore& store, AccelGroup* sharding, int32_t sharding_rank,
                    TensorGroup tensor = {}, AccelGroup* pipeline = nullptr, ExpertGroups experts = {});
 

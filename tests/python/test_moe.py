@@ -383,22 +383,71 @@ class MoeStrategies(TempDirMixin, unittest.TestCase):
 
     @unittest.skipUnless(MPIRUN, "mpirun not found")
     def test_zero_stages_and_fsdp_with_expert_parallelism_train_as_one_process(self):
-        # DeepSpeed-MoE's ep_size: the blocks holding experts whole on every
-        # rank (their experts 1 / ep_size of each layer's), the rest
-        # partitioned; ep 2 x dp 2 under ZeRO-3, ep 4 under ZeRO-1.
+        # DeepSpeed-MoE's ep_size: the blocks holding experts partitioned over
+        # the ranks holding the same experts (EXPERT_DATA), the rest over the
+        # data group; ep 2 x dp 2 under ZeRO-3 (each rank initialising only
+        # its partitions) and ZeRO-2, ep 4 under ZeRO-1, fsdp ep 2 x dp 2
+        # with rank 0's weights broadcast (expert slices from their first
+        # holders) and with each rank's slice computed where it lies.
         clip = ["--grad-clip", 0.5]
         one = self.losses(*clip)
         zero = ["--plugin", "deepspeed_zero", "--deepspeed_zero.zero_stage"]
-        for stage, ep in ((3, 2), (1, 4)):
+        for stage, ep, extra in ((3, 2, ["--deepspeed_zero.zero3_init_flag", "true"]), (2, 2, []), (1, 4, [])):
             with self.subTest(stage=stage, ep=ep):
-                got = self.run_metrics(*clip, *zero, stage, "--deepspeed_zero.ep_size", ep, ranks=4)
+                got = self.run_metrics(*clip, *zero, stage, "--deepspeed_zero.ep_size", ep, *extra, ranks=4)
                 self.assert_close(one, [m["loss"] for m in got], f"ZeRO-{stage} ep {ep}")
                 self.assertEqual(got[0]["deepspeed_zero.ep_size"], ep)
-        fsdp = self.run_metrics(*clip, "--plugin", "fsdp", "--fsdp.ep_size", 2, ranks=2)
-        self.assert_close(one, [m["loss"] for m in fsdp], "fsdp ep 2")
+        sync = ["--fsdp.sync_module_states", "true"]
+        for ranks, extra in ((2, []), (4, sync), (4, [*sync, "--fsdp.cpu_ram_efficient_loading", "true"])):
+            with self.subTest(fsdp=ranks, extra=extra):
+                fsdp = self.run_metrics(*clip, "--plugin", "fsdp", "--fsdp.ep_size", 2, *extra, ranks=ranks)
+                self.assert_close(one, [m["loss"] for m in fsdp], f"fsdp ep 2 on {ranks} ranks {extra}")
         proc = mpirun(2, *self.COMMON, "--steps", 1, *zero, 3, "--deepspeed_zero.ep_size", 4, check=False)
         self.assertNotEqual(proc.returncode, 0)
         self.assertIn("ep_size 4 does not divide the world size 2", proc.stderr)
+
+    # moe-tiny's parameters: the embedding and the head (with the final
+    # norm) whole on every rank under ZeRO-3's persistence threshold; each
+    # block's attention, norms and router, and its 4 experts' three 64 x 128
+    # matrices.
+    WHOLE_UNITS = 256 * 64 + 256 * 64 + 64
+    BLOCK_SHARED = 64 * 64 * 2 + 64 * 32 * 2 + 2 * 64 + 4 * 64
+    EXPERT = 3 * 64 * 128
+
+    @unittest.skipUnless(MPIRUN, "mpirun not found")
+    def test_expert_blocks_partition_over_the_ranks_holding_the_same_experts(self):
+        # The AdamW moments a rank holds (8 bytes per element, the ledger's
+        # peak): at ep 2 on 4 ranks each block keeps 2 of the 4 experts and
+        # halves over its EXPERT_DATA pair; the megatron distributed optimizer
+        # cuts every unit over the data group alike, the blocks over
+        # EXPERT_DATA.
+        def moments(*extra):
+            return self.run_metrics(*extra, ranks=4, steps=1)[0]["memory_peak_bytes"]["optimizer"]
+
+        block = self.BLOCK_SHARED + 2 * self.EXPERT  # its local part at ep 2
+        zero3 = moments("--plugin", "deepspeed_zero", "--deepspeed_zero.zero_stage", 3, "--deepspeed_zero.ep_size", 2)
+        self.assertEqual(zero3, 8 * (self.WHOLE_UNITS + 2 * block // 2))
+        megatron = moments(*self.EP, 2, "--megatron.use_distributed_optimizer", "true")
+        self.assertEqual(megatron, 8 * (256 * 64 // 4 + (256 * 64 + 64) // 4 + 2 * block // 2))
+
+    @unittest.skipUnless(MPIRUN, "mpirun not found")
+    def test_zero3_model_file_holds_whole_experts(self):
+        # zero3_save_16bit_model at ep 2 x dp 2: world rank 0 gathers each
+        # block over EXPERT_DATA, then the experts over EXPERT, and writes
+        # every tensor whole, equal to merge-weights of the same checkpoint.
+        import torch
+        from safetensors.torch import load_file
+        root = self.path("ep")
+        mpirun(4, *self.COMMON, "--steps", 2, "--plugin", "deepspeed_zero", "--deepspeed_zero.zero_stage", 3,
+               "--deepspeed_zero.ep_size", 2, "--deepspeed_zero.zero3_save_16bit_model", "true", "--save", root)
+        step = os.path.join(root, "step_2")
+        run_host("merge-weights", step, self.path("merged"))
+        model_file = load_file(os.path.join(step, "model_16bit.safetensors"))
+        merged = load_file(os.path.join(self.path("merged"), "model.safetensors"))
+        self.assertEqual(sorted(model_file), sorted(merged))
+        self.assertEqual(tuple(model_file["layers.0.mlp.experts.gate_up_proj"].shape)[0], 4)
+        for name, weights in merged.items():
+            self.assertTrue(model_file[name].equal(weights.to(torch.bfloat16)), name)
 
     @unittest.skipUnless(MPIRUN, "mpirun not found")
     def test_expert_parallel_bytes_are_the_routed_rows(self):

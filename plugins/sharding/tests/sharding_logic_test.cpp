@@ -114,6 +114,34 @@ TEST(SplitRanges, ExpertSlicesApartFromTensorSlices) {
   EXPECT_FALSE(is_expert_slice(params[2]));
 }
 
+// The runs a unit over EXPERT_DATA reduces apart (grad_reducer.h): expert
+// slices, and everything else, however the parameters interleave.
+TEST(SliceRuns, AlternateExpertSlicesAndTheRest) {
+  std::vector<ParamLayout> params;
+  params.push_back(whole("norm", ACCEL_PARAM_NORM, 0, {4}));
+  params.push_back(whole("router", ACCEL_PARAM_ROUTER, 4, {4}));
+  ParamLayout gate_up = half("experts.gate_up", 8, {4, 2});  // 8..12
+  gate_up.role = ACCEL_PARAM_EXPERTS;
+  params.push_back(gate_up);
+  ParamLayout down = half("experts.down", 12, {4, 2});  // 12..16
+  down.role = ACCEL_PARAM_EXPERTS;
+  params.push_back(down);
+  params.push_back(whole("shared", ACCEL_PARAM_OTHER, 16, {2}));
+  const std::vector<SliceRun> runs = slice_runs(UnitLayout{0, "block.0", ACCEL_UNIT_BLOCK, 18, 5, {}, params});
+  ASSERT_EQ(runs.size(), 3u);
+  EXPECT_EQ(runs[0].range, (sdk::FlatRange{0, 8}));
+  EXPECT_FALSE(runs[0].experts);
+  EXPECT_EQ(runs[1].range, (sdk::FlatRange{8, 16}));
+  EXPECT_TRUE(runs[1].experts);
+  EXPECT_EQ(runs[2].range, (sdk::FlatRange{16, 18}));
+  EXPECT_FALSE(runs[2].experts);
+  // Without expert slices (expert size 1: whole experts) the unit is one run.
+  params[2].split = params[3].split = sdk::SplitSlice{};
+  const std::vector<SliceRun> one = slice_runs(UnitLayout{0, "block.0", ACCEL_UNIT_BLOCK, 18, 5, {}, params});
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_EQ(one[0].range, (sdk::FlatRange{0, 18}));
+}
+
 // ------------------------------------------------------------- gather plan
 
 // units 0..4; groups {0, 4} (tied ends), {1}, {2}; unit 3 host-owned.
