@@ -283,19 +283,28 @@ void take_shape_from_init_checkpoint(RunConfig& config) {
     // The family; every dimension comes from config.json.
     config.model = hf.shape.has_experts() ? "moe-tiny" : "llama-tiny";
     reconcile(o.n_kv_head, hf.shape.n_kv_head, "n-kv-head", "num_key_value_heads");
-    if (hf.shape.has_experts()) {
-      reconcile(o.n_experts, hf.shape.n_experts, "n-experts", "num_local_experts");
-      reconcile(o.experts_per_token, hf.shape.experts_per_token, "experts-per-token", "num_experts_per_tok");
-      if ((o.shared_expert_size && *o.shared_expert_size != 0) || (o.normalize_top_k && !*o.normalize_top_k)) {
-        throw UsageError(strformat("--shared-expert-size and --normalize-top-k false contradict %s, a Mixtral (no "
-                                   "shared expert, its top-k weights renormalised)",
+    const bool qwen2_moe = checkpoint::hf_family(hf.shape) == checkpoint::HfFamily::qwen2_moe;
+    const auto reconcile_flag = [&](std::optional<bool>& flag, bool value, const char* option, const char* key) {
+      if (flag && *flag != value) {
+        throw UsageError(strformat("--%s %s contradicts %s of %s", option, *flag ? "true" : "false", key,
                                    (dir / "config.json").c_str()));
       }
+      flag = value;
+    };
+    if (hf.shape.has_experts()) {
+      reconcile(o.n_experts, hf.shape.n_experts, "n-experts", qwen2_moe ? "num_experts" : "num_local_experts");
+      reconcile(o.experts_per_token, hf.shape.experts_per_token, "experts-per-token", "num_experts_per_tok");
+      reconcile(o.shared_expert_size, hf.shape.shared_expert_size, "shared-expert-size",
+                qwen2_moe ? "shared_expert_intermediate_size" : "a Mixtral's shared expert width");
+      reconcile_flag(o.normalize_top_k, hf.shape.normalize_top_k, "normalize-top-k",
+                     qwen2_moe ? "norm_topk_prob" : "a Mixtral (its top-k weights renormalised)");
     } else if (o.n_experts && *o.n_experts != 0) {
-      throw UsageError(strformat("--n-experts %lld contradicts %s, a dense Llama", static_cast<long long>(*o.n_experts),
+      throw UsageError(strformat("--n-experts %lld contradicts %s, a dense model", static_cast<long long>(*o.n_experts),
                                  (dir / "config.json").c_str()));
     }
-    reconcile(o.ffn_size, hf.shape.ffn_size, "ffn-size", "intermediate_size");
+    reconcile_flag(o.qkv_bias, hf.shape.qkv_bias, "qkv-bias",
+                   hf.shape.qkv_bias ? "a Qwen2 (q, k and v biases)" : "a Llama or Mixtral (no attention biases)");
+    reconcile(o.ffn_size, hf.shape.ffn_size, "ffn-size", qwen2_moe ? "moe_intermediate_size" : "intermediate_size");
     o.rope_theta = hf.shape.rope_theta;
     o.norm_eps = hf.shape.norm_eps;
   }

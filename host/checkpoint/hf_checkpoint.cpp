@@ -47,13 +47,13 @@ bool is_mask_buffer(const std::string& host_name) {
 
 std::shared_ptr<const HfWeightSource> read_hf_weights(const fs::path& dir, const model::GptConfig& shape) {
   if (shape.family != model::ModelFamily::llama) return read_hf_gpt2_weights(dir, shape);
-  return shape.has_experts() ? read_hf_mixtral_weights(dir, shape) : read_hf_llama_weights(dir, shape);
+  return shape.has_experts() ? read_hf_moe_weights(dir, shape) : read_hf_llama_weights(dir, shape);
 }
 
 std::vector<std::pair<std::string, at::Tensor>> to_hf_tensors(
     const std::vector<std::pair<std::string, at::Tensor>>& host_tensors, const model::GptConfig& shape) {
   if (shape.family != model::ModelFamily::llama) return to_hf_gpt2_tensors(host_tensors);
-  return shape.has_experts() ? to_hf_mixtral_tensors(host_tensors, shape) : to_hf_llama_tensors(host_tensors);
+  return shape.has_experts() ? to_hf_moe_tensors(host_tensors, shape) : to_hf_llama_tensors(host_tensors);
 }
 
 std::shared_ptr<const HfWeightSource> read_hf_gpt2_weights(const fs::path& dir, const model::GptConfig& shape) {

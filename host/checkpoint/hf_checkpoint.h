@@ -1,6 +1,7 @@
 // Hugging Face `transformers` checkpoints of GPT-2 (GPT2LMHeadModel),
-// Llama (LlamaForCausalLM, hf_llama.cpp) and Mixtral (MixtralForCausalLM,
-// hf_mixtral.cpp), both ways: reading a
+// Llama and Qwen2 (LlamaForCausalLM, Qwen2ForCausalLM: hf_llama.cpp) and
+// Mixtral and Qwen2-MoE (MixtralForCausalLM, Qwen2MoeForCausalLM:
+// hf_moe.cpp), both ways: reading a
 // save_pretrained directory for --init-from hf:DIR, and the names, layouts
 // and config.json that export-hf writes.
 //
@@ -67,15 +68,18 @@ std::shared_ptr<const HfWeightSource> read_hf_llama_weights(const std::filesyste
 std::vector<std::pair<std::string, at::Tensor>> to_hf_llama_tensors(
     const std::vector<std::pair<std::string, at::Tensor>>& host_tensors);
 
-// Mixtral's (hf_mixtral.cpp): Llama's names for everything but the experts.
-// On disk transformers keeps the router as block_sparse_moe.gate.weight and
-// one tensor per expert and projection (block_sparse_moe.experts.{e}.w1 /
-// w3 / w2.weight, [F, C], [F, C], [C, F]); the host stacks them as its
-// mlp.experts.gate_up_proj [E, 2F, C] (w1 then w3 per expert) and
+// Mixtral's and Qwen2-MoE's (hf_moe.cpp, by hf_family): Llama's names for
+// everything but the router and the experts. On disk transformers keeps
+// Mixtral's router as block_sparse_moe.gate.weight and one tensor per
+// expert and projection (block_sparse_moe.experts.{e}.w1 / w3 / w2.weight,
+// [F, C], [F, C], [C, F]); Qwen2-MoE's as mlp.gate.weight and
+// mlp.experts.{e}.gate_proj / up_proj / down_proj.weight (its shared
+// expert under the host's own names). The host stacks them as its
+// mlp.experts.gate_up_proj [E, 2F, C] (gate then up per expert) and
 // mlp.experts.down_proj [E, C, F], as transformers 5 does in memory.
-std::shared_ptr<const HfWeightSource> read_hf_mixtral_weights(const std::filesystem::path& dir,
-                                                              const model::GptConfig& shape);
-std::vector<std::pair<std::string, at::Tensor>> to_hf_mixtral_tensors(
+std::shared_ptr<const HfWeightSource> read_hf_moe_weights(const std::filesystem::path& dir,
+                                                          const model::GptConfig& shape);
+std::vector<std::pair<std::string, at::Tensor>> to_hf_moe_tensors(
     const std::vector<std::pair<std::string, at::Tensor>>& host_tensors, const model::GptConfig& shape);
 
 }  // namespace accel::checkpoint

@@ -220,6 +220,65 @@ HfModelConfig parse_mixtral(const JsonFields& config) {
   return out;
 }
 
+// ---- Qwen2 (Qwen2ForCausalLM) and Qwen2-MoE (Qwen2MoeForCausalLM) ---------
+// Llama's block with q, k and v biases; Qwen2-MoE's MLP is a mixture of
+// experts with a shared expert behind a sigmoid gate in every layer.
+
+// Sliding-window attention off: the host attends to the whole sequence.
+void require_full_attention(const JsonFields& config) {
+  require_boolean(config, "use_sliding_window", false, "accel-host attends to the whole sequence");
+  if (!config.has_value("layer_types")) return;
+  const nlohmann::json& types = config.value("layer_types");
+  if (!types.is_array()) config.fail("layer_types", "must be a list, got " + describe(types));
+  for (const nlohmann::json& type : types) {
+    if (type != "full_attention") {
+      config.fail("layer_types", "holds " + describe(type) + "; accel-host's layers are all full_attention");
+    }
+  }
+}
+
+HfModelConfig parse_qwen2(const JsonFields& config) {
+  require_architectures(config, {"Qwen2ForCausalLM", "Qwen2Model"}, "Qwen2ForCausalLM");
+  ModelOverrides o = llama_shape(config);
+  o.qkv_bias = true;  // Qwen2's attention always has them
+  require_full_attention(config);
+  HfModelConfig out;
+  note_dropout(config, "attention_dropout", out.ignored);
+  out.shape = build_shape(config.where(), "llama-tiny", o);
+  return out;
+}
+
+HfModelConfig parse_qwen2_moe(const JsonFields& config) {
+  require_architectures(config, {"Qwen2MoeForCausalLM", "Qwen2MoeModel"}, "Qwen2MoeForCausalLM");
+  ModelOverrides o = llama_shape(config);  // intermediate_size: the dense MLP of mlp_only_layers, none here
+  o.ffn_size = dimension(config, "moe_intermediate_size");
+  o.n_experts = dimension(config, "num_experts");
+  o.experts_per_token = config.integer("num_experts_per_tok", 1, *o.n_experts);
+  o.shared_expert_size = dimension(config, "shared_expert_intermediate_size");
+  // transformers' defaults: un-normalised top-k weights, q/k/v biases.
+  o.normalize_top_k = config.has_value("norm_topk_prob") && config.boolean("norm_topk_prob");
+  o.qkv_bias = !config.has_value("qkv_bias") || config.boolean("qkv_bias");
+  if (const auto step = config.optional_integer("decoder_sparse_step", 0); step && *step != 1) {
+    config.fail("decoder_sparse_step", strformat("is %lld; accel-host's Qwen2-MoE has experts in every layer (1)",
+                                                 static_cast<long long>(*step)));
+  }
+  if (config.has_value("mlp_only_layers")) {
+    const nlohmann::json& dense = config.value("mlp_only_layers");
+    if (!dense.is_array() || !dense.empty()) {
+      config.fail("mlp_only_layers", "is " + describe(dense) + "; accel-host's Qwen2-MoE has experts in every layer ([])");
+    }
+  }
+  require_full_attention(config);
+  HfModelConfig out;
+  note_dropout(config, "attention_dropout", out.ignored);
+  const bool aux = config.has_value("output_router_logits") && config.boolean("output_router_logits");
+  if (const auto coef = config.optional_number("router_aux_loss_coef", 0.0, 1e9); aux && coef && *coef != 0.0) {
+    out.ignored.push_back(strformat("router_aux_loss_coef %g (the run's --moe-aux-loss-coef applies)", *coef));
+  }
+  out.shape = build_shape(config.where(), "moe-tiny", o);
+  return out;
+}
+
 }  // namespace
 
 HfModelConfig parse_hf_config(std::string_view text, const std::string& where) {
@@ -230,15 +289,11 @@ HfModelConfig parse_hf_config(std::string_view text, const std::string& where) {
     if (type == "gpt2") return parse_gpt2(config);
     if (type == "llama") return parse_llama(config);
     if (type == "mixtral") return parse_mixtral(config);
-    if (type == "qwen2_moe") {
-      // Qwen2-MoE's attention has q, k and v biases, which the host's Llama
-      // block does not: its weights could not compute what transformers does.
-      config.fail("model_type", "is \"qwen2_moe\": Qwen2-MoE's attention has q, k and v biases, which accel-host's "
-                                "llama family does not (supported: gpt2, llama, mixtral)");
-    }
-    if (!type) config.fail("model_type", "is missing (supported: gpt2, llama, mixtral)");
+    if (type == "qwen2") return parse_qwen2(config);
+    if (type == "qwen2_moe") return parse_qwen2_moe(config);
+    if (!type) config.fail("model_type", "is missing (supported: gpt2, llama, mixtral, qwen2, qwen2_moe)");
     config.fail("model_type", "is " + describe(config.value("model_type")) +
-                                  ", which is not supported (supported: gpt2, llama, mixtral)");
+                                  ", which is not supported (supported: gpt2, llama, mixtral, qwen2, qwen2_moe)");
   } catch (const sdk::JsonInputError& e) {
     throw CheckpointError(e.what());
   }
@@ -260,8 +315,28 @@ HfModelConfig read_hf_config(const fs::path& dir) {
 // ---- Writing -----------------------------------------------------------------
 
 std::string hf_config_json(const model::GptConfig& shape) {
-  if (shape.family != model::ModelFamily::llama) return hf_gpt2_config_json(shape);
-  return shape.has_experts() ? hf_mixtral_config_json(shape) : hf_llama_config_json(shape);
+  switch (hf_family(shape)) {
+    case HfFamily::gpt2: return hf_gpt2_config_json(shape);
+    case HfFamily::llama: return hf_llama_config_json(shape);
+    case HfFamily::mixtral: return hf_mixtral_config_json(shape);
+    case HfFamily::qwen2: return hf_qwen2_config_json(shape);
+    case HfFamily::qwen2_moe: return hf_qwen2_moe_config_json(shape);
+  }
+  throw CheckpointError("export-hf: no transformers family for " + shape.describe());
+}
+
+HfFamily hf_family(const model::GptConfig& shape) {
+  if (shape.family != model::ModelFamily::llama) return HfFamily::gpt2;
+  if (!shape.has_experts()) return shape.qkv_bias ? HfFamily::qwen2 : HfFamily::llama;
+  // Qwen2-MoE's block always has a shared expert; Mixtral's none, and its
+  // top-k weights renormalised.
+  if (shape.shared_expert_size > 0) return HfFamily::qwen2_moe;
+  if (shape.qkv_bias || !shape.normalize_top_k) {
+    throw CheckpointError(
+        "export-hf: a mixture of experts with attention biases or un-normalised top-k weights but no shared expert "
+        "is no transformers model (MixtralForCausalLM has neither; Qwen2MoeForCausalLM always has a shared expert)");
+  }
+  return HfFamily::mixtral;
 }
 
 std::string hf_gpt2_config_json(const model::GptConfig& shape) {
@@ -321,13 +396,6 @@ std::string hf_llama_config_json(const model::GptConfig& shape) {
 }
 
 std::string hf_mixtral_config_json(const model::GptConfig& shape) {
-  if (shape.shared_expert_size > 0 || !shape.normalize_top_k) {
-    // Qwen2MoeForCausalLM has both, but also q, k and v biases the llama
-    // family has not: no transformers class is this model.
-    throw CheckpointError(
-        "export-hf: a mixture of experts with a shared expert or un-normalised top-k weights is no transformers "
-        "model (MixtralForCausalLM has neither; Qwen2MoeForCausalLM adds attention biases the host lacks)");
-  }
   const json config = {
       {"architectures", {"MixtralForCausalLM"}},
       {"model_type", "mixtral"},
@@ -346,6 +414,71 @@ std::string hf_mixtral_config_json(const model::GptConfig& shape) {
       {"rope_parameters", {{"rope_theta", shape.rope_theta}, {"rope_type", "default"}}},
       {"sliding_window", nullptr},
       {"router_jitter_noise", 0.0},
+      {"output_router_logits", false},
+      {"router_aux_loss_coef", 0.001},
+      {"attention_dropout", 0.0},
+      {"tie_word_embeddings", false},
+      {"initializer_range", 0.02},
+      {"use_cache", true},
+      {"bos_token_id", nullptr},
+      {"eos_token_id", nullptr},
+      {"pad_token_id", nullptr},
+      {"dtype", "float32"},
+  };
+  return config.dump(2) + "\n";
+}
+
+std::string hf_qwen2_config_json(const model::GptConfig& shape) {
+  const json config = {
+      {"architectures", {"Qwen2ForCausalLM"}},
+      {"model_type", "qwen2"},
+      {"vocab_size", shape.vocab_size},
+      {"max_position_embeddings", shape.seq_len},
+      {"hidden_size", shape.n_embd},
+      {"intermediate_size", shape.ffn_size},
+      {"num_hidden_layers", shape.n_layer},
+      {"num_attention_heads", shape.n_head},
+      {"num_key_value_heads", shape.n_kv_head},
+      {"hidden_act", "silu"},
+      {"rms_norm_eps", shape.norm_eps},
+      {"rope_parameters", {{"rope_theta", shape.rope_theta}, {"rope_type", "default"}}},
+      {"use_sliding_window", false},
+      {"sliding_window", nullptr},
+      {"attention_dropout", 0.0},
+      {"tie_word_embeddings", false},
+      {"initializer_range", 0.02},
+      {"use_cache", true},
+      {"bos_token_id", nullptr},
+      {"eos_token_id", nullptr},
+      {"pad_token_id", nullptr},
+      {"dtype", "float32"},
+  };
+  return config.dump(2) + "\n";
+}
+
+std::string hf_qwen2_moe_config_json(const model::GptConfig& shape) {
+  const json config = {
+      {"architectures", {"Qwen2MoeForCausalLM"}},
+      {"model_type", "qwen2_moe"},
+      {"vocab_size", shape.vocab_size},
+      {"max_position_embeddings", shape.seq_len},
+      {"hidden_size", shape.n_embd},
+      {"intermediate_size", shape.ffn_size},  // the dense MLP of mlp_only_layers: none
+      {"moe_intermediate_size", shape.ffn_size},
+      {"shared_expert_intermediate_size", shape.shared_expert_size},
+      {"num_experts", shape.n_experts},
+      {"num_experts_per_tok", shape.experts_per_token},
+      {"norm_topk_prob", shape.normalize_top_k},
+      {"qkv_bias", shape.qkv_bias},
+      {"decoder_sparse_step", 1},
+      {"mlp_only_layers", json::array()},
+      {"num_hidden_layers", shape.n_layer},
+      {"num_attention_heads", shape.n_head},
+      {"num_key_value_heads", shape.n_kv_head},
+      {"hidden_act", "silu"},
+      {"rms_norm_eps", shape.norm_eps},
+      {"rope_parameters", {{"rope_theta", shape.rope_theta}, {"rope_type", "default"}}},
+      {"use_sliding_window", false},
       {"output_router_logits", false},
       {"router_aux_loss_coef", 0.001},
       {"attention_dropout", 0.0},

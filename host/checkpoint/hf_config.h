@@ -1,7 +1,9 @@
 // config.json of a Hugging Face `transformers` save_pretrained directory:
 // what model it describes, for --init-from hf:DIR. GPT-2 (GPT2LMHeadModel),
-// Llama (LlamaForCausalLM) and Mixtral (MixtralForCausalLM: a llama shape
-// with experts), chosen by model_type.
+// Llama (LlamaForCausalLM), Mixtral (MixtralForCausalLM: a llama shape with
+// experts), Qwen2 (Qwen2ForCausalLM: a llama shape with q, k and v biases)
+// and Qwen2-MoE (Qwen2MoeForCausalLM: Qwen2's attention, experts and a
+// shared expert), chosen by model_type.
 //
 // Read by the one JSON rule (accel/sdk/json_input.hpp), as
 // trainer_state.json is: a depth limit, integers that are JSON integers
@@ -50,8 +52,15 @@ HfModelConfig read_hf_config(const std::filesystem::path& dir);
 // the host trained without it), Llama's with transformers 5's
 // rope_parameters. parse_hf_config gives `shape` back.
 std::string hf_config_json(const model::GptConfig& shape);
+// Which transformers class `shape` is; CheckpointError for a shape no class
+// is (a mixture of experts with attention biases or un-normalised top-k
+// weights but no shared expert).
+enum class HfFamily { gpt2, llama, mixtral, qwen2, qwen2_moe };
+HfFamily hf_family(const model::GptConfig& shape);
 std::string hf_gpt2_config_json(const model::GptConfig& shape);
 std::string hf_llama_config_json(const model::GptConfig& shape);
 std::string hf_mixtral_config_json(const model::GptConfig& shape);  // a llama shape with experts
+std::string hf_qwen2_config_json(const model::GptConfig& shape);     // a llama shape with qkv_bias
+std::string hf_qwen2_moe_config_json(const model::GptConfig& shape);  // experts and a shared expert
 
 }  // namespace accel::checkpoint

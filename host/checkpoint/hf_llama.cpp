@@ -1,4 +1,5 @@
-// Hugging Face Llama checkpoints in and out (see hf_checkpoint.h).
+// Hugging Face Llama and Qwen2 checkpoints in and out (see hf_checkpoint.h):
+// Qwen2's are Llama's with q, k and v biases, named alike.
 //
 // The host names Llama's parameters as transformers does, without the
 // "model." prefix (lm_head.weight has none in either), and keeps every
@@ -45,7 +46,8 @@ std::shared_ptr<const HfWeightSource> read_hf_llama_weights(const fs::path& dir,
       }
       const auto want = expected.find(info.name);
       if (want == expected.end()) {
-        throw CheckpointError(path.string() + ": tensor " + info.name + " is not part of a Llama of " + shape.describe());
+        throw CheckpointError(path.string() + ": tensor " + info.name + " is not part of a " +
+                              (shape.qkv_bias ? "Qwen2" : "Llama") + " of " + shape.describe());
       }
       const auto& [host_name, host_shape] = want->second;
       if (info.shape != host_shape) {

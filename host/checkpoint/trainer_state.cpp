@@ -77,6 +77,7 @@ std::string trainer_state_json(const TrainerState& state) {
         {"experts_per_token", state.model.experts_per_token}}},
       {"plugins", state.plugins},
       {"world_size", state.world_size}};
+  if (state.model.qkv_bias) j["model"]["qkv_bias"] = true;  // absent: Llama's attention, no biases
   if (state.model.has_experts()) {  // a mixture of experts' routing variants (absent: Mixtral's)
     j["model"]["shared_expert_size"] = state.model.shared_expert_size;
     j["model"]["normalize_top_k"] = state.model.normalize_top_k;
@@ -116,7 +117,7 @@ static TrainerState read_fields(const json& document, const std::string& where) 
 
   const JsonFields model = top.object("model");
   model.only({"n_layer", "n_head", "n_embd", "seq_len", "vocab_size", "family", "n_kv_head", "ffn_size", "rope_theta",
-              "norm_eps", "n_experts", "experts_per_token", "shared_expert_size", "normalize_top_k"});
+              "norm_eps", "n_experts", "experts_per_token", "shared_expert_size", "normalize_top_k", "qkv_bias"});
   s.model.n_layer = model.integer("n_layer", 1, kMaxDimension);
   s.model.n_head = model.integer("n_head", 1, kMaxDimension);
   s.model.n_embd = model.integer("n_embd", 1, kMaxDimension);
@@ -135,6 +136,7 @@ static TrainerState read_fields(const json& document, const std::string& where) 
     if (s.model.n_head % s.model.n_kv_head != 0) model.fail("n_kv_head", "must divide n_head");
     s.model.ffn_size = model.integer("ffn_size", 1, kMaxDimension);
     s.model.rope_theta = model.positive_finite("rope_theta");
+    if (model.contains("qkv_bias")) s.model.qkv_bias = model.boolean("qkv_bias");
     // Optional: files written before the mixture of experts existed are dense.
     if (model.contains("n_experts")) s.model.n_experts = model.integer("n_experts", 0, kMaxDimension);
     if (s.model.n_experts > 0) {

@@ -138,6 +138,7 @@ struct RawStrings {
   int64_t n_layer = 0, n_head = 0, n_embd = 0, seq_len = 0, vocab_size = 0, n_kv_head = 0, ffn_size = 0;
   int64_t n_experts = 0, experts_per_token = 0, shared_expert_size = 0;
   bool normalize_top_k = true;
+  bool qkv_bias = false;
 };
 
 // The numbers behind integer_option_ranges (see options.h for the products
@@ -229,6 +230,9 @@ po::options_description run_options(RunConfig& c, RawStrings& raw) {
       ("shared-expert-size", po::value(&raw.shared_expert_size),
        "override (moe): a shared SwiGLU expert of this width every token goes through, scaled by a sigmoid gate "
        "(Qwen2-MoE's shared_expert_intermediate_size); 0: none")
+      ("qkv-bias", po::value(&raw.qkv_bias),
+       "override (llama): biases on the q, k and v projections (Qwen2's and Qwen2-MoE's attention; from "
+       "--init-from's config.json otherwise)")
       ("normalize-top-k", po::value(&raw.normalize_top_k),
        "override (moe): renormalise the k chosen routing weights to sum 1 (Mixtral: true; Qwen2-MoE's "
        "norm_topk_prob)")
@@ -564,6 +568,7 @@ ParsedCommandLine parse_command_line(const std::vector<std::string>& args,
   if (vm.count("experts-per-token")) c.model_overrides.experts_per_token = raw.experts_per_token;
   if (vm.count("shared-expert-size")) c.model_overrides.shared_expert_size = raw.shared_expert_size;
   if (vm.count("normalize-top-k")) c.model_overrides.normalize_top_k = raw.normalize_top_k;
+  if (vm.count("qkv-bias")) c.model_overrides.qkv_bias = raw.qkv_bias;
   // The checkpoint's config.json gives the architecture: a preset beside it
   // would be silently ignored. Shape overrides are checked against it later.
   c.optimizer.grad_clip_given = !vm["grad-clip"].defaulted();

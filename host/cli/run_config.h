@@ -17,6 +17,7 @@ struct ModelOverrides {
   std::optional<int64_t> n_experts, experts_per_token;  // llama family only: a mixture of experts
   std::optional<int64_t> shared_expert_size;  // moe: Qwen2-MoE's shared expert (0: none)
   std::optional<bool> normalize_top_k;        // moe: Mixtral renormalises the top k (Qwen2-MoE's norm_topk_prob)
+  std::optional<bool> qkv_bias;               // llama family only: Qwen2's q, k and v biases
 };
 
 // How a mixture-of-experts model trains (model/moe.h): capacity and the

@@ -162,6 +162,7 @@ class GptModel {
   struct LlamaLayout {
     static constexpr size_t kNone = static_cast<size_t>(-1);
     size_t attn_norm, q, k, v, o, mlp_norm;
+    size_t q_bias = kNone, k_bias = kNone, v_bias = kNone;                // Qwen2's attention biases
     size_t gate = kNone, up = kNone, down = kNone;                       // the dense MLP
     size_t router = kNone, experts_gate_up = kNone, experts_down = kNone;  // or the experts
     size_t shared_gate = kNone, shared_up = kNone, shared_down = kNone, shared_expert_gate = kNone;  // and theirs

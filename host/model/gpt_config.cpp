@@ -18,6 +18,7 @@ std::string GptConfig::describe() const {
   if (family == ModelFamily::llama) {
     text = strformat("llama %s n_kv_head=%lld ffn_size=%lld rope_theta=%g norm_eps=%g", text.c_str(),
                      static_cast<long long>(n_kv_head), static_cast<long long>(ffn_size), rope_theta, norm_eps);
+    if (qkv_bias) text += " qkv_bias=true";
   }
   if (has_experts()) {
     text += strformat(" n_experts=%lld experts_per_token=%lld", static_cast<long long>(n_experts),
@@ -47,10 +48,12 @@ GptConfig make_gpt_config(const std::string& preset, const ModelOverrides& overr
                                 "' (expected gpt-tiny, gpt-small, llama-tiny, llama-small, moe-tiny or moe-small)");
   }
   const bool llama = config.family == ModelFamily::llama;
-  if (!llama && (overrides.n_kv_head || overrides.ffn_size || overrides.n_experts || overrides.experts_per_token)) {
+  if (!llama && (overrides.n_kv_head || overrides.ffn_size || overrides.n_experts || overrides.experts_per_token ||
+                 overrides.qkv_bias)) {
     const char* flag = overrides.n_kv_head ? "--n-kv-head"
                        : overrides.ffn_size ? "--ffn-size"
                        : overrides.n_experts ? "--n-experts"
+                       : overrides.qkv_bias ? "--qkv-bias"
                                              : "--experts-per-token";
     throw std::invalid_argument(std::string(flag) + " shapes llama-family models; " + preset + " is GPT-2");
   }
@@ -74,6 +77,7 @@ GptConfig make_gpt_config(const std::string& preset, const ModelOverrides& overr
     config.shared_expert_size = 0;
     config.normalize_top_k = true;
   }
+  if (overrides.qkv_bias) config.qkv_bias = *overrides.qkv_bias;
   if (overrides.n_kv_head) config.n_kv_head = *overrides.n_kv_head;
   if (overrides.ffn_size) config.ffn_size = *overrides.ffn_size;
   if (llama && overrides.rope_theta) config.rope_theta = *overrides.rope_theta;
@@ -124,7 +128,8 @@ int64_t count_parameters(const GptConfig& c) {
     const int64_t shared = c.shared_expert_size > 0 ? 3 * C * c.shared_expert_size + C /*its gate*/ : 0;
     const int64_t mlp =
         c.has_experts() ? c.n_experts * (3 * C * c.ffn_size + C /*router row*/) + shared : 3 * C * c.ffn_size;
-    const int64_t block = 2 * C /*norms*/ + 2 * C * C /*q, o*/ + 2 * kv * C /*k, v*/ + mlp;
+    const int64_t biases = c.qkv_bias ? C + 2 * kv : 0;  // q, k, v
+    const int64_t block = 2 * C /*norms*/ + 2 * C * C /*q, o*/ + 2 * kv * C /*k, v*/ + biases + mlp;
     return 2 * c.vocab_size * C /*embedding, untied head*/ + c.n_layer * block + C /*final norm*/;
   }
   const int64_t block = 2 * C /*ln_1*/ + 3 * C * C + 3 * C /*c_attn*/ + C * C + C /*attn.c_proj*/ +

@@ -4,6 +4,7 @@
 // grouped-query attention, untied head; model/llama.cpp). A Llama with
 // n_experts > 0 is a mixture of experts, Mixtral's block: every block's
 // MLP is n_experts SwiGLU experts of ffn_size and a router (model/moe.h).
+// With qkv_bias the attention is Qwen2's (q, k and v biases).
 #pragma once
 
 #include <cstdint>
@@ -38,6 +39,9 @@ struct GptConfig {
   // softmax gave them (Qwen2-MoE's default norm_topk_prob false).
   int64_t shared_expert_size = 0;
   bool normalize_top_k = true;
+  // Llama only: the q, k and v projections carry biases (Qwen2's and
+  // Qwen2-MoE's attention; o has none).
+  bool qkv_bias = false;
 
   bool has_experts() const { return n_experts > 0; }
 

@@ -4,6 +4,7 @@
 // prefix, so checkpoints map one to one (checkpoint/hf_checkpoint.h).
 //
 //   block:  h = x + o(attention(rope(q(n1(x))), rope(k(n1(x))), v(n1(x))))
+//           (q, k and v with biases under qkv_bias: Qwen2's attention)
 //           y = h + down(silu(gate(n2(h))) * up(n2(h)))
 //           (with experts, Mixtral's: y = h + moe(n2(h)), model/moe.h and
 //           llama_experts.cpp)
@@ -28,6 +29,10 @@ namespace {
 ParamSpec linear_weight(std::string name, int64_t out, int64_t in, ParallelHint hint) {
   return ParamSpec{std::move(name), ParamRole::linear_weight, hint, {out, in}, InitKind::normal, 0.02};
 }
+// A column linear's bias splits with its weight (tensor_parallel_plan.cpp).
+ParamSpec column_bias(std::string name, int64_t n) {
+  return ParamSpec{std::move(name), ParamRole::bias, ParallelHint::column, {n}, InitKind::zeros, 0.0};
+}
 ParamSpec rms_norm_weight(std::string name, int64_t n) {
   return ParamSpec{std::move(name), ParamRole::norm, ParallelHint::replicated, {n}, InitKind::ones, 0.0};
 }
@@ -36,7 +41,7 @@ ParamSpec rms_norm_weight(std::string name, int64_t n) {
 // (MixtralSparseMoeBlock): the router, then every expert's gate and up
 // projections stacked as [E, 2F, C] (gate rows first) and its down
 // projections as [E, C, F]. On disk transformers writes one tensor per
-// expert and projection (hf_mixtral.cpp maps the two). With a shared
+// expert and projection (hf_moe.cpp maps the two). With a shared
 // expert, Qwen2-MoE's (Qwen2MoeSparseMoeBlock): its SwiGLU projections,
 // whole on every tensor rank as the experts are (linear weights: the FP8
 // chain casts them), and its [1, C] sigmoid gate (a router-like weight).
@@ -62,12 +67,13 @@ std::vector<ParamSpec> expert_specs(const GptConfig& c, const std::string& p) {
 std::vector<ParamSpec> llama_block_specs(const GptConfig& c, int64_t layer) {
   const int64_t C = c.n_embd, kv = C / c.n_head * c.n_kv_head, F = c.ffn_size;
   const std::string p = "layers." + std::to_string(layer) + ".";
-  std::vector<ParamSpec> specs = {rms_norm_weight(p + "input_layernorm.weight", C),
-                                  linear_weight(p + "self_attn.q_proj.weight", C, C, ParallelHint::column),
-                                  linear_weight(p + "self_attn.k_proj.weight", kv, C, ParallelHint::column),
-                                  linear_weight(p + "self_attn.v_proj.weight", kv, C, ParallelHint::column),
-                                  linear_weight(p + "self_attn.o_proj.weight", C, C, ParallelHint::row),
-                                  rms_norm_weight(p + "post_attention_layernorm.weight", C)};
+  std::vector<ParamSpec> specs = {rms_norm_weight(p + "input_layernorm.weight", C)};
+  for (const auto& [name, rows] : {std::pair{"q_proj", C}, std::pair{"k_proj", kv}, std::pair{"v_proj", kv}}) {
+    specs.push_back(linear_weight(p + "self_attn." + name + ".weight", rows, C, ParallelHint::column));
+    if (c.qkv_bias) specs.push_back(column_bias(p + "self_attn." + name + ".bias", rows));
+  }
+  specs.push_back(linear_weight(p + "self_attn.o_proj.weight", C, C, ParallelHint::row));
+  specs.push_back(rms_norm_weight(p + "post_attention_layernorm.weight", C));
   if (c.has_experts()) {
     for (ParamSpec& spec : expert_specs(c, p)) specs.push_back(std::move(spec));
   } else {
@@ -129,6 +135,11 @@ GptModel::LlamaLayout GptModel::LlamaLayout::resolve(const Unit& block, const Gp
   LlamaLayout layout{index_of(".input_layernorm.weight"), index_of(".q_proj.weight"), index_of(".k_proj.weight"),
                      index_of(".v_proj.weight"),          index_of(".o_proj.weight"),
                      index_of(".post_attention_layernorm.weight")};
+  if (config.qkv_bias) {
+    layout.q_bias = index_of(".q_proj.bias");
+    layout.k_bias = index_of(".k_proj.bias");
+    layout.v_bias = index_of(".v_proj.bias");
+  }
   if (config.has_experts()) {
     layout.router = index_of(".mlp.gate.weight");
     layout.experts_gate_up = index_of(".mlp.experts.gate_up_proj");
@@ -152,9 +163,10 @@ at::Tensor GptModel::llama_block(const Unit& unit, const at::Tensor& x, KvCache*
   const auto& p = unit.params();
   const LlamaLayout& L = llama_layout_;
   const auto unit_index = static_cast<int32_t>(&unit - units_.data());
-  auto linear = [&](const at::Tensor& in, size_t weight) {
-    if (!linear_) return at::linear(in, p[weight].value);
-    return linear_(in, p[weight].value, at::Tensor(), unit_index, static_cast<int32_t>(weight));
+  auto linear = [&](const at::Tensor& in, size_t weight, size_t bias = LlamaLayout::kNone) {
+    const at::Tensor b = bias == LlamaLayout::kNone ? at::Tensor() : p[bias].value;
+    if (!linear_) return at::linear(in, p[weight].value, b);
+    return linear_(in, p[weight].value, b, unit_index, static_cast<int32_t>(weight));
   };
   const TensorGroup& tp = tensor_group_;
   // Identities unsplit (Megatron's f and g). Under tensor parallelism the
@@ -176,7 +188,8 @@ at::Tensor GptModel::llama_block(const Unit& unit, const at::Tensor& x, KvCache*
   const int64_t T = h.size(0), B = h.size(1);
   // [T, B, heads * D] -> [B, heads, T, D]
   auto heads = [&](const at::Tensor& t, int64_t n) { return t.view({T, B, n, D}).permute({1, 2, 0, 3}); };
-  at::Tensor q = heads(linear(h, L.q), H), k = heads(linear(h, L.k), KV), v = heads(linear(h, L.v), KV);
+  at::Tensor q = heads(linear(h, L.q, L.q_bias), H), k = heads(linear(h, L.k, L.k_bias), KV),
+             v = heads(linear(h, L.v, L.v_bias), KV);
   // Positions offset .. offset + T - 1, or this rank's part of the sequence.
   const auto f32 = at::TensorOptions().dtype(at::kFloat).device(x.device());
   const at::Tensor positions = context_group_.active()

@@ -277,7 +277,7 @@ TEST_F(HfWeightSourceTest, ANonFloatingWeightIsRefusedByName) {
   }
 }
 
-// Mixtral's experts (hf_mixtral.cpp): a host parameter [E, 2F, C] stacked
+// Mixtral's experts (hf_moe.cpp): a host parameter [E, 2F, C] stacked
 // from one [F, C] tensor per expert and projection (w1 then w3), of mixed
 // dtypes. Every flat range, which crosses pieces and experts, holds what
 // stacking the converted tensors gives, bit for bit, and reads only its

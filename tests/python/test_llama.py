@@ -1,8 +1,10 @@
 """The llama family (RMSNorm, rotary positions, SwiGLU, grouped-query
 attention, untied head): a random LlamaForCausalLM built with `transformers`
 (nothing from a hub) trains through --init-from exactly as transformers'
-own model under torch.optim.AdamW, one process and fsdp; export-hf gives it
-back; greedy generate matches; ddp and fsdp at 2 and 4 ranks train as one
+own model under torch.optim.AdamW, one process and fsdp; so does a
+Qwen2ForCausalLM (the same block with q, k and v biases), one process and
+megatron's tensor and sequence parallelism; export-hf gives them back;
+greedy generate matches; ddp and fsdp at 2 and 4 ranks train as one
 process; resume is bit-exact; what the host's Llama cannot be is refused."""
 import json
 import os
@@ -29,10 +31,11 @@ HYPER = dict(lr=2e-3, min_lr=2e-4, warmup=5, schedule="cosine", betas=(0.9, 0.95
 STEPS, BATCH, ACCUM = 20, 8, 2
 
 
-def random_llama(seed=0):
+def random_llama(seed=0, family="Llama"):
     torch.manual_seed(seed)
-    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**SHAPE))
-    with torch.no_grad():  # norms away from one, so a misplaced weight shows
+    config = getattr(transformers, family + "Config")(**SHAPE)
+    model = getattr(transformers, family + "ForCausalLM")(config)
+    with torch.no_grad():  # norms away from one (biases away from zero), so a misplaced weight shows
         for name, p in model.named_parameters():
             if p.dim() == 1:
                 p.add_(0.05 * torch.randn_like(p))
@@ -46,6 +49,13 @@ def next_token_loss(model, x, y):
 
 @unittest.skipUnless(transformers, "transformers is not installed (requirements-tools.txt)")
 class LlamaFromTransformers(TempDirMixin, unittest.TestCase):
+    FAMILY = "Llama"  # transformers' <FAMILY>ForCausalLM and <FAMILY>Config
+    # A parallel plugin on two ranks the family trains under as one process.
+    PARALLEL = ["--plugin", "fsdp", "--fsdp.auto_wrap_policy", "transformer_based_wrap"]
+
+    def model_class(self):
+        return getattr(transformers, self.FAMILY + "ForCausalLM")
+
     def setUp(self):
         super().setUp()
         self.tokens_path = self.path("tokens.bin")
@@ -53,7 +63,7 @@ class LlamaFromTransformers(TempDirMixin, unittest.TestCase):
         self.probe_path = self.path("probe.bin")
         self.probe = write_tokens(self.probe_path, BATCH * (SEQ + 1), SHAPE["vocab_size"], seed=5)
         self.hf_dir = self.path("hf")
-        random_llama().save_pretrained(self.hf_dir, safe_serialization=True)
+        random_llama(family=self.FAMILY).save_pretrained(self.hf_dir, safe_serialization=True)
 
     def host_args(self, save_dir, metrics):
         return ["--init-from", "hf:" + self.hf_dir, "--data", "tokens:" + self.tokens_path,
@@ -66,7 +76,7 @@ class LlamaFromTransformers(TempDirMixin, unittest.TestCase):
                 "--save", save_dir, "--metrics-file", metrics, "--log-level", "warn", "--threads", 1]
 
     def train_transformers(self):
-        model = transformers.LlamaForCausalLM.from_pretrained(self.hf_dir, attn_implementation="eager")
+        model = self.model_class().from_pretrained(self.hf_dir, attn_implementation="eager")
         model.train()
         opt = ref.make_optimizer(model, HYPER["lr"], HYPER["betas"], HYPER["eps"], HYPER["weight_decay"])
         losses = []
@@ -93,8 +103,8 @@ class LlamaFromTransformers(TempDirMixin, unittest.TestCase):
         out = self.path(os.path.basename(run) + "_hf")
         run_host("export-hf", run, out)
         with open(os.path.join(out, "config.json")) as f:
-            self.assertEqual(json.load(f)["architectures"], ["LlamaForCausalLM"])
-        exported = transformers.LlamaForCausalLM.from_pretrained(out, attn_implementation="eager").eval()
+            self.assertEqual(json.load(f)["architectures"], [self.FAMILY + "ForCausalLM"])
+        exported = self.model_class().from_pretrained(out, attn_implementation="eager").eval()
         windows = torch.from_numpy(self.probe.reshape(BATCH, SEQ + 1))
         with torch.no_grad():
             theirs_probe = next_token_loss(exported, windows[:, :-1], windows[:, 1:]).item()
@@ -102,7 +112,7 @@ class LlamaFromTransformers(TempDirMixin, unittest.TestCase):
         self.assertLess(abs(host_probe - theirs_probe) / theirs_probe, 1e-5, (host_probe, theirs_probe))
         return exported
 
-    def test_llama_trains_like_transformers_exports_back_and_generates_alike(self):
+    def test_trains_like_transformers_exports_back_and_generates_alike(self):
         theirs = self.train_transformers()
         run_host(*self.host_args(self.path("run"), self.path("m.jsonl")))
         exported = self.check(self.path("run"), self.path("m.jsonl"), theirs)
@@ -115,11 +125,17 @@ class LlamaFromTransformers(TempDirMixin, unittest.TestCase):
         self.assertEqual([int(i) for i in got], expected)
 
     @unittest.skipUnless(MPIRUN, "mpirun not found")
-    def test_llama_under_fsdp_on_two_ranks(self):
+    def test_under_a_parallel_plugin_on_two_ranks(self):
         theirs = self.train_transformers()
-        mpirun(2, "--plugin", "fsdp", "--fsdp.auto_wrap_policy", "transformer_based_wrap",
-               *self.host_args(self.path("fsdp"), self.path("f.jsonl")))
-        self.check(self.path("fsdp"), self.path("f.jsonl"), theirs)
+        mpirun(2, *self.PARALLEL, *self.host_args(self.path("parallel"), self.path("p.jsonl")))
+        self.check(self.path("parallel"), self.path("p.jsonl"), theirs)
+
+
+class Qwen2FromTransformers(LlamaFromTransformers):
+    """Qwen2: Llama's block with q, k and v biases (column-parallel: each
+    tensor rank holds its heads' biases)."""
+    FAMILY = "Qwen2"
+    PARALLEL = ["--plugin", "megatron", "--megatron.tp_degree", 2, "--megatron.sequence_parallelism", "true"]
 
 
 class LlamaStrategies(TempDirMixin, unittest.TestCase):

@@ -1,7 +1,9 @@
 """The mixture-of-experts family (issue 36): Mixtral's block (Llama's
 attention, a router and SwiGLU experts) trains through --init-from exactly
 as transformers' MixtralForCausalLM under torch.optim.AdamW, its
-load-balancing loss included; export-hf gives it back and greedy generate
+load-balancing loss included, and so does Qwen2-MoE's (q, k and v biases,
+un-normalised top-k weights, a shared expert behind a sigmoid gate) as
+Qwen2MoeForCausalLM; export-hf gives them back and greedy generate
 matches; ddp, fsdp and ZeRO-3 train as one process; resume is bit-exact;
 the metrics count what the routers did; what it cannot be is refused."""
 import json
@@ -27,12 +29,20 @@ HYPER = dict(lr=2e-3, min_lr=2e-4, warmup=5, schedule="cosine", betas=(0.9, 0.95
              grad_clip=1.0)
 STEPS, BATCH, ACCUM = 20, 8, 2
 AUX = SHAPE["router_aux_loss_coef"]
+# Qwen2-MoE of the same size (transformers' defaults: q, k and v biases,
+# norm_topk_prob false), its shared expert 80 wide.
+QWEN2_MOE_SHAPE = dict(vocab_size=256, hidden_size=64, intermediate_size=96, moe_intermediate_size=96,
+                       shared_expert_intermediate_size=80, num_hidden_layers=2, num_attention_heads=4,
+                       num_key_value_heads=2, num_experts=4, num_experts_per_tok=2, max_position_embeddings=32,
+                       rms_norm_eps=1e-6, router_aux_loss_coef=AUX)
+SHAPES = {"Mixtral": SHAPE, "Qwen2Moe": QWEN2_MOE_SHAPE}
 
 
-def random_mixtral(seed=0, **overrides):
+def random_mixtral(seed=0, family="Mixtral", **overrides):
     torch.manual_seed(seed)
-    model = transformers.MixtralForCausalLM(transformers.MixtralConfig(**{**SHAPE, **overrides}))
-    with torch.no_grad():  # norms away from one, so a misplaced weight shows
+    config = getattr(transformers, family + "Config")(**{**SHAPES[family], **overrides})
+    model = getattr(transformers, family + "ForCausalLM")(config)
+    with torch.no_grad():  # norms away from one (biases away from zero), so a misplaced weight shows
         for name, p in model.named_parameters():
             if p.dim() == 1:
                 p.add_(0.05 * torch.randn_like(p))
@@ -48,6 +58,12 @@ def losses_of(model, x, y):
 
 @unittest.skipUnless(transformers, "transformers is not installed (requirements-tools.txt)")
 class MixtralFromTransformers(TempDirMixin, unittest.TestCase):
+    FAMILY = "Mixtral"  # transformers' <FAMILY>ForCausalLM and <FAMILY>Config
+    EXPERT_KEYS = ("num_local_experts", "num_experts_per_tok")
+
+    def model_class(self):
+        return getattr(transformers, self.FAMILY + "ForCausalLM")
+
     def setUp(self):
         super().setUp()
         self.tokens_path = self.path("tokens.bin")
@@ -55,7 +71,7 @@ class MixtralFromTransformers(TempDirMixin, unittest.TestCase):
         self.probe_path = self.path("probe.bin")
         self.probe = write_tokens(self.probe_path, BATCH * (SEQ + 1), SHAPE["vocab_size"], seed=5)
         self.hf_dir = self.path("hf")
-        random_mixtral().save_pretrained(self.hf_dir, safe_serialization=True)
+        random_mixtral(family=self.FAMILY).save_pretrained(self.hf_dir, safe_serialization=True)
 
     def host_args(self, save_dir, metrics):
         return ["--init-from", "hf:" + self.hf_dir, "--data", "tokens:" + self.tokens_path,
@@ -68,7 +84,7 @@ class MixtralFromTransformers(TempDirMixin, unittest.TestCase):
                 "--save", save_dir, "--metrics-file", metrics, "--log-level", "warn", "--threads", 1]
 
     def train_transformers(self):
-        model = transformers.MixtralForCausalLM.from_pretrained(self.hf_dir, attn_implementation="eager")
+        model = self.model_class().from_pretrained(self.hf_dir, attn_implementation="eager")
         model.train()
         opt = ref.make_optimizer(model, HYPER["lr"], HYPER["betas"], HYPER["eps"], HYPER["weight_decay"])
         losses, aux_losses = [], []
@@ -80,7 +96,7 @@ class MixtralFromTransformers(TempDirMixin, unittest.TestCase):
             micro, micro_aux = [], []
             for x, y in ref.sequential_micro_batches(self.tokens, step, BATCH, ACCUM, SEQ):
                 ce, aux = losses_of(model, x, y)
-                loss = ce + AUX * aux  # what MixtralForCausalLM adds with output_router_logits
+                loss = ce + AUX * aux  # what both classes add with output_router_logits
                 (loss / ACCUM).backward()
                 micro.append(loss.item())
                 micro_aux.append(AUX * aux.item())
@@ -90,7 +106,7 @@ class MixtralFromTransformers(TempDirMixin, unittest.TestCase):
             aux_losses.append(sum(micro_aux) / ACCUM)
         return losses, aux_losses
 
-    def test_mixtral_trains_like_transformers_exports_back_and_generates_alike(self):
+    def test_trains_like_transformers_exports_back_and_generates_alike(self):
         theirs, their_aux = self.train_transformers()
         run, metrics = self.path("run"), self.path("m.jsonl")
         run_host(*self.host_args(run, metrics))
@@ -108,9 +124,9 @@ class MixtralFromTransformers(TempDirMixin, unittest.TestCase):
         run_host("export-hf", run, out)
         with open(os.path.join(out, "config.json")) as f:
             config = json.load(f)
-        self.assertEqual(config["architectures"], ["MixtralForCausalLM"])
-        self.assertEqual((config["num_local_experts"], config["num_experts_per_tok"]), (4, 2))
-        exported = transformers.MixtralForCausalLM.from_pretrained(out, attn_implementation="eager").eval()
+        self.assertEqual(config["architectures"], [self.FAMILY + "ForCausalLM"])
+        self.assertEqual(tuple(config[key] for key in self.EXPERT_KEYS), (4, 2))
+        exported = self.model_class().from_pretrained(out, attn_implementation="eager").eval()
         windows = torch.from_numpy(self.probe.reshape(BATCH, SEQ + 1))
         with torch.no_grad():
             ce, _ = losses_of(exported, windows[:, :-1], windows[:, 1:])
@@ -164,31 +180,54 @@ class MixtralFromTransformers(TempDirMixin, unittest.TestCase):
         loss = sum(losses) / ACCUM
         self.assertLess(abs(ours["loss"] - loss) / loss, 1e-6, (ours["loss"], loss))
         self.assertLess(abs(ours["grad_norm"] - norm) / norm, 1e-5, (ours["grad_norm"], norm))
-        # No transformers class is this model (MixtralForCausalLM has no
-        # shared expert and renormalises; Qwen2MoeForCausalLM has attention
-        # biases): export-hf says so, for either difference.
-        proc = run_host("export-hf", os.path.join(init, "step_0"), self.path("out"), check=False)
-        self.assertNotEqual(proc.returncode, 0)
-        self.assertIn("tensor layers.0.mlp.shared_expert.down_proj.weight is not part of Mixtral", proc.stderr)
+        # export-hf writes it as a Qwen2MoeForCausalLM without attention
+        # biases (qkv_bias false), which computes the same first loss.
+        out = self.path("out")
+        run_host("export-hf", os.path.join(init, "step_0"), out)
+        exported = transformers.Qwen2MoeForCausalLM.from_pretrained(out, attn_implementation="eager").eval()
+        self.assertFalse(exported.config.qkv_bias)
+        self.assertFalse(exported.config.norm_topk_prob)
+        x, y = next(iter(ref.sequential_micro_batches(self.tokens, 0, BATCH, ACCUM, SEQ)))
+        with torch.no_grad():
+            logits = exported(input_ids=x).logits
+        first = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1)).item()
+        self.assertLess(abs(first - losses[0]) / losses[0], 1e-6, (first, losses[0]))
+        # --normalize-top-k false alone is no transformers class (Mixtral
+        # renormalises; Qwen2-MoE always has a shared expert).
         plain = self.path("plain")
-        run_host(*shape[:4], *shape[6:], "--steps", 0, "--save", plain)  # --normalize-top-k false alone
+        run_host(*shape[:4], *shape[6:], "--steps", 0, "--save", plain)
         proc = run_host("export-hf", os.path.join(plain, "step_0"), self.path("out2"), check=False)
         self.assertNotEqual(proc.returncode, 0)
-        self.assertIn("a mixture of experts with a shared expert or un-normalised top-k weights is no transformers "
-                      "model", proc.stderr)
+        self.assertIn("a mixture of experts with attention biases or un-normalised top-k weights but no shared expert "
+                      "is no transformers model", proc.stderr)
 
-    def test_a_mixtral_the_host_cannot_be_is_refused_by_name(self):
-        for overrides, message in [
-            (dict(sliding_window=16), "sliding_window\" is 16; accel-host's Mixtral attends to the whole sequence"),
-            (dict(router_jitter_noise=0.1), "router_jitter_noise\" is 0.1; accel-host's router adds no noise"),
+    def test_a_mixtral_or_qwen2_moe_the_host_cannot_be_is_refused_by_name(self):
+        for family, overrides, message in [
+            ("Mixtral", dict(sliding_window=16),
+             "sliding_window\" is 16; accel-host's Mixtral attends to the whole sequence"),
+            ("Mixtral", dict(router_jitter_noise=0.1), "router_jitter_noise\" is 0.1; accel-host's router adds no noise"),
+            ("Qwen2Moe", dict(decoder_sparse_step=2),
+             "decoder_sparse_step\" is 2; accel-host's Qwen2-MoE has experts in every layer (1)"),
+            ("Qwen2Moe", dict(mlp_only_layers=[1]), "mlp_only_layers\" is an array of 1 element(s); accel-host's "
+                                                    "Qwen2-MoE has experts in every layer ([])"),
+            ("Qwen2Moe", dict(use_sliding_window=True), "use_sliding_window"),
         ]:
             with self.subTest(overrides):
                 bad = self.path("bad" + list(overrides)[0])
-                random_mixtral(**overrides).save_pretrained(bad, safe_serialization=True)
+                random_mixtral(family=family, **overrides).save_pretrained(bad, safe_serialization=True)
                 proc = run_host("--init-from", "hf:" + bad, "--steps", 1, check=False)
                 self.assertEqual(proc.returncode, 1, proc.stderr)  # as every unreadable checkpoint
                 [line] = error_lines(proc.stderr)
                 self.assertIn(message, line)
+
+
+class Qwen2MoeFromTransformers(MixtralFromTransformers):
+    FAMILY = "Qwen2Moe"
+    EXPERT_KEYS = ("num_experts", "num_experts_per_tok")
+
+    # The family-independent tests run once, under Mixtral.
+    test_a_shared_expert_and_unnormalised_top_k_compute_as_qwen2_moe_blocks = None
+    test_a_mixtral_or_qwen2_moe_the_host_cannot_be_is_refused_by_name = None
 
 
 TRAINING = ["--seq-len", 32, "--batch-size", 8, "--lr", 3e-3, "--warmup-steps", 2, "--lr-decay-steps", 8,

@@ -1,10 +1,13 @@
-// Hugging Face Mixtral checkpoints in and out (see hf_checkpoint.h).
+// Hugging Face mixtures of experts in and out (see hf_checkpoint.h):
+// Mixtral's and Qwen2-MoE's.
 //
-// Everything outside the experts maps as Llama's does (the "model."
-// prefix). The experts are one tensor per expert and projection on disk and
-// two stacked parameters per block in the host; reading stacks them lazily
-// (HfWeightSource::add_stacked reads only the block a rank asks for),
-// writing splits them.
+// Everything outside the experts and the router maps as Llama's does (the
+// "model." prefix; Qwen2-MoE's shared expert and its gate are named alike
+// in both). The experts are one tensor per expert and projection on disk
+// and two stacked parameters per block in the host; reading stacks them
+// lazily (HfWeightSource::add_stacked reads only the block a rank asks
+// for), writing splits them. The two families name the block and the
+// projections differently (MoeDiskNames).
 #include <map>
 #include <optional>
 #include <regex>
@@ -19,11 +22,33 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string layer_prefix(int64_t layer) { return "model.layers." + std::to_string(layer) + ".block_sparse_moe."; }
+// How a family stores a block's mixture of experts: the module holding the
+// router ("gate") and the experts, and each expert's three projections.
+struct MoeDiskNames {
+  const char* family;  // in messages
+  const char* block;
+  const char* gate_proj;
+  const char* up_proj;
+  const char* down_proj;
+};
+constexpr MoeDiskNames kMixtral{"Mixtral", "block_sparse_moe.", "w1", "w3", "w2"};
+constexpr MoeDiskNames kQwen2Moe{"Qwen2-MoE", "mlp.", "gate_proj", "up_proj", "down_proj"};
 
-std::string expert_name(int64_t layer, int64_t expert, const char* projection) {
-  return layer_prefix(layer) + "experts." + std::to_string(expert) + "." + projection + ".weight";
+const MoeDiskNames& disk_names(const model::GptConfig& shape) {
+  return hf_family(shape) == HfFamily::qwen2_moe ? kQwen2Moe : kMixtral;
 }
+
+std::string layer_prefix(const MoeDiskNames& names, int64_t layer) {
+  return "model.layers." + std::to_string(layer) + "." + names.block;
+}
+
+std::string expert_name(const MoeDiskNames& names, int64_t layer, int64_t expert, const char* projection) {
+  return layer_prefix(names, layer) + "experts." + std::to_string(expert) + "." + projection + ".weight";
+}
+
+// Whether an "mlp." part is the router or the experts (the rest of the MLP,
+// a shared expert, maps by prefix).
+bool routed_part(const std::string& part) { return part == "gate.weight" || part.rfind("experts.", 0) == 0; }
 
 // "layers.N.mlp.<rest>" -> N and <rest>; nullopt for other names.
 std::optional<std::pair<int64_t, std::string>> mlp_name(const std::string& host_name) {
@@ -47,7 +72,8 @@ struct Wanted {
 
 }  // namespace
 
-std::shared_ptr<const HfWeightSource> read_hf_mixtral_weights(const fs::path& dir, const model::GptConfig& shape) {
+std::shared_ptr<const HfWeightSource> read_hf_moe_weights(const fs::path& dir, const model::GptConfig& shape) {
+  const MoeDiskNames& names = disk_names(shape);
   const int64_t C = shape.n_embd, F = shape.ffn_size, E = shape.n_experts;
   std::map<std::string, Wanted> wanted;  // hf name -> what it is
   std::map<std::string, std::vector<int64_t>> stacked_shapes;
@@ -55,22 +81,22 @@ std::shared_ptr<const HfWeightSource> read_hf_mixtral_weights(const fs::path& di
   for (const model::Unit& unit : layout.units()) {
     for (const model::Param& p : unit.params()) {
       const auto mlp = mlp_name(p.spec.name);
-      if (!mlp) {
+      if (!mlp || !routed_part(mlp->second)) {
         wanted[llama_hf_name(p.spec.name)] = Wanted{p.spec.name, p.spec.shape};
         continue;
       }
       const auto& [layer, part] = *mlp;
       if (part == "gate.weight") {
-        wanted[layer_prefix(layer) + "gate.weight"] = Wanted{p.spec.name, p.spec.shape};
+        wanted[layer_prefix(names, layer) + "gate.weight"] = Wanted{p.spec.name, p.spec.shape};
         continue;
       }
       stacked_shapes[p.spec.name] = p.spec.shape;
       for (int64_t e = 0; e < E; ++e) {
         if (part == "experts.gate_up_proj") {
-          wanted[expert_name(layer, e, "w1")] = Wanted{p.spec.name, {F, C}, e, 0};
-          wanted[expert_name(layer, e, "w3")] = Wanted{p.spec.name, {F, C}, e, 1};
+          wanted[expert_name(names, layer, e, names.gate_proj)] = Wanted{p.spec.name, {F, C}, e, 0};
+          wanted[expert_name(names, layer, e, names.up_proj)] = Wanted{p.spec.name, {F, C}, e, 1};
         } else {
-          wanted[expert_name(layer, e, "w2")] = Wanted{p.spec.name, {C, F}, e, 0};
+          wanted[expert_name(names, layer, e, names.down_proj)] = Wanted{p.spec.name, {C, F}, e, 0};
         }
       }
     }
@@ -88,8 +114,8 @@ std::shared_ptr<const HfWeightSource> read_hf_mixtral_weights(const fs::path& di
       if (info.name.ends_with(".rotary_emb.inv_freq")) continue;  // recomputed from rope_theta
       const auto want = wanted.find(info.name);
       if (want == wanted.end()) {
-        throw CheckpointError(path.string() + ": tensor " + info.name + " is not part of a Mixtral of " +
-                              shape.describe());
+        throw CheckpointError(path.string() + ": tensor " + info.name + " is not part of a " + names.family +
+                              " of " + shape.describe());
       }
       const Wanted& w = want->second;
       if (info.shape != w.shape) {
@@ -122,32 +148,35 @@ std::shared_ptr<const HfWeightSource> read_hf_mixtral_weights(const fs::path& di
   return weights;
 }
 
-std::vector<std::pair<std::string, at::Tensor>> to_hf_mixtral_tensors(
+std::vector<std::pair<std::string, at::Tensor>> to_hf_moe_tensors(
     const std::vector<std::pair<std::string, at::Tensor>>& host_tensors, const model::GptConfig& shape) {
+  const MoeDiskNames& names = disk_names(shape);
   const int64_t F = shape.ffn_size;
   std::vector<std::pair<std::string, at::Tensor>> out;
   for (const auto& [name, tensor] : host_tensors) {
     const at::Tensor t = tensor.to(at::kFloat);
     const auto mlp = mlp_name(name);
-    if (!mlp) {
+    if (!mlp || !routed_part(mlp->second)) {
       const bool known = name == "embed_tokens.weight" || name == "norm.weight" || name == "lm_head.weight" ||
                          name.rfind("layers.", 0) == 0;
-      if (!known) throw CheckpointError("export-hf: tensor " + name + " is not part of Mixtral");
+      if (!known) throw CheckpointError("export-hf: tensor " + name + " is not part of " + names.family);
       out.emplace_back(llama_hf_name(name), t.contiguous());
       continue;
     }
     const auto& [layer, part] = *mlp;
     if (part == "gate.weight") {
-      out.emplace_back(layer_prefix(layer) + "gate.weight", t.contiguous());
+      out.emplace_back(layer_prefix(names, layer) + "gate.weight", t.contiguous());
     } else if (part == "experts.gate_up_proj") {
       for (int64_t e = 0; e < t.size(0); ++e) {
-        out.emplace_back(expert_name(layer, e, "w1"), t[e].narrow(0, 0, F).contiguous());
-        out.emplace_back(expert_name(layer, e, "w3"), t[e].narrow(0, F, F).contiguous());
+        out.emplace_back(expert_name(names, layer, e, names.gate_proj), t[e].narrow(0, 0, F).contiguous());
+        out.emplace_back(expert_name(names, layer, e, names.up_proj), t[e].narrow(0, F, F).contiguous());
       }
     } else if (part == "experts.down_proj") {
-      for (int64_t e = 0; e < t.size(0); ++e) out.emplace_back(expert_name(layer, e, "w2"), t[e].contiguous());
+      for (int64_t e = 0; e < t.size(0); ++e) {
+        out.emplace_back(expert_name(names, layer, e, names.down_proj), t[e].contiguous());
+      }
     } else {
-      throw CheckpointError("export-hf: tensor " + name + " is not part of Mixtral");
+      throw CheckpointError("export-hf: tensor " + name + " is not part of " + names.family);
     }
   }
   return out;
