@@ -53,6 +53,27 @@ json mixtral_json() {
     "output_router_logits": true, "router_aux_loss_coef": 0.02, "tie_word_embeddings": false})");
 }
 
+// transformers 5's Qwen2Config and Qwen2MoeConfig as save_pretrained writes them.
+json qwen2_json() {
+  return json::parse(R"({"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "vocab_size": 256,
+    "max_position_embeddings": 32, "hidden_size": 64, "intermediate_size": 176, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "hidden_act": "silu", "rms_norm_eps": 1e-06,
+    "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"}, "layer_types": ["full_attention",
+    "full_attention"], "max_window_layers": 28, "sliding_window": null, "use_sliding_window": false,
+    "attention_dropout": 0.0, "tie_word_embeddings": false})");
+}
+
+json qwen2_moe_json() {
+  return json::parse(R"({"architectures": ["Qwen2MoeForCausalLM"], "model_type": "qwen2_moe", "vocab_size": 256,
+    "max_position_embeddings": 32, "hidden_size": 64, "intermediate_size": 128, "moe_intermediate_size": 96,
+    "shared_expert_intermediate_size": 80, "num_experts": 4, "num_experts_per_tok": 2, "norm_topk_prob": false,
+    "qkv_bias": true, "decoder_sparse_step": 1, "mlp_only_layers": [], "num_hidden_layers": 2,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "hidden_act": "silu", "rms_norm_eps": 1e-06,
+    "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"}, "layer_types": ["full_attention",
+    "full_attention"], "sliding_window": 0, "use_sliding_window": false, "output_router_logits": false,
+    "router_aux_loss_coef": 0.001, "tie_word_embeddings": false})");
+}
+
 constexpr const char* kWhere = "hf/config.json";
 
 std::string error_of_text(const std::string& text) {
@@ -108,11 +129,46 @@ TEST(HfConfig, AMixtralIsALlamaWithExperts) {
   j["sliding_window"] = 4096;
   expect_refused(error_of(j), "\"sliding_window\" is 4096; accel-host's Mixtral attends to the whole sequence",
                  "sliding window");
-  expect_refused(error_of(json{{"model_type", "qwen2_moe"}}), "q, k and v biases", "qwen2_moe");
+}
+
+TEST(HfConfig, Qwen2IsALlamaWithAttentionBiasesAndQwen2MoeAddsASharedExpert) {
+  const model::GptConfig qwen2 = parse_hf_config(qwen2_json().dump(), kWhere).shape;
+  EXPECT_EQ(qwen2.family, model::ModelFamily::llama);
+  EXPECT_TRUE(qwen2.qkv_bias);
+  EXPECT_FALSE(qwen2.has_experts());
+  EXPECT_EQ(hf_family(qwen2), HfFamily::qwen2);
+  const model::GptConfig moe = parse_hf_config(qwen2_moe_json().dump(), kWhere).shape;
+  EXPECT_TRUE(moe.qkv_bias);
+  EXPECT_EQ(moe.n_experts, 4);
+  EXPECT_EQ(moe.ffn_size, 96);  // moe_intermediate_size: intermediate_size is the dense MLP no layer has
+  EXPECT_EQ(moe.shared_expert_size, 80);
+  EXPECT_FALSE(moe.normalize_top_k);
+  EXPECT_EQ(hf_family(moe), HfFamily::qwen2_moe);
+  json j = qwen2_moe_json();
+  j.erase("qkv_bias");  // transformers' default: the biases
+  j.erase("norm_topk_prob");  // and un-normalised weights
+  EXPECT_EQ(parse_hf_config(j.dump(), kWhere).shape, moe);
+  j["qkv_bias"] = false;
+  EXPECT_FALSE(parse_hf_config(j.dump(), kWhere).shape.qkv_bias);
+  const std::pair<const char*, json> refused[] = {
+      {"decoder_sparse_step", 2}, {"mlp_only_layers", json::array({0})}, {"use_sliding_window", true},
+      {"layer_types", json::array({"full_attention", "sliding_attention"})}, {"shared_expert_intermediate_size", 0}};
+  for (const auto& [key, value] : refused) {
+    j = qwen2_moe_json();
+    j[key] = value;
+    expect_refused(error_of(j), std::string("\"") + key + "\"", key);
+  }
+  j = qwen2_json();
+  j["tie_word_embeddings"] = true;  // Qwen2-0.5B's: the host's head is untied
+  expect_refused(error_of(j), "\"tie_word_embeddings\"", "tied qwen2");
+  // A mixture of experts no transformers class is: export-hf refuses it.
+  model::GptConfig neither = moe;
+  neither.shared_expert_size = 0;
+  EXPECT_THROW(hf_family(neither), CheckpointError);
 }
 
 TEST(HfConfig, WhatExportWritesParsesBack) {
-  for (const json& j : {gpt2_json(), llama_json(), mixtral_json()}) {
+  for (const json& j : {gpt2_json(), llama_json(), mixtral_json(), qwen2_json(), qwen2_moe_json()}) {
     const model::GptConfig shape = parse_hf_config(j.dump(), kWhere).shape;
     EXPECT_EQ(parse_hf_config(hf_config_json(shape), kWhere).shape, shape) << shape.describe();
   }

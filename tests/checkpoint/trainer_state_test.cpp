@@ -82,6 +82,23 @@ TEST(TrainerState, ALlamaShapeParsesBackAndItsFieldsAreChecked) {
   EXPECT_NE(error_of(j).find("rope_theta"), std::string::npos) << error_of(j);
 }
 
+// Qwen2's attention biases: written only when present, so files from before
+// them (and every Llama) read as bias-free.
+TEST(TrainerState, Qwen2AttentionBiasesParseBack) {
+  TrainerState qwen2 = sample_state();
+  qwen2.model = model::GptConfig{2, 4, 64, 32, 256, model::ModelFamily::llama, 2, 176, 1e4, 1e-6};
+  qwen2.model.qkv_bias = true;
+  EXPECT_EQ(parse_trainer_state(trainer_state_json(qwen2), "x").model, qwen2.model);
+  json j = json::parse(trainer_state_json(qwen2));
+  j["model"]["qkv_bias"] = 1;
+  EXPECT_NE(error_of(j).find("qkv_bias"), std::string::npos) << error_of(j);
+  j["model"].erase("qkv_bias");
+  EXPECT_FALSE(parse_trainer_state(j.dump(), "x").model.qkv_bias);
+  TrainerState llama = qwen2;
+  llama.model.qkv_bias = false;
+  EXPECT_FALSE(json::parse(trainer_state_json(llama))["model"].contains("qkv_bias"));
+}
+
 TEST(TrainerState, AMixtureOfExpertsParsesBackAndAFileFromBeforeItIsDense) {
   TrainerState moe = sample_state();
   moe.model = model::GptConfig{2, 4, 64, 32, 256, model::ModelFamily::llama, 2, 96, 1e6, 1e-6, 8, 2};

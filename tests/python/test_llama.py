@@ -137,6 +137,11 @@ class Qwen2FromTransformers(LlamaFromTransformers):
     FAMILY = "Qwen2"
     PARALLEL = ["--plugin", "megatron", "--megatron.tp_degree", 2, "--megatron.sequence_parallelism", "true"]
 
+    def test_a_flag_that_contradicts_the_biases_names_both(self):
+        proc = run_host("--init-from", "hf:" + self.hf_dir, "--qkv-bias", "false", "--steps", 1, check=False)
+        self.assertEqual(proc.returncode, 2, proc.stderr)
+        self.assertIn("--qkv-bias false contradicts a Qwen2 (q, k and v biases) of", proc.stderr)
+
 
 class LlamaStrategies(TempDirMixin, unittest.TestCase):
     COMMON = ["--model", "llama-tiny", "--seq-len", 32, "--batch-size", 8, "--lr", 3e-3, "--warmup-steps", 2,

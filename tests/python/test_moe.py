@@ -323,6 +323,7 @@ class MoeStrategies(TempDirMixin, unittest.TestCase):
             (["--model", "moe-tiny", "--moe-aux-loss-coef", -1], "--moe-aux-loss-coef must be >= 0"),
             (["--model", "llama-tiny", "--shared-expert-size", 32], "--shared-expert-size needs experts"),
             (["--model", "llama-tiny", "--normalize-top-k", "false"], "--normalize-top-k needs experts"),
+            (["--model", "gpt-tiny", "--qkv-bias", "true"], "--qkv-bias shapes llama-family models"),
         ]:
             with self.subTest(args):
                 proc = run_host(*TRAINING, *args, "--steps", 1, check=False)
