@@ -291,6 +291,14 @@ class CrossStrategyCheckpoints(TempDirMixin, unittest.TestCase):
         self.resume(4, ["--plugin", "megatron", "--megatron.ep_degree", 2, *self.DISTRIBUTED_OPTIMIZER], 2,
                     self.ZERO3, common=self.MOE)
 
+    # The blocks holding experts are partitioned over the ranks holding the
+    # same experts: a full state dict gathers them there and over the expert
+    # group; ZeRO-3 offloads its partitions of them to host memory.
+    def test_moe_fsdp_ep2_full_state_dict_on_four_resumes_under_zero3_ep2_offloaded(self):
+        self.resume(4, [*FSDP, *WRAP, "--fsdp.ep_size", 2, "--fsdp.state_dict_type", "FULL_STATE_DICT"], 4,
+                    ["--plugin", "deepspeed_zero", "--deepspeed_zero.zero_stage", 3, "--deepspeed_zero.ep_size", 2,
+                     "--deepspeed_zero.offload_optimizer_device", "cpu"], common=self.MOE)
+
     def test_moe_ep4_resumes_under_fsdp_on_two(self):
         self.resume(4, ["--plugin", "megatron", "--megatron.ep_degree", 4], 2, [*FSDP, *WRAP], common=self.MOE)
 

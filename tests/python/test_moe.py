@@ -416,6 +416,8 @@ class MoeStrategies(TempDirMixin, unittest.TestCase):
         one = self.losses(*clip)
         for ranks, extra in ((4, ["--megatron.pp_degree", 2]), (2, ["--megatron.cp_degree", 2]),
                              (4, ["--megatron.use_distributed_optimizer", "true"]),
+                             # the blocks' partitions over EXPERT_DATA pairs, the attention also split
+                             (8, ["--megatron.tp_degree", 2, "--megatron.use_distributed_optimizer", "true"]),
                              (2, ["--megatron.recompute_activations", "true",
                                   "--megatron.recompute_granularity", "full"])):
             with self.subTest(extra[0]):
@@ -506,11 +508,20 @@ class MoeStrategies(TempDirMixin, unittest.TestCase):
 
     @unittest.skipUnless(MPIRUN, "mpirun not found")
     def test_expert_parallel_resume_is_bit_exact(self):
-        ep, save = [*self.EP, 2], self.path("ep")
-        whole = self.losses(*ep, ranks=2)
-        first = self.losses(*ep, "--save", save, ranks=2, steps=4)
-        rest = self.losses(*ep, "--save", save, "--resume", save, ranks=2)
-        self.assertEqual(first + rest, whole)
+        # Under the same strategy and world size: megatron ep 2, and ZeRO-3
+        # and fsdp (sharded state dict) with the expert blocks partitioned
+        # over EXPERT_DATA.
+        for name, ranks, ep in (("megatron", 2, [*self.EP, 2]),
+                                ("zero3", 4, ["--plugin", "deepspeed_zero", "--deepspeed_zero.zero_stage", 3,
+                                              "--deepspeed_zero.ep_size", 2]),
+                                ("fsdp", 4, ["--plugin", "fsdp", "--fsdp.ep_size", 2, "--fsdp.state_dict_type",
+                                             "SHARDED_STATE_DICT"])):
+            with self.subTest(name):
+                save = self.path("ep_" + name)
+                whole = self.losses(*ep, ranks=ranks)
+                first = self.losses(*ep, "--save", save, ranks=ranks, steps=4)
+                rest = self.losses(*ep, "--save", save, "--resume", save, ranks=ranks)
+                self.assertEqual(first + rest, whole)
 
     @unittest.skipUnless(MPIRUN, "mpirun not found")
     def test_expert_parallel_that_cannot_be_is_one_line(self):
