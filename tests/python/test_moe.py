@@ -428,13 +428,15 @@ class MoeStrategies(TempDirMixin, unittest.TestCase):
         # DeepSpeed-MoE's ep_size: the blocks holding experts partitioned over
         # the ranks holding the same experts (EXPERT_DATA), the rest over the
         # data group; ep 2 x dp 2 under ZeRO-3 (each rank initialising only
-        # its partitions) and ZeRO-2, ep 4 under ZeRO-1, fsdp ep 2 x dp 2
+        # its partitions), ZeRO-2 (two micro-batches) and ZeRO-1 (partitions
+        # that are slices of the host's buffers), ep 4 under ZeRO-1, fsdp ep 2 x dp 2
         # with rank 0's weights broadcast (expert slices from their first
         # holders) and with each rank's slice computed where it lies.
         clip = ["--grad-clip", 0.5]
         one = self.losses(*clip)
         zero = ["--plugin", "deepspeed_zero", "--deepspeed_zero.zero_stage"]
-        for stage, ep, extra in ((3, 2, ["--deepspeed_zero.zero3_init_flag", "true"]), (2, 2, []), (1, 4, [])):
+        for stage, ep, extra in ((3, 2, ["--deepspeed_zero.zero3_init_flag", "true"]), (2, 2, ["--grad-accum", 2]),
+                                 (1, 2, []), (1, 4, [])):
             with self.subTest(stage=stage, ep=ep):
                 got = self.run_metrics(*clip, *zero, stage, "--deepspeed_zero.ep_size", ep, *extra, ranks=4)
                 self.assert_close(one, [m["loss"] for m in got], f"ZeRO-{stage} ep {ep}")
