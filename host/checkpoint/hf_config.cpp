@@ -265,7 +265,8 @@ HfModelConfig parse_qwen2_moe(const JsonFields& config) {
   if (config.has_value("mlp_only_layers")) {
     const nlohmann::json& dense = config.value("mlp_only_layers");
     if (!dense.is_array() || !dense.empty()) {
-      config.fail("mlp_only_layers", "is " + describe(dense) + "; accel-host's Qwen2-MoE has experts in every layer ([])");
+      config.fail("mlp_only_layers",
+                  "is " + describe(dense) + "; accel-host's Qwen2-MoE has experts in every layer ([])");
     }
   }
   require_full_attention(config);

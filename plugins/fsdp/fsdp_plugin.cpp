@@ -131,8 +131,9 @@ class Fsdp final : public sdk::Plugin {
                               static_cast<long long>(ep_), s.world_size()));
     }
     if (config_.mesh.replica_size > 1) {
-      throw Error(ACCEL_ERROR_UNSUPPORTED, "ep_size with a hybrid sharding strategy: the clipping norm counts expert "
-                                           "slices across the whole data group; use FULL_SHARD or SHARD_GRAD_OP");
+      throw Error(ACCEL_ERROR_UNSUPPORTED, "ep_size with a hybrid sharding strategy: the blocks holding experts "
+                                           "shard over the ranks holding the same experts, beside which no replica "
+                                           "reduction is built; use FULL_SHARD or SHARD_GRAD_OP");
     }
     if (!sdk::host_abi_at_least(1, 12)) {
       throw Error(ACCEL_ERROR_UNSUPPORTED, "ep_size needs a host with the expert group (ABI 1.12)");

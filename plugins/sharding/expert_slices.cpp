@@ -25,8 +25,8 @@ std::vector<SliceRun> slice_runs(const UnitLayout& unit) {
     const bool experts = is_expert_slice(params[first]);
     size_t end = first + 1;
     while (end < params.size() && is_expert_slice(params[end]) == experts) ++end;
-    runs.push_back(SliceRun{sdk::FlatRange{params[first].flat_offset, params[end - 1].flat_offset + params[end - 1].numel},
-                            experts});
+    const ParamLayout& last = params[end - 1];
+    runs.push_back(SliceRun{sdk::FlatRange{params[first].flat_offset, last.flat_offset + last.numel}, experts});
     first = end;
   }
   return runs;

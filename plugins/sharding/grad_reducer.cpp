@@ -203,8 +203,6 @@ void GradReducer::finish_shard(ShardedUnit& unit) {
   }
 }
 
-
-
 void GradReducer::set_experts(const ExpertGroups& experts) {
   if (!experts.active()) return;
   if (fp8_ || fp8_data_) {

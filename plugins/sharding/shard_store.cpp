@@ -90,7 +90,8 @@ ShardStore::ShardStore(const sdk::Kernels& ops, const ShardingOptions& config, c
     std::vector<int64_t> swap_numel(slots, 0);
     for (const UnitLayout& layout : units) {
       if (plan.sharded(layout.index)) {
-        swap_numel[static_cast<size_t>(layout.index)] = sdk::FlatShardLayout(layout.numel, shape_of(layout).size).shard_numel();
+        const sdk::FlatShardLayout shards(layout.numel, shape_of(layout).size);
+        swap_numel[static_cast<size_t>(layout.index)] = shards.shard_numel();
       }
     }
     make_swap(ops, config, std::move(swap_numel), world_rank);

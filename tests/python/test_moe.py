@@ -530,6 +530,8 @@ class MoeStrategies(TempDirMixin, unittest.TestCase):
         for ranks, extra, message in [
             (2, [*self.EP, 3], "ep_degree 3 does not divide the data-parallel size 2"),
             (4, [*self.EP, 4, "--n-experts", 6], "expert parallel size 4 does not divide the 6 experts"),
+            (4, ["--plugin", "fsdp", "--fsdp.ep_size", 2, "--fsdp.sharding_strategy", "HYBRID_SHARD",
+                 "--fsdp.hybrid_shard_group_size", 2], "ep_size with a hybrid sharding strategy"),
         ]:
             with self.subTest(extra):
                 proc = mpirun(ranks, *self.COMMON, "--steps", 1, *extra, check=False)
