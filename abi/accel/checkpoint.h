@@ -79,14 +79,36 @@ typedef struct AccelCheckpointSliceArgs {
   const DLTensor* local;         /* the slice; its shape is the extent.
                                     put: read; get: out (filled) */
   AccelStream stream;            /* device `local`: ordering of the copy */
+  uint32_t flags;                /* since 1.13: ACCEL_CHECKPOINT_PUT_* bits
+                                    (put only; get ignores them) */
+  uint32_t reserved;             /* since 1.13: must be 0 (refused otherwise) */
 } AccelCheckpointSliceArgs;
+
+/* Flags of AccelCheckpointSliceArgs.flags (since 1.13; a 1.12 host, or a
+ * put whose struct_size ends before `flags`, reads none set; bits a host
+ * does not know are ignored).
+ *
+ * ACCEL_CHECKPOINT_PUT_STABLE: the caller promises more than the default
+ * lifetime: `local` stays allocated and unchanged until the calling
+ * plugin's next optimizer_step, train_step, save_state, load_state or
+ * teardown hook begins, whichever comes first (a sharding strategy's master
+ * weights and moments, which only its optimizer step writes). The host may
+ * then read a host-memory `local` after save_state returns: a blocking save
+ * writes it to disk from the caller's memory with no copy, and a background
+ * save (--save-async, --snapshot-every) copies it on its writer thread
+ * while the next step's forward and backward run, holding the step's
+ * optimizer phase until that copy is done (CheckFreq's pipelined
+ * snapshot). A device `local` is copied before put returns, as without the
+ * flag. */
+#define ACCEL_CHECKPOINT_PUT_STABLE 1u
 
 /* Adds a slice to the checkpoint being saved. The host reads `local` after
  * the work already enqueued on `stream`, at any time until the save_state
- * hook returns; do not modify or free it before then. The stored dtype is
+ * hook returns (with ACCEL_CHECKPOINT_PUT_STABLE, longer: see the flag);
+ * do not modify or free it before then. The stored dtype is
  * local's. Errors: ACCEL_ERROR_INVALID_ARGUMENT (slice outside the global
- * shape, global shape differs from an earlier put of the same name).
- * When: inside save_state only. */
+ * shape, global shape differs from an earlier put of the same name,
+ * reserved not 0). When: inside save_state only. */
 typedef AccelStatus AccelCheckpointPutFn(AccelHost* host,
                                          const AccelCheckpointSliceArgs* args);
 

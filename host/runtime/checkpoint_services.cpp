@@ -10,7 +10,9 @@
 // otherwise ACCEL_ERROR_FAILED_PRECONDITION. Names in ACCEL_CHECKPOINT_PLUGIN
 // are the calling plugin's own (prefixed with its name); MODEL and OPTIMIZER
 // names are shared by every plugin; EXPORT tensors (rank 0's, whole) become
-// the checkpoint's model_16bit.safetensors and are never read back.
+// the checkpoint's model_16bit.safetensors and are never read back. A put
+// flagged ACCEL_CHECKPOINT_PUT_STABLE lends its memory to the writer
+// instead of being copied (plugin_state.h, PluginStateWriter::put).
 //
 // Thread-safety: loop thread only.
 #include <accel/accel.h>
@@ -70,7 +72,14 @@ AccelStatus put(AccelHost* host, const AccelCheckpointSliceArgs* args) {
     if (args->space == ACCEL_CHECKPOINT_EXPORT && context.identity.rank != 0) {
       fail(ACCEL_ERROR_INVALID_ARGUMENT, "'" + g.name + "': only world rank 0 puts into the consolidated model file");
     }
-    writer.put(plugin_name_of(host), args->space, g.name, g.global_shape, g.global_offset, args->local);
+    // Since 1.13; an older plugin's args end before them (no flags).
+    uint32_t flags = 0;
+    if (ACCEL_STRUCT_HAS_FIELD(args, AccelCheckpointSliceArgs, reserved)) {
+      if (args->reserved != 0) fail(ACCEL_ERROR_INVALID_ARGUMENT, "'" + g.name + "': reserved must be 0");
+      flags = args->flags;
+    }
+    const bool stable = (flags & ACCEL_CHECKPOINT_PUT_STABLE) != 0;
+    writer.put(plugin_name_of(host), args->space, g.name, g.global_shape, g.global_offset, args->local, stable);
   });
 }
 

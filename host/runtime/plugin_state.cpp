@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <utility>
 
@@ -264,7 +265,7 @@ void SliceInventory::check_tiling(const std::vector<SliceInventory>& ranks) {
 
 void PluginStateWriter::put(const std::string& plugin, AccelCheckpointSpace space, const std::string& name,
                             const std::vector<int64_t>& global_shape, const std::vector<int64_t>& global_offset,
-                            const DLTensor* local) {
+                            const DLTensor* local, bool stable) {
   check_space(space);
   if (name.empty()) fail(ACCEL_ERROR_INVALID_ARGUMENT, "name is empty");
   const at::Tensor slice = to_aten(local, "local");
@@ -324,9 +325,15 @@ void PluginStateWriter::put(const std::string& plugin, AccelCheckpointSpace spac
   }
   Entry& entry = found->second;
   const size_t k = entry.meta.slices.size();
+  entry.meta.slices.push_back({0, k == 0 ? stored : stored + "#" + std::to_string(k), global_offset, extent});
+  // Lent: host memory stage() can memcpy. A device slice is copied now.
+  if (stable && slice.is_cpu() && slice.is_contiguous()) {
+    entry.data.push_back(slice);
+    lent_.emplace_back(stored, k);
+    return;
+  }
   at::Tensor copy = buffer_for(stored, k, slice);
   copy.copy_(slice);
-  entry.meta.slices.push_back({0, k == 0 ? stored : stored + "#" + std::to_string(k), global_offset, extent});
   entry.data.push_back(std::move(copy));
 }
 
@@ -353,7 +360,27 @@ void PluginStateWriter::check_complete() const {
   }
 }
 
+void PluginStateWriter::stage() {
+  for (const auto& [stored, k] : lent_) {
+    at::Tensor& data = tensors_.at(stored).data[k];
+    at::Tensor copy = buffer_for(stored, k, data);
+    // A plain memcpy: ATen's copy_ would start an intra-op thread team on
+    // this thread, beside the training thread's own.
+    std::memcpy(copy.data_ptr(), data.data_ptr(), data.nbytes());
+    data = std::move(copy);
+  }
+  lent_.clear();
+}
+
+int64_t PluginStateWriter::lent_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& [stored, k] : lent_) bytes += static_cast<int64_t>(tensors_.at(stored).data[k].nbytes());
+  return bytes;
+}
+
 void PluginStateWriter::recycle(PluginStateWriter&& previous) {
+  // A lent slice is the plugin's memory, never a spare.
+  for (const auto& [stored, k] : previous.lent_) previous.tensors_.at(stored).data[k] = at::Tensor();
   for (auto& [stored, entry] : previous.tensors_) spare_[stored] = std::move(entry.data);
   for (auto& [name, stored] : previous.exports_) spare_["\x01" + name] = {std::move(stored.second)};
   previous.tensors_.clear();
@@ -375,7 +402,7 @@ int64_t PluginStateWriter::held_bytes() const {
     for (const at::Tensor& data : entry.data) bytes += static_cast<int64_t>(data.nbytes());
   }
   for (const auto& [name, stored] : exports_) bytes += static_cast<int64_t>(stored.second.nbytes());
-  return bytes;
+  return bytes - lent_bytes();
 }
 
 SliceInventory PluginStateWriter::inventory() const {

@@ -144,10 +144,16 @@ class SliceInventory {
 
 class PluginStateWriter {
  public:
-  // Adds a slice, copying `local`'s data now (any place, any strides).
+  // Adds a slice, copying `local`'s data now (any place, any strides). A
+  // `stable` slice (ACCEL_CHECKPOINT_PUT_STABLE: unchanged until the
+  // plugin's next optimizer step) in contiguous host memory is lent
+  // instead: the writer keeps a view of it, which write() reads as it is
+  // (a blocking save: no copy) or stage() copies (a background save, on
+  // its writer thread). Either must happen before the plugin's next
+  // optimizer step.
   void put(const std::string& plugin, AccelCheckpointSpace space, const std::string& name,
            const std::vector<int64_t>& global_shape, const std::vector<int64_t>& global_offset,
-           const DLTensor* local);
+           const DLTensor* local, bool stable = false);
   // Stores a string; a repeated key keeps the last value.
   void put_string(const std::string& plugin, AccelCheckpointSpace space, const std::string& key,
                   const std::string& value);
@@ -160,8 +166,15 @@ class PluginStateWriter {
   // Whether anything was put into ACCEL_CHECKPOINT_EXPORT (its tensors are
   // kept apart: not in the plugin-state file, not in the inventory).
   bool has_exports() const { return !exports_.empty(); }
-  // Bytes of the tensor copies it holds (slices and exports).
+  // Bytes of the tensor copies it holds (slices and exports), and of the
+  // lent slices not yet staged (views of the plugins' memory).
   int64_t held_bytes() const;
+  int64_t lent_bytes() const;
+  // Copies every lent slice into memory of its own (recycled where it
+  // fits), so the plugins may change theirs. Safe on another thread than
+  // the puts' while the plugins keep the stable contract; once, after the
+  // last put.
+  void stage();
   // Copies into `previous`'s tensors (an earlier save's writer, written and
   // done with) instead of fresh memory, wherever a put has the same stored
   // name, slice index, shape and dtype: the periodic saves of one run put the
@@ -191,6 +204,9 @@ class PluginStateWriter {
   std::map<std::string, StoredString> strings_;  // by stored name
   // recycle's buffers by stored name (exports: "\x01" + name), slice index.
   std::map<std::string, std::vector<at::Tensor>> spare_;
+  // The lent slices, not yet staged: (stored name, slice index); their
+  // entry.data is a view of the plugin's memory until stage().
+  std::vector<std::pair<std::string, size_t>> lent_;
   // A CPU tensor shaped like `slice` to copy it into: the spare at (key, k)
   // when it fits, else fresh memory.
   at::Tensor buffer_for(const std::string& key, size_t k, const at::Tensor& slice);

@@ -3,8 +3,12 @@
 //
 // At a save step the trainer takes a snapshot (checkpoint_format.h's
 // PreparedSave with snapshot: the host's tensors copied to host memory, the
-// plugins' puts, ROOT/step_N.tmp made) and hands it here; the thread writes
-// and fsyncs this rank's files. The commit (every rank's outcome, the
+// plugins' puts, ROOT/step_N.tmp made) and hands it here; the thread first
+// copies what the plugins lent (their stable puts: master weights and
+// moments, unchanged until their next optimizer step), then writes and
+// fsyncs this rank's files. The copy overlaps the next step's forward and
+// backward; the trainer calls wait_staged() before that step's optimizer
+// phase (a pipelined snapshot, as CheckFreq takes it). The commit (every rank's outcome, the
 // manifest, the rename) is collective, so it stays on the trainer's thread:
 // at the first step end at which every rank's write has finished (the
 // step's loss all-reduce carries the bit, no collective of its own), or
@@ -17,9 +21,12 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <thread>
 
 #include "host/train/checkpoint_format.h"
@@ -34,6 +41,12 @@ class AsyncCheckpointWriter {
   ~AsyncCheckpointWriter();
   AsyncCheckpointWriter(const AsyncCheckpointWriter&) = delete;
   AsyncCheckpointWriter& operator=(const AsyncCheckpointWriter&) = delete;
+
+  // Blocks until the save in flight has copied what the plugins lent (at
+  // once when nothing is in flight or it is done). Returns the time it
+  // waited, in ms, at the first call after start(); nothing at later calls
+  // or with nothing started. Before every optimizer step and train_step.
+  std::optional<double> wait_staged();
 
   // Whether a save was started and not yet committed.
   bool in_flight() const { return save_ != nullptr; }
@@ -66,6 +79,10 @@ class AsyncCheckpointWriter {
   std::unique_ptr<checkpoint::PreparedSave> spent_;
   std::thread thread_;
   std::atomic<bool> written_{false};
+  std::mutex staged_mutex_;
+  std::condition_variable staged_changed_;
+  bool staged_ = true;  // under staged_mutex_: no lent memory is being read
+  bool wait_reported_ = true;  // the owner's: wait_staged returned since start
   double write_ms_ = 0.0;  // set by the thread before written_
   double last_write_ms_ = 0.0;
   int64_t last_host_bytes_ = 0;

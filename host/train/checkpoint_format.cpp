@@ -293,6 +293,7 @@ struct PreparedSave::Contents {
   runtime::PluginStateWriter plugins;
   std::string inventory;  // this rank's slices, for rank 0's tiling check
   std::string error;      // a failure while preparing, reported by write
+  bool snapshot = false;  // a background save: the lent puts are staged
 };
 
 PreparedSave::PreparedSave(const fs::path& root, const RankGroup& group, const model::GptModel& model,
@@ -301,6 +302,7 @@ PreparedSave::PreparedSave(const fs::path& root, const RankGroup& group, const m
                            std::unique_ptr<PreparedSave> recycle)
     : contents_(std::make_unique<Contents>()) {
   contents_->rank = group.rank;
+  contents_->snapshot = snapshot;
   std::vector<at::Tensor> spare;
   if (recycle) {
     contents_->plugins.recycle(std::move(recycle->contents_->plugins));
@@ -334,6 +336,15 @@ PreparedSave::PreparedSave(const fs::path& root, const RankGroup& group, const m
 PreparedSave::~PreparedSave() = default;
 PreparedSave::PreparedSave(PreparedSave&&) noexcept = default;
 
+void PreparedSave::stage() {
+  Contents& c = *contents_;
+  try {
+    c.plugins.stage();
+  } catch (const std::exception& e) {  // out of memory: this rank's outcome
+    if (c.error.empty()) c.error = std::string("staging the plugins' state: ") + e.what();
+  }
+}
+
 void PreparedSave::write() {
   Contents& c = *contents_;
   c.commit->write([&c](const fs::path& dir) {
@@ -363,7 +374,9 @@ fs::path PreparedSave::finish() {
 }
 
 int64_t PreparedSave::host_bytes() const {
-  return (contents_->host ? contents_->host->copied_bytes : 0) + contents_->plugins.held_bytes();
+  // A background save will copy what the plugins lent; a blocking one writes it from their memory.
+  return (contents_->host ? contents_->host->copied_bytes : 0) + contents_->plugins.held_bytes() +
+         (contents_->snapshot ? contents_->plugins.lent_bytes() : 0);
 }
 
 const fs::path& PreparedSave::directory() const { return contents_->commit->final_dir(); }

@@ -132,6 +132,14 @@ class PreparedSave {
   PreparedSave(const PreparedSave&) = delete;
   PreparedSave& operator=(const PreparedSave&) = delete;
 
+  // Copies what the plugins lent (ACCEL_CHECKPOINT_PUT_STABLE puts) into
+  // the save's own memory, so their next optimizer step may change it. A
+  // background save calls it on the writer's thread before write(), and
+  // the trainer waits for it before that step; a blocking save skips it
+  // and writes from the plugins' memory. No communication; never throws
+  // (a failure is this rank's outcome in finish()).
+  void stage();
+
   // Writes and fsyncs this rank's files into ROOT/step_N.tmp. No
   // communication, so any one thread may call it; once, before finish().
   // Never throws: a failure is this rank's outcome in finish().
@@ -143,7 +151,7 @@ class PreparedSave {
   std::filesystem::path finish();
 
   // Host memory this save holds in copies (the snapshot and the plugins'
-  // puts), until it is destroyed.
+  // puts, the lent ones included once staged), until it is destroyed.
   int64_t host_bytes() const;
   // ROOT/step_N.
   const std::filesystem::path& directory() const;

@@ -81,6 +81,7 @@ void MetricsWriter::write(const StepMetrics& m) {
   if (m.device_peak_reserved_bytes) line["device_peak_reserved_bytes"] = *m.device_peak_reserved_bytes;
   if (m.ckpt_blocking_ms) line["ckpt_blocking_ms"] = *m.ckpt_blocking_ms;
   if (m.ckpt_host_bytes) line["ckpt_host_bytes"] = *m.ckpt_host_bytes;
+  if (m.ckpt_staging_wait_ms) line["ckpt_staging_wait_ms"] = *m.ckpt_staging_wait_ms;
   if (m.ckpt_write_ms) line["ckpt_write_ms"] = *m.ckpt_write_ms;
   if (m.ckpt_committed_step) line["ckpt_committed_step"] = *m.ckpt_committed_step;
   if (m.eval_loss) {

@@ -35,6 +35,10 @@ struct StepMetrics {
   // asynchronous save's snapshot holds while it is written.
   std::optional<double> ckpt_blocking_ms;
   std::optional<int64_t> ckpt_host_bytes;
+  // The step after an asynchronous save: how long its optimizer phase
+  // waited for the save to finish copying the plugins' lent state (their
+  // master weights and moments), which overlaps the forward and backward.
+  std::optional<double> ckpt_staging_wait_ms;
   // An asynchronous save committed after this step: its write's time on
   // the background thread, and its step.
   std::optional<double> ckpt_write_ms;

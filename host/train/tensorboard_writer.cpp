@@ -106,6 +106,9 @@ std::vector<std::pair<std::string, float>> step_scalars(const StepMetrics& m) {
   }
   if (m.ckpt_blocking_ms) scalars.emplace_back("checkpoint/blocking_ms", static_cast<float>(*m.ckpt_blocking_ms));
   if (m.ckpt_write_ms) scalars.emplace_back("checkpoint/write_ms", static_cast<float>(*m.ckpt_write_ms));
+  if (m.ckpt_staging_wait_ms) {
+    scalars.emplace_back("checkpoint/staging_wait_ms", static_cast<float>(*m.ckpt_staging_wait_ms));
+  }
   if (m.eval_loss) {
     scalars.emplace_back("eval/loss", static_cast<float>(*m.eval_loss));
     scalars.emplace_back("eval/ppl", static_cast<float>(std::exp(*m.eval_loss)));

@@ -12,6 +12,7 @@
 #include <optional>
 #include <filesystem>
 #include <stdexcept>
+#include <utility>
 
 #include "host/train/checkpoint_format.h"
 #include "host/plugin/hook_dispatch.h"
@@ -312,6 +313,7 @@ StepOutcome Trainer::train_step(int64_t step) {
     outcome.skipped = loss_scaler_.unscale_and_check(grads);
     if (!outcome.skipped) grad_norm = clip_or_measure(grads);
   }
+  wait_for_staging();  // the last save's copy of what optimizer_step changes
   if (!outcome.skipped) {
     const runtime::TraceRange range(context_, "optimizer_step");
     bool stepped_by_plugin = false;
@@ -575,6 +577,7 @@ RunEnd Trainer::run() {
     m.grad_norm = outcome.grad_norm;
     m.tokens_per_s = tokens_per_step / seconds;
     m.peak_mem_bytes = peak_rss_bytes();
+    m.ckpt_staging_wait_ms = std::exchange(staging_wait_ms_, std::nullopt);
     if (model_.device().is_cuda()) {
       const DeviceMemoryPeak device = device_memory_peak(model_.device());
       m.device_peak_allocated_bytes = device.allocated;

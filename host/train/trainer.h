@@ -110,6 +110,10 @@ class Trainer final : public runtime::ModelRunner {
   // Commits the background save once every rank wrote it (collective); a
   // snapshot's commit removes the older snapshots (rank 0).
   void commit_async_save(StepMetrics* metrics);
+  // Waits for the background save in flight to copy the plugins' lent
+  // state (ACCEL_CHECKPOINT_PUT_STABLE) before a hook that may change it:
+  // optimizer_step, train_step. The wait is this step's ckpt_staging_wait_ms.
+  void wait_for_staging();
   // The run completed: its snapshots' memory is given back (rank 0).
   void remove_snapshots() const;
   // Removes the snapshots of steps before `step` (rank 0): superseded by a
@@ -267,6 +271,9 @@ class Trainer final : public runtime::ModelRunner {
   // run waits here for its write (uncommitted) before anything else goes.
   AsyncCheckpointWriter async_save_;
   bool async_save_is_snapshot_ = false;  // the save in flight goes to --snapshot-dir
+  // This step's wait for the save in flight to copy the plugins' lent
+  // state (wait_for_staging), for its metrics line.
+  std::optional<double> staging_wait_ms_;
 };
 
 }  // namespace accel::train

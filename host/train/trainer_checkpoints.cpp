@@ -76,6 +76,12 @@ void Trainer::load_plugin_state() {
   resume_reader_.reset();
 }
 
+void Trainer::wait_for_staging() {
+  if (const std::optional<double> waited = async_save_.wait_staged()) {
+    staging_wait_ms_ = staging_wait_ms_.value_or(0.0) + *waited;
+  }
+}
+
 void Trainer::commit_async_save(StepMetrics* metrics) {
   const runtime::TraceRange range(context_, "checkpoint.commit", "checkpoint");
   const std::filesystem::path path = async_save_.commit();

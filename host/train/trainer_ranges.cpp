@@ -422,6 +422,7 @@ void Trainer::run_backward(AccelRunBackwardArgs& args) {
 
 bool Trainer::run_taken_over_step(const AccelTrainStepArgs& args, double& loss_sum) {
   if (!hooks_ || !hooks_->train_step_owner()) return false;
+  wait_for_staging();  // the whole step is the plugin's, its optimizer step included
   runner_step_ = args.step;
   runner_eval_ = (args.flags & ACCEL_TRAIN_STEP_EVAL) != 0;
   runner_loss_sum_ = at::Tensor();

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <utility>
@@ -34,9 +35,11 @@ constexpr Stored kModelFile{ACCEL_CHECKPOINT_EXPORT, ""};
 using KeptViews = std::vector<std::unique_ptr<sdk::ShapedView>>;
 
 // put (save) or get (load) one rectangle of a parameter-shaped tensor held
-// `at` elements into `buffer`.
+// `at` elements into `buffer`. `stable`: `buffer` is a unit's own master or
+// moments, which only the optimizer step changes (ACCEL_CHECKPOINT_PUT_STABLE:
+// the host may copy it after the save returns, or write it uncopied).
 void transfer(const sdk::Services& s, KeptViews* kept, const Stored& kind, const ParamLayout& param,
-              const sdk::Rectangle& rect, const DLTensor& buffer, int64_t at) {
+              const sdk::Rectangle& rect, const DLTensor& buffer, int64_t at, bool stable = false) {
   const bool save = kept != nullptr;
   const std::string name = std::string(kind.prefix) + param.name;
   auto view = std::make_unique<sdk::ShapedView>(buffer, at, rect.shape);
@@ -50,6 +53,7 @@ void transfer(const sdk::Services& s, KeptViews* kept, const Stored& kind, const
   args.global_shape = param.global_shape.data();
   args.global_offset = rect.offset.data();
   args.local = local.get();
+  if (save && stable) args.flags = ACCEL_CHECKPOINT_PUT_STABLE;
   const AccelCheckpointServices& checkpoint = *s.table()->checkpoint;
   s.check(save ? checkpoint.put(s.host(), &args) : checkpoint.get(s.host(), &args), (save ? "put " : "get ") + name);
 }
@@ -72,7 +76,8 @@ struct Puts {
 // put or got by global offset. Saving puts only the parameters `puts`
 // takes (another rank puts the others).
 void transfer_range(const sdk::Services& s, KeptViews* kept, const Stored& kind, const UnitLayout& unit,
-                    sdk::FlatRange range, const DLTensor& buffer, int64_t buffer_begin, Puts puts = {}) {
+                    sdk::FlatRange range, const DLTensor& buffer, int64_t buffer_begin, Puts puts = {},
+                    bool stable = false) {
   for (const ParamLayout& p : unit.params) {
     if (!puts(p)) continue;
     const sdk::FlatRange part = sdk::intersect(range, sdk::FlatRange{p.flat_offset, p.flat_offset + p.numel});
@@ -80,7 +85,7 @@ void transfer_range(const sdk::Services& s, KeptViews* kept, const Stored& kind,
     for (const sdk::Rectangle& local :
          sdk::flat_range_to_rectangles(p.local_shape, part.begin - p.flat_offset, part.size())) {
       for (const sdk::Rectangle& rect : sdk::local_to_global(p.split, local)) {
-        transfer(s, kept, kind, p, rect, buffer, p.flat_offset + rect.flat_begin - buffer_begin);
+        transfer(s, kept, kind, p, rect, buffer, p.flat_offset + rect.flat_begin - buffer_begin, stable);
       }
     }
   }
@@ -223,6 +228,12 @@ void CheckpointIo::save(const AccelStateArgs&, const DLDataType* model_file) {
       const DLTensor* master = unit->master_or_null();
       const DLTensor* exp_avg = unit->exp_avg.tensor_or_null();
       const DLTensor* exp_avg_sq = unit->exp_avg_sq.tensor_or_null();
+      // The unit's own buffers, which only the optimizer step changes: put
+      // as stable. Their stand-ins below (dequantised or swapped in) are not.
+      const DLTensor* const own[] = {master, exp_avg, exp_avg_sq};
+      const auto is_own = [&own](const DLTensor* t) {
+        return t != nullptr && std::find(std::begin(own), std::end(own), t) != std::end(own);
+      };
       if (!unit->exp_avg_scale.empty()) {
         // Scaled moments are saved as their exact fp32 values (scaled_moments.h).
         const std::vector<MomentPiece> pieces = moment_pieces(unit->layout.params, unit->real);
@@ -256,7 +267,7 @@ void CheckpointIo::save(const AccelStateArgs&, const DLDataType* model_file) {
         // writes them whole, equal to the masters after every step.
         if (unit->host_params && shard == master) continue;
         if (config_.state_dict_type != StateDictType::full) {
-          transfer_range(s, &kept, kind, unit->layout, unit->real, *shard, unit->shard_begin(), puts);
+          transfer_range(s, &kept, kind, unit->layout, unit->real, *shard, unit->shard_begin(), puts, is_own(shard));
           continue;
         }
         sdk::Buffer full = ops_.allocate(ACCEL_MEMORY_WORKSPACE, shard->dtype, unit->shards.padded_numel(),
@@ -279,13 +290,14 @@ void CheckpointIo::save(const AccelStateArgs&, const DLDataType* model_file) {
       const sdk::FlatRange all{0, replicated->layout.numel};
       const DLTensor* exp_avg = &replicated->exp_avg.tensor();
       const DLTensor* exp_avg_sq = &replicated->exp_avg_sq.tensor();
+      const bool own_moments = replicated->exp_avg_scale.empty();  // else dequantised copies
       if (!replicated->exp_avg_scale.empty()) {
         const std::vector<MomentPiece> pieces = moment_pieces(replicated->layout.params, all);
         exp_avg = dequantized(*exp_avg, pieces, replicated->exp_avg_scale, all.size(), gathered);
         exp_avg_sq = dequantized(*exp_avg_sq, pieces, replicated->exp_avg_sq_scale, all.size(), gathered);
       }
-      transfer_range(s, &kept, kExpAvg, replicated->layout, all, *exp_avg, 0, replicated_puts);
-      transfer_range(s, &kept, kExpAvgSq, replicated->layout, all, *exp_avg_sq, 0, replicated_puts);
+      transfer_range(s, &kept, kExpAvg, replicated->layout, all, *exp_avg, 0, replicated_puts, own_moments);
+      transfer_range(s, &kept, kExpAvgSq, replicated->layout, all, *exp_avg_sq, 0, replicated_puts, own_moments);
     }
   }
   if (model_file != nullptr && replica_.rank == 0) {  // replicas hold equal shards

@@ -20,7 +20,11 @@
 // EXPERT for world rank 0. Loading gets, on every
 // rank, the rectangles of its own shard, whatever wrote them; a missing
 // tensor is an error naming it. save_state runs on every rank (each rank's
-// puts go to its own file). Thread-safety: loop thread only.
+// puts go to its own file). A shard's own master and moments are put as
+// ACCEL_CHECKPOINT_PUT_STABLE (only the optimizer step changes them): the
+// host writes them uncopied or copies them while the next step's forward
+// runs. Gathered, dequantised and swapped-in stand-ins are plain puts.
+// Thread-safety: loop thread only.
 #pragma once
 
 #include <accel/accel.h>

@@ -87,7 +87,7 @@ ACCEL_CHECK_EXT_STRUCT(AccelContextParallelSpec, a2a_size, a2a_size, 24);
 ACCEL_CHECK_EXT_STRUCT(AccelTraceEvent, detail, detail, 112);
 ACCEL_CHECK_EXT_STRUCT(AccelTraceServices, set_detail, set_capture, 72);
 /* checkpoint.h */
-ACCEL_CHECK_EXT_STRUCT(AccelCheckpointSliceArgs, stream, stream, 64);
+ACCEL_CHECK_EXT_STRUCT(AccelCheckpointSliceArgs, reserved, stream, 64);
 ACCEL_CHECK_EXT_STRUCT(AccelCheckpointTensorInfo, global_shape, global_shape,
                        32);
 ACCEL_CHECK_EXT_STRUCT(AccelCheckpointServices, get_string, get_string, 56);

@@ -32,10 +32,11 @@ MPI_ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CO
                OMPI_MCA_rmaps_base_oversubscribe="1")
 
 
-def mpirun(n, *args, check=True, timeout=300):
-    """Runs `mpirun -n N accel-host args`; returns the CompletedProcess."""
+def mpirun(n, *args, check=True, timeout=300, env=None):
+    """Runs `mpirun -n N accel-host args` (with `env` added to the ranks'
+    environment); returns the CompletedProcess."""
     proc = subprocess.run([MPIRUN, "-n", str(n), ACCEL_HOST, *map(str, args)], capture_output=True, text=True,
-                          env=MPI_ENV, timeout=timeout * TIMEOUT_SCALE)
+                          env=dict(MPI_ENV, **(env or {})), timeout=timeout * TIMEOUT_SCALE)
     if check and proc.returncode != 0:
         raise AssertionError(f"mpirun -n {n} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc

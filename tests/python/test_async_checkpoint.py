@@ -100,6 +100,40 @@ class AsyncSavesAreTheBlockingSaves(TempDirMixin, unittest.TestCase):
         self.assertFalse(os.path.exists(snapshots))
 
 
+class StagingOverlapsTheNextStep(TempDirMixin, unittest.TestCase):
+    """A sharding plugin lends its masters and moments to a save
+    (ACCEL_CHECKPOINT_PUT_STABLE): a blocking save writes them uncopied, a
+    background one copies them on its thread while the next step's forward
+    and backward run, and that step's optimizer waits for the copy."""
+
+    @unittest.skipUnless(MPIRUN, "mpirun not found")
+    def test_the_optimizer_step_waits_for_the_copy(self):
+        blocking, background = self.path("blocking"), self.path("background")
+        args = [*COMMON, "--plugin", "fsdp", "--fsdp.state_dict_type", "SHARDED_STATE_DICT", "--steps", 8,
+                "--save-every", 2, "--log-level", "warn"]
+        mpirun(2, *args, "--save", blocking, "--metrics-file", self.path("blocking.jsonl"))
+        # Every copy starts 1.5 s late: an optimizer step that did not wait
+        # would change the state under it, and the checkpoint would hold the
+        # next step's values.
+        mpirun(2, *args, "--save", background, "--save-async", "--metrics-file", self.path("background.jsonl"),
+               env={"ACCEL_TEST_STAGING_DELAY_MS": "1500"})
+        for step in (2, 4, 6, 8):
+            self.assertEqual(manifest_entries(os.path.join(blocking, f"step_{step}")),
+                             manifest_entries(os.path.join(background, f"step_{step}")), f"step_{step}")
+        a, b = read_metrics(self.path("blocking.jsonl")), read_metrics(self.path("background.jsonl"))
+        self.assertEqual([m["loss"] for m in a], [m["loss"] for m in b])
+        waits = {m["step"]: m["ckpt_staging_wait_ms"] for m in b if "ckpt_staging_wait_ms" in m}
+        self.assertEqual(sorted(waits), [3, 5, 7])  # the step after each background save
+        self.assertTrue(all(ms > 500 for ms in waits.values()), waits)
+        self.assertFalse(any("ckpt_staging_wait_ms" in m for m in a))
+        # The blocking saves copied nothing the plugin lent; the background
+        # ones hold a copy of it all.
+        copied = [m["ckpt_host_bytes"] for m in a if "ckpt_host_bytes" in m]
+        held = [m["ckpt_host_bytes"] for m in b if "ckpt_host_bytes" in m]
+        self.assertEqual(len(copied), 3)
+        self.assertTrue(all(c * 10 < h for c, h in zip(copied, held)), (copied, held))
+
+
 class SnapshotsGiveWayToCheckpoints(TempDirMixin, unittest.TestCase):
     def test_a_checkpoint_on_disk_removes_the_older_snapshots(self):
         # SIGTERM: the job saves its last step to --save; every snapshot is

@@ -226,6 +226,59 @@ TEST_F(CheckpointReaderTest, RankZerosStringWinsAndUnlistedFilesAreIgnored) {
   EXPECT_EQ(reader.files().size(), 1u);
 }
 
+// ACCEL_CHECKPOINT_PUT_STABLE: a stable host slice is lent, not copied.
+// Written unstaged (a blocking save) the file holds the plugin's memory as
+// it is at write time; staged (a background save, before the plugin's next
+// optimizer step) it holds the values of the put, whatever the plugin does
+// after; a plain put is copied at once; a device-less strided slice is
+// copied too (stage() can only memcpy a contiguous one).
+TEST_F(CheckpointReaderTest, StableSlicesAreLentUntilStaged) {
+  const at::Tensor original = at::arange(12, at::kFloat).reshape({3, 4});
+  at::Tensor lent = original.clone(), staged = original.clone(), copied = original.clone();
+  at::Tensor strided = original.clone().t();  // [4, 3], not contiguous
+  PluginStateWriter writer;
+  const auto put_as = [&](const std::string& name, const at::Tensor& t, bool stable) {
+    TensorView view(t);
+    const std::vector<int64_t> shape(t.sizes().begin(), t.sizes().end());
+    writer.put("fsdp", ACCEL_CHECKPOINT_MODEL, name, shape, std::vector<int64_t>(shape.size(), 0), view.get(), stable);
+  };
+  put_as("lent", lent, true);
+  put_as("copied", copied, false);
+  put_as("strided", strided, true);
+  const int64_t bytes = static_cast<int64_t>(original.nbytes());
+  EXPECT_EQ(writer.lent_bytes(), bytes);      // "lent" only
+  EXPECT_EQ(writer.held_bytes(), 2 * bytes);  // "copied" and "strided"
+  // The optimizer step after a blocking save's write: nothing of it is seen.
+  lent.add_(100);
+  copied.add_(100);
+  strided.add_(100);
+  writer.write(dir_ / plugin_state_file_name(0));
+  {
+    const CheckpointReader reader = CheckpointReader::open_directory(dir_);
+    EXPECT_TRUE(at::equal(reader.read_whole(*reader.find("", ACCEL_CHECKPOINT_MODEL, "lent")), lent));
+    EXPECT_TRUE(at::equal(reader.read_whole(*reader.find("", ACCEL_CHECKPOINT_MODEL, "copied")), original));
+    EXPECT_TRUE(at::equal(reader.read_whole(*reader.find("", ACCEL_CHECKPOINT_MODEL, "strided")), original.t()));
+  }
+  // A background save: staged into a recycled buffer, then the step runs.
+  PluginStateWriter background;
+  background.recycle(std::move(writer));
+  {
+    TensorView view(staged);
+    background.put("fsdp", ACCEL_CHECKPOINT_MODEL, "lent", {3, 4}, {0, 0}, view.get(), true);
+  }
+  background.stage();
+  // The first writer's lent slice was the plugin's memory, never a spare.
+  EXPECT_TRUE(at::equal(lent, original + 100));
+  EXPECT_EQ(background.lent_bytes(), 0);
+  EXPECT_EQ(background.held_bytes(), bytes);
+  staged.add_(100);
+  fs::remove_all(dir_);
+  fs::create_directories(dir_);
+  background.write(dir_ / plugin_state_file_name(0));
+  const CheckpointReader reader = CheckpointReader::open_directory(dir_);
+  EXPECT_TRUE(at::equal(reader.read_whole(*reader.find("", ACCEL_CHECKPOINT_MODEL, "lent")), original));
+}
+
 TEST(PluginStateFileNames, RankZeroKeepsTheLegacyName) {
   EXPECT_EQ(plugin_state_file_name(0), "plugin_state.safetensors");
   EXPECT_EQ(plugin_state_file_name(12), "plugin_state.rank12.safetensors");
