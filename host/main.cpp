@@ -8,8 +8,10 @@
 // run (host/app/run.h).
 //
 // Exit codes: 0 success, 1 runtime failure, 2 usage error (bad option or
-// value, a plugin that cannot be loaded, ranks started with different
-// settings), 75 stopped by SIGTERM or SIGUSR1 after a checkpoint (resume it:
+// value, an output file rank 0 cannot open, a plugin that cannot be
+// loaded, ranks started with different settings), 3 the loss diverged
+// (non-finite on every rank past --nonfinite-loss-skips: resuming repeats
+// it), 75 stopped by SIGTERM or SIGUSR1 after a checkpoint (resume it:
 // train/stop_request.h). Every error is one line: LibTorch's backtraces are cut off.
 // An AgreedError was raised by every rank at once, so each exits normally
 // with its code (only rank 0 prints it, unless each printed its own). Any

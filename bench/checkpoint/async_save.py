@@ -8,8 +8,11 @@ line as it appears, so a mode's loop time is the time between the first and
 the last periodic step's lines (steps 2..LAST, the saves at every
 --save-every step inside; the final save, blocking in every mode, outside).
 Tokens/s is that window's. Beside it, from the metrics lines, each save's
-ckpt_blocking_ms (the training thread held), ckpt_write_ms (the background
-write) and ckpt_host_bytes (the snapshot), and each rank's peak RSS.
+ckpt_blocking_ms (the training thread held at the save step), the next
+step's ckpt_staging_wait_ms (its optimizer phase waiting for the background
+copy of the plugins' lent state; both together are what a save blocks
+training for), ckpt_write_ms (the background write) and ckpt_host_bytes
+(the snapshot), and each rank's peak RSS.
 
 Usage: bench/checkpoint/async_save.py [--build build] [--ranks 2] [--steps 31]
          [--every 10] [--modes none,blocking,async,snapshot] [--out DIR] -- [extra accel-host args]
@@ -90,17 +93,19 @@ def main():
         results.append(r)
         print(f"# {mode}: window {r['window_s']:.1f} s", file=sys.stderr, flush=True)
     base = next((r for r in results if r["mode"] == "none"), None)
-    print("| mode | loop s (steps 2..%d) | vs no saves | blocking ms per save | write ms per save | snapshot MB per rank | peak RSS MB (rank 0) |"
-          % (args.steps - 1))
-    print("|---|---|---|---|---|---|---|")
+    print("| mode | loop s (steps 2..%d) | vs no saves | blocking ms per save | of which the next step's wait | "
+          "write ms per save | snapshot MB per rank | peak RSS MB (rank 0) |" % (args.steps - 1))
+    print("|---|---|---|---|---|---|---|---|")
     for r in results:
         saves = [m for m in r["rows"] if "ckpt_blocking_ms" in m]
         writes = [m["ckpt_write_ms"] for m in r["rows"] if "ckpt_write_ms" in m]
-        blocking = sum(m["ckpt_blocking_ms"] for m in saves) / len(saves) if saves else 0.0
+        waits = [m["ckpt_staging_wait_ms"] for m in r["rows"] if "ckpt_staging_wait_ms" in m]
+        wait = sum(waits) / len(saves) if saves else 0.0
+        blocking = sum(m["ckpt_blocking_ms"] for m in saves) / len(saves) + wait if saves else 0.0
         snapshot = max((m.get("ckpt_host_bytes", 0) for m in saves), default=0) / 2**20
         rss = max(m["peak_mem_bytes"] for m in r["rows"]) / 2**20
         vs = f"{r['window_s'] / base['window_s'] - 1:+.1%}" if base else "-"
-        print(f"| {r['mode']} | {r['window_s']:.1f} | {vs} | {blocking:.0f} | "
+        print(f"| {r['mode']} | {r['window_s']:.1f} | {vs} | {blocking:.0f} | {wait:.0f} | "
               f"{(sum(writes) / len(writes)) if writes else 0:.0f} | {snapshot:.0f} | {rss:.0f} |")
     print(f"\nraw metrics: {out}", file=sys.stderr)
 

@@ -37,6 +37,7 @@ void forward_to_child(int signal) {
 constexpr int kForwarded[] = {SIGTERM, SIGINT, SIGUSR1, SIGHUP};
 constexpr int kStoppedBySignal = 75;  // the ranks' exit after a signal's checkpoint
 constexpr int kUsageError = 2;
+constexpr int kDiverged = 3;  // kExitDiverged (util/agreed_error.h)
 constexpr int kCannotRun = 127;
 
 // Installs forward_to_child for the forwarded signals for its lifetime.
@@ -140,6 +141,11 @@ int supervise(const SupervisorPolicy& policy, int64_t ranks, const LaunchCommand
       return code;
     }
     if (code == kStoppedBySignal || code == kUsageError || code == kCannotRun) return code;
+    if (code == kDiverged) {
+      log::error("accel-host launch: the loss diverged; a restart from the newest checkpoint would repeat it, so "
+                 "none follows");
+      return code;
+    }
     if (attempt >= policy.max_restarts) {
       log::error(strformat("accel-host launch: the job failed (exit %d) after %.0f s; all %lld restart(s) used", code,
                            seconds, static_cast<long long>(policy.max_restarts)));

@@ -8,6 +8,8 @@
 //   75           the ranks stopped on a signal with their checkpoint written
 //                (train/stop_request.h): exit 75, for the scheduler's requeue;
 //   2            a usage error, which a restart would only repeat: exit 2;
+//   3            the loss diverged (non-finite on every rank), which resuming
+//                the same checkpoint repeats exactly: exit 3;
 //   anything     else (a rank died, a collective timed out, a node went
 //                away): start it again with `--resume auto`, up to K times.
 // A signal the supervisor receives goes to the launcher, and no restart

@@ -102,10 +102,9 @@ Trainer::Trainer(const RunConfig& config, int rank, int world_size, plugin::Hook
       sampler_(data_.train->num_windows(), config.data_order, config.seed),
       eval_sampler_(data_.eval ? data_.eval->num_windows() : 1, DataOrder::sequential, config.seed),
       loss_scaler_(config.grad_scaler, config.mixed_precision == MixedPrecision::fp16),
-      metrics_(rank == 0 ? config.metrics_file : std::string()),
-      tensorboard_(rank == 0 ? config.tensorboard_dir : std::string()),
       hooks_(hooks && !hooks->empty() ? hooks : nullptr),
       context_(context) {
+  open_outputs_together();
   if (context_) {
     context_->model = &model_;
     if (model_.device().is_cuda()) context_->identity.device = DLDevice{kDLCUDA, model_.device().index()};
@@ -156,7 +155,18 @@ at::Tensor Trainer::clip_or_measure(std::vector<at::Tensor>& grads) {
   return max_norm > 0 ? clip_grad_norm(grads, max_norm) : global_grad_norm(grads);
 }
 
-void Trainer::agree_on_failure(const std::string& why, const char* label) {
+void Trainer::open_outputs_together() {
+  std::string why;
+  try {
+    metrics_ = std::make_unique<MetricsWriter>(rank_ == 0 ? config_.metrics_file : std::string());
+    tensorboard_ = std::make_unique<TensorBoardWriter>(rank_ == 0 ? config_.tensorboard_dir : std::string());
+  } catch (const std::exception& e) {
+    why = e.what();
+  }
+  agree_on_failure(why, "host output files", /*code=*/2);
+}
+
+void Trainer::agree_on_failure(const std::string& why, const char* label, int code) {
   double failed = why.empty() ? 0.0 : 1.0;
   if (world_size_ > 1) {
     const comm::Status status =
@@ -166,7 +176,7 @@ void Trainer::agree_on_failure(const std::string& why, const char* label) {
   if (failed == 0.0) return;
   const std::string line = why.empty() ? std::string("another rank failed (") + label + "): see its line" : why;
   log::error(line);
-  throw AgreedError(1, line, /*logged_on_every_rank=*/true);
+  throw AgreedError(code, line, /*logged_on_every_rank=*/true);
 }
 
 double Trainer::average_over_ranks(double value, const char* label) {
@@ -281,7 +291,7 @@ StepOutcome Trainer::train_step(int64_t step) {
   outcome.nonfinite_loss = !std::isfinite(outcome.loss);
   if (outcome.nonfinite_loss) {
     if (nonfinite_loss_steps_ >= config_.nonfinite_loss_skips) {
-      throw AgreedError(1, strformat("step %lld: the loss averaged over every rank is %g; stopping after %lld "
+      throw AgreedError(kExitDiverged, strformat("step %lld: the loss averaged over every rank is %g; stopping after %lld "
                                      "skipped non-finite step(s) (--nonfinite-loss-skips %lld)",
                                      static_cast<long long>(step + 1), outcome.loss,
                                      static_cast<long long>(nonfinite_loss_steps_),
@@ -671,8 +681,8 @@ RunEnd Trainer::run() {
     } else if (!stopping && config_.snapshot_every > 0 && completed_steps_ % config_.snapshot_every == 0 && !last) {
       save_checkpoint(/*periodic=*/true, &m, /*snapshot=*/true);
     }
-    metrics_.write(m);
-    tensorboard_.write(m);
+    metrics_->write(m);
+    tensorboard_->write(m);
     if (stopping) {
       stop_on_signal();
       return RunEnd::stopped_by_signal;

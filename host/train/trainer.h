@@ -173,7 +173,13 @@ class Trainer final : public runtime::ModelRunner {
   // Every rank learns whether any failed (`why` non-empty on it), through
   // one collective labelled `label`: all then throw AgreedError, each with
   // its own reason or a line saying another rank failed.
-  void agree_on_failure(const std::string& why, const char* label);
+  // `code`: the exit code of the AgreedError (1 a run failure, 2 a bad
+  // option value).
+  void agree_on_failure(const std::string& why, const char* label, int code = 1);
+  // Rank 0 opens --metrics-file and --tensorboard-dir; every rank learns
+  // whether it could (a path that cannot be opened is every rank's usage
+  // error, exit 2, not rank 0's alone).
+  void open_outputs_together();
   // Unit `u`'s forward between its hooks. `input` is what the unit reads
   // (the token ids for unit 0, else the previous unit's output, as a leaf
   // when gradients flow). No graph is kept for an evaluation
@@ -229,8 +235,9 @@ class Trainer final : public runtime::ModelRunner {
   data::BatchSampler eval_sampler_;  // sequential: every evaluation reads the same windows
   FlatAdamW optimizer_;
   LossScaler loss_scaler_;
-  MetricsWriter metrics_;
-  TensorBoardWriter tensorboard_;
+  // Rank 0's, opened by open_outputs_together; disabled on the other ranks.
+  std::unique_ptr<MetricsWriter> metrics_;
+  std::unique_ptr<TensorBoardWriter> tensorboard_;
   plugin::HookDispatcher* hooks_;
   runtime::HostContext* context_;
   std::string resumed_from_;  // the checkpoint directory, when resuming

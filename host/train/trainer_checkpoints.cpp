@@ -33,7 +33,7 @@ void Trainer::resume_from(const std::string& dir) {
   for (const std::string& why : skipped) {
     log::warn(strformat("--resume: skipped %s/%s; resuming from %s", dir.c_str(), why.c_str(), checkpoint.c_str()));
   }
-  metrics_.note_resume_skipped(skipped);
+  metrics_->note_resume_skipped(skipped);
   const checkpoint::TrainerState state = checkpoint::read_trainer_state(checkpoint);
   checkpoint::check_same_model(checkpoint, state, model_);
   auto reader = std::make_unique<runtime::CheckpointReader>(runtime::CheckpointReader::open_directory(checkpoint));

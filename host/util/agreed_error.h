@@ -12,10 +12,16 @@
 
 namespace accel {
 
+// The exit code of a run whose loss averaged over every rank stayed
+// non-finite past --nonfinite-loss-skips: every rank stops together, and
+// resuming the same checkpoint would repeat it exactly, so a supervisor
+// does not restart it (host/app/supervise.h).
+constexpr int kExitDiverged = 3;
+
 struct AgreedError : std::runtime_error {
   AgreedError(int code, const std::string& message, bool logged_on_every_rank = false)
       : std::runtime_error(message), exit_code(code), logged(logged_on_every_rank) {}
-  int exit_code;  // 1: run failure, 2: usage error
+  int exit_code;  // 1: run failure, 2: usage error, kExitDiverged
   bool logged;    // every rank already printed its own line: main prints nothing more
 };
 

@@ -134,12 +134,12 @@ class BadInput(TempDirMixin, unittest.TestCase):
         # weights to ~1e30, step 2's logits overflow and the loss is NaN.
         metrics = self.path("m.jsonl")
         args = ["--steps", 6, "--lr", 1e30, "--grad-clip", 0, "--lr-schedule", "constant", "--metrics-file", metrics]
-        line = self.expect_error(*args, mentions=["step 2", "loss", "--nonfinite-loss-skips 0"], code=1)
+        line = self.expect_error(*args, mentions=["step 2", "loss", "--nonfinite-loss-skips 0"], code=3)
         self.assertRegex(line, r"is (-?nan|-?inf)")
         self.assertEqual(len(read_metrics(metrics)), 1)  # step 1 was fine and recorded
         # Allowing skips: two steps are skipped (no update), the third stops.
         os.remove(metrics)
-        self.expect_error(*args, "--nonfinite-loss-skips", 2, mentions=["step 4", "after 2 skipped"], code=1)
+        self.expect_error(*args, "--nonfinite-loss-skips", 2, mentions=["step 4", "after 2 skipped"], code=3)
         rows = read_metrics(metrics)
         self.assertEqual([r.get("skipped", False) for r in rows], [False, True, True])
 
@@ -183,7 +183,7 @@ class BadInput(TempDirMixin, unittest.TestCase):
         self.expect_error("--steps", 2, "--n-layer", 3, "--resume", root, mentions=["n_layer=2", "n_layer=3"])
 
     def test_metrics_file_in_missing_directory(self):
-        self.expect_error("--steps", 1, "--metrics-file", self.path("no/such/dir/m.jsonl"), mentions=["metrics"])
+        self.expect_error("--steps", 1, "--metrics-file", self.path("no/such/dir/m.jsonl"), mentions=["metrics"], code=2)
 
     def test_help_and_version_succeed(self):
         self.assertIn("--batch-size", run_host("--help").stdout)

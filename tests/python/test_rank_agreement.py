@@ -119,7 +119,7 @@ class NonFiniteLoss(TempDirMixin, unittest.TestCase):
         metrics = self.path("m.jsonl")
         proc = mpirun(2, *BASE, "--batch-size", 8, "--steps", 6, "--lr", 1e30, "--grad-clip", 0, "--lr-schedule", "constant",
                       "--metrics-file", metrics, check=False, timeout=180)
-        self.assertEqual(proc.returncode, 1, proc.stderr)
+        self.assertEqual(proc.returncode, 3, proc.stderr)  # diverged: resuming would repeat it
         lines = error_lines(proc.stderr)
         self.assertEqual(len(lines), 1, proc.stderr)
         self.assertIn("step 2: the loss averaged over every rank is", lines[0])
@@ -197,6 +197,30 @@ class OneRankFailsInAStepHook(TempDirMixin, unittest.TestCase):
 
 
 @unittest.skipUnless(MPIRUN, "mpirun not found")
+@unittest.skipUnless(MPIRUN, "mpirun not found")
+class RankZeroOutputs(TempDirMixin, unittest.TestCase):
+    """Rank 0 alone writes --metrics-file and --tensorboard-dir; a path it
+    cannot open is still every rank's usage error: each rank prints its
+    line and exits 2, with no MPI_Abort (which a supervisor would take for
+    a crash and restart)."""
+
+    def test_a_metrics_file_that_cannot_be_opened(self):
+        proc = mpirun(2, *COMMON, "--metrics-file", self.path("no/such/dir/m.jsonl"), check=False, timeout=120)
+        self.assertEqual(proc.returncode, 2, proc.stderr)
+        lines = one_line_per_rank(self, proc)
+        self.assertIn("--metrics-file: cannot open", lines[0])
+        self.assertIn("another rank failed (host output files)", lines[1])
+
+    def test_a_tensorboard_dir_that_is_a_file(self):
+        with open(self.path("file"), "w") as f:
+            f.write("x")
+        proc = mpirun(2, *COMMON, "--tensorboard-dir", self.path("file"), check=False, timeout=120)
+        self.assertEqual(proc.returncode, 2, proc.stderr)
+        lines = one_line_per_rank(self, proc)
+        self.assertIn("--tensorboard-dir:", lines[0])
+        self.assertIn("another rank failed (host output files)", lines[1])
+
+
 class SameFailureOnEveryRank(TempDirMixin, unittest.TestCase):
     """A failure every rank meets by itself (the same damaged input) ends
     with each rank's own line and a plain exit code, not MPI_Abort's banner

@@ -198,6 +198,21 @@ class Supervisor(TempDirMixin, unittest.TestCase):
         self.assertNotIn("restart", out)
         self.assertTrue(any(n.startswith("step_") and "." not in n for n in os.listdir(root)))
 
+    def test_failures_a_restart_would_repeat_end_the_job(self):
+        # A loss that diverges (resuming the same checkpoint repeats it to
+        # the bit: exit 3) and a metrics file rank 0 cannot open (every
+        # rank's usage error: exit 2) end the job at once, unrestarted.
+        lr = TINY.index("--lr")
+        tiny = TINY[:lr] + TINY[lr + 2:]
+        diverging = ["--lr", 1e30, "--grad-clip", 0, "--lr-schedule", "constant", "--save-every", 1]
+        for job, code in [(diverging, 3), (["--lr", 3e-3, "--metrics-file", self.path("no/such/dir/m.jsonl")], 2)]:
+            proc = self.start("--num_processes", 2, "--max_restarts", 3, "--", *tiny, "--batch-size", 8,
+                              "--steps", 6, "--save", self.path(f"save{code}"), *job)
+            out, err = proc.communicate(timeout=120 * TIMEOUT_SCALE)
+            self.assertEqual(proc.returncode, code, out + err)
+            self.assertNotIn("restart 1 of", out)
+            self.assertNotIn("MPI_ABORT", err)
+
     def test_usage_errors_are_one_line(self):
         for args, message in [
             (["--max_restarts", 1, "--", *TINY, "--steps", 2], "--max_restarts needs the job's --save DIR"),
