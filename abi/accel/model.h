@@ -462,6 +462,14 @@ typedef enum AccelContextCommType {
   /* Both: heads split over an all-to-all sub-group of `a2a_size` adjacent
    * context ranks, the ring over the C / a2a_size sub-groups. */
   ACCEL_CONTEXT_A2A_P2P = 2,
+  /* Since 1.13. All-gather (Megatron-Core's all_gather): the P2P layout,
+   * but each rank all-gathers every key/value block before attention (one
+   * collective per layer, nothing left to overlap) and attends with its
+   * queries to the whole sequence; backward gathers them again and
+   * reduce-scatters their gradients to the owners. More memory for the
+   * gathered blocks, cheapest where key/value heads are few (grouped-query
+   * attention). A 1.12 host refuses it (INVALID_ARGUMENT). */
+  ACCEL_CONTEXT_ALL_GATHER = 3,
   ACCEL_CONTEXT_COMM_FORCE_32BIT = 0x7fffffff
 } AccelContextCommType;
 

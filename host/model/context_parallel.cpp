@@ -3,7 +3,9 @@
 
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <array>
 #include <stdexcept>
+#include <vector>
 
 #include "host/model/attention_blocks.h"
 
@@ -141,6 +143,92 @@ struct RingAttention : public torch::autograd::Function<RingAttention> {
   }
 };
 
+// The all-gather exchange of the ring's layout. Gathered blocks [R, 2, B,
+// KV, 2c, D] (ring rank s holds chunks s and 2R-1-s, c positions each) in
+// sequence order: chunks 0..2R-1 along dim 3 ([2, B, KV, 2Rc, D]).
+at::Tensor in_sequence_order(const at::Tensor& blocks) {
+  const int64_t R = blocks.size(0), c = blocks.size(4) / 2;
+  std::vector<at::Tensor> chunks;
+  for (int64_t s = 0; s < R; ++s) chunks.push_back(blocks[s].narrow(3, 0, c));
+  for (int64_t s = R - 1; s >= 0; --s) chunks.push_back(blocks[s].narrow(3, c, c));
+  return at::cat(chunks, 3);
+}
+
+// in_sequence_order's adjoint: [2, B, KV, 2Rc, D] back to [R, 2, B, KV, 2c, D].
+at::Tensor in_block_order(const at::Tensor& sequence, int64_t R) {
+  const int64_t c = sequence.size(3) / (2 * R);
+  std::vector<at::Tensor> blocks;
+  for (int64_t s = 0; s < R; ++s) {
+    blocks.push_back(at::cat({sequence.narrow(3, s * c, c), sequence.narrow(3, (2 * R - 1 - s) * c, c)}, 3));
+  }
+  return at::stack(blocks);
+}
+
+// Rank r's two query chunks (r, and 2R-1-r) against the gathered sequence
+// [2, B, KV, 2Rc, D]: each sees the whole chunks before its own, then its
+// own chunk causally. (queries, first key position, causal chunk's start)
+// per half.
+struct GatheredHalf {
+  int64_t query_begin;  // within this rank's 2c queries
+  int64_t chunk;        // the half's chunk index in the sequence
+};
+std::array<GatheredHalf, 2> gathered_halves(int64_t R, int64_t r) { return {{{0, r}, {1, 2 * R - 1 - r}}}; }
+
+struct AllGatherAttention : public torch::autograd::Function<AllGatherAttention> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            int64_t group) {
+    const ContextGroup& g = group_at(group);
+    const int64_t c = q.size(2) / 2;
+    const at::Tensor kv = in_sequence_order(g.ring_all_gather(at::stack({k, v})));
+    at::Tensor out = at::empty(q.sizes(), q.options().dtype(at::kFloat));
+    at::Tensor lse = at::empty({q.size(0), q.size(1), q.size(2)}, q.options().dtype(at::kFloat));
+    for (const GatheredHalf& h : gathered_halves(g.ring_size, g.ring_rank)) {
+      const at::Tensor qh = q.narrow(2, h.query_begin * c, c);
+      at::Tensor o, l;  // undefined: the first block is taken as it is
+      if (h.chunk > 0) {
+        merge_attention_block(o, l, attention_block_forward(qh, kv[0].narrow(2, 0, h.chunk * c),
+                                                            kv[1].narrow(2, 0, h.chunk * c), false));
+      }
+      merge_attention_block(o, l, attention_block_forward(qh, kv[0].narrow(2, h.chunk * c, c),
+                                                          kv[1].narrow(2, h.chunk * c, c), true));
+      out.narrow(2, h.query_begin * c, c).copy_(o);
+      lse.narrow(2, h.query_begin * c, c).copy_(l);
+    }
+    const at::Tensor result = out.to(q.scalar_type());
+    // The gathered blocks are not kept: backward gathers them again.
+    ctx->save_for_backward({q, k, v, result, lse});
+    ctx->saved_data["group"] = group;
+    return result;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const ContextGroup& g = group_at(ctx->saved_data["group"].toInt());
+    const variable_list saved = ctx->get_saved_variables();
+    const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3], &lse = saved[4];
+    const at::Tensor grad_out = grads[0];
+    const int64_t c = q.size(2) / 2;
+    const at::Tensor kv = in_sequence_order(g.ring_all_gather(at::stack({k, v})));
+    at::Tensor dq = at::zeros(q.sizes(), q.options().dtype(at::kFloat));
+    at::Tensor dkv = at::zeros(kv.sizes(), kv.options().dtype(at::kFloat));
+    for (const GatheredHalf& h : gathered_halves(g.ring_size, g.ring_rank)) {
+      const int64_t begin = h.query_begin * c;
+      const auto part = [&](int64_t key_begin, int64_t keys, bool causal) {
+        auto [gq, gk, gv] = attention_block_backward(
+            grad_out.narrow(2, begin, c), q.narrow(2, begin, c), kv[0].narrow(2, key_begin, keys),
+            kv[1].narrow(2, key_begin, keys), out.narrow(2, begin, c), lse.narrow(2, begin, c), causal);
+        dq.narrow(2, begin, c).add_(gq);
+        dkv[0].narrow(2, key_begin, keys).add_(gk);
+        dkv[1].narrow(2, key_begin, keys).add_(gv);
+      };
+      if (h.chunk > 0) part(0, h.chunk * c, false);
+      part(h.chunk * c, c, true);
+    }
+    // Every rank's gradient of every block, summed at its owner.
+    const at::Tensor mine = g.ring_reduce_scatter(in_block_order(dkv, g.ring_size).contiguous());
+    return {dq.to(q.scalar_type()), mine[0].to(k.scalar_type()), mine[1].to(v.scalar_type()), at::Tensor()};
+  }
+};
+
 at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
   const int64_t groups = q.size(1) / k.size(1);
   const at::Tensor keys = groups == 1 ? k : k.repeat_interleave(groups, 1);
@@ -189,8 +277,9 @@ at::Tensor context_attention(const at::Tensor& q, const at::Tensor& k, const at:
     keys = UlyssesExchange::apply(k, address, true);
     values = UlyssesExchange::apply(v, address, true);
   }
-  at::Tensor y = group.ring_size > 1 ? RingAttention::apply(queries, keys, values, address)
-                                     : causal_attention(queries, keys, values);
+  at::Tensor y = group.ring_size <= 1  ? causal_attention(queries, keys, values)
+                 : group.gather_ring ? AllGatherAttention::apply(queries, keys, values, address)
+                                     : RingAttention::apply(queries, keys, values, address);
   if (group.a2a_size > 1) y = UlyssesExchange::apply(y, address, false);
   return y;
 }

@@ -11,7 +11,11 @@
 //   - Ulysses (Jacobs et al. 2023): an all-to-all trades the sequence split
 //     for a head split before attention, and back after it;
 //   - or both: heads over an all-to-all sub-group of adjacent ranks, the
-//     ring over the sub-groups.
+//     ring over the sub-groups;
+//   - or the ring's layout exchanged by one all-gather of every key/value
+//     block instead of the passes (Megatron-Core's all_gather): each rank
+//     attends with its queries to the whole sequence; backward gathers the
+//     blocks again and reduce-scatters their gradients to the owners.
 //
 // The layout balances causal work: under a ring of R ranks the sequence is
 // cut into 2R chunks and ring rank r holds chunks r and 2R-1-r (one early,
@@ -44,6 +48,12 @@ struct ContextGroup {
   // flight at once apart.
   using Transfer = std::function<at::Tensor()>;
   std::function<Transfer(const at::Tensor& tensor, int tag)> ring_pass;
+  // The ring's ranks exchange by all-gather instead (gather_ring): every
+  // ring rank's `block` stacked in ring-rank order ([R, ...]), and its
+  // adjoint, this rank's sum over ranks of [R, ...] at index ring_rank.
+  bool gather_ring = false;
+  std::function<at::Tensor(const at::Tensor& block)> ring_all_gather;
+  std::function<at::Tensor(const at::Tensor& blocks)> ring_reduce_scatter;
 
   bool active() const { return size > 1; }
 

@@ -4,6 +4,7 @@
 #include <numeric>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "host/comm/process_group.h"
 #include "host/runtime/aten_buffer.h"
@@ -19,6 +20,7 @@ const char* comm_type_name(int32_t type) {
     case ACCEL_CONTEXT_P2P: return "p2p";
     case ACCEL_CONTEXT_A2A: return "a2a";
     case ACCEL_CONTEXT_A2A_P2P: return "a2a+p2p";
+    case ACCEL_CONTEXT_ALL_GATHER: return "all_gather";
     default: return "?";
   }
 }
@@ -28,7 +30,8 @@ void check_ok(const comm::Status& status) {
 }
 
 // The model's exchanges over the sub-groups, their bytes counted.
-model::ContextGroup make_context_group(HostContext& context, comm::ProcessGroup* ring, comm::ProcessGroup* a2a) {
+model::ContextGroup make_context_group(HostContext& context, comm::ProcessGroup* ring, comm::ProcessGroup* a2a,
+                                       bool gather_ring) {
   model::ContextGroup g;
   HostContext* ctx = &context;
   if (a2a != nullptr) {
@@ -59,6 +62,28 @@ model::ContextGroup make_context_group(HostContext& context, comm::ProcessGroup*
       };
     };
   }
+  if (ring != nullptr && gather_ring) {
+    g.gather_ring = true;
+    // What left this rank: its block to each of the others (a ring
+    // all-gather's n - 1 sends); the reduce-scatter likewise.
+    g.ring_all_gather = [ctx, ring](const at::Tensor& block) {
+      const int64_t n = ring->size();
+      std::vector<int64_t> shape{n};
+      shape.insert(shape.end(), block.sizes().begin(), block.sizes().end());
+      at::Tensor gathered = at::empty(shape, block.options());
+      check_ok(ring->all_gather(buffer_of(block), buffer_of(gathered), {0, "host context parallel all_gather"}));
+      ctx->context_parallel_bytes += static_cast<int64_t>(block.nbytes()) * (n - 1);
+      return gathered;
+    };
+    g.ring_reduce_scatter = [ctx, ring](const at::Tensor& blocks) {
+      const int64_t n = ring->size();
+      at::Tensor mine = at::empty(blocks.sizes().slice(1), blocks.options());
+      check_ok(ring->reduce_scatter(buffer_of(blocks), buffer_of(mine), comm::ReduceOp::sum,
+                                    {0, "host context parallel reduce_scatter"}));
+      ctx->context_parallel_bytes += static_cast<int64_t>(mine.nbytes()) * (n - 1);
+      return mine;
+    };
+  }
   g.size = g.ring_size * g.a2a_size;
   g.rank = g.ring_rank * g.a2a_size + g.a2a_rank;
   return g;
@@ -79,7 +104,7 @@ AccelStatus plan_context_parallel(AccelHost* host, const AccelContextParallelSpe
     ACCEL_REQUIRE_ARGS(spec, AccelContextParallelSpec, a2a_size);
     HostContext& context = context_of(host);
     if (!context.planning) fail(ACCEL_ERROR_FAILED_PRECONDITION, "allowed only inside the plan_model hook");
-    if (spec->comm_type < ACCEL_CONTEXT_P2P || spec->comm_type > ACCEL_CONTEXT_A2A_P2P) {
+    if (spec->comm_type < ACCEL_CONTEXT_P2P || spec->comm_type > ACCEL_CONTEXT_ALL_GATHER) {
       fail(ACCEL_ERROR_INVALID_ARGUMENT, strformat("comm_type %d is not an AccelContextCommType", spec->comm_type));
     }
     if (spec->a2a_size < 0 || (spec->comm_type != ACCEL_CONTEXT_A2A_P2P && spec->a2a_size != 0)) {
@@ -158,7 +183,7 @@ void resolve_context_parallel_plan(HostContext& context) {
     a2a_group = context.context_a2a_group.get();
     ring = context.context_ring_group.get();
   }
-  model::ContextGroup cp = make_context_group(context, ring, a2a_group);
+  model::ContextGroup cp = make_context_group(context, ring, a2a_group, plan->comm_type == ACCEL_CONTEXT_ALL_GATHER);
   const std::string problem = cp.layout_problem(config.seq_len);
   if (!problem.empty()) throw std::runtime_error(problem + " (--seq-len)");
   const model::TensorGroup& tp = model.tensor_group();

@@ -25,7 +25,10 @@ ContextParallel::ContextParallel(const sdk::Services& s, const char* degree_opti
     throw sdk::Error(ACCEL_ERROR_UNSUPPORTED, name + " needs a host with model->plan_context_parallel (ABI 1.10)");
   }
   spec_.struct_size = sizeof(spec_);
-  spec_.comm_type = type == "p2p" ? ACCEL_CONTEXT_P2P : type == "a2a" ? ACCEL_CONTEXT_A2A : ACCEL_CONTEXT_A2A_P2P;
+  spec_.comm_type = type == "p2p"          ? ACCEL_CONTEXT_P2P
+                    : type == "all_gather" ? ACCEL_CONTEXT_ALL_GATHER
+                    : type == "a2a"        ? ACCEL_CONTEXT_A2A
+                                           : ACCEL_CONTEXT_A2A_P2P;
   spec_.a2a_size = static_cast<int32_t>(s.option<int64_t>("cp_a2a_degree"));
 }
 

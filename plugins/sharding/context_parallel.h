@@ -18,9 +18,10 @@ namespace accel::sharding {
 // all-to-all sub-group of a2a+p2p. `default_type` is p2p or a2a.
 #define ACCEL_CONTEXT_PARALLEL_OPTIONS(default_type)                                                                \
   {"cp_comm_type", ACCEL_OPTION_ENUM, default_type,                                                                 \
-   "context parallelism's exchange: p2p (ring attention, load-balanced causal chunks), a2a (Ulysses all-to-all "    \
-   "over heads) or a2a+p2p (heads over cp_a2a_degree adjacent ranks, the ring over the rest)",                      \
-   "p2p|a2a|a2a+p2p"},                                                                                              \
+   "context parallelism's exchange: p2p (ring attention, load-balanced causal chunks), all_gather (the same "      \
+   "layout, every key/value block all-gathered), a2a (Ulysses all-to-all over heads) or a2a+p2p (heads over "       \
+   "cp_a2a_degree adjacent ranks, the ring over the rest)",                                                         \
+   "p2p|all_gather|a2a|a2a+p2p"},                                                                                   \
   {                                                                                                                 \
     "cp_a2a_degree", ACCEL_OPTION_INT, "0",                                                                         \
         "a2a+p2p: the all-to-all sub-group's size, a divisor of the context degree (0: the largest below it that "  \

@@ -1,8 +1,9 @@
 // Context parallelism in one process: the layout's positions, and
-// context_attention of every rank of a ring, an all-to-all group or both,
-// run as threads exchanging through in-memory mailboxes, against causal
-// attention over the whole sequence — outputs and the gradients at q, k and
-// v (the ring's backward sends key/value gradients back to their owners, so
+// context_attention of every rank of a ring (passed or all-gathered), an
+// all-to-all group or both, run as threads exchanging through in-memory
+// mailboxes, against causal attention over the whole sequence — outputs and
+// the gradients at q, k and v (the ring's backward sends key/value
+// gradients back to their owners, the all-gather's reduce-scatters them, so
 // each rank's must equal the whole attention's at its positions).
 #include <gtest/gtest.h>
 
@@ -107,7 +108,7 @@ class Fabric {
   std::map<std::tuple<int, int64_t, int64_t, int>, std::deque<at::Tensor>> boxes_;
 };
 
-ContextGroup wired(Fabric& fabric, int64_t ring, int64_t a2a, int64_t rank) {
+ContextGroup wired(Fabric& fabric, int64_t ring, int64_t a2a, int64_t rank, bool gather) {
   ContextGroup g = layout(ring, a2a, rank);
   // Global context ranks of this rank's ring and all-to-all peers.
   const int64_t base = g.ring_rank * a2a;
@@ -124,11 +125,31 @@ ContextGroup wired(Fabric& fabric, int64_t ring, int64_t a2a, int64_t rank) {
     fabric.post(1, next, g.rank, tag, t);
     return [&fabric, g, prev, tag] { return fabric.take(1, g.rank, prev, tag); };
   };
+  if (gather) {
+    // The all-gather exchange: each ring rank's block to every ring rank
+    // (itself included), and the reduce-scatter that is its adjoint.
+    g.gather_ring = true;
+    g.ring_pass = nullptr;  // a pass would throw: the gathers do it all
+    const auto ring_peer = [g](int64_t s) { return s * g.a2a_size + g.a2a_rank; };
+    g.ring_all_gather = [&fabric, g, ring_peer](const at::Tensor& block) {
+      for (int64_t s = 0; s < g.ring_size; ++s) fabric.post(2, ring_peer(s), g.rank, 0, block);
+      std::vector<at::Tensor> got;
+      for (int64_t s = 0; s < g.ring_size; ++s) got.push_back(fabric.take(2, g.rank, ring_peer(s), 0));
+      return at::stack(got);
+    };
+    g.ring_reduce_scatter = [&fabric, g, ring_peer](const at::Tensor& blocks) {
+      for (int64_t s = 0; s < g.ring_size; ++s) fabric.post(3, ring_peer(s), g.rank, 0, blocks[s]);
+      at::Tensor sum = at::zeros(blocks.sizes().slice(1), blocks.options());
+      for (int64_t s = 0; s < g.ring_size; ++s) sum.add_(fabric.take(3, g.rank, ring_peer(s), 0));
+      return sum;
+    };
+  }
   return g;
 }
 
 struct Shape {
   int64_t ring, a2a, kv_heads;
+  bool gather = false;  // the ring's layout exchanged by all-gather (cp_comm_type all_gather)
 };
 
 class ContextAttention : public ::testing::TestWithParam<Shape> {};
@@ -148,7 +169,7 @@ TEST_P(ContextAttention, EveryRanksOutputAndGradientsEqualTheWholeSequences) {
 
   Fabric fabric;
   std::vector<ContextGroup> groups_of(static_cast<size_t>(C));
-  for (int64_t r = 0; r < C; ++r) groups_of[static_cast<size_t>(r)] = wired(fabric, shape.ring, shape.a2a, r);
+  for (int64_t r = 0; r < C; ++r) groups_of[static_cast<size_t>(r)] = wired(fabric, shape.ring, shape.a2a, r, shape.gather);
   std::vector<double> out_error(static_cast<size_t>(C)), grad_error(static_cast<size_t>(C));
   std::vector<std::thread> ranks;
   for (int64_t r = 0; r < C; ++r) {
@@ -176,9 +197,11 @@ TEST_P(ContextAttention, EveryRanksOutputAndGradientsEqualTheWholeSequences) {
 
 INSTANTIATE_TEST_SUITE_P(RingAllToAllAndBoth, ContextAttention,
                          ::testing::Values(Shape{2, 1, 4}, Shape{4, 1, 2}, Shape{3, 1, 1}, Shape{1, 2, 2},
-                                           Shape{1, 4, 4}, Shape{2, 2, 2}),
+                                           Shape{1, 4, 4}, Shape{2, 2, 2}, Shape{2, 1, 4, true},
+                                           Shape{4, 1, 2, true}, Shape{3, 1, 1, true}),
                          [](const ::testing::TestParamInfo<Shape>& info) {
-                           return "ring" + std::to_string(info.param.ring) + "_a2a" + std::to_string(info.param.a2a) +
+                           return std::string(info.param.gather ? "gathered" : "ring") +
+                                  std::to_string(info.param.ring) + "_a2a" + std::to_string(info.param.a2a) +
                                   "_kv" + std::to_string(info.param.kv_heads);
                          });
 

@@ -107,20 +107,26 @@ class StagingOverlapsTheNextStep(TempDirMixin, unittest.TestCase):
     and backward run, and that step's optimizer waits for the copy."""
 
     @unittest.skipUnless(MPIRUN, "mpirun not found")
-    def test_the_optimizer_step_waits_for_the_copy(self):
-        blocking, background = self.path("blocking"), self.path("background")
-        args = [*COMMON, "--plugin", "fsdp", "--fsdp.state_dict_type", "SHARDED_STATE_DICT", "--steps", 8,
-                "--save-every", 2, "--log-level", "warn"]
-        mpirun(2, *args, "--save", blocking, "--metrics-file", self.path("blocking.jsonl"))
+    def test_the_optimizer_step_waits_for_the_copy_under_fsdp(self):
+        self.compare("fsdp", "--plugin", "fsdp", "--fsdp.state_dict_type", "SHARDED_STATE_DICT")
+
+    @unittest.skipUnless(MPIRUN, "mpirun not found")
+    def test_the_optimizer_step_waits_for_the_copy_under_zero3(self):
+        self.compare("zero3", "--plugin", "deepspeed_zero", "--deepspeed_zero.zero_stage", 3)
+
+    def compare(self, name, *plugin):
+        blocking, background = self.path(f"{name}_blocking"), self.path(f"{name}_background")
+        args = [*COMMON, *plugin, "--steps", 8, "--save-every", 2, "--log-level", "warn"]
+        mpirun(2, *args, "--save", blocking, "--metrics-file", self.path(f"{name}_blocking.jsonl"))
         # Every copy starts 1.5 s late: an optimizer step that did not wait
         # would change the state under it, and the checkpoint would hold the
         # next step's values.
-        mpirun(2, *args, "--save", background, "--save-async", "--metrics-file", self.path("background.jsonl"),
-               env={"ACCEL_TEST_STAGING_DELAY_MS": "1500"})
+        mpirun(2, *args, "--save", background, "--save-async", "--metrics-file",
+               self.path(f"{name}_background.jsonl"), env={"ACCEL_TEST_STAGING_DELAY_MS": "1500"})
         for step in (2, 4, 6, 8):
             self.assertEqual(manifest_entries(os.path.join(blocking, f"step_{step}")),
                              manifest_entries(os.path.join(background, f"step_{step}")), f"step_{step}")
-        a, b = read_metrics(self.path("blocking.jsonl")), read_metrics(self.path("background.jsonl"))
+        a, b = read_metrics(self.path(f"{name}_blocking.jsonl")), read_metrics(self.path(f"{name}_background.jsonl"))
         self.assertEqual([m["loss"] for m in a], [m["loss"] for m in b])
         waits = {m["step"]: m["ckpt_staging_wait_ms"] for m in b if "ckpt_staging_wait_ms" in m}
         self.assertEqual(sorted(waits), [3, 5, 7])  # the step after each background save

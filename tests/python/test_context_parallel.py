@@ -1,6 +1,6 @@
 """Context parallelism (`--megatron.cp_degree C`) under mpirun: every sequence
-split over C ranks, attention through a ring (p2p), Ulysses' all-to-all
-(a2a) or both (a2a+p2p), gives the per-step losses and gradient norms of one
+split over C ranks, attention through a ring (p2p), all-gathered keys and
+values (all_gather), Ulysses' all-to-all (a2a) or both (a2a+p2p), gives the per-step losses and gradient norms of one
 process with the same global batch (fp32, 20 steps, within 1e-5 relative,
 norms within 1e-4), for GPT-2's learned positions and Llama's rotary ones,
 alone and with tensor (and sequence) parallelism, data parallelism with the
@@ -56,6 +56,12 @@ class ContextParallelParity(TempDirMixin, unittest.TestCase):
             rows = self.parity(2, model, cp(2))
             self.assertEqual(rows[0]["megatron.cp_degree"], 2)
             self.parity(4, model, cp(4))
+
+    def test_all_gather_on_two_and_four_ranks(self):
+        for model in ("gpt-tiny", "llama-tiny"):
+            self.parity(2, model, cp(2, "all_gather"))
+            self.parity(4, model, cp(4, "all_gather"))
+        self.parity(4, "llama-tiny", cp(2, "all_gather", "--megatron.tp_degree", 2))
 
     def test_ulysses_on_two_and_four_ranks(self):
         self.parity(2, "gpt-tiny", cp(2, "a2a"))
@@ -127,6 +133,14 @@ class ContextParallelTraffic(TempDirMixin, unittest.TestCase):
             # the block's gradient (fp32) on C hops back to its owner.
             want = self.LAYERS * ((c - 1) + (c - 1) + c) * block
             self.assertEqual(self.bytes_per_step(c, cp(c)), [want, want], c)
+
+    def test_all_gather_sends_each_block_c_minus_1_times_per_gather(self):
+        for c in (2, 4):
+            block = 2 * self.B * self.H * (self.T // c) * self.D * 4
+            # forward gathers; backward gathers again and reduce-scatters the
+            # gradients: each time this rank's block (or its gradient) to C-1 others.
+            want = self.LAYERS * 3 * (c - 1) * block
+            self.assertEqual(self.bytes_per_step(c, cp(c, "all_gather")), [want, want], c)
 
     def test_ulysses_sends_four_all_to_alls_each_way_per_layer(self):
         for c in (2, 4):

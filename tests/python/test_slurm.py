@@ -5,7 +5,9 @@ one process's losses; srun without a PMI is refused on every rank in one
 line; and the job scripts users copy (examples/slurm/) survive preemption:
 SIGUSR1 mid-run, every rank stops after its step with a checkpoint and exits
 75, the script requeues the job, and (the srun script) the requeued run
-resumes from the checkpoint and ends on the uninterrupted curve."""
+resumes from the checkpoint and ends on the uninterrupted curve; a rank
+killed inside the allocation is restarted there by the supervisor the
+script runs (--max_restarts), and the job ends on the same curve."""
 import glob
 import os
 import shutil
@@ -67,12 +69,13 @@ class UnderSlurm(TempDirMixin, unittest.TestCase):
         self.assertEqual(len(lines), 2, proc.stderr)  # one line per rank, none trained alone
         self.assertIn("--mpi=pmix", lines[0])
 
-    def submit(self, script, save, metrics, steps, *extra):
+    def submit(self, script, save, metrics, steps, *extra, env=None):
         """sbatch SCRIPT with the training options; returns (job id, its log)."""
         out = self.path(f"{script}.out")
         proc = subprocess.run(["sbatch", "--parsable", "-o", out, os.path.join(EXAMPLES, script), *map(str, COMMON),
                                "--steps", str(steps), "--metrics-file", metrics, *map(str, extra)],
-                              capture_output=True, text=True, env=dict(self.env, SAVE=save), timeout=30)
+                              capture_output=True, text=True, env=dict(self.env, SAVE=save, **(env or {})),
+                              timeout=30)
         self.assertEqual(proc.returncode, 0, proc.stderr)
         return proc.stdout.strip().split(";")[0], out
 
@@ -127,6 +130,43 @@ class UnderSlurm(TempDirMixin, unittest.TestCase):
         self.assertTrue(os.path.isdir(os.path.join(save, f"step_{steps}")), log)
         # The metrics file holds both runs: every step once, on one curve.
         self.assert_on_the_curve(read_metrics(metrics), steps, "preempted and requeued")
+
+    @staticmethod
+    def ranks_of(metrics):
+        """The accel-host ranks writing METRICS (not the supervisor, srun or the batch script)."""
+        ranks = []
+        for pid in subprocess.run(["pgrep", "-f", metrics], capture_output=True, text=True).stdout.split():
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    argv = f.read().split(b"\0")
+            except FileNotFoundError:
+                continue
+            if os.path.basename(argv[0]) == b"accel-host" and argv[1:2] != [b"launch"]:
+                ranks.append(int(pid))
+        return sorted(ranks)
+
+    def test_a_killed_rank_restarts_inside_the_allocation(self):
+        # train.sbatch runs accel-host launch --max_restarts: a rank killed
+        # mid-run ends the step (the others time out in their next
+        # collective), and the supervisor starts srun again in the same
+        # allocation from the newest checkpoint; no requeue.
+        save, metrics, steps = self.path("ckpt"), self.path("job.jsonl"), 60
+        job, out = self.submit("train.sbatch", save, metrics, steps, "--plugin", "ddp", "--save-every", 10,
+                               "--init_process_group.timeout", 5, env={"MAX_RESTARTS": "1"})
+        self.wait_for(lambda: glob.glob(os.path.join(save, "step_*")), "the first checkpoint", job=job)
+        ranks = self.ranks_of(metrics)
+        self.assertEqual(len(ranks), 4, ranks)
+        os.kill(ranks[-1], 9)
+        finished = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY")
+        self.wait_for(lambda: self.state(job) in finished, "the restarted run to finish", seconds=300, job=job)
+        with open(out) as f:
+            log = f.read()
+        self.assertEqual(self.state(job), "COMPLETED", log)
+        self.assertIn("restart 1 of 1", log)
+        self.assertNotIn("requeueing", log)
+        # The restarted run repeats the steps after its checkpoint: the last line of each.
+        by_step = {row["step"]: row for row in read_metrics(metrics)}
+        self.assert_on_the_curve([by_step[s] for s in sorted(by_step)], steps, "killed and restarted")
 
     def test_a_preempted_mpirun_job_checkpoints_and_requeues(self):
         # train_mpirun.sbatch: USR1 to the batch script, which passes it to
