@@ -69,6 +69,7 @@ std::optional<double> AsyncCheckpointWriter::wait_staged() {
 std::filesystem::path AsyncCheckpointWriter::commit() {
   if (!in_flight()) throw std::logic_error("AsyncCheckpointWriter::commit with no save in flight");
   join();
+  wait_reported_ = true;  // staged with the write: no later step waits for it
   std::unique_ptr<checkpoint::PreparedSave> save = std::move(save_);
   last_write_ms_ = write_ms_;
   last_host_bytes_ = save->host_bytes();

@@ -291,11 +291,12 @@ StepOutcome Trainer::train_step(int64_t step) {
   outcome.nonfinite_loss = !std::isfinite(outcome.loss);
   if (outcome.nonfinite_loss) {
     if (nonfinite_loss_steps_ >= config_.nonfinite_loss_skips) {
-      throw AgreedError(kExitDiverged, strformat("step %lld: the loss averaged over every rank is %g; stopping after %lld "
-                                     "skipped non-finite step(s) (--nonfinite-loss-skips %lld)",
-                                     static_cast<long long>(step + 1), outcome.loss,
-                                     static_cast<long long>(nonfinite_loss_steps_),
-                                     static_cast<long long>(config_.nonfinite_loss_skips)));
+      throw AgreedError(kExitDiverged,
+                        strformat("step %lld: the loss averaged over every rank is %g; stopping after %lld "
+                                  "skipped non-finite step(s) (--nonfinite-loss-skips %lld)",
+                                  static_cast<long long>(step + 1), outcome.loss,
+                                  static_cast<long long>(nonfinite_loss_steps_),
+                                  static_cast<long long>(config_.nonfinite_loss_skips)));
     }
     ++nonfinite_loss_steps_;
   }

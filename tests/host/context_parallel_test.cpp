@@ -169,7 +169,9 @@ TEST_P(ContextAttention, EveryRanksOutputAndGradientsEqualTheWholeSequences) {
 
   Fabric fabric;
   std::vector<ContextGroup> groups_of(static_cast<size_t>(C));
-  for (int64_t r = 0; r < C; ++r) groups_of[static_cast<size_t>(r)] = wired(fabric, shape.ring, shape.a2a, r, shape.gather);
+  for (int64_t r = 0; r < C; ++r) {
+    groups_of[static_cast<size_t>(r)] = wired(fabric, shape.ring, shape.a2a, r, shape.gather);
+  }
   std::vector<double> out_error(static_cast<size_t>(C)), grad_error(static_cast<size_t>(C));
   std::vector<std::thread> ranks;
   for (int64_t r = 0; r < C; ++r) {

@@ -183,7 +183,8 @@ class BadInput(TempDirMixin, unittest.TestCase):
         self.expect_error("--steps", 2, "--n-layer", 3, "--resume", root, mentions=["n_layer=2", "n_layer=3"])
 
     def test_metrics_file_in_missing_directory(self):
-        self.expect_error("--steps", 1, "--metrics-file", self.path("no/such/dir/m.jsonl"), mentions=["metrics"], code=2)
+        self.expect_error("--steps", 1, "--metrics-file", self.path("no/such/dir/m.jsonl"), mentions=["metrics"],
+                          code=2)
 
     def test_help_and_version_succeed(self):
         self.assertIn("--batch-size", run_host("--help").stdout)
