@@ -63,7 +63,7 @@ class MetricsFile(TempDirMixin, unittest.TestCase):
                 proc = run_host(*COMMON, "--steps", 1, "--metrics-file", target, check=False, timeout=HANG)
             except subprocess.TimeoutExpired:
                 self.fail(f"--metrics-file {target} blocked for {HANG} s")
-            self.assertEqual(proc.returncode, 1, proc.stderr)
+            self.assertEqual(proc.returncode, 2, proc.stderr)  # a bad value of an option
             self.assertEqual(error_lines(proc), [l for l in error_lines(proc)
                                                  if f"--metrics-file: cannot open '{target}': it is {kind}" in l],
                              proc.stderr)
