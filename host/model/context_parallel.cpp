@@ -49,6 +49,24 @@ struct UlyssesExchange : public torch::autograd::Function<UlyssesExchange> {
   }
 };
 
+// What both exchanges' backward reads: the inputs, the merged result (in
+// the queries' dtype, returned) and its fp32 log-sum-exp, and the group.
+at::Tensor save_attention(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                          const at::Tensor& out, const at::Tensor& lse, int64_t group) {
+  const at::Tensor result = out.to(q.scalar_type());
+  ctx->save_for_backward({q, k, v, result, lse});
+  ctx->saved_data["group"] = group;
+  return result;
+}
+
+struct SavedAttention {
+  const ContextGroup& group;
+  variable_list saved;  // q, k, v, out, lse
+};
+SavedAttention saved_attention(AutogradContext* ctx) {
+  return {group_at(ctx->saved_data["group"].toInt()), ctx->get_saved_variables()};
+}
+
 // Which part of a ring step's work is unmasked, with the balanced layout:
 // this rank's queries are chunks (r, 2R-1-r), the block's keys (s, 2R-1-s).
 //   s == r: the local block, causal (both halves in increasing order);
@@ -86,15 +104,11 @@ struct RingAttention : public torch::autograd::Function<RingAttention> {
       }
       if (next) block = next();
     }
-    const at::Tensor result = out.to(q.scalar_type());
-    ctx->save_for_backward({q, k, v, result, lse});
-    ctx->saved_data["group"] = group;
-    return result;
+    return save_attention(ctx, q, k, v, out, lse, group);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const ContextGroup& g = group_at(ctx->saved_data["group"].toInt());
-    const variable_list saved = ctx->get_saved_variables();
+    const auto [g, saved] = saved_attention(ctx);
     const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3], &lse = saved[4];
     const at::Tensor grad_out = grads[0];
     const int64_t R = g.ring_size, r = g.ring_rank, half = q.size(2) / 2;
@@ -166,8 +180,7 @@ at::Tensor in_block_order(const at::Tensor& sequence, int64_t R) {
 
 // Rank r's two query chunks (r, and 2R-1-r) against the gathered sequence
 // [2, B, KV, 2Rc, D]: each sees the whole chunks before its own, then its
-// own chunk causally. (queries, first key position, causal chunk's start)
-// per half.
+// own chunk causally.
 struct GatheredHalf {
   int64_t query_begin;  // within this rank's 2c queries
   int64_t chunk;        // the half's chunk index in the sequence
@@ -194,16 +207,12 @@ struct AllGatherAttention : public torch::autograd::Function<AllGatherAttention>
       out.narrow(2, h.query_begin * c, c).copy_(o);
       lse.narrow(2, h.query_begin * c, c).copy_(l);
     }
-    const at::Tensor result = out.to(q.scalar_type());
     // The gathered blocks are not kept: backward gathers them again.
-    ctx->save_for_backward({q, k, v, result, lse});
-    ctx->saved_data["group"] = group;
-    return result;
+    return save_attention(ctx, q, k, v, out, lse, group);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const ContextGroup& g = group_at(ctx->saved_data["group"].toInt());
-    const variable_list saved = ctx->get_saved_variables();
+    const auto [g, saved] = saved_attention(ctx);
     const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3], &lse = saved[4];
     const at::Tensor grad_out = grads[0];
     const int64_t c = q.size(2) / 2;
