@@ -44,12 +44,6 @@ namespace {
   fail(where, action + " failed: " + ec.message());
 }
 
-// A name that stays inside its directory: no separators, not "." or "..".
-bool is_plain_name(std::string_view name) {
-  return !name.empty() && name != "." && name != ".." &&
-         name.find_first_of(std::string_view("/\0", 2)) == std::string_view::npos;
-}
-
 bool ends_with_pending_suffix(std::string_view name) { return name.ends_with(kPendingSuffix); }
 
 class FdCloser {
@@ -75,18 +69,6 @@ int open_or_fail(const fs::path& path, int flags, mode_t mode = 0) {
   } while (fd < 0 && errno == EINTR);
   if (fd < 0) fail_errno(path, "open", errno);
   return fd;
-}
-
-
-std::string manifest_json(const std::vector<ManifestEntry>& entries) {
-  nlohmann::ordered_json files = nlohmann::ordered_json::array();
-  for (const ManifestEntry& entry : entries) {
-    files.push_back({{"file", entry.file}, {"size", entry.size}, {"crc32", entry.crc32}});
-  }
-  nlohmann::ordered_json root = {{"format", std::string(kManifestFormat)},
-                                 {"format_version", kManifestFormatVersion},
-                                 {"files", std::move(files)}};
-  return root.dump(2) + "\n";
 }
 
 // Cheap checks first (presence, size), so a truncated checkpoint is
@@ -129,6 +111,22 @@ std::string first_problem(const fs::path& dir) {
 }
 
 }  // namespace
+
+bool is_plain_name(std::string_view name) {
+  return !name.empty() && name != "." && name != ".." &&
+         name.find_first_of(std::string_view("/\0", 2)) == std::string_view::npos;
+}
+
+std::string manifest_json(const std::vector<ManifestEntry>& entries) {
+  nlohmann::ordered_json files = nlohmann::ordered_json::array();
+  for (const ManifestEntry& entry : entries) {
+    files.push_back({{"file", entry.file}, {"size", entry.size}, {"crc32", entry.crc32}});
+  }
+  nlohmann::ordered_json root = {{"format", std::string(kManifestFormat)},
+                                 {"format_version", kManifestFormatVersion},
+                                 {"files", std::move(files)}};
+  return root.dump(2) + "\n";
+}
 
 // ---------------------------------------------------------------------------
 // Files and manifests

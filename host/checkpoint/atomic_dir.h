@@ -68,6 +68,12 @@ std::string read_regular_file(const std::filesystem::path& path, uint64_t max_by
 // are plain file names, no duplicates). Throws CheckpointError.
 Manifest read_manifest(const std::filesystem::path& dir);
 
+// A name that stays inside its directory: no separators, not "." or "..".
+bool is_plain_name(std::string_view name);
+
+// manifest.json's text for `entries` (in the order given).
+std::string manifest_json(const std::vector<ManifestEntry>& entries);
+
 // The validation of read_manifest on text already read; `path` names it in
 // errors. Throws CheckpointError.
 Manifest parse_manifest(std::string_view text, const std::filesystem::path& path);

@@ -4,10 +4,12 @@
 #include <accel/sdk/json_input.hpp>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <exception>
 #include <optional>
 
 #include "host/checkpoint/atomic_dir.h"
+#include "host/checkpoint/node_copies.h"
 
 namespace accel::checkpoint {
 namespace {
@@ -63,10 +65,41 @@ void abandon_quietly(std::optional<PendingCheckpointDir>& pending) {
   }
 }
 
-// A round in which only rank 0 acts: "" for success, else its error.
-void agree_on_root_outcome(const RankGroup& group, const std::string& root_error, const std::string& failed) {
-  const std::vector<std::string> all = exchange_round(group, group.rank == 0 ? root_error : std::string());
-  if (!all[0].empty()) throw CheckpointError(failed + "rank 0: " + all[0]);
+// A round in which only some ranks act (rank 0, or each node's leader):
+// "" for success, else the error of the first that failed.
+void agree_on_outcome(const RankGroup& group, const std::string& error, const std::string& failed) {
+  const std::vector<std::string> all = exchange_round(group, error);
+  std::vector<std::optional<std::string>> failures(all.size());
+  for (size_t r = 0; r < all.size(); ++r) {
+    if (!all[r].empty()) failures[r] = all[r];
+  }
+  if (const auto failure = first_failure(failures)) throw CheckpointError(failed + *failure);
+}
+
+// Whether the group's root is each node's own (RankGroup::nodes).
+bool per_node(const RankGroup& group) { return !group.nodes.empty() && count_nodes(group.nodes) > 1; }
+
+// The rank that creates and publishes this rank's directory.
+bool creates_directory(const RankGroup& group) {
+  return per_node(group) ? is_node_leader(group.nodes, group.rank) : group.rank == 0;
+}
+
+nlohmann::json entries_json(const std::vector<ManifestEntry>& entries) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const ManifestEntry& e : entries) list.push_back({{"file", e.file}, {"size", e.size}, {"crc32", e.crc32}});
+  return list;
+}
+
+std::vector<ManifestEntry> parse_entries(const sdk::JsonFields& message, const char* key) {
+  std::vector<ManifestEntry> entries;
+  if (!message.contains(key)) return entries;
+  size_t index = 0;
+  for (const nlohmann::json& e : message.array(key)) {
+    const sdk::JsonFields entry(e, message.where(), std::string(key) + "[" + std::to_string(index++) + "].");
+    entries.push_back({entry.string("file"), entry.unsigned_integer("size"),
+                       static_cast<uint32_t>(entry.integer("crc32", 0, 0xffffffff))});
+  }
+  return entries;
 }
 
 }  // namespace
@@ -76,16 +109,17 @@ RankCommit::RankCommit(RankGroup group, fs::path final_dir, std::string failed)
 
 RankCommit RankCommit::begin(const fs::path& root, const std::string& name, const RankGroup& group) {
   RankCommit commit(group, root / name, "checkpoint " + (root / name).string() + " not saved: ");
-  // 1. Rank 0 makes the pending directory; the others wait for its outcome.
-  std::string root_error;
-  if (group.rank == 0) {
+  // 1. Rank 0 (each node's leader) makes the pending directory; the others
+  // wait for the outcome.
+  std::string error;
+  if (creates_directory(group)) {
     try {
       commit.pending_.emplace(PendingCheckpointDir::create(root, name));
     } catch (...) {
-      root_error = current_error();
+      error = current_error();
     }
   }
-  agree_on_root_outcome(group, root_error, commit.failed_);
+  agree_on_outcome(group, error, commit.failed_);
   return commit;
 }
 
@@ -93,18 +127,28 @@ void RankCommit::write(const RankFilesWriter& write) {
   // 2. Every rank writes and syncs its files; the entries (or the error) are
   // its message to the others.
   nlohmann::json mine;
+  std::vector<std::string> files;
   try {
-    if (group_.rank != 0) {
+    if (!creates_directory(group_)) {
       pending_.emplace(PendingCheckpointDir::attach(final_dir_.parent_path(), final_dir_.filename().string()));
     }
     RankContribution contribution = write(pending_->dir());
-    nlohmann::json entries = nlohmann::json::array();
-    for (const ManifestEntry& e : pending_->sync_files(contribution.files)) {
-      entries.push_back({{"file", e.file}, {"size", e.size}, {"crc32", e.crc32}});
-    }
-    mine = {{"entries", std::move(entries)}, {"note", std::move(contribution.note)}};
+    mine = {{"entries", entries_json(pending_->sync_files(contribution.files))},
+            {"note", std::move(contribution.note)}};
+    files = std::move(contribution.files);
   } catch (...) {
     mine = {{"error", current_error()}};
+  }
+  // Every rank takes part in the replication, failed or not, so no partner
+  // waits on it; a failed rank sends nothing.
+  if (per_node(group_) && group_.replicate) {
+    try {
+      const std::vector<std::string> replicas =
+          group_.replicate(pending_ ? pending_->dir() : fs::path(), mine.contains("error") ? std::vector<std::string>{} : files);
+      if (!mine.contains("error")) mine["replicas"] = entries_json(pending_->sync_files(replicas));
+    } catch (...) {
+      if (!mine.contains("error")) mine = {{"error", "replicating its files to another node: " + current_error()}};
+    }
   }
   message_ = mine.dump();
 }
@@ -114,6 +158,7 @@ fs::path RankCommit::finish(const CommitCheck& check) {
   const std::vector<std::string> all = exchange_round(group_, message_);
 
   std::vector<ManifestEntry> entries;
+  std::vector<std::vector<ManifestEntry>> held(all.size());  // each rank's own files and replicas
   std::vector<std::string> notes;
   std::vector<std::optional<std::string>> failures(all.size());
   for (size_t r = 0; r < all.size(); ++r) {
@@ -127,36 +172,77 @@ fs::path RankCommit::finish(const CommitCheck& check) {
         failures[r] = message.string("error");
         continue;
       }
-      size_t index = 0;
-      for (const nlohmann::json& e : message.array("entries")) {
-        const sdk::JsonFields entry(e, where, "entries[" + std::to_string(index++) + "].");
-        entries.push_back({entry.string("file"), entry.unsigned_integer("size"),
-                           static_cast<uint32_t>(entry.integer("crc32", 0, 0xffffffff))});
-      }
+      const std::vector<ManifestEntry> own = parse_entries(message, "entries");
+      entries.insert(entries.end(), own.begin(), own.end());
+      held[r] = own;
+      const std::vector<ManifestEntry> replicas = parse_entries(message, "replicas");
+      held[r].insert(held[r].end(), replicas.begin(), replicas.end());
       notes.push_back(message.string("note"));
     } catch (const sdk::JsonInputError& e) {
       // Every rank parses the same strings, so every rank lands here alike.
-      if (group_.rank == 0) abandon_quietly(pending_);
+      if (creates_directory(group_)) abandon_quietly(pending_);
       throw CheckpointError(failed_ + e.what());
     }
   }
   if (const auto failure = first_failure(failures)) {
-    if (group_.rank == 0) abandon_quietly(pending_);
+    if (creates_directory(group_)) abandon_quietly(pending_);
     throw CheckpointError(failed_ + *failure);
   }
 
-  // 3. Rank 0 checks the whole and publishes it; the others wait for that.
-  std::string root_error;
-  if (group_.rank == 0) {
+  // 3. Rank 0 checks the whole and publishes it (each node's leader its
+  // node's part, once rank 0's check has passed); the others wait for that.
+  if (!per_node(group_)) {
+    std::string error;
+    if (group_.rank == 0) {
+      try {
+        if (check) check(notes);
+        pending_->finalize(std::move(entries));
+      } catch (...) {
+        error = current_error();
+        abandon_quietly(pending_);
+      }
+    }
+    agree_on_outcome(group_, error, failed_);
+    return final_dir_;
+  }
+  std::string error;
+  if (group_.rank == 0 && check) {
     try {
-      if (check) check(notes);
-      pending_->finalize(std::move(entries));
+      check(notes);
     } catch (...) {
-      root_error = current_error();
+      error = current_error();
+    }
+  }
+  try {
+    agree_on_outcome(group_, error, failed_);
+  } catch (...) {
+    if (creates_directory(group_)) abandon_quietly(pending_);
+    throw;
+  }
+  if (creates_directory(group_)) {
+    try {
+      std::vector<ManifestEntry> node_files;
+      for (size_t r = 0; r < held.size(); ++r) {
+        if (group_.nodes[r] == group_.nodes[static_cast<size_t>(group_.rank)]) {
+          node_files.insert(node_files.end(), held[r].begin(), held[r].end());
+        }
+      }
+      // A replica is the original's bytes or the checkpoint is refused.
+      for (const ManifestEntry& file : node_files) {
+        if (std::find(entries.begin(), entries.end(), file) == entries.end()) {
+          throw CheckpointError("the copy of " + file.file + " on this node differs from the file its rank wrote");
+        }
+      }
+      const fs::path whole = pending_->dir() / kNodeFilesName;
+      write_file_durably(whole, node_files_json(std::move(entries)));
+      node_files.push_back(describe_file(whole));
+      pending_->finalize(std::move(node_files));
+    } catch (...) {
+      error = current_error();
       abandon_quietly(pending_);
     }
   }
-  agree_on_root_outcome(group_, root_error, failed_);
+  agree_on_outcome(group_, error, failed_);
   return final_dir_;
 }
 

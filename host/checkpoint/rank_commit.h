@@ -14,6 +14,15 @@
 // never arrives makes the exchange itself fail by its timeout, so no rank
 // waits forever.
 //
+// A root of each node's own (RankGroup::nodes spanning nodes): each node's
+// lowest rank plays rank 0's part for its node's directory (create; then
+// finalize with its ranks' files, their replicas and kNodeFilesName), every
+// rank sends its files to its partner node between write and sync, and
+// rank 0's check has a round of its own before any node publishes, so a
+// refused checkpoint is published nowhere. A node whose publish fails after
+// another's succeeded leaves the step on some nodes only: every rank throws,
+// and the next start's assembly (node_copies.h) judges what the nodes hold.
+//
 // The exchange is injected (the seam for tests, and it keeps this library
 // free of MPI): any all-gather of one string per rank will do.
 //
@@ -51,10 +60,26 @@ using RankFilesWriter = std::function<RankContribution(const std::filesystem::pa
 // notes[r] from rank r; throws (anything) to refuse the checkpoint.
 using CommitCheck = std::function<void(const std::vector<std::string>& notes)>;
 
+// Copies this rank's `files` (in `pending_dir`) to its partner on another
+// node, and writes the files the ranks whose partner it is send into
+// `pending_dir` (or drops them when it is empty: this rank's own write
+// failed before it had a directory); returns their names. Pairwise communication between ranks
+// of different nodes, made by every rank (with no files when its own write
+// failed) on the thread that writes. Throws (anything) when a transfer fails.
+using ReplicateFiles = std::function<std::vector<std::string>(const std::filesystem::path& pending_dir,
+                                                              const std::vector<std::string>& files)>;
+
 struct RankGroup {
   int rank = 0;
   int world_size = 1;
   ExchangeStrings exchange;  // may be empty when world_size == 1
+  // A root of each node's own (snapshots in /dev/shm): the node of every
+  // rank, index = rank. With more than one node, the lowest rank of each
+  // node creates, checks and publishes its node's directory, which holds
+  // its ranks' files and their partners' replicas (node_copies.h), and
+  // `replicate` makes the replicas. Empty: one root every rank shares.
+  std::vector<int> nodes;
+  ReplicateFiles replicate;
 };
 
 // Writes and publishes root/<name> from every rank of `group` (see above);
@@ -98,7 +123,7 @@ class RankCommit {
   RankGroup group_;
   std::filesystem::path final_dir_;
   std::string failed_;  // "checkpoint DIR not saved: "
-  std::optional<PendingCheckpointDir> pending_;  // rank 0 from begin; the others from write
+  std::optional<PendingCheckpointDir> pending_;  // leaders from begin; the others from write
   std::string message_;  // this rank's message of exchange #2, set by write
 };
 

@@ -105,6 +105,9 @@ Trainer::Trainer(const RunConfig& config, int rank, int world_size, plugin::Hook
       hooks_(hooks && !hooks->empty() ? hooks : nullptr),
       context_(context) {
   open_outputs_together();
+  if (context_ && context_->world && config_.snapshot_every > 0) {
+    snapshot_replicas_ = SnapshotReplicas::create(*context_->world);
+  }
   if (context_) {
     context_->model = &model_;
     if (model_.device().is_cuda()) context_->identity.device = DLDevice{kDLCUDA, model_.device().index()};

@@ -25,6 +25,7 @@
 #include "host/runtime/pipeline_plan.h"
 #include "host/runtime/tensor_views.h"
 #include "host/train/metrics_writer.h"
+#include "host/train/snapshot_replicas.h"
 #include "host/train/tensorboard_writer.h"
 
 namespace accel::plugin {
@@ -119,6 +120,9 @@ class Trainer final : public runtime::ModelRunner {
   // Removes the snapshots of steps before `step` (rank 0): superseded by a
   // newer snapshot or by a checkpoint on disk.
   void drop_snapshots_before(int64_t step) const;
+  // Whether this rank prunes its node's snapshot root (the lowest rank of
+  // the node: the root is each node's own).
+  bool prunes_snapshots() const;
   static int64_t completed_step_of(const std::filesystem::path& checkpoint);
   // After the step a stop signal ended: the checkpoint (under --save) and
   // the line that says how to go on.
@@ -274,6 +278,9 @@ class Trainer final : public runtime::ModelRunner {
   };
   MoeStepStats moe_step_;
   int64_t nonfinite_loss_steps_ = 0;  // skipped so far (--nonfinite-loss-skips)
+  // --snapshot-every on a job spanning nodes: each rank's snapshot files
+  // copied to a rank of another node. Before async_save_, which may use it.
+  std::unique_ptr<SnapshotReplicas> snapshot_replicas_;
   // --save-async's save in flight. Last, so it is destroyed first: a failing
   // run waits here for its write (uncommitted) before anything else goes.
   AsyncCheckpointWriter async_save_;

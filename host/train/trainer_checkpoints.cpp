@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "host/checkpoint/atomic_dir.h"
+#include "host/checkpoint/node_copies.h"
 #include "host/train/checkpoint_format.h"
 #include "host/comm/process_group.h"
 #include "host/plugin/hook_dispatch.h"
@@ -108,7 +109,7 @@ int64_t Trainer::completed_step_of(const std::filesystem::path& checkpoint) {
 void Trainer::drop_snapshots_before(int64_t step) const {
   // Every rank has committed the checkpoint that supersedes them, and
   // nothing reads the older snapshots while training runs.
-  if (config_.snapshot_every == 0 || rank_ != 0) return;
+  if (config_.snapshot_every == 0 || !prunes_snapshots()) return;
   std::error_code error;
   for (const auto& entry : std::filesystem::directory_iterator(config_.snapshot_dir, error)) {
     const std::string name = entry.path().filename().string();
@@ -119,8 +120,15 @@ void Trainer::drop_snapshots_before(int64_t step) const {
   }
 }
 
+bool Trainer::prunes_snapshots() const {
+  const comm::ProcessGroup* world = context_ ? context_->world : nullptr;
+  const std::shared_ptr<const std::vector<int>> nodes = world ? world->options().world_nodes : nullptr;
+  if (!nodes || nodes->size() != static_cast<size_t>(world_size_)) return rank_ == 0;
+  return checkpoint::is_node_leader(*nodes, rank_);
+}
+
 void Trainer::remove_snapshots() const {
-  if (config_.snapshot_every == 0 || rank_ != 0) return;
+  if (config_.snapshot_every == 0 || !prunes_snapshots()) return;
   std::error_code error;
   std::filesystem::remove_all(config_.snapshot_dir, error);
   if (error) log::warn("could not remove the snapshots in " + config_.snapshot_dir + ": " + error.message());
@@ -178,8 +186,9 @@ void Trainer::save_checkpoint(bool periodic, StepMetrics* metrics, bool snapshot
   // The last background save's buffers serve this snapshot; a blocking save frees them first.
   std::unique_ptr<checkpoint::PreparedSave> spent = async_save_.take_spent();
   if (!in_background) spent.reset();
-  checkpoint::PreparedSave save(snapshot ? config_.snapshot_dir : config_.save_dir,
-                                checkpoint::rank_group_over(world_size_ > 1 ? context_->world : nullptr), model_,
+  checkpoint::RankGroup group = checkpoint::rank_group_over(world_size_ > 1 ? context_->world : nullptr);
+  if (snapshot && snapshot_replicas_) snapshot_replicas_->attach(group);
+  checkpoint::PreparedSave save(snapshot ? config_.snapshot_dir : config_.save_dir, group, model_,
                                 optimizer_, state, host_optimizer, save_plugins, stages, in_background,
                                 std::move(spent));
   const int64_t host_bytes = save.host_bytes();

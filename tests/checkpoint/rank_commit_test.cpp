@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "host/checkpoint/atomic_dir.h"
+#include "host/checkpoint/node_copies.h"
 #include "host/checkpoint/rank_commit.h"
 
 namespace accel::checkpoint {
@@ -53,6 +54,15 @@ class ThreadExchange {
   uint64_t round_ = 0;
 };
 
+// Rank r of n whose exchange is `exchange`.
+RankGroup thread_group(int r, int n, ThreadExchange& exchange) {
+  RankGroup group;
+  group.rank = r;
+  group.world_size = n;
+  group.exchange = [&exchange, r](const std::string& mine) { return exchange.all_gather(r, mine); };
+  return group;
+}
+
 struct RankOutcome {
   fs::path published;
   std::string error;
@@ -71,7 +81,7 @@ class RankCommitTest : public ::testing::Test {
     std::vector<std::thread> threads;
     for (int r = 0; r < n; ++r) {
       threads.emplace_back([&, r] {
-        RankGroup group{r, n, [&, r](const std::string& mine) { return exchange.all_gather(r, mine); }};
+        RankGroup group = thread_group(r, n, exchange);
         try {
           outcomes[static_cast<size_t>(r)].published = commit_from_all_ranks(
               root_, "step_3", group, [&, r](const fs::path& dir) { return write(r, dir); }, check);
@@ -177,9 +187,11 @@ TEST_F(RankCommitTest, AMalformedPeerMessageIsOneBoundedLine) {
   for (const auto& [peer, expected] : cases) {
     fs::remove_all(root_);
     int round = 0;
-    RankGroup group{0, 2, [&](const std::string& mine) -> std::vector<std::string> {
-                      return {mine, ++round == 2 ? peer : std::string()};
-                    }};
+    RankGroup group;
+    group.world_size = 2;
+    group.exchange = [&](const std::string& mine) -> std::vector<std::string> {
+      return {mine, ++round == 2 ? peer : std::string()};
+    };
     std::string error;
     try {
       commit_from_all_ranks(root_, "step_3", group, [](const fs::path& dir) { return write_file(0, dir); });
@@ -190,6 +202,105 @@ TEST_F(RankCommitTest, AMalformedPeerMessageIsOneBoundedLine) {
     EXPECT_NE(error.find(expected), std::string::npos) << error.substr(0, 300);
     EXPECT_LT(error.size(), 400u) << error.substr(0, 300);
     EXPECT_FALSE(fs::exists(root_ / "step_3"));
+  }
+}
+
+// Node-local roots (snapshots in each node's memory): ranks as threads,
+// node n's root at root_/node<n>, and a replication that copies a rank's
+// files into its partner's pending directory.
+class NodeLocalCommitTest : public RankCommitTest {
+ protected:
+  fs::path node_root(int node) const { return root_ / ("node" + std::to_string(node)); }
+
+  std::vector<RankOutcome> run_nodes(const std::vector<int>& nodes, int failing_replica = -1) {
+    const int n = static_cast<int>(nodes.size());
+    const std::vector<int> partners = replica_partners(nodes);
+    ThreadExchange exchange(n), copied(n);
+    std::vector<RankOutcome> outcomes(static_cast<size_t>(n));
+    std::vector<std::thread> threads;
+    for (int r = 0; r < n; ++r) {
+      threads.emplace_back([&, r] {
+        RankGroup group = thread_group(r, n, exchange);
+        group.nodes = nodes;
+        group.replicate = [&, r](const fs::path& dir, const std::vector<std::string>& files) {
+          const fs::path to = node_root(nodes[static_cast<size_t>(partners[static_cast<size_t>(r)])]) / "step_3.tmp";
+          std::string sent;
+          for (const std::string& f : files) {
+            fs::copy_file(dir / f, to / f);
+            sent += f;
+          }
+          const std::vector<std::string> all = copied.all_gather(r, sent);
+          if (r == failing_replica) throw std::runtime_error("connection reset by peer");
+          std::vector<std::string> received;
+          for (size_t s = 0; s < all.size(); ++s) {
+            if (partners[s] == r && !all[s].empty()) received.push_back(all[s]);
+          }
+          return received;
+        };
+        try {
+          outcomes[static_cast<size_t>(r)].published = commit_from_all_ranks(
+              node_root(nodes[static_cast<size_t>(r)]), "step_3", group,
+              [&, r](const fs::path& dir) { return write_file(r, dir); });
+        } catch (const CheckpointError& e) {
+          outcomes[static_cast<size_t>(r)].error = e.what();
+        }
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    return outcomes;
+  }
+
+  static std::vector<std::string> names(const std::vector<ManifestEntry>& entries) {
+    std::vector<std::string> out;
+    for (const ManifestEntry& e : entries) out.push_back(e.file);
+    return out;
+  }
+};
+
+TEST_F(NodeLocalCommitTest, TwoNodesEachHoldTheWholeThroughTheirReplicas) {
+  for (const RankOutcome& o : run_nodes({0, 0, 1, 1})) EXPECT_EQ(o.error, "");
+  const std::vector<std::string> every = {"rank0.bin", "rank1.bin", "rank2.bin", "rank3.bin"};
+  for (const int node : {0, 1}) {
+    std::string why;
+    EXPECT_TRUE(node_checkpoint_is_whole(node_root(node) / "step_3", &why)) << why;
+    const NodeCheckpoint held = read_node_checkpoint(node_root(node) / "step_3");
+    EXPECT_EQ(names(held.present), every);
+    EXPECT_EQ(names(held.all), every);
+  }
+}
+
+TEST_F(NodeLocalCommitTest, ThreeNodesHoldTheirOwnAndAPeersFilesAndTheSurvivorsOfALostOneAssemble) {
+  for (const RankOutcome& o : run_nodes({0, 1, 2})) EXPECT_EQ(o.error, "");
+  // Rank r's partner is on the next node: node n keeps its own file and node n-1's.
+  EXPECT_EQ(names(read_node_checkpoint(node_root(0) / "step_3").present),
+            (std::vector<std::string>{"rank0.bin", "rank2.bin"}));
+  EXPECT_EQ(names(read_node_checkpoint(node_root(1) / "step_3").present),
+            (std::vector<std::string>{"rank0.bin", "rank1.bin"}));
+  std::string why;
+  EXPECT_TRUE(verify_manifest(node_root(1) / "step_3", &why)) << why;
+  EXPECT_FALSE(node_checkpoint_is_whole(node_root(1) / "step_3"));
+  // Node 1 lost: nodes 0 and 2 hold every file between them.
+  std::vector<NodeHoldings> survivors(2);
+  survivors[0].leader = 0;
+  survivors[0].steps[3] = read_node_checkpoint(node_root(0) / "step_3");
+  survivors[1].leader = 1;
+  survivors[1].steps[3] = read_node_checkpoint(node_root(2) / "step_3");
+  const AssemblyPlan plan = plan_assembly(survivors);
+  EXPECT_EQ(plan.step, 3);
+  ASSERT_EQ(plan.copies.size(), 2u);
+  EXPECT_EQ(plan.copies[0].file.file, "rank1.bin");
+  EXPECT_EQ(plan.copies[1].file.file, "rank0.bin");
+}
+
+TEST_F(NodeLocalCommitTest, AFailedReplicaFailsEveryRankAndNoNodePublishes) {
+  for (const RankOutcome& o : run_nodes({0, 0, 1, 1}, /*failing_replica=*/2)) {
+    EXPECT_NE(o.error.find("not saved: rank 2: replicating its files to another node: connection reset by peer"),
+              std::string::npos)
+        << o.error;
+  }
+  for (const int node : {0, 1}) {
+    EXPECT_FALSE(fs::exists(node_root(node) / "step_3"));
+    EXPECT_FALSE(fs::exists(node_root(node) / "step_3.tmp"));
   }
 }
 
@@ -215,7 +326,7 @@ TEST_F(RankCommitTest, BeginWriteFinishWithTheWritesOnOtherThreads) {
     std::vector<std::thread> ranks;
     for (int r = 0; r < n; ++r) {
       ranks.emplace_back([&, r] {
-        RankGroup group{r, n, [&, r](const std::string& mine) { return exchange.all_gather(r, mine); }};
+        RankGroup group = thread_group(r, n, exchange);
         try {
           RankCommit commit = RankCommit::begin(root_, "step_3", group);
           std::thread background([&] {
