@@ -19,8 +19,10 @@
 #include <stdexcept>
 
 #include "host/app/run_agreement.h"
+#include "host/app/snapshot_assembly.h"
 #include "host/checkpoint/atomic_dir.h"
 #include "host/checkpoint/hf_checkpoint.h"
+#include "host/checkpoint/node_copies.h"
 #include "host/cli/options.h"
 #include "host/comm/cuda_backend.h"
 #include "host/comm/process_group.h"
@@ -190,22 +192,14 @@ int64_t newest_committed_step(const std::string& root) {
   return newest;
 }
 
-// The step of the newest complete (verified) checkpoint under `root`; -1 when none.
-int64_t newest_complete_step(const std::string& root) {
-  try {
-    const std::optional<std::filesystem::path> newest = checkpoint::find_newest_complete(root);
-    if (!newest) return -1;
-    return static_cast<int64_t>(checkpoint::checkpoint_step(newest->filename().string()).value_or(0));
-  } catch (const std::exception&) {
-    return -1;
-  }
-}
-
 // --snapshot-every: `--resume auto` takes the snapshot when it is newer
 // than --save's newest checkpoint and every rank sees the same snapshot
-// whole. Rank 0 proposes, every rank checks, all agree (collective over the
-// world): a rank on a node whose memory lacks the snapshot's files makes
-// every rank fall back to --save. Returns whether the snapshot was taken.
+// whole. The nodes first make the newest snapshot they hold between them
+// whole on each (snapshot_assembly.h: a node lost with its memory left a
+// copy of its files on the next node). Rank 0 proposes, every rank checks,
+// all agree (collective over the world): a rank on a node whose memory
+// lacks the snapshot's files makes every rank fall back to --save. Returns
+// whether the snapshot was taken.
 // Every rank makes both calls whatever its options, so ranks whose command
 // lines differ reach the run agreement, which names the difference, instead
 // of waiting on each other here.
@@ -215,8 +209,20 @@ bool resume_from_snapshot(RunConfig& config, const comm::MpiSession& mpi) {
   // loading it does, and the resume verifies whichever it takes. A damaged
   // newer one on disk then costs the snapshot, never correctness.
   const int64_t saved = wanted ? newest_committed_step(config.save_dir) : -1;
-  const int64_t snapshot =
-      wanted && newest_committed_step(config.snapshot_dir) > saved ? newest_complete_step(config.snapshot_dir) : -1;
+  int64_t snapshot = -1;
+  if (mpi.all_succeeded(wanted)) {
+    // Rank 0's view of --save, so every rank plans the same assembly.
+    const int64_t newer_than = std::stoll(mpi.broadcast_from_root(std::to_string(saved)));
+    const int64_t assembled = assemble_newest_snapshot(config.snapshot_dir, newer_than, mpi,
+                                                       std::llround(config.comm.timeout_s * 1000.0));
+    const std::string dir = config.snapshot_dir + "/step_" + std::to_string(assembled);
+    std::string why;
+    if (assembled >= 0 && !checkpoint::node_checkpoint_is_whole(dir, &why)) {
+      log::warn("--resume auto: " + dir + " is not whole on this node: " + why);
+    } else {
+      snapshot = assembled;
+    }
+  }
   const std::string proposal =
       mpi.broadcast_from_root(snapshot >= 0 && snapshot > saved ? std::to_string(snapshot) : std::string("none"));
   const bool agreed = mpi.all_succeeded(proposal != "none" && proposal == std::to_string(snapshot));
@@ -371,6 +377,7 @@ int run_accel(const std::vector<std::string>& args, const comm::MpiSession& mpi)
   // its size is known once the plans resolve (Trainer checks it then).
   accel::cli::validate_for_world(config, has_model_parallel_plugin(registry) ? 1 : mpi.world_size());
   resolve_snapshot_dir(config);
+  if (mpi.all_succeeded(config.snapshot_every > 0)) check_snapshot_root_is_per_node(config.snapshot_dir, mpi);
   resolve_resume_auto(config, mpi);
   take_shape_from_init_checkpoint(config);
   const accel::model::GptConfig shape = checked_model_shape(config, registry, mpi);

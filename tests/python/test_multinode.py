@@ -10,11 +10,19 @@ between two nodes must move, and the hierarchical all-reduce moves 1.0x the
 gradients across where the flat ring moves 1.5x (also what each rank counts
 it sent, by link); and HYBRID_SHARD, which shards inside a node
 and replicates across nodes, moves far fewer bytes between nodes than
-FULL_SHARD."""
+FULL_SHARD. Snapshots live in each node's own /dev/shm with a copy of each
+rank's files on the other node, so a node lost with its memory costs no
+steps: a restart on a fresh node copies them back, and one on the surviving
+node alone resumes at the smaller world size."""
+import glob
+import json
 import os
 import shutil
+import signal
 import subprocess
+import time
 import unittest
+from pathlib import Path
 
 from accel_testing import ACCEL_HOST, MPIRUN, TIMEOUT_SCALE, TempDirMixin, read_metrics, run_host
 
@@ -145,3 +153,110 @@ class TwoNodesOfTwoRanks(TempDirMixin, unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+@unittest.skipUnless(can_make_namespaces(), "needs root, mpirun, iproute2 and unshare (network namespaces)")
+class SnapshotsAcrossNodes(TempDirMixin, unittest.TestCase):
+    """--snapshot-every on 2 nodes of 2 ranks, each node with /dev/shm of
+    its own (netns_cluster.sh): one rank of node 1 is killed, node 1's
+    memory wiped as a lost node's would be, and the job restarted."""
+
+    # Info lines: the resume says what it took.
+    JOB = [*(str(a) if a != "warn" else "info" for a in COMMON), "--lr-schedule", "constant", "--plugin", "fsdp", "--fsdp.state_dict_type",
+           "SHARDED_STATE_DICT", "--snapshot-every", "4", "--resume", "auto"]
+
+    @classmethod
+    def setUpClass(cls):
+        cls.name = f"acs{os.getpid() % 100000}"
+        cls.subnet = f"10.232.{os.getpid() % 250 + 1}"
+        cls.addClassCleanup(lambda: subprocess.run([CLUSTER, "down", cls.name, "2"], capture_output=True))
+        subprocess.run([CLUSTER, "up", cls.name, "2", cls.subnet], check=True, capture_output=True, text=True)
+
+    def memory(self, node):
+        """Node `node`'s /dev/shm, as this machine sees it."""
+        return f"/run/accel-netns/{self.name}-node{node}"
+
+    def snapshots(self, node):
+        """The committed snapshot directories in node `node`'s memory."""
+        return sorted(glob.glob(os.path.join(self.memory(node), "accel-snapshots", "*", "step_*[0-9]")))
+
+    def job(self, nodes, steps, metrics, *args):
+        return [CLUSTER, "mpirun", self.name, str(nodes), self.subnet, "2", "--", "-n", str(2 * nodes), ACCEL_HOST,
+                *self.JOB, "--save", self.path("save"), "--steps", str(steps), "--metrics-file", metrics, *args]
+
+    def kill_a_rank_of_node1_after(self, metrics, rows):
+        proc = subprocess.Popen(self.job(2, 100000, metrics), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True)
+        try:
+            deadline = time.monotonic() + 120 * TIMEOUT_SCALE
+            while time.monotonic() < deadline and proc.poll() is None:
+                if (os.path.exists(metrics) and len(read_metrics(metrics)) >= rows and self.snapshots(0)
+                        and self.snapshots(1)):
+                    break
+                time.sleep(0.02)
+            pids = subprocess.run(["ip", "netns", "pids", f"{self.name}-node1"], capture_output=True,
+                                  text=True).stdout.split()
+            ranks = [p for p in pids if Path(f"/proc/{p}/comm").read_text().strip() == "accel-host"]
+            self.assertTrue(ranks, "no rank of node 1 to kill")
+            os.kill(int(ranks[0]), signal.SIGKILL)
+            out, _ = proc.communicate(timeout=60 * TIMEOUT_SCALE)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        self.assertNotEqual(proc.returncode, 0, out[-2000:])
+        return read_metrics(metrics)
+
+    def test_a_lost_nodes_snapshot_comes_back_from_its_peer_at_either_world_size(self):
+        killed = {row["step"]: row["loss"] for row in self.kill_a_rank_of_node1_after(self.path("killed.jsonl"), 20)}
+        # Each node's newest snapshot holds all four ranks' files: its own
+        # ranks' and, copied while training, the other node's.
+        newest = self.snapshots(0)[-1]
+        step = int(newest.rsplit("_", 1)[1])
+        for node in (0, 1):
+            held = self.snapshots(node)[-1]
+            self.assertEqual(os.path.basename(held), os.path.basename(newest))
+            with open(os.path.join(held, "manifest.json")) as f:
+                files = {e["file"] for e in json.load(f)["files"]}
+            self.assertLessEqual({f"plugin_state.rank{r}.safetensors" for r in (1, 2, 3)}, files, (node, files))
+        self.assertIn(step + 1, killed)
+        kept = os.path.join(self.tmp, "node0-memory")
+        shutil.copytree(os.path.join(self.memory(0), "accel-snapshots"), kept, symlinks=True)
+
+        # Node 1 replaced by a machine with empty memory: its ranks' files
+        # come back from node 0, and the run goes on from the snapshot,
+        # to the bit, at the same world size.
+        shutil.rmtree(os.path.join(self.memory(1), "accel-snapshots"))
+        proc = subprocess.run(self.job(2, step + 6, self.path("same.jsonl")), capture_output=True, text=True,
+                              timeout=120 * TIMEOUT_SCALE)
+        self.assertEqual(proc.returncode, 0, proc.stdout[-3000:] + proc.stderr[-3000:])
+        self.assertIn(f"the snapshot step_{step} made whole on every node", proc.stdout + proc.stderr)
+        self.assertIn(f"resumed from /dev/shm/accel-snapshots/", proc.stdout + proc.stderr)
+        same = read_metrics(self.path("same.jsonl"))
+        self.assertEqual(same[0]["step"], step + 1)
+        for row in same:
+            if row["step"] in killed:
+                self.assertEqual(row["loss"], killed[row["step"]], row["step"])
+
+        # Node 1 gone for good: node 0 alone holds every file (its own and
+        # node 1's copies) and carries on at 2 ranks, within 1e-5. (The run
+        # above ended with a checkpoint on disk, newer than the snapshot.)
+        shutil.rmtree(self.path("save"))
+        shutil.rmtree(os.path.join(self.memory(0), "accel-snapshots"))
+        shutil.copytree(kept, os.path.join(self.memory(0), "accel-snapshots"), symlinks=True)
+        proc = subprocess.run(self.job(1, step + 6, self.path("smaller.jsonl")), capture_output=True, text=True,
+                              timeout=120 * TIMEOUT_SCALE)
+        self.assertEqual(proc.returncode, 0, proc.stdout[-3000:] + proc.stderr[-3000:])
+        self.assertIn(f"the snapshot step_{step} in /dev/shm/", proc.stdout + proc.stderr)
+        smaller = read_metrics(self.path("smaller.jsonl"))
+        self.assertEqual(smaller[0]["step"], step + 1)
+        for row in smaller:
+            if row["step"] in killed:
+                self.assertLess(abs(row["loss"] - killed[row["step"]]) / killed[row["step"]], 1e-5, row["step"])
+
+    def test_a_snapshot_dir_both_nodes_share_is_refused(self):
+        proc = subprocess.run(self.job(2, 2, self.path("m.jsonl"), "--snapshot-dir", self.path("shared")),
+                              capture_output=True, text=True, timeout=120 * TIMEOUT_SCALE)
+        self.assertEqual(proc.returncode, 2, proc.stderr[-2000:])
+        lines = [line for line in proc.stderr.splitlines() if "is one directory for several nodes" in line]
+        self.assertEqual(len(lines), 4, proc.stderr[-3000:])  # every rank its one line
