@@ -28,8 +28,9 @@ constexpr std::string_view kProbePrefix = ".accel-node-";
 
 bool leads_node(const comm::MpiSession& mpi) { return checkpoint::is_node_leader(*mpi.world_nodes(), mpi.rank()); }
 
-// What this node holds under `root` above `newer_than` (committed step
-// directories whose manifest reads; a damaged one is left out).
+// What this node holds under `root` above `newer_than`: committed step
+// directories whose manifest verifies (a damaged one is left out, so an
+// older snapshot serves instead, as on one node).
 NodeHoldings scan_node(const fs::path& root, int64_t newer_than, int rank) {
   NodeHoldings held;
   held.leader = rank;
@@ -37,6 +38,11 @@ NodeHoldings scan_node(const fs::path& root, int64_t newer_than, int rank) {
   for (const auto& entry : fs::directory_iterator(root, error)) {
     const std::optional<uint64_t> step = checkpoint::checkpoint_step(entry.path().filename().string());
     if (!step || static_cast<int64_t>(*step) <= newer_than) continue;
+    std::string why;
+    if (!checkpoint::verify_manifest(entry.path(), &why)) {
+      log::warn("--resume auto: the snapshot " + entry.path().string() + " is damaged (" + why + "); not used");
+      continue;
+    }
     try {
       held.steps[static_cast<int64_t>(*step)] = checkpoint::read_node_checkpoint(entry.path());
     } catch (const std::exception& e) {

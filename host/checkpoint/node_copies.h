@@ -101,8 +101,9 @@ PendingCheckpointDir start_assembly(const std::filesystem::path& root, const std
 // differs.
 void complete_assembly(PendingCheckpointDir& pending, std::vector<ManifestEntry> all);
 
-// Whether `dir`'s manifest verifies and it holds every file of the whole
-// (kNodeFilesName); `why` receives the first problem.
+// Whether `dir` holds every file of the whole (kNodeFilesName) by its
+// manifest (read, not verified: the resume verifies what it loads); `why`
+// receives the first problem.
 bool node_checkpoint_is_whole(const std::filesystem::path& dir, std::string* why = nullptr);
 
 }  // namespace accel::checkpoint

@@ -229,6 +229,28 @@ class KilledDuringBackgroundWrites(TempDirMixin, unittest.TestCase):
             self.assertFalse(os.path.exists(snapshots))
 
 
+    def test_a_damaged_snapshot_is_never_resumed(self):
+        # A byte of the snapshot flipped after its commit (memory is not
+        # immune): --resume auto names it and starts from what --save holds.
+        root, snapshots = self.path("save"), self.path("snapshots")
+        job = [*COMMON, "--save", root, "--snapshot-every", 2, "--snapshot-dir", snapshots]
+        proc = subprocess.Popen([ACCEL_HOST, *map(str, [*job, "--steps", 100000, "--log-level", "warn"])],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60 * TIMEOUT_SCALE
+        while time.monotonic() < deadline and not (os.path.isdir(snapshots) and committed_steps(snapshots)):
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate()
+        for step in committed_steps(snapshots):
+            state = os.path.join(snapshots, f"step_{step}", "trainer_state.json")
+            with open(state, "r+b") as f:
+                first = f.read(1)
+                f.seek(0)
+                f.write(bytes([first[0] ^ 1]))
+        resumed = run_host(*job, "--steps", 2, "--resume", "auto", "--log-level", "info")
+        self.assertIn("is damaged (crc32 mismatch for trainer_state.json", resumed.stderr)
+        self.assertIn("no checkpoint under", resumed.stderr)
+
 
 def pages(size):
     return -(-size // 4096) * 4096
