@@ -114,8 +114,8 @@ int64_t assemble_newest_snapshot(const std::string& root, int64_t newer_than, co
       options.timeout_ms = timeout_ms;
       options.world_nodes = mpi.world_nodes();
       group = comm::ProcessGroup::create_world(MPI_COMM_WORLD, mpi.local_rank(), options, "snapshot assembly");
-      const std::vector<std::string> all =
-          comm::all_gather_strings(*group, leader ? checkpoint::holdings_json(mine) : std::string(), "snapshot holdings");
+      const std::string held = leader ? checkpoint::holdings_json(mine) : std::string();
+      const std::vector<std::string> all = comm::all_gather_strings(*group, held, "snapshot holdings");
       // Every rank parses the same strings: all fail alike or none does.
       for (const std::string& text : all) {
         if (!text.empty()) nodes.push_back(checkpoint::parse_holdings(text));
@@ -179,7 +179,9 @@ int64_t assemble_newest_snapshot(const std::string& root, int64_t newer_than, co
     }
   }
   if (!mpi.all_succeeded(error.empty())) {
-    if (!error.empty()) log::warn("--resume auto: the snapshot " + name + " could not be made whole on this node: " + error);
+    if (!error.empty()) {
+      log::warn("--resume auto: the snapshot " + name + " could not be made whole on this node: " + error);
+    }
     return -1;
   }
   if (rank == 0 && !plan.copies.empty()) {

@@ -28,26 +28,6 @@ std::vector<std::vector<int>> ranks_by_node(const std::vector<int>& nodes) {
   return grouped;
 }
 
-nlohmann::json entries_json(const std::vector<ManifestEntry>& entries) {
-  nlohmann::json list = nlohmann::json::array();
-  for (const ManifestEntry& e : entries) list.push_back({{"file", e.file}, {"size", e.size}, {"crc32", e.crc32}});
-  return list;
-}
-
-std::vector<ManifestEntry> parse_entries(const sdk::JsonFields& fields, const char* key) {
-  std::vector<ManifestEntry> entries;
-  size_t index = 0;
-  for (const nlohmann::json& item : fields.array(key)) {
-    const sdk::JsonFields e(item, fields.where(), std::string(key) + "[" + std::to_string(index++) + "].");
-    entries.push_back(
-        {e.string("file"), e.unsigned_integer("size"), static_cast<uint32_t>(e.integer("crc32", 0, 0xffffffff))});
-    if (!is_plain_name(entries.back().file)) {
-      throw CheckpointError(fields.where() + ": " + key + " names an invalid file " + sdk::describe(e.value("file")));
-    }
-  }
-  return entries;
-}
-
 }  // namespace
 
 int count_nodes(const std::vector<int>& nodes) { return static_cast<int>(ranks_by_node(nodes).size()); }
@@ -95,7 +75,9 @@ NodeCheckpoint read_node_checkpoint(const fs::path& dir) {
 std::string holdings_json(const NodeHoldings& holdings) {
   nlohmann::json steps = nlohmann::json::array();
   for (const auto& [step, held] : holdings.steps) {
-    steps.push_back({{"step", step}, {"present", entries_json(held.present)}, {"all", entries_json(held.all)}});
+    steps.push_back({{"step", step},
+                     {"present", manifest_entries_json(held.present)},
+                     {"all", manifest_entries_json(held.all)}});
   }
   return nlohmann::json{{"leader", holdings.leader}, {"steps", std::move(steps)}}.dump();
 }
@@ -110,7 +92,8 @@ NodeHoldings parse_holdings(std::string_view text) {
     size_t index = 0;
     for (const nlohmann::json& item : fields.array("steps")) {
       const sdk::JsonFields step(item, where, "steps[" + std::to_string(index++) + "].");
-      holdings.steps[step.integer("step", 0)] = {parse_entries(step, "present"), parse_entries(step, "all")};
+      holdings.steps[step.integer("step", 0)] = {parse_manifest_entries(step, "present", /*required=*/true),
+                                                 parse_manifest_entries(step, "all", /*required=*/true)};
     }
     return holdings;
   });

@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "host/checkpoint/atomic_dir.h"
+#include "host/checkpoint/checkpoint_json.h"
 #include "host/checkpoint/node_copies.h"
 
 namespace accel::checkpoint {
@@ -84,24 +85,6 @@ bool creates_directory(const RankGroup& group) {
   return per_node(group) ? is_node_leader(group.nodes, group.rank) : group.rank == 0;
 }
 
-nlohmann::json entries_json(const std::vector<ManifestEntry>& entries) {
-  nlohmann::json list = nlohmann::json::array();
-  for (const ManifestEntry& e : entries) list.push_back({{"file", e.file}, {"size", e.size}, {"crc32", e.crc32}});
-  return list;
-}
-
-std::vector<ManifestEntry> parse_entries(const sdk::JsonFields& message, const char* key) {
-  std::vector<ManifestEntry> entries;
-  if (!message.contains(key)) return entries;
-  size_t index = 0;
-  for (const nlohmann::json& e : message.array(key)) {
-    const sdk::JsonFields entry(e, message.where(), std::string(key) + "[" + std::to_string(index++) + "].");
-    entries.push_back({entry.string("file"), entry.unsigned_integer("size"),
-                       static_cast<uint32_t>(entry.integer("crc32", 0, 0xffffffff))});
-  }
-  return entries;
-}
-
 }  // namespace
 
 RankCommit::RankCommit(RankGroup group, fs::path final_dir, std::string failed)
@@ -133,7 +116,7 @@ void RankCommit::write(const RankFilesWriter& write) {
       pending_.emplace(PendingCheckpointDir::attach(final_dir_.parent_path(), final_dir_.filename().string()));
     }
     RankContribution contribution = write(pending_->dir());
-    mine = {{"entries", entries_json(pending_->sync_files(contribution.files))},
+    mine = {{"entries", manifest_entries_json(pending_->sync_files(contribution.files))},
             {"note", std::move(contribution.note)}};
     files = std::move(contribution.files);
   } catch (...) {
@@ -143,9 +126,10 @@ void RankCommit::write(const RankFilesWriter& write) {
   // waits on it; a failed rank sends nothing.
   if (per_node(group_) && group_.replicate) {
     try {
+      const bool failed = mine.contains("error");
       const std::vector<std::string> replicas =
-          group_.replicate(pending_ ? pending_->dir() : fs::path(), mine.contains("error") ? std::vector<std::string>{} : files);
-      if (!mine.contains("error")) mine["replicas"] = entries_json(pending_->sync_files(replicas));
+          group_.replicate(pending_ ? pending_->dir() : fs::path(), failed ? std::vector<std::string>{} : files);
+      if (!failed) mine["replicas"] = manifest_entries_json(pending_->sync_files(replicas));
     } catch (...) {
       if (!mine.contains("error")) mine = {{"error", "replicating its files to another node: " + current_error()}};
     }
@@ -172,10 +156,10 @@ fs::path RankCommit::finish(const CommitCheck& check) {
         failures[r] = message.string("error");
         continue;
       }
-      const std::vector<ManifestEntry> own = parse_entries(message, "entries");
+      const std::vector<ManifestEntry> own = parse_manifest_entries(message, "entries", /*required=*/true);
       entries.insert(entries.end(), own.begin(), own.end());
       held[r] = own;
-      const std::vector<ManifestEntry> replicas = parse_entries(message, "replicas");
+      const std::vector<ManifestEntry> replicas = parse_manifest_entries(message, "replicas", /*required=*/false);
       held[r].insert(held[r].end(), replicas.begin(), replicas.end());
       notes.push_back(message.string("note"));
     } catch (const sdk::JsonInputError& e) {

@@ -27,7 +27,8 @@ void check(const Status& status) {
 }
 
 bool is_plain_name(const std::string& name) {
-  return !name.empty() && name != "." && name != ".." && name.find_first_of(std::string("/\n\0", 3)) == std::string::npos;
+  return !name.empty() && name != "." && name != ".." &&
+         name.find_first_of(std::string("/\n\0", 3)) == std::string::npos;
 }
 
 }  // namespace
@@ -135,7 +136,8 @@ std::vector<std::string> receive_files(Communicator& comm, int peer, int tag, co
   std::string header(static_cast<size_t>(length), '\0');
   check(comm.recv(host_buffer(header.data(), length, DType::u8), peer, tag, options));
   if (header.rfind("error ", 0) == 0) {
-    fail(ErrorCode::failed_precondition, "rank " + std::to_string(peer) + " could not send its files: " + header.substr(6));
+    fail(ErrorCode::failed_precondition,
+         "rank " + std::to_string(peer) + " could not send its files: " + header.substr(6));
   }
   std::vector<std::pair<int64_t, std::string>> listed;
   std::istringstream lines(header);

@@ -95,8 +95,9 @@ TEST(PlanAssembly, HoldingsSurviveTheirWireForm) {
   ASSERT_EQ(back.steps.size(), 2u);
   EXPECT_EQ(back.steps.at(7).present, held.steps.at(7).present);
   EXPECT_EQ(back.steps.at(7).all, held.steps.at(7).all);
-  EXPECT_THROW(parse_holdings(R"({"leader":0,"steps":[{"step":1,"present":[{"file":"../x","size":1,"crc32":0}],"all":[]}]})"),
-               CheckpointError);
+  const std::string escaping =
+      R"({"leader":0,"steps":[{"step":1,"present":[{"file":"../x","size":1,"crc32":0}],"all":[]}]})";
+  EXPECT_THROW(parse_holdings(escaping), CheckpointError);
   EXPECT_THROW(parse_holdings("[]"), CheckpointError);
 }
 

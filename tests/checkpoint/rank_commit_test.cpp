@@ -183,6 +183,7 @@ TEST_F(RankCommitTest, AMalformedPeerMessageIsOneBoundedLine) {
        "\"entries[0].crc32\" must be at most 4294967295"},
       {R"({"entries":[],"note":)" + std::string("[") + many + "]}", "\"note\" must be a string, got an array"},
       {"not json", "not valid JSON"},
+      {R"({"entries":[{"file":"../x","size":1,"crc32":0}],"note":""})", "entries names an invalid file \"../x\""},
   };
   for (const auto& [peer, expected] : cases) {
     fs::remove_all(root_);
