@@ -343,8 +343,8 @@ po::options_description run_options(RunConfig& c, RawStrings& raw) {
        "every N steps, also save in the background to --snapshot-dir, in memory, keeping the newest only: a "
        "restart (`--resume auto`) resumes from it when it is newer than --save's newest (0: never)")
       ("snapshot-dir", po::value(&c.snapshot_dir)->value_name("DIR"),
-       "where --snapshot-every saves (default /dev/shm/accel-snapshots/<hash of --save>); removed when the run "
-       "completes")
+       "where --snapshot-every saves, on each node (default /dev/shm/accel-snapshots/<hash of --save>; "
+       "across nodes each rank's files are also copied to the next node); removed when the run completes")
       ("resume", po::value(&c.resume)->value_name("DIR|auto"),
        "resume from a checkpoint directory, or the newest complete one in a save root; auto: the newest under "
        "--save when there is one, else start afresh (a requeued job's command line; see --save)")
