@@ -325,6 +325,23 @@ std::vector<ManifestEntry> PendingCheckpointDir::sync_files(
   return entries;
 }
 
+std::vector<ManifestEntry> PendingCheckpointDir::sync_described(const std::vector<ManifestEntry>& entries) const {
+  for (const ManifestEntry& entry : entries) {
+    if (!is_plain_name(entry.file) || entry.file == kManifestFileName) {
+      fail(pending_dir_, "cannot sync '" + entry.file + "': not a plain data file name");
+    }
+    fsync_path(pending_dir_ / entry.file);
+    std::error_code ec;
+    const uint64_t size = fs::file_size(pending_dir_ / entry.file, ec);
+    if (ec) fail_ec(pending_dir_ / entry.file, "stat", ec);
+    if (size != entry.size) {
+      fail(pending_dir_ / entry.file, "holds " + std::to_string(size) + " bytes where its writer wrote " +
+                                          std::to_string(entry.size));
+    }
+  }
+  return entries;
+}
+
 std::vector<std::string> PendingCheckpointDir::list_files() const {
   std::vector<std::string> files;
   std::error_code ec;

@@ -131,6 +131,12 @@ class PendingCheckpointDir {
   // and returns its manifest entry (size, crc32 read back from disk).
   std::vector<ManifestEntry> sync_files(const std::vector<std::string>& files) const;
 
+  // The same for files whose writer already computed their entries: each is
+  // fsynced and its size checked, its bytes not read again. Throws
+  // CheckpointError for a name that is not a plain data file name or a file
+  // whose size on disk differs.
+  std::vector<ManifestEntry> sync_described(const std::vector<ManifestEntry>& entries) const;
+
   // Every regular file now in dir() except the manifest, sorted by name.
   std::vector<std::string> list_files() const;
 

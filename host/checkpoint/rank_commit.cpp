@@ -116,8 +116,12 @@ void RankCommit::write(const RankFilesWriter& write) {
       pending_.emplace(PendingCheckpointDir::attach(final_dir_.parent_path(), final_dir_.filename().string()));
     }
     RankContribution contribution = write(pending_->dir());
-    mine = {{"entries", manifest_entries_json(pending_->sync_files(contribution.files))},
-            {"note", std::move(contribution.note)}};
+    std::vector<ManifestEntry> entries = pending_->sync_files(contribution.files);
+    for (const ManifestEntry& e : pending_->sync_described(contribution.described)) {
+      entries.push_back(e);
+      contribution.files.push_back(e.file);
+    }
+    mine = {{"entries", manifest_entries_json(entries)}, {"note", std::move(contribution.note)}};
     files = std::move(contribution.files);
   } catch (...) {
     mine = {{"error", current_error()}};

@@ -50,7 +50,10 @@ using ExchangeStrings = std::function<std::vector<std::string>(const std::string
 // What one rank contributed to the checkpoint.
 struct RankContribution {
   std::vector<std::string> files;  // plain names of the files it wrote into the pending directory
-  std::string note;                // opaque; rank 0's check receives every rank's
+  // Files whose writer computed their size and crc32 as it wrote them
+  // (SafetensorsWriter::write): synced and checked for size, not read back.
+  std::vector<ManifestEntry> described;
+  std::string note;  // opaque; rank 0's check receives every rank's
 };
 
 // Writes this rank's files into `pending_dir`; throws (anything) to fail the save.

@@ -21,6 +21,8 @@
 #include <set>
 #include <utility>
 
+#include <zlib.h>
+
 #include <accel/sdk/json_input.hpp>  // describe
 #include <nlohmann/json.hpp>
 
@@ -430,15 +432,21 @@ std::string SafetensorsWriter::header_bytes() const {
 
 uint64_t SafetensorsWriter::file_size() const { return header_bytes().size() + data_bytes_; }
 
-void SafetensorsWriter::write(const std::filesystem::path& path) const {
+uint32_t SafetensorsWriter::write(const std::filesystem::path& path) const {
   const std::string header = header_bytes();
   const std::string source = path.string();
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) fail(source, "cannot create: " + errno_text(errno));
+  uLong crc = ::crc32(0L, Z_NULL, 0);
   try {
     write_fully(fd, header.data(), header.size(), source);
+    crc = ::crc32_z(crc, reinterpret_cast<const Bytef*>(header.data()), header.size());
     for (const PendingTensor& tensor : tensors_) {
+      // The checksum of what was written, read from the same memory: a
+      // slice changing under the write would fail the manifest's check later.
+      // (Never with an empty tensor's null pointer: zlib restarts at 0 then.)
       write_fully(fd, static_cast<const char*>(tensor.data), tensor.nbytes, source);
+      if (tensor.nbytes > 0) crc = ::crc32_z(crc, static_cast<const Bytef*>(tensor.data), tensor.nbytes);
     }
     if (::fsync(fd) != 0) fail(source, "fsync failed: " + errno_text(errno));
   } catch (...) {
@@ -452,6 +460,7 @@ void SafetensorsWriter::write(const std::filesystem::path& path) const {
     ::unlink(path.c_str());
     fail(source, "close failed: " + errno_text(error));
   }
+  return static_cast<uint32_t>(crc);
 }
 
 // ---------------------------------------------------------------------------

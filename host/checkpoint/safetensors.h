@@ -110,11 +110,13 @@ class SafetensorsWriter {
   // Total file size write() will produce.
   uint64_t file_size() const;
 
-  // Creates or truncates `path`, writes the file and fsyncs it. On failure
-  // the partial file is removed and CheckpointError names the path. A plain
-  // write is not atomic; PendingCheckpointDir (atomic_dir.h) makes a whole
-  // checkpoint directory appear at once.
-  void write(const std::filesystem::path& path) const;
+  // Creates or truncates `path`, writes the file and fsyncs it; returns
+  // the zlib crc32 of the bytes written (file_size() of them), computed
+  // as they are written, so a checkpoint's manifest needs no read-back.
+  // On failure the partial file is removed and CheckpointError names the
+  // path. A plain write is not atomic; PendingCheckpointDir (atomic_dir.h)
+  // makes a whole checkpoint directory appear at once.
+  uint32_t write(const std::filesystem::path& path) const;
 
  private:
   struct PendingTensor {

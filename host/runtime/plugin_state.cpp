@@ -415,7 +415,7 @@ SliceInventory PluginStateWriter::inventory() const {
   return inventory;
 }
 
-void PluginStateWriter::write(const std::filesystem::path& path) const {
+uint32_t PluginStateWriter::write(const std::filesystem::path& path) const {
   checkpoint::SafetensorsWriter writer;
   nlohmann::json tensors = nlohmann::json::object();
   for (const auto& [stored, entry] : tensors_) {
@@ -443,17 +443,17 @@ void PluginStateWriter::write(const std::filesystem::path& path) const {
                                {"tensors", std::move(tensors)},
                                {"strings", std::move(strings)}};
   writer.set_metadata(kPluginStateMetadataKey, meta.dump());
-  writer.write(path);
+  return writer.write(path);
 }
 
-void PluginStateWriter::write_exports(const std::filesystem::path& path) const {
+uint32_t PluginStateWriter::write_exports(const std::filesystem::path& path) const {
   checkpoint::SafetensorsWriter writer;
   for (const auto& [name, stored] : exports_) {
     const auto& [dtype, data] = stored;
     const std::vector<int64_t> shape(data.sizes().begin(), data.sizes().end());
     writer.add(name, dtype, shape, data.data_ptr(), data.nbytes());
   }
-  writer.write(path);
+  return writer.write(path);
 }
 
 }  // namespace accel::runtime

@@ -124,19 +124,18 @@ struct HostFiles {
   WholeTensors whole;              // likewise (already copies)
   int64_t copied_bytes = 0;        // bytes of host copies made for the save
 
-  std::vector<std::string> write(const fs::path& dir) const {
-    std::vector<std::string> files;
+  // Adds what it wrote to `out`: the safetensors files with the entries
+  // their writer computed, the trainer state to be described.
+  void write(const fs::path& dir, RankContribution& out) const {
     if (any_unit) {
-      weights.write(dir / kModelFile);
-      files.push_back(kModelFile);
+      out.described.push_back({std::string(kModelFile), weights.file_size(), weights.write(dir / kModelFile)});
       if (host_optimizer) {
-        moments.write(dir / kOptimizerFile);
-        files.push_back(kOptimizerFile);
+        out.described.push_back(
+            {std::string(kOptimizerFile), moments.file_size(), moments.write(dir / kOptimizerFile)});
       }
     }
     write_file_durably(dir / kTrainerStateFile, trainer_state_json(state));
-    files.push_back(kTrainerStateFile);
-    return files;
+    out.files.push_back(kTrainerStateFile);
   }
 };
 
@@ -232,9 +231,14 @@ std::vector<std::string> write_host_files(const fs::path& dir, const model::GptM
                                           train::FlatAdamW& optimizer, const TrainerState& state,
                                           bool host_optimizer, runtime::SliceInventory* inventory,
                                           const WholeTensors* whole) {
-  return collect_host_files(model, optimizer, state, host_optimizer, inventory,
-                            whole ? *whole : WholeTensors{}, /*snapshot=*/false)
-      ->write(dir);
+  RankContribution written;
+  collect_host_files(model, optimizer, state, host_optimizer, inventory, whole ? *whole : WholeTensors{},
+                     /*snapshot=*/false)
+      ->write(dir, written);
+  std::vector<std::string> files;
+  for (const ManifestEntry& entry : written.described) files.push_back(entry.file);
+  files.insert(files.end(), written.files.begin(), written.files.end());
+  return files;
 }
 
 void gather_stage_units(const model::GptModel& model, const StageLayout& stages, WholeTensors& whole) {
@@ -350,15 +354,15 @@ void PreparedSave::write() {
   c.commit->write([&c](const fs::path& dir) {
     if (!c.error.empty()) throw CheckpointError(c.error);
     RankContribution contribution;
-    if (c.host) contribution.files = c.host->write(dir);
+    if (c.host) c.host->write(dir, contribution);
     if (!c.plugins.empty()) {
       const std::string name = runtime::plugin_state_file_name(c.rank);
-      c.plugins.write(dir / name);
-      contribution.files.push_back(name);
+      const uint32_t crc = c.plugins.write(dir / name);
+      contribution.described.push_back({name, fs::file_size(dir / name), crc});
     }
     if (c.plugins.has_exports()) {  // world rank 0's alone (checkpoint_services.cpp)
-      c.plugins.write_exports(dir / kModel16BitFile);
-      contribution.files.push_back(kModel16BitFile);
+      const uint32_t crc = c.plugins.write_exports(dir / kModel16BitFile);
+      contribution.described.push_back({std::string(kModel16BitFile), fs::file_size(dir / kModel16BitFile), crc});
     }
     contribution.note = c.inventory;
     return contribution;

@@ -97,7 +97,10 @@ class RankCommitTest : public ::testing::Test {
   static RankContribution write_file(int rank, const fs::path& dir) {
     const std::string name = "rank" + std::to_string(rank) + ".bin";
     std::ofstream(dir / name) << "bytes of rank " << rank;
-    return {{name}, "note " + std::to_string(rank)};
+    RankContribution contribution;
+    contribution.files = {name};
+    contribution.note = "note " + std::to_string(rank);
+    return contribution;
   }
 
   fs::path root_ = fs::path(::testing::TempDir()) / ("accel_rank_commit_" + std::to_string(::getpid()));
@@ -303,6 +306,33 @@ TEST_F(NodeLocalCommitTest, AFailedReplicaFailsEveryRankAndNoNodePublishes) {
     EXPECT_FALSE(fs::exists(node_root(node) / "step_3"));
     EXPECT_FALSE(fs::exists(node_root(node) / "step_3.tmp"));
   }
+}
+
+// A writer that computed its files' entries as it wrote them: the entries
+// go into the manifest as given (no read-back), after a size check that
+// refuses a file which is not what its writer wrote.
+TEST_F(RankCommitTest, DescribedFilesAreSyncedWithoutReadingThemBack) {
+  const auto write_described = [](int rank, const fs::path& dir, uint64_t claimed_extra) {
+    const std::string name = "described" + std::to_string(rank) + ".bin";
+    std::ofstream(dir / name) << "bytes of rank " << rank;
+    ManifestEntry entry = describe_file(dir / name);
+    entry.size += claimed_extra;
+    RankContribution contribution = write_file(rank, dir);
+    contribution.described.push_back(entry);
+    return contribution;
+  };
+  for (const RankOutcome& o : run_ranks(2, [&](int r, const fs::path& d) { return write_described(r, d, 0); })) {
+    EXPECT_EQ(o.error, "");
+  }
+  std::string why;
+  EXPECT_TRUE(verify_manifest(root_ / "step_3", &why)) << why;
+  EXPECT_EQ(read_manifest(root_ / "step_3").files.size(), 4u);
+  fs::remove_all(root_);
+  for (const RankOutcome& o : run_ranks(2, [&](int r, const fs::path& d) { return write_described(r, d, r); })) {
+    EXPECT_NE(o.error.find("rank 1: "), std::string::npos) << o.error;
+    EXPECT_NE(o.error.find("described1.bin: holds 15 bytes where its writer wrote 16"), std::string::npos) << o.error;
+  }
+  EXPECT_FALSE(fs::exists(root_ / "step_3"));
 }
 
 TEST_F(RankCommitTest, OneProcessNeedsNoExchange) {

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "host/checkpoint/atomic_dir.h"  // describe_file
 #include "host/checkpoint/safetensors.h"
 
 namespace accel::checkpoint {
@@ -90,8 +91,10 @@ TEST_F(SafetensorsTest, RoundTripsEveryDTypeWithScalarAndZeroElementTensors) {
     }
   }
   const fs::path path = dir_ / "all.safetensors";
-  writer.write(path);
+  const uint32_t crc = writer.write(path);
   EXPECT_EQ(fs::file_size(path), writer.file_size());
+  // The checksum computed while writing is the file's, read back.
+  EXPECT_EQ(crc, describe_file(path).crc32);
 
   const SafetensorsFile file = SafetensorsFile::open(path);
   ASSERT_EQ(file.tensors().size(), expected.size());
