@@ -177,26 +177,26 @@ fs::path RankCommit::finish(const CommitCheck& check) {
     throw CheckpointError(failed_ + *failure);
   }
 
-  // 3. Rank 0 checks the whole and publishes it (each node's leader its
-  // node's part, once rank 0's check has passed); the others wait for that.
+  // 3. Rank 0 checks the whole and publishes it; the others wait for that.
+  // With a root per node, rank 0's check is a round of its own, then each
+  // node's leader publishes its node's part.
   if (!per_node(group_)) {
-    std::string error;
-    if (group_.rank == 0) {
-      try {
-        if (check) check(notes);
-        pending_->finalize(std::move(entries));
-      } catch (...) {
-        error = current_error();
-        abandon_quietly(pending_);
-      }
-    }
-    agree_on_outcome(group_, error, failed_);
+    act_and_agree(group_.rank == 0, [&] {
+      if (check) check(notes);
+      pending_->finalize(std::move(entries));
+    });
     return final_dir_;
   }
+  act_and_agree(group_.rank == 0 && check, [&] { check(notes); });
+  act_and_agree(creates_directory(group_), [&] { publish_node_part(held, std::move(entries)); });
+  return final_dir_;
+}
+
+void RankCommit::act_and_agree(bool act, const std::function<void()>& step) {
   std::string error;
-  if (group_.rank == 0 && check) {
+  if (act) {
     try {
-      check(notes);
+      step();
     } catch (...) {
       error = current_error();
     }
@@ -207,31 +207,26 @@ fs::path RankCommit::finish(const CommitCheck& check) {
     if (creates_directory(group_)) abandon_quietly(pending_);
     throw;
   }
-  if (creates_directory(group_)) {
-    try {
-      std::vector<ManifestEntry> node_files;
-      for (size_t r = 0; r < held.size(); ++r) {
-        if (group_.nodes[r] == group_.nodes[static_cast<size_t>(group_.rank)]) {
-          node_files.insert(node_files.end(), held[r].begin(), held[r].end());
-        }
-      }
-      // A replica is the original's bytes or the checkpoint is refused.
-      for (const ManifestEntry& file : node_files) {
-        if (std::find(entries.begin(), entries.end(), file) == entries.end()) {
-          throw CheckpointError("the copy of " + file.file + " on this node differs from the file its rank wrote");
-        }
-      }
-      const fs::path whole = pending_->dir() / kNodeFilesName;
-      write_file_durably(whole, node_files_json(std::move(entries)));
-      node_files.push_back(describe_file(whole));
-      pending_->finalize(std::move(node_files));
-    } catch (...) {
-      error = current_error();
-      abandon_quietly(pending_);
+}
+
+void RankCommit::publish_node_part(const std::vector<std::vector<ManifestEntry>>& held,
+                                   std::vector<ManifestEntry> entries) {
+  std::vector<ManifestEntry> node_files;
+  for (size_t r = 0; r < held.size(); ++r) {
+    if (group_.nodes[r] == group_.nodes[static_cast<size_t>(group_.rank)]) {
+      node_files.insert(node_files.end(), held[r].begin(), held[r].end());
     }
   }
-  agree_on_outcome(group_, error, failed_);
-  return final_dir_;
+  // A replica is the original's bytes or the checkpoint is refused.
+  for (const ManifestEntry& file : node_files) {
+    if (std::find(entries.begin(), entries.end(), file) == entries.end()) {
+      throw CheckpointError("the copy of " + file.file + " on this node differs from the file its rank wrote");
+    }
+  }
+  const fs::path whole = pending_->dir() / kNodeFilesName;
+  write_file_durably(whole, node_files_json(std::move(entries)));
+  node_files.push_back(describe_file(whole));
+  pending_->finalize(std::move(node_files));
 }
 
 fs::path commit_from_all_ranks(const fs::path& root, const std::string& name, const RankGroup& group,

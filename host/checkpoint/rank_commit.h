@@ -123,6 +123,13 @@ class RankCommit {
  private:
   RankCommit(RankGroup group, std::filesystem::path final_dir, std::string failed);
 
+  // A round in which the ranks that `act` run `step`: every rank throws the
+  // first failure, each directory's creator abandoning its pending one.
+  void act_and_agree(bool act, const std::function<void()>& step);
+  // A node leader's finalize: its ranks' files and replicas, each equal to
+  // its original in `entries` (every rank's own), and kNodeFilesName.
+  void publish_node_part(const std::vector<std::vector<ManifestEntry>>& held, std::vector<ManifestEntry> entries);
+
   RankGroup group_;
   std::filesystem::path final_dir_;
   std::string failed_;  // "checkpoint DIR not saved: "

@@ -432,7 +432,7 @@ std::string SafetensorsWriter::header_bytes() const {
 
 uint64_t SafetensorsWriter::file_size() const { return header_bytes().size() + data_bytes_; }
 
-uint32_t SafetensorsWriter::write(const std::filesystem::path& path) const {
+SafetensorsWriter::Written SafetensorsWriter::write(const std::filesystem::path& path) const {
   const std::string header = header_bytes();
   const std::string source = path.string();
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -460,7 +460,7 @@ uint32_t SafetensorsWriter::write(const std::filesystem::path& path) const {
     ::unlink(path.c_str());
     fail(source, "close failed: " + errno_text(error));
   }
-  return static_cast<uint32_t>(crc);
+  return {header.size() + data_bytes_, static_cast<uint32_t>(crc)};
 }
 
 // ---------------------------------------------------------------------------

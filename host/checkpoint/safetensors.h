@@ -110,13 +110,20 @@ class SafetensorsWriter {
   // Total file size write() will produce.
   uint64_t file_size() const;
 
+  // What write() wrote: its length and the zlib crc32 of its bytes,
+  // computed as they were written, so a checkpoint's manifest needs no
+  // read-back.
+  struct Written {
+    uint64_t size = 0;
+    uint32_t crc32 = 0;
+  };
+
   // Creates or truncates `path`, writes the file and fsyncs it; returns
-  // the zlib crc32 of the bytes written (file_size() of them), computed
-  // as they are written, so a checkpoint's manifest needs no read-back.
+  // what it wrote.
   // On failure the partial file is removed and CheckpointError names the
   // path. A plain write is not atomic; PendingCheckpointDir (atomic_dir.h)
   // makes a whole checkpoint directory appear at once.
-  uint32_t write(const std::filesystem::path& path) const;
+  Written write(const std::filesystem::path& path) const;
 
  private:
   struct PendingTensor {

@@ -415,7 +415,7 @@ SliceInventory PluginStateWriter::inventory() const {
   return inventory;
 }
 
-uint32_t PluginStateWriter::write(const std::filesystem::path& path) const {
+checkpoint::SafetensorsWriter::Written PluginStateWriter::write(const std::filesystem::path& path) const {
   checkpoint::SafetensorsWriter writer;
   nlohmann::json tensors = nlohmann::json::object();
   for (const auto& [stored, entry] : tensors_) {
@@ -446,7 +446,7 @@ uint32_t PluginStateWriter::write(const std::filesystem::path& path) const {
   return writer.write(path);
 }
 
-uint32_t PluginStateWriter::write_exports(const std::filesystem::path& path) const {
+checkpoint::SafetensorsWriter::Written PluginStateWriter::write_exports(const std::filesystem::path& path) const {
   checkpoint::SafetensorsWriter writer;
   for (const auto& [name, stored] : exports_) {
     const auto& [dtype, data] = stored;

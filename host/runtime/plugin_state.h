@@ -184,11 +184,11 @@ class PluginStateWriter {
   // Every slice put so far, for the commit-time check across ranks.
   SliceInventory inventory() const;
   // Writes the file (fsynced; not atomic on its own: see atomic_dir.h);
-  // returns its crc32 (SafetensorsWriter::write).
-  uint32_t write(const std::filesystem::path& path) const;
+  // returns its size and crc32 (SafetensorsWriter::write).
+  checkpoint::SafetensorsWriter::Written write(const std::filesystem::path& path) const;
   // Writes the ACCEL_CHECKPOINT_EXPORT tensors as one plain safetensors file
-  // (names = parameter names, no Accel metadata), fsynced; returns its crc32.
-  uint32_t write_exports(const std::filesystem::path& path) const;
+  // (names = parameter names, no Accel metadata), fsynced; likewise.
+  checkpoint::SafetensorsWriter::Written write_exports(const std::filesystem::path& path) const;
 
  private:
   struct Entry {

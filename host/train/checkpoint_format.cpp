@@ -114,6 +114,11 @@ WholeTensors gather_split_tensors(const model::GptModel& model, train::FlatAdamW
 
 namespace {
 
+// The manifest entry of a file SafetensorsWriter wrote.
+ManifestEntry described(const std::string& name, const SafetensorsWriter::Written& written) {
+  return {name, written.size, written.crc32};
+}
+
 // What write_host_files writes, with the buffers its writers point into.
 struct HostFiles {
   SafetensorsWriter weights, moments;
@@ -128,11 +133,8 @@ struct HostFiles {
   // their writer computed, the trainer state to be described.
   void write(const fs::path& dir, RankContribution& out) const {
     if (any_unit) {
-      out.described.push_back({std::string(kModelFile), weights.file_size(), weights.write(dir / kModelFile)});
-      if (host_optimizer) {
-        out.described.push_back(
-            {std::string(kOptimizerFile), moments.file_size(), moments.write(dir / kOptimizerFile)});
-      }
+      out.described.push_back(described(kModelFile, weights.write(dir / kModelFile)));
+      if (host_optimizer) out.described.push_back(described(kOptimizerFile, moments.write(dir / kOptimizerFile)));
     }
     write_file_durably(dir / kTrainerStateFile, trainer_state_json(state));
     out.files.push_back(kTrainerStateFile);
@@ -357,12 +359,10 @@ void PreparedSave::write() {
     if (c.host) c.host->write(dir, contribution);
     if (!c.plugins.empty()) {
       const std::string name = runtime::plugin_state_file_name(c.rank);
-      const uint32_t crc = c.plugins.write(dir / name);
-      contribution.described.push_back({name, fs::file_size(dir / name), crc});
+      contribution.described.push_back(described(name, c.plugins.write(dir / name)));
     }
     if (c.plugins.has_exports()) {  // world rank 0's alone (checkpoint_services.cpp)
-      const uint32_t crc = c.plugins.write_exports(dir / kModel16BitFile);
-      contribution.described.push_back({std::string(kModel16BitFile), fs::file_size(dir / kModel16BitFile), crc});
+      contribution.described.push_back(described(kModel16BitFile, c.plugins.write_exports(dir / kModel16BitFile)));
     }
     contribution.note = c.inventory;
     return contribution;

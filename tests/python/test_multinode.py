@@ -44,17 +44,23 @@ def can_make_namespaces():
     return made
 
 
+def start_two_nodes(cls, prefix, network):
+    """Brings up a 2-node cluster for test class `cls` (cls.name, cls.subnet),
+    taken down when the class ends."""
+    # A name and subnet of this process's own: suites run side by side.
+    cls.name = f"{prefix}{os.getpid() % 100000}"
+    cls.subnet = f"10.{network}.{os.getpid() % 250 + 1}"
+    # Registered before: a set-up that fails half-way still removes the
+    # namespaces it made.
+    cls.addClassCleanup(lambda: subprocess.run([CLUSTER, "down", cls.name, "2"], capture_output=True))
+    subprocess.run([CLUSTER, "up", cls.name, "2", cls.subnet], check=True, capture_output=True, text=True)
+
+
 @unittest.skipUnless(can_make_namespaces(), "needs root, mpirun, iproute2 and unshare (network namespaces)")
 class TwoNodesOfTwoRanks(TempDirMixin, unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        # A name and subnet of this process's own: suites run side by side.
-        cls.name = f"acc{os.getpid() % 100000}"
-        cls.subnet = f"10.231.{os.getpid() % 250 + 1}"
-        # Registered before: a set-up that fails half-way still removes
-        # the namespaces it made.
-        cls.addClassCleanup(lambda: subprocess.run([CLUSTER, "down", cls.name, "2"], capture_output=True))
-        subprocess.run([CLUSTER, "up", cls.name, "2", cls.subnet], check=True, capture_output=True, text=True)
+        start_two_nodes(cls, "acc", 231)
 
     def node_tx_bytes(self, node):
         out = subprocess.run(["ip", "netns", "exec", f"{self.name}-node{node}", "cat",
@@ -162,15 +168,12 @@ class SnapshotsAcrossNodes(TempDirMixin, unittest.TestCase):
     memory wiped as a lost node's would be, and the job restarted."""
 
     # Info lines: the resume says what it took.
-    JOB = [*(str(a) if a != "warn" else "info" for a in COMMON), "--lr-schedule", "constant", "--plugin", "fsdp", "--fsdp.state_dict_type",
-           "SHARDED_STATE_DICT", "--snapshot-every", "4", "--resume", "auto"]
+    JOB = [*(str(a) if a != "warn" else "info" for a in COMMON), "--lr-schedule", "constant", "--plugin", "fsdp",
+           "--fsdp.state_dict_type", "SHARDED_STATE_DICT", "--snapshot-every", "4", "--resume", "auto"]
 
     @classmethod
     def setUpClass(cls):
-        cls.name = f"acs{os.getpid() % 100000}"
-        cls.subnet = f"10.232.{os.getpid() % 250 + 1}"
-        cls.addClassCleanup(lambda: subprocess.run([CLUSTER, "down", cls.name, "2"], capture_output=True))
-        subprocess.run([CLUSTER, "up", cls.name, "2", cls.subnet], check=True, capture_output=True, text=True)
+        start_two_nodes(cls, "acs", 232)
 
     def memory(self, node):
         """Node `node`'s /dev/shm, as this machine sees it."""
