@@ -256,7 +256,7 @@ typedef struct AccelStepArgs {
   AccelStream stream;         /* the compute stream */
   const DLTensor* loss;       /* step_end: fp32 scalar, mean over the step's
                                  micro-batches, on ranks of the last stage;
-                                 else NULL. Reading it syncs the device. */
+                                 else NULL */
   const DLTensor* grad_norm;  /* step_end: fp32 scalar total norm before
                                  clipping; NULL if not clipped */
 } AccelStepArgs;
@@ -265,7 +265,12 @@ typedef struct AccelStepArgs {
 typedef AccelStatus AccelHookStepBeginFn(AccelPlugin* self,
                                          const AccelStepArgs* args);
 
-/* Called after the optimizer step (or after forward, for ACCEL_STEP_EVAL). */
+/* Called after the optimizer step (or after forward, for ACCEL_STEP_EVAL).
+ * In a training step the host has read the step's values from the device
+ * by then (its one synchronisation of the step, after gradients_finalize):
+ * work enqueued on the compute stream up to gradients_finalize, a copy into
+ * pinned host memory included, has completed, and its results can be read
+ * without synchronising again. `loss` and `grad_norm` are host memory. */
 typedef AccelStatus AccelHookStepEndFn(AccelPlugin* self,
                                        const AccelStepArgs* args);
 
@@ -407,7 +412,10 @@ typedef struct AccelOptimizerStepArgs {
 
 /* Updates every parameter the plugin owns the state of (its shards), with
  * kernels->adamw_step / sgd_step, then makes the full parameters that
- * compute uses consistent (ZeRO-1/2: all_gather the updated shards). */
+ * compute uses consistent (ZeRO-1/2: all_gather the updated shards). A
+ * non-zero found_inf means the step changes nothing: the host gives its skip
+ * verdict there without reading it (a non-finite loss), so the plugin hands
+ * it on to the kernels, which skip on the device. */
 typedef AccelStatus AccelHookOptimizerStepFn(
     AccelPlugin* self, const AccelOptimizerStepArgs* args);
 

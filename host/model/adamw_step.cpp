@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <tuple>
 
 namespace accel::model {
@@ -58,7 +59,7 @@ void adamw_step_flat(at::Tensor& param, const at::Tensor& grad, at::Tensor& exp_
 }
 
 void adamw_step_fused_flat(at::Tensor& param, const at::Tensor& grad, at::Tensor& exp_avg, at::Tensor& exp_avg_sq,
-                           int64_t decay_numel, int64_t step, const AdamWHyper& h) {
+                           int64_t decay_numel, int64_t step, const AdamWHyper& h, const at::Tensor& found_inf) {
   at::NoGradGuard no_grad;
   const int64_t numel = param.numel();
   const int64_t decayed = std::clamp<int64_t>(decay_numel, 0, numel);
@@ -66,12 +67,14 @@ void adamw_step_fused_flat(at::Tensor& param, const at::Tensor& grad, at::Tensor
   // buffers' device (a fill, no copy from the host).
   const at::Tensor steps = at::full({}, static_cast<double>(step), param.options().dtype(at::kFloat));
   const at::Tensor g = grad.scalar_type() == param.scalar_type() ? grad : grad.to(param.scalar_type());
+  const std::optional<at::Tensor> skip =
+      found_inf.defined() ? std::optional<at::Tensor>(found_inf.to(at::kFloat)) : std::nullopt;
   for (const auto& [begin, n, decay] : {std::tuple{int64_t{0}, decayed, h.weight_decay},
                                         std::tuple{decayed, numel - decayed, 0.0}}) {
     if (n == 0) continue;
     at::_fused_adamw_({param.narrow(0, begin, n)}, {g.narrow(0, begin, n)}, {exp_avg.narrow(0, begin, n)},
                       {exp_avg_sq.narrow(0, begin, n)}, {}, {steps}, h.lr, h.beta1, h.beta2, decay, h.eps,
-                      /*amsgrad=*/false, /*maximize=*/false);
+                      /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/std::nullopt, skip);
   }
 }
 

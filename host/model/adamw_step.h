@@ -36,9 +36,13 @@ void adamw_step_flat(at::Tensor& param, const at::Tensor& grad, at::Tensor& exp_
 // rounds differently from the single-tensor ops (same formula, another
 // order: within 1e-6 relative of them, tests/host/optimizer_test.cpp), so
 // CPU ranks keep adamw_step_flat, whose bits torch.optim.AdamW's default
-// path gives. Runs on CPU tensors too, where it is tested.
+// path gives. Runs on CPU tensors too, where it is tested. `found_inf`
+// (an fp32 scalar on the buffers' device, or undefined): non-zero makes the
+// kernel change nothing, a skip decided on the device without the host
+// reading it (torch's GradScaler hands the fused kernel the same).
 void adamw_step_fused_flat(at::Tensor& param, const at::Tensor& grad, at::Tensor& exp_avg, at::Tensor& exp_avg_sq,
-                           int64_t decay_numel, int64_t step, const AdamWHyper& h);
+                           int64_t decay_numel, int64_t step, const AdamWHyper& h,
+                           const at::Tensor& found_inf = at::Tensor());
 
 // Its two halves: the moments' update (exp_avg.lerp_(grad, 1 - beta1),
 // exp_avg_sq.mul_(beta2).addcmul_(grad, grad, 1 - beta2)), then weight decay

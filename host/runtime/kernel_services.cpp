@@ -113,10 +113,15 @@ at::Tensor abs_max(const at::Tensor& x) {
   return x.abs().max();
 }
 
-// `found_inf` set and non-zero: the optimizer step is skipped.
+// `found_inf` set and non-zero: the optimizer step is skipped. A CPU
+// rank's verdict is read where it lies (the host is the device: nothing to
+// wait for); a CUDA rank's costs a synchronisation, which adamw_step's fused
+// path avoids by handing it to the kernel.
 bool step_skipped(const DLTensor* found_inf) {
   if (found_inf == nullptr) return false;
-  return fp32_scalar(found_inf, "found_inf").item<float>() != 0.0f;
+  const at::Tensor verdict = fp32_scalar(found_inf, "found_inf");
+  if (verdict.is_cpu()) return *verdict.contiguous().data_ptr<float>() != 0.0f;
+  return verdict.item<float>() != 0.0f;
 }
 
 at::Tensor scaled_grad(const at::Tensor& grad, const DLTensor* grad_scale) {
@@ -337,12 +342,23 @@ AccelStatus adamw_step(AccelHost* host, const AccelAdamWArgs* args) {
     require_same_device(grad, "grad", param, "param");
     check_stream(args->stream, param);
     require_adamw_schedule(args->step, args->beta1, args->beta2);
-    if (step_skipped(args->found_inf)) return;
-    const at::Tensor g = scaled_grad(grad, args->grad_scale);
     const model::AdamWHyper hyper{args->lr, args->beta1, args->beta2, args->eps, args->weight_decay};
     // Decoupled weight decay over the whole view: callers give ranges without
     // decay their own call (accel/kernels.h).
-    model::adamw_step_flat(param, g, exp_avg, exp_avg_sq, param.numel(), args->step, hyper);
+    if (param.is_cuda()) {
+      // The fused kernel (adamw_step_flat's CUDA path) skips on the device:
+      // queuing the step reads nothing back. A skipped step's param_copy
+      // rewrites the unchanged values.
+      const at::Tensor found_inf =
+          args->found_inf != nullptr ? fp32_scalar(args->found_inf, "found_inf") : at::Tensor();
+      model::adamw_step_fused_flat(param, scaled_grad(grad, args->grad_scale), exp_avg, exp_avg_sq, param.numel(),
+                                   args->step, hyper, found_inf);
+      write_param_copy(args->param_copy, param);
+      return;
+    }
+    if (step_skipped(args->found_inf)) return;
+    model::adamw_step_flat(param, scaled_grad(grad, args->grad_scale), exp_avg, exp_avg_sq, param.numel(),
+                           args->step, hyper);
     write_param_copy(args->param_copy, param);
   });
 }

@@ -37,14 +37,36 @@ void FlatAdamW::allocate_state(const std::vector<model::Unit>& units) {
   }
 }
 
-void FlatAdamW::step(std::vector<model::Unit>& units, const OptimizerOptions& o, double lr) {
-  ++step_count_;
+namespace {
+
+// `skip` read where it lies: a CPU tensor's value directly (the host is the
+// device: nothing to wait for, nothing to count), a CUDA one through a
+// synchronising read (asked by the scaled moments only, see step()).
+bool skip_holds(const at::Tensor& skip) {
+  if (!skip.defined()) return false;
+  if (skip.is_cpu()) return *skip.to(at::kBool).contiguous().data_ptr<bool>();
+  return skip.item<bool>();
+}
+
+}  // namespace
+
+void FlatAdamW::step(std::vector<model::Unit>& units, const OptimizerOptions& o, double lr, const at::Tensor& skip) {
+  const int64_t step = step_count_ + 1;
   const model::AdamWHyper hyper{lr, o.beta1, o.beta2, o.eps, o.weight_decay};
+  const auto held = std::find_if(exp_avg_.begin(), exp_avg_.end(), [](const at::Tensor& t) { return t.defined(); });
+  const bool fused = held != exp_avg_.end() && held->is_cuda() && !scaled();
+  if (!fused && skip_holds(skip)) return;
   for (size_t i = 0; i < units.size() && i < exp_avg_.size(); ++i) {
     if (!exp_avg_[i].defined()) continue;
+    at::Tensor& params = units[i].flat_params();
+    if (fused) {
+      model::adamw_step_fused_flat(params, units[i].flat_grads(), exp_avg_[i], exp_avg_sq_[i],
+                                   units[i].decay_numel(), step, hyper, skip);
+      continue;
+    }
     if (!scaled()) {
-      model::adamw_step_flat(units[i].flat_params(), units[i].flat_grads(), exp_avg_[i], exp_avg_sq_[i],
-                             units[i].decay_numel(), step_count_, hyper);
+      model::adamw_step_flat(params, units[i].flat_grads(), exp_avg_[i], exp_avg_sq_[i], units[i].decay_numel(),
+                             step, hyper);
       continue;
     }
     // One call per parameter: each has its own scales. The decayed
@@ -58,7 +80,7 @@ void FlatAdamW::step(std::vector<model::Unit>& units, const OptimizerOptions& o,
       at::Tensor v = exp_avg_sq_[i].narrow(0, offset, numel);
       const int64_t decayed = std::clamp<int64_t>(decay_numel - offset, 0, numel);
       model::adamw_step_scaled_flat(param, grad, m, exp_avg_scale_[i][k], v, exp_avg_sq_scale_[i][k], decayed,
-                                    step_count_, hyper);
+                                    step, hyper);
     }
   }
 }

@@ -39,7 +39,17 @@ class FlatAdamW {
   void allocate_state(const std::vector<model::Unit>& units);
   bool has_state() const { return !exp_avg_.empty(); }
 
-  void step(std::vector<model::Unit>& units, const OptimizerOptions& options, double lr);
+  // Steps every unit with state as step number step_count() + 1; the count
+  // moves with count_step() once the caller knows the step was taken.
+  // `skip` (a 0-dim bool on the buffers' device, or undefined): true makes
+  // the step change nothing. The trainer decides it on the device (a
+  // non-finite loss, fp16's overflow), so queuing the step reads nothing
+  // back: a CUDA rank's fused kernel takes it as found_inf, and on the CPU
+  // the host is the device and reads it where it lies. Scaled moments read
+  // their amax per parameter on the host anyway, and read it too.
+  void step(std::vector<model::Unit>& units, const OptimizerOptions& options, double lr,
+            const at::Tensor& skip = at::Tensor());
+  void count_step() { ++step_count_; }
 
   int64_t step_count() const { return step_count_; }
   void set_step_count(int64_t steps) { step_count_ = steps; }

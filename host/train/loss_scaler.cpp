@@ -17,17 +17,21 @@ void LossScaler::restore(double scale, int64_t growth_tracker) {
   hysteresis_left_ = options_.hysteresis;
 }
 
-bool LossScaler::unscale_and_check(std::vector<at::Tensor>& flat_grads) const {
-  if (!active_) return false;
-  if (flat_grads.empty()) return false;
+at::Tensor LossScaler::unscale(std::vector<at::Tensor>& flat_grads) const {
+  if (!active_ || flat_grads.empty()) return {};
   const double inverse = 1.0 / scale_;
-  // Every buffer's check stays on the device; the host reads the verdict once.
+  // Every buffer's check stays on the device.
   at::Tensor finite = at::ones({}, flat_grads.front().options().dtype(at::kBool));
   for (at::Tensor& g : flat_grads) {
     g.mul_(inverse);
     finite.logical_and_(g.isfinite().all());
   }
-  return !finite.item<bool>();
+  return finite.logical_not();
+}
+
+bool LossScaler::unscale_and_check(std::vector<at::Tensor>& flat_grads) const {
+  const at::Tensor found_inf = unscale(flat_grads);
+  return found_inf.defined() && found_inf.item<bool>();
 }
 
 void LossScaler::update(bool found_inf) {

@@ -25,7 +25,11 @@ class LossScaler {
   int64_t growth_tracker() const { return growth_tracker_; }
   void restore(double scale, int64_t growth_tracker);
 
-  // Divides gradients by the scale; returns true when any is inf or nan.
+  // Divides gradients by the scale; returns whether any is inf or nan as a
+  // 0-dim bool on their device, read by no one here (undefined when the
+  // scaler is inactive or there are no gradients).
+  at::Tensor unscale(std::vector<at::Tensor>& flat_grads) const;
+  // unscale() with its verdict read on the host (a synchronisation).
   bool unscale_and_check(std::vector<at::Tensor>& flat_grads) const;
   // Adjusts the scale after a step; found_inf means the step was skipped.
   void update(bool found_inf);

@@ -20,6 +20,7 @@
 #include "host/plugin/plugin_error.h"
 #include "host/comm/link_bytes.h"
 #include "host/comm/process_group.h"
+#include "host/runtime/aten_buffer.h"
 #include "host/runtime/comm_checks.h"
 #include "host/runtime/host_context.h"
 #include "host/model/tensor_memory.h"
@@ -137,25 +138,25 @@ at::Tensor Trainer::load_batch(const data::TokenDataset& dataset, const std::vec
   return batch;
 }
 
-double Trainer::plugin_clip(double max_norm) {
-  at::Tensor total_norm = at::zeros({}, at::kFloat);
+at::Tensor Trainer::plugin_clip(double max_norm) {
+  at::Tensor total_norm = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(model_.device()));
   runtime::TensorView norm_view(total_norm);
   AccelClipArgs args{};
   args.struct_size = sizeof(args);
   args.max_norm = max_norm;
   args.norm_type = 2.0;
   args.total_norm = norm_view.get();
-  if (!hooks_->clip_gradients(args)) return std::numeric_limits<double>::quiet_NaN();
-  return total_norm.item<double>();
+  if (!hooks_->clip_gradients(args)) return at::full({}, std::numeric_limits<float>::quiet_NaN(), at::kFloat);
+  return total_norm;
 }
 
-at::Tensor Trainer::clip_or_measure(std::vector<at::Tensor>& grads) {
+void Trainer::clip_or_measure(std::vector<at::Tensor>& grads, StepValues& values) {
   const double max_norm = config_.optimizer.grad_clip;
   if (hooks_ && hooks_->owns_clip_gradients()) {
-    return at::scalar_tensor(plugin_clip(max_norm > 0 ? max_norm : std::numeric_limits<double>::infinity()),
-                             at::kDouble);
+    values.set_grad_norm(plugin_clip(max_norm > 0 ? max_norm : std::numeric_limits<double>::infinity()));
+    return;
   }
-  return max_norm > 0 ? clip_grad_norm(grads, max_norm) : global_grad_norm(grads);
+  values.set_grad_norm(max_norm > 0 ? clip_grad_norm(grads, max_norm) : global_grad_norm(grads));
 }
 
 void Trainer::open_outputs_together() {
@@ -198,6 +199,40 @@ void Trainer::average_over_ranks(double* values, int count, const char* label) {
   const std::shared_ptr<comm::Work> work = context_->world->all_reduce_async(buffer, buffer, comm::ReduceOp::avg, {0, label});
   const comm::Status status = work->wait(0, [this] { runtime::poll_sequences(*context_); });
   if (!status.ok()) throw std::runtime_error(status.message);
+}
+
+void Trainer::average_over_ranks(at::Tensor& values, const char* label) {
+  if (world_size_ == 1) return;
+  const runtime::TraceRange range(context_, "all_reduce", "comm", "host", [&] {
+    std::string ranks;
+    for (int r = 0; r < world_size_; ++r) ranks += (r ? "," : "") + std::to_string(r);
+    return "label=" + std::string(label) + "; group_ranks=" + ranks;
+  }, -1, -1, static_cast<int64_t>(values.nbytes()));
+  const comm::Buffer buffer = runtime::buffer_of(values);
+  const std::shared_ptr<comm::Work> work = context_->world->all_reduce_async(buffer, buffer, comm::ReduceOp::avg, {0, label});
+  // NCCL's all-reduce: the compute stream (the default one) waits for it,
+  // the host does not (the watchdog still holds its deadline). MPI's: the
+  // host waits, polling the sequence checks.
+  const comm::Status status = values.is_cuda() ? work->wait_stream(nullptr)
+                                               : work->wait(0, [this] { runtime::poll_sequences(*context_); });
+  if (!status.ok()) throw std::runtime_error(status.message);
+}
+
+at::Tensor Trainer::average_step_values(const at::Tensor& loss) {
+  // The loss of the global batch: every data-parallel rank's share, averaged.
+  // With pipeline stages only the last holds it: it counts P times, the
+  // others nothing, so the world's mean is the mean over its data ranks.
+  const int32_t stages = context_ ? context_->model_run.pipeline_size : 1;
+  // A stop signal rides on the same all-reduce (no collective of its own):
+  // its mean is above 0 on every rank when any rank holds one. So does
+  // whether this rank's background checkpoint write is done: its mean is 1
+  // only when every rank's is. Both are fills on the device, not copies.
+  const at::TensorOptions options = loss.options();
+  at::Tensor shared = at::stack({stages > 1 ? loss * static_cast<double>(stages) : loss,
+                                 at::full({}, pending_stop_signal() != 0 ? 1.0 : 0.0, options),
+                                 at::full({}, async_save_.written() ? 1.0 : 0.0, options)});
+  average_over_ranks(shared, "host loss average");
+  return shared;
 }
 
 template <typename Body>
@@ -251,7 +286,7 @@ StepOutcome Trainer::train_step(int64_t step) {
   take_over.struct_size = sizeof(take_over);
   take_over.step = step_args.step;
   take_over.num_micro_batches = step_args.num_micro_batches;
-  double loss_sum = 0.0;
+  at::Tensor loss_sum;  // on the device, read at the step's end
   // A pipeline schedule runs the micro-batches through run_forward /
   // run_backward; the losses it reached on the last stage are the step's.
   const bool taken_over = run_taken_over_step(take_over, loss_sum);
@@ -264,74 +299,60 @@ StepOutcome Trainer::train_step(int64_t step) {
       }
       // Each micro-batch holds an equal share, so the mean of micro-step means
       // is the global-batch mean, and so is the accumulated gradient.
-      loss_sum += forward_backward(batch, micro, loss_scaler_.scale() / static_cast<double>(micro_steps),
-                                   micro + 1 == micro_steps);
+      const at::Tensor loss = forward_backward(batch, micro, loss_scaler_.scale() / static_cast<double>(micro_steps),
+                                               micro + 1 == micro_steps);
+      loss_sum = loss_sum.defined() ? loss_sum + loss : loss;
     }
   }
-  outcome.loss = loss_sum / static_cast<double>(micro_steps);
-  // The loss of the global batch: every data-parallel rank's share, averaged.
-  // With pipeline stages only the last holds it: it counts P times, the
-  // others nothing, so the world's mean is the mean over its data ranks.
-  const int32_t stages = context_ ? context_->model_run.pipeline_size : 1;
-  if (stages > 1) outcome.loss *= static_cast<double>(stages);
-  // A stop signal rides on the same all-reduce (no collective of its own):
-  // its mean is above 0 on every rank when any rank holds one. So does
-  // whether this rank's background checkpoint write is done: its mean is 1
-  // only when every rank's is.
-  double loss_stop_written[3] = {outcome.loss, pending_stop_signal() != 0 ? 1.0 : 0.0,
-                                 async_save_.written() ? 1.0 : 0.0};
-  average_over_ranks(loss_stop_written, 3, "host loss average");
-  outcome.loss = loss_stop_written[0];
-  outcome.stop_requested = loss_stop_written[1] > 0.0;
-  outcome.async_save_written = loss_stop_written[2] > 1.0 - 0.5 / static_cast<double>(world_size_);
+  // Nothing below reads a device value before the optimizer step is queued
+  // (StepValues), unless a plugin steps the optimizer: it needs the verdict.
+  StepValues values(average_step_values(loss_sum / static_cast<double>(micro_steps)));
 
   at::NoGradGuard no_grad;
   if (hooks_) hooks_->gradients_finalize(step_args);
-  // A NaN or infinite global loss: the weights are lost, whatever the
-  // precision (fp16's loss scaler handles overflowing gradients, not this).
-  // Every rank holds the same averaged loss, so all stop or skip together;
-  // the check follows gradients_finalize so no reduction is left in flight.
-  outcome.nonfinite_loss = !std::isfinite(outcome.loss);
-  if (outcome.nonfinite_loss) {
-    if (nonfinite_loss_steps_ >= config_.nonfinite_loss_skips) {
-      throw AgreedError(kExitDiverged,
-                        strformat("step %lld: the loss averaged over every rank is %g; stopping after %lld "
-                                  "skipped non-finite step(s) (--nonfinite-loss-skips %lld)",
-                                  static_cast<long long>(step + 1), outcome.loss,
-                                  static_cast<long long>(nonfinite_loss_steps_),
-                                  static_cast<long long>(config_.nonfinite_loss_skips)));
-    }
-    ++nonfinite_loss_steps_;
-  }
+  // A NaN or infinite global loss skips the step (StepValues::skip); every
+  // rank holds the same averaged loss, so all skip, or stop, together. The
+  // verdict stays on the device, where the optimizer (the host's, or a
+  // plugin's as found_inf) honours it. Only fp16 under a plugin that steps
+  // reads it before: the loss scale's bookkeeping is the host's.
+  const bool plugin_steps = hooks_ && hooks_->owns_optimizer_step();
+  const bool verdict_on_host = plugin_steps && loss_scaler_.active();
+  if (verdict_on_host) values.read(context_);
+  bool skipped_on_host = verdict_on_host && values.skipped();
   std::vector<at::Tensor> grads = flat_grads_of(model_);
   float grad_scale = 1.0f;  // the optimizer multiplies the gradients by it
-  at::Tensor grad_norm;     // the host's clipping: on the device until the optimizer step is queued
-  if (outcome.nonfinite_loss) {
-    outcome.skipped = true;  // no clipping, no update: the step is skipped
-  } else if (loss_scaler_.active() && hooks_ && hooks_->owns_clip_gradients() && hooks_->owns_optimizer_step()) {
+  if (skipped_on_host) {
+    // no clipping, no update
+  } else if (verdict_on_host && hooks_->owns_clip_gradients()) {
     // A plugin that takes over clipping and the optimizer holds every
     // gradient (a sharding strategy's shards), still multiplied by the loss
     // scale S. Its norm tells overflow; clipping then runs in scaled space
     // (max_norm * S gives the same coefficient) and AdamW unscales (1/S).
     const double scale = loss_scaler_.scale();
     const double max_norm = config_.optimizer.grad_clip;
-    const double scaled_norm = plugin_clip(std::numeric_limits<double>::infinity());
-    outcome.skipped = !std::isfinite(scaled_norm);
-    if (!outcome.skipped) {
-      outcome.grad_norm = scaled_norm / scale;
+    const double scaled_norm = plugin_clip(std::numeric_limits<double>::infinity()).item<double>();
+    skipped_on_host = !std::isfinite(scaled_norm);
+    if (!skipped_on_host) {
+      values.set_grad_norm(scaled_norm / scale);
       if (max_norm > 0) plugin_clip(max_norm * scale);
       grad_scale = static_cast<float>(1.0 / scale);
     }
   } else {
     const runtime::TraceRange range(context_, "clip_gradients");
-    outcome.skipped = loss_scaler_.unscale_and_check(grads);
-    if (!outcome.skipped) grad_norm = clip_or_measure(grads);
+    const at::Tensor overflow = loss_scaler_.unscale(grads);
+    if (verdict_on_host) {
+      skipped_on_host = overflow.defined() && overflow.item<bool>();
+    } else {
+      values.skip_if(overflow);
+    }
+    if (!skipped_on_host) clip_or_measure(grads, values);
   }
   wait_for_staging();  // the last save's copy of what optimizer_step changes
-  if (!outcome.skipped) {
+  bool stepped = false;  // an optimizer was called: its count moves unless the step was skipped
+  if (!skipped_on_host) {
     const runtime::TraceRange range(context_, "optimizer_step");
     bool stepped_by_plugin = false;
-    if (hooks_) {
+    if (plugin_steps) {
       AccelOptimizerStepArgs args{};
       args.struct_size = sizeof(args);
       args.step = optimizer_.step_count() + 1;
@@ -344,12 +365,34 @@ StepOutcome Trainer::train_step(int64_t step) {
       args.weight_decay = config_.optimizer.weight_decay;
       const runtime::TensorView scale_view(at::full({}, grad_scale, at::kFloat));
       if (grad_scale != 1.0f) args.grad_scale = scale_view.get();
+      const runtime::TensorView found_inf_view(values.skip().to(at::kFloat));
+      if (!verdict_on_host) args.found_inf = found_inf_view.get();
       stepped_by_plugin = hooks_->optimizer_step(args);
-      if (stepped_by_plugin) optimizer_.set_step_count(optimizer_.step_count() + 1);
     }
-    if (!stepped_by_plugin) optimizer_.step(model_.units(), config_.optimizer, outcome.lr);
+    // On the device, the step is skipped where the verdict says so.
+    if (!stepped_by_plugin) optimizer_.step(model_.units(), config_.optimizer, outcome.lr, values.skip());
+    stepped = true;
   }
-  if (grad_norm.defined()) outcome.grad_norm = grad_norm.item<double>();
+  values.read(context_);  // the step's one read (or what came after the early one)
+  outcome.loss = values.loss();
+  outcome.stop_requested = values.stop_mean() > 0.0;
+  outcome.async_save_written = values.written_mean() > 1.0 - 0.5 / static_cast<double>(world_size_);
+  outcome.nonfinite_loss = !std::isfinite(outcome.loss);
+  outcome.skipped = skipped_on_host || values.skipped();
+  if (!outcome.skipped) outcome.grad_norm = values.grad_norm();
+  if (stepped && !outcome.skipped) optimizer_.count_step();
+  if (outcome.nonfinite_loss) {
+    // The weights would be lost: skipped, up to --nonfinite-loss-skips times.
+    if (nonfinite_loss_steps_ >= config_.nonfinite_loss_skips) {
+      throw AgreedError(kExitDiverged,
+                        strformat("step %lld: the loss averaged over every rank is %g; stopping after %lld "
+                                  "skipped non-finite step(s) (--nonfinite-loss-skips %lld)",
+                                  static_cast<long long>(step + 1), outcome.loss,
+                                  static_cast<long long>(nonfinite_loss_steps_),
+                                  static_cast<long long>(config_.nonfinite_loss_skips)));
+    }
+    ++nonfinite_loss_steps_;
+  }
   loss_scaler_.update(outcome.skipped);
 
   if (hooks_) {

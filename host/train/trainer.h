@@ -26,6 +26,7 @@
 #include "host/runtime/tensor_views.h"
 #include "host/train/metrics_writer.h"
 #include "host/train/snapshot_replicas.h"
+#include "host/train/step_values.h"
 #include "host/train/tensorboard_writer.h"
 
 namespace accel::plugin {
@@ -129,8 +130,9 @@ class Trainer final : public runtime::ModelRunner {
   void stop_on_signal();
   at::Tensor load_batch(const data::TokenDataset& dataset, const std::vector<int64_t>& windows) const;
   // Forward and backward of one micro-batch, unit by unit (so unit hooks run
-  // at unit boundaries); returns the unscaled loss.
-  double forward_backward(const at::Tensor& batch, int64_t micro, double loss_multiplier, bool last_micro);
+  // at unit boundaries); returns the unscaled loss, a 0-dim fp64 tensor on
+  // the device (read by no one here).
+  at::Tensor forward_backward(const at::Tensor& batch, int64_t micro, double loss_multiplier, bool last_micro);
 
   // --- unit ranges (trainer_ranges.cpp): the host's loop and a pipeline
   // schedule's run_forward / run_backward run the same code ---
@@ -166,10 +168,10 @@ class Trainer final : public runtime::ModelRunner {
   // Runs the train_step take-over with this trainer as the model runner
   // (flagged ACCEL_TRAIN_STEP_EVAL: an evaluation batch `args.step` of the
   // held-out windows); returns whether a plugin took the step, and sets
-  // `loss_sum` to the sum of its micro-batches' losses (0 off the last
-  // stage); throws when the schedule left a forward without its backward or
+  // `loss_sum` to the sum of its micro-batches' losses (a 0-dim fp64 tensor
+  // on the device; 0 off the last stage); throws when the schedule left a forward without its backward or
   // did not reach every micro-batch's loss.
-  bool run_taken_over_step(const AccelTrainStepArgs& args, double& loss_sum);
+  bool run_taken_over_step(const AccelTrainStepArgs& args, at::Tensor& loss_sum);
   // Throws naming the range when a run_* call does not fit this rank's stage.
   void check_range(int32_t first, int32_t end, int32_t micro, const char* service) const;
   // Throws naming `what` unless `activation` is what passes between units.
@@ -200,6 +202,13 @@ class Trainer final : public runtime::ModelRunner {
   double average_over_ranks(double value, const char* label);
   // The same for `count` values in one collective, in place.
   void average_over_ranks(double* values, int count, const char* label);
+  // The same for a contiguous tensor's values, in place, on its device: a
+  // CUDA tensor's all-reduce is ordered before the compute stream's next
+  // work, with nothing read back to the host.
+  void average_over_ranks(at::Tensor& values, const char* label);
+  // {the step's loss, a stop signal, this rank's background write done} on
+  // the device, averaged over the ranks in one all-reduce (StepValues).
+  at::Tensor average_step_values(const at::Tensor& loss);
   // Runs `body` (a step or an evaluation at step `step`, 0-based) so that a
   // failure of one rank alone inside a plugin hook stops every rank
   // together: the failing rank prints its line and tells the others over
@@ -213,10 +222,13 @@ class Trainer final : public runtime::ModelRunner {
   bool evaluates_after(int64_t step) const {
     return config_.eval.every > 0 && (step % config_.eval.every == 0 || step == config_.steps);
   }
-  at::Tensor clip_or_measure(std::vector<at::Tensor>& grads);
+  // Clips the gradients (--grad-clip; measures only without it) and gives
+  // `values` their norm, on the device: no read.
+  void clip_or_measure(std::vector<at::Tensor>& grads, StepValues& values);
   // The clip_gradients take-over with `max_norm` (+inf: measure only);
-  // returns the global norm it wrote.
-  double plugin_clip(double max_norm);
+  // returns the global norm it wrote, a 0-dim fp32 tensor on the device
+  // (NaN when no plugin took it).
+  at::Tensor plugin_clip(double max_norm);
   // Throws naming the unit when storage unit `u` computes with is not
   // materialised (a managing plugin forgot it).
   void require_storage(size_t u, bool backward) const;

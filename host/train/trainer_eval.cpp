@@ -54,8 +54,9 @@ double Trainer::evaluate() {
       pipeline.step = batch;
       pipeline.num_micro_batches = static_cast<int32_t>(micro_steps);
       pipeline.flags = ACCEL_TRAIN_STEP_EVAL;
-      run_taken_over_step(pipeline, batch_loss);
-      batch_loss *= static_cast<double>(stages);  // the last stage's, weighted as in train_step
+      at::Tensor pipeline_loss;
+      run_taken_over_step(pipeline, pipeline_loss);
+      batch_loss = pipeline_loss.item<double>() * static_cast<double>(stages);  // weighted as in train_step
     }
     for (int64_t micro = 0; stages == 1 && micro < micro_steps; ++micro) {
       const at::Tensor windows =

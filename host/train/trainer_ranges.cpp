@@ -256,7 +256,8 @@ at::Tensor Trainer::add_auxiliary_loss(RangeRun& run, double loss_multiplier) {
   return value;
 }
 
-double Trainer::forward_backward(const at::Tensor& batch, int64_t micro, double loss_multiplier, bool last_micro) {
+at::Tensor Trainer::forward_backward(const at::Tensor& batch, int64_t micro, double loss_multiplier,
+                                    bool last_micro) {
   const int64_t T = batch.size(1) - 1;
   at::Tensor on_device;
   {
@@ -267,7 +268,7 @@ double Trainer::forward_backward(const at::Tensor& batch, int64_t micro, double 
   std::unique_ptr<RangeRun> run = forward_range(0, model_.units().size(), micro, flags, on_device.narrow(1, 0, T),
                                                 on_device.narrow(1, 1, T), loss_multiplier);
   backward_range(*run, micro, flags, at::Tensor());
-  return run->loss.item<double>();
+  return run->loss.detach().to(at::kDouble);
 }
 
 // ---------------------------------------------------------------------------
@@ -420,7 +421,7 @@ void Trainer::run_backward(AccelRunBackwardArgs& args) {
   }
 }
 
-bool Trainer::run_taken_over_step(const AccelTrainStepArgs& args, double& loss_sum) {
+bool Trainer::run_taken_over_step(const AccelTrainStepArgs& args, at::Tensor& loss_sum) {
   if (!hooks_ || !hooks_->train_step_owner()) return false;
   wait_for_staging();  // the whole step is the plugin's, its optimizer step included
   runner_step_ = args.step;
@@ -456,7 +457,8 @@ bool Trainer::run_taken_over_step(const AccelTrainStepArgs& args, double& loss_s
                        static_cast<long long>(runner_losses_), static_cast<long long>(config_.grad_accum));
   }
   agree_on_failure(broken, "host train_step protocol agreement");
-  loss_sum = last_stage ? runner_loss_sum_.item<double>() : 0.0;
+  loss_sum = last_stage ? runner_loss_sum_.detach().to(at::kDouble)
+                        : at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(model_.device()));
   return true;
 }
 

@@ -151,13 +151,26 @@ class Fp8 final : public sdk::Plugin {
     linear_->backward(args, next);
   }
 
+  // The step's amax rows are complete after backward: reduced and queued
+  // for the host here, before the host's one read of the step's values, so
+  // step_end finds them copied without a read of its own.
+  void gradients_finalize(const AccelStepArgs&) override {
+    state_->finish_rows(config_.recipe == Recipe::delayed ? world_ : nullptr, data_size_);
+  }
+
   void step_end(const AccelStepArgs& args) override {
     linear_->set_eval(false);
     if (codec_) codec_->set_eval(false);
     if ((args.flags & ACCEL_STEP_EVAL) != 0) return;  // evaluation changes no scale
+    if (!state_->rows_finished()) {
+      // A host that gave no gradients_finalize: finish and wait here.
+      state_->finish_rows(config_.recipe == Recipe::delayed ? world_ : nullptr, data_size_);
+      ops_.synchronize();
+    } else if (!sdk::host_abi_at_least(1, 14)) {
+      ops_.synchronize();  // an older host promises no read of its own before step_end
+    }
     const std::array<ClassSummary, kNumClasses> summary =
-        config_.recipe == Recipe::delayed ? state_->end_step(args.step, world_, data_size_)
-                                          : state_->end_step_current(data_size_);
+        config_.recipe == Recipe::delayed ? state_->end_step(args.step) : state_->end_step_current();
     record_metrics(summary);
     if (!config_.state_log.empty() && services().rank() == 0) append_state_log(args.step);
   }

@@ -61,6 +61,10 @@ ScalingState::ScalingState(const sdk::Kernels& ops, const Fp8Config& config, std
   const auto n = static_cast<int64_t>(linears_.size());
   forward_ = make_group(2 * n, config_.forward_dtype(), "fp8 forward scaling state");
   backward_ = make_group(n, config_.backward_dtype(), "fp8 backward scaling state");
+  readback_[0] = ops_.allocate(ACCEL_MEMORY_OTHER, kFloat32, {2, 2 * n}, ACCEL_MEMORY_HOST_PINNED, true,
+                               "fp8 forward metrics");
+  readback_[1] = ops_.allocate(ACCEL_MEMORY_OTHER, kFloat32, {2, n}, ACCEL_MEMORY_HOST_PINNED, true,
+                               "fp8 backward metrics");
   for (int c = 0; c < kNumClasses; ++c) {
     const auto cls = static_cast<TensorClass>(c);
     const ScaleGroup& g = group(cls);
@@ -89,16 +93,15 @@ const DLTensor* ScalingState::cell(TensorClass c, int32_t slot, Field f) const {
   return cells_[static_cast<int>(c)][f].at(static_cast<size_t>(slot))->get();
 }
 
-std::array<ClassSummary, kNumClasses> ScalingState::summarise(const std::vector<float>& forward_row,
-                                                              const std::vector<float>& backward_row) const {
-  const std::vector<float> fwd_scale = ops_.read_floats(forward_.scale.tensor());
-  const std::vector<float> bwd_scale = ops_.read_floats(backward_.scale.tensor());
+std::array<ClassSummary, kNumClasses> ScalingState::summarise() const {
   std::array<ClassSummary, kNumClasses> out{};
   const size_t n = linears_.size();
   for (int c = 0; c < kNumClasses; ++c) {
     const auto cls = static_cast<TensorClass>(c);
-    const std::vector<float>& row = cls == TensorClass::grad ? backward_row : forward_row;
-    const std::vector<float>& scale = cls == TensorClass::grad ? bwd_scale : fwd_scale;
+    const int which = cls == TensorClass::grad ? 1 : 0;
+    const auto* copied = static_cast<const float*>(accel_tensor_begin(&readback_[which].tensor()));
+    const float* row = copied;
+    const float* scale = copied + (which == 1 ? backward_ : forward_).columns;
     double amax = 0.0;
     double min_scale = std::numeric_limits<double>::infinity();
     for (size_t i = 0; i < n; ++i) {
@@ -111,22 +114,33 @@ std::array<ClassSummary, kNumClasses> ScalingState::summarise(const std::vector<
   return out;
 }
 
-std::array<ClassSummary, kNumClasses> ScalingState::end_step(int64_t step, AccelGroup* world,
-                                                             int32_t grad_divisor) {
+void ScalingState::finish_rows(AccelGroup* world, int32_t grad_divisor) {
   ScaleGroup* groups[2] = {&forward_, &backward_};
-  std::vector<float> rows[2];
   for (int i = 0; i < 2; ++i) {
     const sdk::FlatView row0(groups[i]->history.tensor(), 0, groups[i]->columns);
     if (groups[i] == &backward_ && grad_divisor > 1) ops_.scale(row0.get(), 1.0 / grad_divisor);
-    ops_.all_reduce(world, row0.get(), ACCEL_REDUCE_MAX, "fp8 amax all_reduce");
-    rows[i] = ops_.read_floats(*row0.get());
+    if (world != nullptr) ops_.all_reduce(world, row0.get(), ACCEL_REDUCE_MAX, "fp8 amax all_reduce");
+    // Pinned memory: both copies are queued on the compute stream, not waited for.
+    const sdk::FlatView row_copy(readback_[i].tensor(), 0, groups[i]->columns);
+    const sdk::FlatView scale_copy(readback_[i].tensor(), groups[i]->columns, groups[i]->columns);
+    ops_.copy(row0.get(), row_copy.get());
+    ops_.copy(&groups[i]->scale.tensor(), scale_copy.get());
+    if (world == nullptr) ops_.fill(row0.get(), 0.0);  // current scaling keeps no history
   }
-  const std::array<ClassSummary, kNumClasses> summary = summarise(rows[0], rows[1]);
-  last_rows_[0] = std::move(rows[0]);
-  last_rows_[1] = std::move(rows[1]);
+  rows_finished_ = true;
+}
+
+std::array<ClassSummary, kNumClasses> ScalingState::end_step(int64_t step) {
+  if (!rows_finished_) throw sdk::Error(ACCEL_ERROR_INTERNAL, "fp8: end_step before finish_rows");
+  rows_finished_ = false;
+  const std::array<ClassSummary, kNumClasses> summary = summarise();
+  for (int i = 0; i < 2; ++i) {
+    const auto* row = static_cast<const float*>(accel_tensor_begin(&readback_[i].tensor()));
+    last_rows_[i].assign(row, row + (i == 0 ? forward_ : backward_).columns);
+  }
   const bool recompute = (step + 1) % config_.interval == 0;
   const AccelAmaxAlgo algo = config_.algo == AmaxAlgo::max ? ACCEL_AMAX_MAX : ACCEL_AMAX_MOST_RECENT;
-  for (ScaleGroup* g : groups) {
+  for (ScaleGroup* g : {&forward_, &backward_}) {
     if (recompute) {
       ops_.fp8_scale_update(&g->history.tensor(), &g->scale.tensor(), &g->scale_inv.tensor(), g->fp8_dtype,
                             config_.margin, algo, /*roll=*/true);
@@ -140,19 +154,14 @@ std::array<ClassSummary, kNumClasses> ScalingState::end_step(int64_t step, Accel
   return summary;
 }
 
-std::array<ClassSummary, kNumClasses> ScalingState::end_step_current(int32_t grad_divisor) {
-  std::vector<float> rows[2];
-  ScaleGroup* groups[2] = {&forward_, &backward_};
+std::array<ClassSummary, kNumClasses> ScalingState::end_step_current() {
+  if (!rows_finished_) throw sdk::Error(ACCEL_ERROR_INTERNAL, "fp8: end_step_current before finish_rows");
+  rows_finished_ = false;
+  std::array<ClassSummary, kNumClasses> summary = summarise();
   for (int i = 0; i < 2; ++i) {
-    const sdk::FlatView row0(groups[i]->history.tensor(), 0, groups[i]->columns);
-    // Each cast's amax was already reduced over the data-parallel group.
-    if (groups[i] == &backward_ && grad_divisor > 1) ops_.scale(row0.get(), 1.0 / grad_divisor);
-    rows[i] = ops_.read_floats(*row0.get());
-    ops_.fill(row0.get(), 0.0);
+    const auto* row = static_cast<const float*>(accel_tensor_begin(&readback_[i].tensor()));
+    last_rows_[i].assign(row, row + (i == 0 ? forward_ : backward_).columns);
   }
-  std::array<ClassSummary, kNumClasses> summary = summarise(rows[0], rows[1]);
-  last_rows_[0] = std::move(rows[0]);
-  last_rows_[1] = std::move(rows[1]);
   // Current scaling has no standing scale: report the one the step's largest
   // amax gives.
   for (int c = 0; c < kNumClasses; ++c) {

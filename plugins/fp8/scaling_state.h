@@ -87,13 +87,23 @@ class ScalingState {
   const DLTensor* scale_inv(TensorClass c, int32_t slot) const { return cell(c, slot, kScaleInv); }
   const DLTensor* amax(TensorClass c, int32_t slot) const { return cell(c, slot, kAmax); }
 
-  // Step end of a training step: reduce row 0 over `world`, summarise it for
-  // the metrics, and update (every interval) and roll. `step` is 0-based.
-  // `grad_divisor`: the data-parallel size N; the gradients' row 0 holds N
-  // times the whole batch's amax (fp8_linear.cpp) and is divided by it first.
-  std::array<ClassSummary, kNumClasses> end_step(int64_t step, AccelGroup* world, int32_t grad_divisor);
-  // Current scaling: only row 0 is kept (metrics); it is cleared here.
-  std::array<ClassSummary, kNumClasses> end_step_current(int32_t grad_divisor);
+  // After the step's backward (gradients_finalize): row 0 reduced over
+  // `world` (delayed scaling; null for current scaling, whose casts reduced
+  // their own), the gradients' row divided by `grad_divisor` (the
+  // data-parallel size N: it holds N times the whole batch's amax,
+  // fp8_linear.cpp), and queued for the host with the scales this step used,
+  // into pinned memory. Nothing waits for that copy here: the host's read
+  // of the step's values synchronises the compute stream before step_end
+  // (accel/plugin.h), where end_step finds it done. Current scaling clears
+  // row 0 after the copy.
+  void finish_rows(AccelGroup* world, int32_t grad_divisor);
+  bool rows_finished() const { return rows_finished_; }
+  // Step end of a training step, after finish_rows: the rows summarised for
+  // the metrics; delayed scaling then updates the scales (every interval) and
+  // rolls the history. `step` is 0-based. No read of the device.
+  std::array<ClassSummary, kNumClasses> end_step(int64_t step);
+  // Current scaling: only row 0 is kept (metrics; cleared by finish_rows).
+  std::array<ClassSummary, kNumClasses> end_step_current();
 
   ScaleGroup& forward() { return forward_; }
   ScaleGroup& backward() { return backward_; }
@@ -110,8 +120,8 @@ class ScalingState {
   const ScaleGroup& group(TensorClass c) const { return c == TensorClass::grad ? backward_ : forward_; }
   int64_t column(TensorClass c, int32_t slot) const;
   const DLTensor* cell(TensorClass c, int32_t slot, Field f) const;
-  std::array<ClassSummary, kNumClasses> summarise(const std::vector<float>& forward_row,
-                                                  const std::vector<float>& backward_row) const;
+  // The rows and scales finish_rows copied, per class.
+  std::array<ClassSummary, kNumClasses> summarise() const;
   ScaleGroup make_group(int64_t columns, DLDataType dtype, const char* label) const;
 
   const sdk::Kernels& ops_;
@@ -122,6 +132,10 @@ class ScalingState {
   // cells_[class][field][slot]: views into the buffers above.
   std::vector<std::unique_ptr<sdk::FlatView>> cells_[kNumClasses][3];
   std::vector<float> last_rows_[2];  // row 0 of each group as end_step reduced it
+  // Per group, pinned host fp32 [2, columns]: row 0 as finish_rows reduced
+  // it, then the scales the step used.
+  sdk::Buffer readback_[2];
+  bool rows_finished_ = false;
 };
 
 }  // namespace accel::fp8

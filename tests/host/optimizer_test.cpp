@@ -3,10 +3,12 @@
 
 #include <cmath>
 
+#include "host/model/unit.h"
 #include "host/train/flat_adamw.h"
 #include "host/train/grad_clip.h"
 #include "host/train/loss_scaler.h"
 #include "host/train/lr_schedule.h"
+#include "host/train/step_values.h"
 
 using namespace accel::train;
 using accel::model::AdamWHyper;
@@ -96,6 +98,89 @@ TEST(FlatAdamW, TheFusedStepOfACudaRankMatchesTheSingleTensorStep) {
   EXPECT_FALSE(at::equal(np.narrow(0, 0, decay), dp.narrow(0, 0, decay)));
 }
 
+// A skip decided on the device: the fused kernel (a CUDA rank's) changes
+// nothing when found_inf holds, and steps as without it when it does not.
+TEST(FlatAdamW, TheFusedStepChangesNothingWhenFoundInfHolds) {
+  const AdamWHyper h{3e-3, 0.9, 0.95, 1e-8, 0.1};
+  at::manual_seed(5);
+  const at::Tensor p0 = at::randn({257}), m0 = at::randn({257}) * 0.1, v0 = at::rand({257}) * 0.01;
+  const at::Tensor g = at::randn({257});
+  at::Tensor p = p0.clone(), m = m0.clone(), v = v0.clone();
+  accel::model::adamw_step_fused_flat(p, g, m, v, 100, 3, h, at::ones({}));
+  EXPECT_TRUE(at::equal(p, p0) && at::equal(m, m0) && at::equal(v, v0));
+  at::Tensor rp = p0.clone(), rm = m0.clone(), rv = v0.clone();
+  accel::model::adamw_step_fused_flat(p, g, m, v, 100, 3, h, at::zeros({}));
+  accel::model::adamw_step_fused_flat(rp, g, rm, rv, 100, 3, h);
+  EXPECT_TRUE(at::equal(p, rp) && at::equal(m, rm) && at::equal(v, rv));
+  EXPECT_FALSE(at::equal(p, p0));
+}
+
+// FlatAdamW::step with a skip verdict: nothing moves, and the count is the
+// caller's (count_step) in either case.
+TEST(FlatAdamW, ASkippedStepChangesNoUnit) {
+  accel::model::ParamSpec spec;
+  spec.name = "w";
+  spec.shape = {3};
+  accel::model::Unit unit("u", accel::model::UnitKind::block, {spec});
+  unit.flat_params().copy_(at::tensor({1.0f, -2.0f, 3.0f}));
+  unit.flat_grads().copy_(at::tensor({0.5f, 0.5f, -0.5f}));
+  std::vector<accel::model::Unit> units;
+  units.push_back(std::move(unit));
+  FlatAdamW adamw(units);
+  const at::Tensor before = units[0].flat_params().clone();
+  accel::OptimizerOptions o;
+  adamw.step(units, o, 1e-2, at::ones({}, at::kBool));
+  EXPECT_TRUE(at::equal(units[0].flat_params(), before));
+  EXPECT_TRUE(at::equal(adamw.exp_avg()[0], at::zeros({3})));
+  EXPECT_EQ(adamw.step_count(), 0);
+  adamw.step(units, o, 1e-2, at::zeros({}, at::kBool));
+  EXPECT_FALSE(at::equal(units[0].flat_params(), before));
+  EXPECT_EQ(adamw.step_count(), 0);
+  adamw.count_step();
+  EXPECT_EQ(adamw.step_count(), 1);
+}
+
+// The step's values: one read brings the averaged loss, the two flags, the
+// skip verdict and the norm; a non-finite loss or an overflow skips.
+TEST(StepValues, OneReadBringsEverythingAndSkipsOnANonFiniteLossOrOverflow) {
+  StepValues values(at::tensor({2.5, 0.5, 1.0}, at::kDouble));
+  EXPECT_FALSE(values.is_read());
+  values.skip_if(at::Tensor());  // no verdict: nothing
+  values.set_grad_norm(at::tensor(3.0f));
+  values.read(nullptr);
+  EXPECT_TRUE(values.is_read());
+  EXPECT_DOUBLE_EQ(values.loss(), 2.5);
+  EXPECT_DOUBLE_EQ(values.stop_mean(), 0.5);
+  EXPECT_DOUBLE_EQ(values.written_mean(), 1.0);
+  EXPECT_FALSE(values.skipped());
+  EXPECT_DOUBLE_EQ(values.grad_norm(), 3.0);
+  EXPECT_THROW(values.skip_if(at::ones({}, at::kBool)), std::logic_error);
+
+  StepValues nan_loss(at::tensor({NAN, 0.0, 0.0}, at::kDouble));
+  EXPECT_TRUE(nan_loss.skip().item<bool>());
+  nan_loss.read(nullptr);
+  EXPECT_TRUE(nan_loss.skipped());
+  EXPECT_FALSE(nan_loss.has_grad_norm());
+
+  StepValues overflow(at::tensor({1.0, 0.0, 0.0}, at::kDouble));
+  overflow.skip_if(at::zeros({}, at::kBool));
+  EXPECT_FALSE(overflow.skip().item<bool>());
+  overflow.skip_if(at::ones({}, at::kBool));
+  overflow.read(nullptr);
+  EXPECT_TRUE(overflow.skipped());
+
+  // A norm given after an early read is read on its own; a host norm is not read.
+  StepValues early(at::tensor({1.0, 0.0, 1.0}, at::kDouble));
+  early.read(nullptr);
+  early.set_grad_norm(at::tensor(4.0, at::kDouble));
+  early.read(nullptr);
+  EXPECT_DOUBLE_EQ(early.grad_norm(), 4.0);
+  early.set_grad_norm(5.0);
+  early.read(nullptr);
+  EXPECT_DOUBLE_EQ(early.grad_norm(), 5.0);
+  EXPECT_THROW(StepValues(at::tensor({1.0f, 0.0f, 0.0f})), std::logic_error);
+}
+
 TEST(LrSchedule, WarmupThenDecayToMinLr) {
   accel::OptimizerOptions o;
   o.lr = 1.0;
@@ -144,7 +229,15 @@ TEST(LossScaler, BacksOffOnOverflowAndGrowsAfterTheInterval) {
   EXPECT_DOUBLE_EQ(scaler.scale(), 8);
   EXPECT_EQ(scaler.growth_tracker(), 0);
 
+  // The verdict on the device, unread: what a step hands its optimizer.
+  std::vector<at::Tensor> again = {at::tensor({1.0f, NAN})};
+  const at::Tensor found_inf = scaler.unscale(again);
+  ASSERT_TRUE(found_inf.defined());
+  EXPECT_EQ(found_inf.scalar_type(), at::kBool);
+  EXPECT_TRUE(found_inf.item<bool>());
+
   LossScaler inactive(o, /*active=*/false);
+  EXPECT_FALSE(inactive.unscale(bad).defined());
   EXPECT_DOUBLE_EQ(inactive.scale(), 1.0);
   EXPECT_FALSE(inactive.unscale_and_check(bad));
 }
