@@ -25,10 +25,6 @@ const char* comm_type_name(int32_t type) {
   }
 }
 
-void check_ok(const comm::Status& status) {
-  if (!status.ok()) throw std::runtime_error(status.message);
-}
-
 // The model's exchanges over the sub-groups, their bytes counted.
 model::ContextGroup make_context_group(HostContext& context, comm::ProcessGroup* ring, comm::ProcessGroup* a2a,
                                        bool gather_ring) {
@@ -39,7 +35,9 @@ model::ContextGroup make_context_group(HostContext& context, comm::ProcessGroup*
     g.a2a_rank = a2a->rank();
     g.all_to_all = [ctx, a2a](const at::Tensor& input) {
       at::Tensor output = at::empty_like(input);
-      check_ok(a2a->all_to_all(buffer_of(input), buffer_of(output), {0, "host context parallel all_to_all"}));
+      complete_in_stream_order(
+          a2a->all_to_all_async(buffer_of(input), buffer_of(output), {0, "host context parallel all_to_all"}),
+          buffer_of(output));
       // What left this rank: every chunk but its own.
       ctx->context_parallel_bytes += static_cast<int64_t>(input.nbytes() / a2a->size() * (a2a->size() - 1));
       return output;
@@ -57,7 +55,7 @@ model::ContextGroup make_context_group(HostContext& context, comm::ProcessGroup*
       ctx->context_parallel_bytes += static_cast<int64_t>(tensor.nbytes());
       // The sent tensor stays alive until the hop completed.
       return [work, tensor, received]() {
-        check_ok(work->wait());
+        complete_in_stream_order(work, buffer_of(received));
         return received;
       };
     };
@@ -71,15 +69,18 @@ model::ContextGroup make_context_group(HostContext& context, comm::ProcessGroup*
       std::vector<int64_t> shape{n};
       shape.insert(shape.end(), block.sizes().begin(), block.sizes().end());
       at::Tensor gathered = at::empty(shape, block.options());
-      check_ok(ring->all_gather(buffer_of(block), buffer_of(gathered), {0, "host context parallel all_gather"}));
+      complete_in_stream_order(
+          ring->all_gather_async(buffer_of(block), buffer_of(gathered), {0, "host context parallel all_gather"}),
+          buffer_of(gathered));
       ctx->context_parallel_bytes += static_cast<int64_t>(block.nbytes()) * (n - 1);
       return gathered;
     };
     g.ring_reduce_scatter = [ctx, ring](const at::Tensor& blocks) {
       const int64_t n = ring->size();
       at::Tensor mine = at::empty(blocks.sizes().slice(1), blocks.options());
-      check_ok(ring->reduce_scatter(buffer_of(blocks), buffer_of(mine), comm::ReduceOp::sum,
-                                    {0, "host context parallel reduce_scatter"}));
+      complete_in_stream_order(ring->reduce_scatter_async(buffer_of(blocks), buffer_of(mine), comm::ReduceOp::sum,
+                                                          {0, "host context parallel reduce_scatter"}),
+                               buffer_of(mine));
       ctx->context_parallel_bytes += static_cast<int64_t>(mine.nbytes()) * (n - 1);
       return mine;
     };

@@ -41,9 +41,9 @@ model::ExpertGroup make_expert_group(HostContext& context, comm::ProcessGroup& g
     std::vector<int64_t> shape(input.sizes().begin(), input.sizes().end());
     shape[0] = received;
     at::Tensor out = at::empty(shape, input.options());
-    const comm::Status status = group.all_to_all_v(buffer_of(input), std::span<const int64_t>(send), buffer_of(out),
-                                                   std::span<const int64_t>(recv), {0, "host expert parallel"});
-    if (!status.ok()) throw std::runtime_error(status.message);
+    complete_in_stream_order(group.all_to_all_v_async(buffer_of(input), std::span<const int64_t>(send), buffer_of(out),
+                                                      std::span<const int64_t>(recv), {0, "host expert parallel"}),
+                             buffer_of(out));
     ctx->expert_parallel_bytes += sent_away * static_cast<int64_t>(input.element_size());
     return out;
   };

@@ -42,9 +42,9 @@ model::TensorGroup make_tensor_group(HostContext& context, comm::ProcessGroup& g
   HostContext* ctx = &context;
   tg.all_reduce = [ctx, &group](at::Tensor& t, bool max) {
     const comm::Buffer buffer = buffer_of(t);
-    const comm::Status status =
-        group.all_reduce(buffer, max ? comm::ReduceOp::max : comm::ReduceOp::sum, {0, "host tensor parallel"});
-    if (!status.ok()) throw std::runtime_error(status.message);
+    complete_in_stream_order(group.all_reduce_async(buffer, buffer, max ? comm::ReduceOp::max : comm::ReduceOp::sum,
+                                                    {0, "host tensor parallel"}),
+                             buffer);
     ctx->tensor_parallel_bytes += static_cast<int64_t>(buffer.bytes());
   };
   // Along dim 0 of contiguous tensors; bytes counted as the comm services
@@ -54,8 +54,7 @@ model::TensorGroup make_tensor_group(HostContext& context, comm::ProcessGroup& g
     shape[0] *= group.size();
     at::Tensor out = at::empty(shape, in.options());
     const comm::Buffer input = buffer_of(in), output = buffer_of(out);
-    const comm::Status status = group.all_gather(input, output, {0, "host sequence parallel"});
-    if (!status.ok()) throw std::runtime_error(status.message);
+    complete_in_stream_order(group.all_gather_async(input, output, {0, "host sequence parallel"}), output);
     ctx->tensor_parallel_bytes += static_cast<int64_t>(output.bytes());
     return out;
   };
@@ -68,8 +67,8 @@ model::TensorGroup make_tensor_group(HostContext& context, comm::ProcessGroup& g
     shape[0] /= group.size();
     at::Tensor out = at::empty(shape, in.options());
     const comm::Buffer input = buffer_of(in), output = buffer_of(out);
-    const comm::Status status = group.reduce_scatter(input, output, comm::ReduceOp::sum, {0, "host sequence parallel"});
-    if (!status.ok()) throw std::runtime_error(status.message);
+    complete_in_stream_order(
+        group.reduce_scatter_async(input, output, comm::ReduceOp::sum, {0, "host sequence parallel"}), output);
     ctx->tensor_parallel_bytes += static_cast<int64_t>(input.bytes());
     return out;
   };
