@@ -131,9 +131,9 @@ void RankCommit::write(const RankFilesWriter& write) {
   if (per_node(group_) && group_.replicate) {
     try {
       const bool failed = mine.contains("error");
-      const std::vector<std::string> replicas =
+      const std::vector<ManifestEntry> replicas =
           group_.replicate(pending_ ? pending_->dir() : fs::path(), failed ? std::vector<std::string>{} : files);
-      if (!failed) mine["replicas"] = manifest_entries_json(pending_->sync_files(replicas));
+      if (!failed) mine["replicas"] = manifest_entries_json(pending_->sync_described(replicas));
     } catch (...) {
       if (!mine.contains("error")) mine = {{"error", "replicating its files to another node: " + current_error()}};
     }

@@ -66,11 +66,13 @@ using CommitCheck = std::function<void(const std::vector<std::string>& notes)>;
 // Copies this rank's `files` (in `pending_dir`) to its partner on another
 // node, and writes the files the ranks whose partner it is send into
 // `pending_dir` (or drops them when it is empty: this rank's own write
-// failed before it had a directory); returns their names. Pairwise communication between ranks
-// of different nodes, made by every rank (with no files when its own write
-// failed) on the thread that writes. Throws (anything) when a transfer fails.
-using ReplicateFiles = std::function<std::vector<std::string>(const std::filesystem::path& pending_dir,
-                                                              const std::vector<std::string>& files)>;
+// failed before it had a directory); returns them with the size and crc32
+// of the bytes received (the commit syncs them and checks their sizes, not
+// reading them back). Pairwise communication between ranks of different
+// nodes, made by every rank (with no files when its own write failed) on
+// the thread that writes. Throws (anything) when a transfer fails.
+using ReplicateFiles = std::function<std::vector<ManifestEntry>(const std::filesystem::path& pending_dir,
+                                                                const std::vector<std::string>& files)>;
 
 struct RankGroup {
   int rank = 0;

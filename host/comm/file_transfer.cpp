@@ -5,6 +5,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <cerrno>
 #include <cstring>
@@ -124,7 +125,7 @@ void send_files(Communicator& comm, int peer, int tag, const std::vector<fs::pat
   FileSend(comm, peer, tag, files).wait();
 }
 
-std::vector<std::string> receive_files(Communicator& comm, int peer, int tag, const fs::path& dir) {
+std::vector<ReceivedFile> receive_files(Communicator& comm, int peer, int tag, const fs::path& dir) {
   const OpOptions options{.label = "receive files"};
   int64_t length = 0;
   check(comm.recv(host_buffer(&length, 1, DType::i64), peer, tag, options));
@@ -154,7 +155,7 @@ std::vector<std::string> receive_files(Communicator& comm, int peer, int tag, co
   int64_t largest = 0;
   for (const auto& [size, name] : listed) largest = std::max(largest, size);
   std::vector<char> chunk(static_cast<size_t>(std::min(largest, kFileChunkBytes)));
-  std::vector<std::string> names;
+  std::vector<ReceivedFile> received;
   // A file that cannot be written is still received to its end, and the
   // files after it, so the sender is never left waiting: the error is
   // thrown once the transfer is over.
@@ -166,9 +167,12 @@ std::vector<std::string> receive_files(Communicator& comm, int peer, int tag, co
       fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
       if (fd < 0) write_error = "cannot create " + path.string() + ": " + std::strerror(errno);
     }
+    uLong crc = ::crc32(0L, Z_NULL, 0);
     for (int64_t offset = 0; offset < size; offset += kFileChunkBytes) {
       const int64_t bytes = std::min(kFileChunkBytes, size - offset);
       check(comm.recv(host_buffer(chunk.data(), bytes, DType::u8), peer, tag, options));
+      // bytes > 0 here: zlib restarts the crc when given a null buffer.
+      crc = ::crc32_z(crc, reinterpret_cast<const Bytef*>(chunk.data()), static_cast<z_size_t>(bytes));
       if (fd < 0) continue;
       try {
         write_all(fd, chunk.data(), bytes, path);
@@ -178,10 +182,10 @@ std::vector<std::string> receive_files(Communicator& comm, int peer, int tag, co
       }
     }
     if (fd >= 0) ::close(fd);
-    names.push_back(name);
+    received.push_back(ReceivedFile{name, static_cast<uint64_t>(size), static_cast<uint32_t>(crc)});
   }
   if (!write_error.empty()) fail(ErrorCode::failed_precondition, write_error);
-  return names;
+  return received;
 }
 
 }  // namespace accel::comm

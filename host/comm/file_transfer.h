@@ -54,13 +54,22 @@ class FileSend {
 // FileSend then wait().
 void send_files(Communicator& comm, int peer, int tag, const std::vector<std::filesystem::path>& files);
 
+// A file as receive_files got it: its plain name, its size and the zlib
+// crc32 of the bytes received, computed as they arrived (the receiver need
+// not read the file back to check it).
+struct ReceivedFile {
+  std::string name;
+  uint64_t size = 0;
+  uint32_t crc32 = 0;
+};
+
 // Receives what `peer`'s send_files sent, writing each file into `dir`
 // (created, truncated); with an empty `dir` the bytes are read and
-// dropped. Returns the files' plain names, in the order sent. Throws
+// dropped. Returns the files in the order sent. Throws
 // CommError when the transfer fails, times out, or the sender reported an
 // error or sent a name that is not a plain file name, and (once every byte
 // is received, so the sender is never left waiting) when a file could not be
 // written; a file half-written then is left for the caller to discard.
-std::vector<std::string> receive_files(Communicator& comm, int peer, int tag, const std::filesystem::path& dir);
+std::vector<ReceivedFile> receive_files(Communicator& comm, int peer, int tag, const std::filesystem::path& dir);
 
 }  // namespace accel::comm

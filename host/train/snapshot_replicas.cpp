@@ -30,18 +30,18 @@ void SnapshotReplicas::attach(checkpoint::RankGroup& group) {
   };
 }
 
-std::vector<std::string> SnapshotReplicas::replicate(const std::filesystem::path& dir,
-                                                     const std::vector<std::string>& files) {
+std::vector<checkpoint::ManifestEntry> SnapshotReplicas::replicate(const std::filesystem::path& dir,
+                                                                   const std::vector<std::string>& files) {
   const int rank = group_->rank();
   std::vector<std::filesystem::path> paths;
   for (const std::string& file : files) paths.push_back(dir / file);
   // Every send posted before any receive: partners send to each other.
   comm::FileSend out(group_->mpi(), partners_[static_cast<size_t>(rank)], kReplicaTag, paths);
-  std::vector<std::string> received;
+  std::vector<checkpoint::ManifestEntry> received;
   for (size_t source = 0; source < partners_.size(); ++source) {
     if (partners_[source] != rank) continue;
-    for (std::string& name : comm::receive_files(group_->mpi(), static_cast<int>(source), kReplicaTag, dir)) {
-      received.push_back(std::move(name));
+    for (comm::ReceivedFile& file : comm::receive_files(group_->mpi(), static_cast<int>(source), kReplicaTag, dir)) {
+      received.push_back(checkpoint::ManifestEntry{std::move(file.name), file.size, file.crc32});
     }
   }
   out.wait();

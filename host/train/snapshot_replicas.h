@@ -34,7 +34,8 @@ class SnapshotReplicas {
  private:
   SnapshotReplicas(std::unique_ptr<comm::ProcessGroup> group, std::vector<int> nodes);
 
-  std::vector<std::string> replicate(const std::filesystem::path& dir, const std::vector<std::string>& files);
+  std::vector<checkpoint::ManifestEntry> replicate(const std::filesystem::path& dir,
+                                                  const std::vector<std::string>& files);
 
   std::unique_ptr<comm::ProcessGroup> group_;
   std::vector<int> nodes_;

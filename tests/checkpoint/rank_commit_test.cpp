@@ -216,7 +216,10 @@ class NodeLocalCommitTest : public RankCommitTest {
  protected:
   fs::path node_root(int node) const { return root_ / ("node" + std::to_string(node)); }
 
-  std::vector<RankOutcome> run_nodes(const std::vector<int>& nodes, int failing_replica = -1) {
+  // `failing_replica`: that rank's transfer throws; `short_replica`: that
+  // rank received fewer bytes than its transfer reported.
+  std::vector<RankOutcome> run_nodes(const std::vector<int>& nodes, int failing_replica = -1,
+                                     int short_replica = -1) {
     const int n = static_cast<int>(nodes.size());
     const std::vector<int> partners = replica_partners(nodes);
     ThreadExchange exchange(n), copied(n);
@@ -235,10 +238,12 @@ class NodeLocalCommitTest : public RankCommitTest {
           }
           const std::vector<std::string> all = copied.all_gather(r, sent);
           if (r == failing_replica) throw std::runtime_error("connection reset by peer");
-          std::vector<std::string> received;
+          // As the transfer reports them: size and crc32 of the bytes received.
+          std::vector<ManifestEntry> received;
           for (size_t s = 0; s < all.size(); ++s) {
-            if (partners[s] == r && !all[s].empty()) received.push_back(all[s]);
+            if (partners[s] == r && !all[s].empty()) received.push_back(describe_file(dir / all[s]));
           }
+          if (r == short_replica && !received.empty()) received.front().size += 1;
           return received;
         };
         try {
@@ -306,6 +311,15 @@ TEST_F(NodeLocalCommitTest, AFailedReplicaFailsEveryRankAndNoNodePublishes) {
     EXPECT_FALSE(fs::exists(node_root(node) / "step_3"));
     EXPECT_FALSE(fs::exists(node_root(node) / "step_3.tmp"));
   }
+}
+
+// A replica whose received bytes are not what the transfer reported (its
+// size on disk differs) fails the save on every rank, as a failed transfer.
+TEST_F(NodeLocalCommitTest, AReplicaThatIsNotWhatWasReceivedFailsEveryRank) {
+  for (const RankOutcome& o : run_nodes({0, 0, 1, 1}, /*failing_replica=*/-1, /*short_replica=*/3)) {
+    EXPECT_NE(o.error.find("not saved: rank 3: replicating its files to another node"), std::string::npos) << o.error;
+  }
+  for (const int node : {0, 1}) EXPECT_FALSE(fs::exists(node_root(node) / "step_3"));
 }
 
 // A writer that computed its files' entries as it wrote them: the entries
