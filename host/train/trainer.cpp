@@ -305,7 +305,7 @@ StepOutcome Trainer::train_step(int64_t step) {
     }
   }
   // Nothing below reads a device value before the optimizer step is queued
-  // (StepValues), unless a plugin steps the optimizer: it needs the verdict.
+  // (StepValues), but for fp16 under a plugin that steps the optimizer.
   StepValues values(average_step_values(loss_sum / static_cast<double>(micro_steps)));
 
   at::NoGradGuard no_grad;
