@@ -373,7 +373,8 @@ typedef struct AccelClipArgs {
   AccelStream stream;
   const DLTensor* total_norm;   /* out: fp32 scalar, the global norm over all
                                    gradients of the model before clipping
-                                   (host-owned; the hook writes it) */
+                                   (host-owned, on the rank's device since
+                                   1.14; the hook writes it) */
 } AccelClipArgs;
 
 /* Computes the global gradient norm over the groups the plugin shards or
@@ -406,7 +407,10 @@ typedef struct AccelOptimizerStepArgs {
   uint32_t sgd_flags;           /* ACCEL_SGD_* */
   uint32_t reserved;            /* 0 */
   const DLTensor* grad_scale;   /* fp32 scalar: 1/loss scale; NULL = 1 */
-  const DLTensor* found_inf;    /* fp32 scalar, non-zero: skip; NULL */
+  const DLTensor* found_inf;    /* fp32 scalar on the device, non-zero:
+                                   skip (1.14: the host's unread verdict;
+                                   NULL under fp16 and for older plugins,
+                                   whose skipped steps are not called) */
   AccelStream stream;
 } AccelOptimizerStepArgs;
 

@@ -67,8 +67,10 @@ void adamw_step_fused_flat(at::Tensor& param, const at::Tensor& grad, at::Tensor
   // buffers' device (a fill, no copy from the host).
   const at::Tensor steps = at::full({}, static_cast<double>(step), param.options().dtype(at::kFloat));
   const at::Tensor g = grad.scalar_type() == param.scalar_type() ? grad : grad.to(param.scalar_type());
+  // The kernel skips on exactly 1.0; the ABI's rule is any non-zero value.
   const std::optional<at::Tensor> skip =
-      found_inf.defined() ? std::optional<at::Tensor>(found_inf.to(at::kFloat)) : std::nullopt;
+      found_inf.defined() ? std::optional<at::Tensor>(found_inf.to(param.device()).ne(0).to(at::kFloat))
+                          : std::nullopt;
   for (const auto& [begin, n, decay] : {std::tuple{int64_t{0}, decayed, h.weight_decay},
                                         std::tuple{decayed, numel - decayed, 0.0}}) {
     if (n == 0) continue;

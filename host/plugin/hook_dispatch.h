@@ -59,6 +59,8 @@ class HookDispatcher {
   // Whether a plugin took over the optimizer step (known after create_all):
   // the host then keeps no optimizer state.
   bool owns_optimizer_step() const { return optimizer_owner_ != nullptr; }
+  // The plugin that steps the optimizer, or null.
+  const LoadedPlugin* optimizer_owner() const { return optimizer_owner_; }
   bool owns_clip_gradients() const { return clip_owner_ != nullptr; }
   // The plugin that runs its own schedule of the micro-batches, or null.
   const LoadedPlugin* train_step_owner() const { return train_step_owner_; }

@@ -16,8 +16,9 @@
 // Streams: on CPU every kernel has completed when it returns, whatever the
 // stream. On CUDA tensors the kernels run on ATen's current stream, the
 // rank's compute stream; another stream is refused (UNSUPPORTED) until the
-// CUDA stream layer lands. found_inf is read on the host (a device sync on
-// CUDA). Thread-safety: any thread; kernels share no state.
+// CUDA stream layer lands. found_inf stays on the device in adamw_step on
+// CUDA (the fused kernel skips); the other kernels read it on the host (a
+// device sync on CUDA). Thread-safety: any thread; kernels share no state.
 #include <ATen/ATen.h>
 #include <accel/accel.h>
 

@@ -209,7 +209,8 @@ void Trainer::average_over_ranks(at::Tensor& values, const char* label) {
     return "label=" + std::string(label) + "; group_ranks=" + ranks;
   }, -1, -1, static_cast<int64_t>(values.nbytes()));
   const comm::Buffer buffer = runtime::buffer_of(values);
-  const std::shared_ptr<comm::Work> work = context_->world->all_reduce_async(buffer, buffer, comm::ReduceOp::avg, {0, label});
+  const std::shared_ptr<comm::Work> work =
+      context_->world->all_reduce_async(buffer, buffer, comm::ReduceOp::avg, {0, label});
   // NCCL's all-reduce: the compute stream (the default one) waits for it,
   // the host does not (the watchdog still holds its deadline). MPI's: the
   // host waits, polling the sequence checks.
@@ -313,10 +314,12 @@ StepOutcome Trainer::train_step(int64_t step) {
   // A NaN or infinite global loss skips the step (StepValues::skip); every
   // rank holds the same averaged loss, so all skip, or stop, together. The
   // verdict stays on the device, where the optimizer (the host's, or a
-  // plugin's as found_inf) honours it. Only fp16 under a plugin that steps
-  // reads it before: the loss scale's bookkeeping is the host's.
+  // plugin's as found_inf) honours it. fp16 under a plugin that steps reads
+  // it before (the loss scale's bookkeeping is the host's), and so does a
+  // plugin built before ABI 1.14, which never got a found_inf to honour.
   const bool plugin_steps = hooks_ && hooks_->owns_optimizer_step();
-  const bool verdict_on_host = plugin_steps && loss_scaler_.active();
+  const bool verdict_on_host =
+      plugin_steps && (loss_scaler_.active() || hooks_->optimizer_owner()->abi_version().minor < 14);
   if (verdict_on_host) values.read(context_);
   bool skipped_on_host = verdict_on_host && values.skipped();
   std::vector<at::Tensor> grads = flat_grads_of(model_);

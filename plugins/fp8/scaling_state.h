@@ -91,11 +91,14 @@ class ScalingState {
   // `world` (delayed scaling; null for current scaling, whose casts reduced
   // their own), the gradients' row divided by `grad_divisor` (the
   // data-parallel size N: it holds N times the whole batch's amax,
-  // fp8_linear.cpp), and queued for the host with the scales this step used,
-  // into pinned memory. Nothing waits for that copy here: the host's read
-  // of the step's values synchronises the compute stream before step_end
-  // (accel/plugin.h), where end_step finds it done. Current scaling clears
-  // row 0 after the copy.
+  // fp8_linear.cpp), and copied for the host with the scales this step
+  // used, into pinned memory; step_end's end_step reads them with no
+  // synchronisation of its own (the host's read of the step's values comes
+  // between, accel/plugin.h). Today's host still makes a device-to-host
+  // copy synchronously (ATen's blocking copy_), so on CUDA these copies wait
+  // for the device here; the ABI lets a pinned copy be asynchronous, and
+  // this code would then wait for nothing. Current scaling clears row 0
+  // after the copy.
   void finish_rows(AccelGroup* world, int32_t grad_divisor);
   bool rows_finished() const { return rows_finished_; }
   // Step end of a training step, after finish_rows: the rows summarised for

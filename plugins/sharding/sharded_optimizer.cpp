@@ -330,6 +330,16 @@ void ShardedOptimizer::step_scaled(const AccelOptimizerStepArgs& args) {
   if (!sdk::has_fn(&kernels, &AccelKernelServices::adamw_step_scaled)) {
     throw Error(ACCEL_ERROR_UNSUPPORTED, "this host has no adamw_step_scaled (ABI 1.8) for scaled moments");
   }
+  // The scales are chosen on the host, so the verdict is read here once: a
+  // skipped step must leave every moment and its scale as they were (the
+  // kernels would skip, but new scales from the untouched amaxes would not).
+  if (args.found_inf != nullptr) {
+    float found_inf = 0.0f;
+    const sdk::ScalarView inf_view(&found_inf);
+    ops_.copy(args.found_inf, inf_view.get());
+    ops_.synchronize();
+    if (found_inf != 0.0f) return;
+  }
   struct Piece {
     std::unique_ptr<sdk::FlatView> param, grad, m, v;
     float* m_scale;
@@ -401,8 +411,7 @@ void ShardedOptimizer::step_scaled(const AccelOptimizerStepArgs& args) {
       a.exp_avg_new_scale = m_new_view.get();
       a.exp_avg_sq_new_scale = v_new_view.get();
     }
-    a.grad_scale = args.grad_scale;
-    a.found_inf = args.found_inf;
+    a.grad_scale = args.grad_scale;  // found_inf: decided above
     a.lr = args.lr;
     a.beta1 = args.beta1;
     a.beta2 = args.beta2;

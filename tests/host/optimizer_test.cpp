@@ -108,6 +108,8 @@ TEST(FlatAdamW, TheFusedStepChangesNothingWhenFoundInfHolds) {
   at::Tensor p = p0.clone(), m = m0.clone(), v = v0.clone();
   accel::model::adamw_step_fused_flat(p, g, m, v, 100, 3, h, at::ones({}));
   EXPECT_TRUE(at::equal(p, p0) && at::equal(m, m0) && at::equal(v, v0));
+  accel::model::adamw_step_fused_flat(p, g, m, v, 100, 3, h, at::full({}, 2.0f));  // any non-zero value skips
+  EXPECT_TRUE(at::equal(p, p0) && at::equal(m, m0) && at::equal(v, v0));
   at::Tensor rp = p0.clone(), rm = m0.clone(), rv = v0.clone();
   accel::model::adamw_step_fused_flat(p, g, m, v, 100, 3, h, at::zeros({}));
   accel::model::adamw_step_fused_flat(rp, g, rm, rv, 100, 3, h);

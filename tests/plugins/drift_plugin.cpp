@@ -60,8 +60,8 @@ class Drift final : public accel::sdk::Plugin {
     if (args.unit != model->num_units - 1) return;
     poisoned_ = true;  // once: a skipped step leaves the optimizer's count, and so args.step, where it was
     const DLTensor& logits = *args.activation;
-    if (logits.dtype.code != kDLFloat || logits.dtype.bits != 32) {
-      throw accel::sdk::Error(ACCEL_ERROR_UNSUPPORTED, "drift nan_loss: fp32 logits only");
+    if (logits.dtype.code != kDLFloat || logits.dtype.bits != 32 || logits.device.device_type != kDLCPU) {
+      throw accel::sdk::Error(ACCEL_ERROR_UNSUPPORTED, "drift nan_loss: fp32 logits in host memory only");
     }
     float* data = reinterpret_cast<float*>(static_cast<char*>(logits.data) + logits.byte_offset);
     data[0] = std::numeric_limits<float>::quiet_NaN();
