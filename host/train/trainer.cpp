@@ -184,21 +184,9 @@ void Trainer::agree_on_failure(const std::string& why, const char* label, int co
 }
 
 double Trainer::average_over_ranks(double value, const char* label) {
-  average_over_ranks(&value, 1, label);
-  return value;
-}
-
-void Trainer::average_over_ranks(double* values, int count, const char* label) {
-  if (world_size_ == 1) return;
-  const runtime::TraceRange range(context_, "all_reduce", "comm", "host", [&] {
-    std::string ranks;
-    for (int r = 0; r < world_size_; ++r) ranks += (r ? "," : "") + std::to_string(r);
-    return "label=" + std::string(label) + "; group_ranks=" + ranks;
-  }, -1, -1, static_cast<int64_t>(sizeof(double) * count));
-  const comm::Buffer buffer = comm::host_buffer(values, count, comm::DType::f64);
-  const std::shared_ptr<comm::Work> work = context_->world->all_reduce_async(buffer, buffer, comm::ReduceOp::avg, {0, label});
-  const comm::Status status = work->wait(0, [this] { runtime::poll_sequences(*context_); });
-  if (!status.ok()) throw std::runtime_error(status.message);
+  at::Tensor values = at::full({1}, value, at::kDouble);
+  average_over_ranks(values, label);
+  return *values.data_ptr<double>();  // host memory: no device read
 }
 
 void Trainer::average_over_ranks(at::Tensor& values, const char* label) {

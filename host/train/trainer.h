@@ -200,8 +200,6 @@ class Trainer final : public runtime::ModelRunner {
   // sequence checks while it waits, as the plugins' collectives do, so a
   // rank that failed alone is heard of here too.
   double average_over_ranks(double value, const char* label);
-  // The same for `count` values in one collective, in place.
-  void average_over_ranks(double* values, int count, const char* label);
   // The same for a contiguous tensor's values, in place, on its device: a
   // CUDA tensor's all-reduce is ordered before the compute stream's next
   // work, with nothing read back to the host.

@@ -130,14 +130,18 @@ void ScalingState::finish_rows(AccelGroup* world, int32_t grad_divisor) {
   rows_finished_ = true;
 }
 
-std::array<ClassSummary, kNumClasses> ScalingState::end_step(int64_t step) {
-  if (!rows_finished_) throw sdk::Error(ACCEL_ERROR_INTERNAL, "fp8: end_step before finish_rows");
+std::array<ClassSummary, kNumClasses> ScalingState::take_rows() {
+  if (!rows_finished_) throw sdk::Error(ACCEL_ERROR_INTERNAL, "fp8: step end before finish_rows");
   rows_finished_ = false;
-  const std::array<ClassSummary, kNumClasses> summary = summarise();
   for (int i = 0; i < 2; ++i) {
     const auto* row = static_cast<const float*>(accel_tensor_begin(&readback_[i].tensor()));
     last_rows_[i].assign(row, row + (i == 0 ? forward_ : backward_).columns);
   }
+  return summarise();
+}
+
+std::array<ClassSummary, kNumClasses> ScalingState::end_step(int64_t step) {
+  const std::array<ClassSummary, kNumClasses> summary = take_rows();
   const bool recompute = (step + 1) % config_.interval == 0;
   const AccelAmaxAlgo algo = config_.algo == AmaxAlgo::max ? ACCEL_AMAX_MAX : ACCEL_AMAX_MOST_RECENT;
   for (ScaleGroup* g : {&forward_, &backward_}) {
@@ -155,13 +159,7 @@ std::array<ClassSummary, kNumClasses> ScalingState::end_step(int64_t step) {
 }
 
 std::array<ClassSummary, kNumClasses> ScalingState::end_step_current() {
-  if (!rows_finished_) throw sdk::Error(ACCEL_ERROR_INTERNAL, "fp8: end_step_current before finish_rows");
-  rows_finished_ = false;
-  std::array<ClassSummary, kNumClasses> summary = summarise();
-  for (int i = 0; i < 2; ++i) {
-    const auto* row = static_cast<const float*>(accel_tensor_begin(&readback_[i].tensor()));
-    last_rows_[i].assign(row, row + (i == 0 ? forward_ : backward_).columns);
-  }
+  std::array<ClassSummary, kNumClasses> summary = take_rows();
   // Current scaling has no standing scale: report the one the step's largest
   // amax gives.
   for (int c = 0; c < kNumClasses; ++c) {

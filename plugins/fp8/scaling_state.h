@@ -125,6 +125,8 @@ class ScalingState {
   const DLTensor* cell(TensorClass c, int32_t slot, Field f) const;
   // The rows and scales finish_rows copied, per class.
   std::array<ClassSummary, kNumClasses> summarise() const;
+  // At step end: the copied rows kept for the state log, and summarised.
+  std::array<ClassSummary, kNumClasses> take_rows();
   ScaleGroup make_group(int64_t columns, DLDataType dtype, const char* label) const;
 
   const sdk::Kernels& ops_;
