@@ -64,6 +64,19 @@ class Supervisor(TempDirMixin, unittest.TestCase):
             time.sleep(0.05)
         self.assertIsNone(proc.poll(), "the job ended before the fault")
 
+    def wait_for_snapshot(self, proc, snapshots, step):
+        """Until a snapshot at `step` or later is committed: a background
+        write on a loaded machine can take longer than the steps between
+        two snapshots, so a count of metrics lines alone does not say one is."""
+        def newest():
+            names = os.listdir(snapshots) if os.path.isdir(snapshots) else []
+            return max((int(n[5:]) for n in names if n.startswith("step_") and "." not in n), default=0)
+        deadline = time.monotonic() + 120 * TIMEOUT_SCALE
+        while newest() < step and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertIsNone(proc.poll(), "the job ended before the fault")
+        self.assertGreaterEqual(newest(), step, "no snapshot was committed in time")
+
     def kill_a_rank(self, supervisor):
         [launcher] = children(supervisor.pid)
         ranks = children(launcher)
@@ -138,6 +151,7 @@ class Supervisor(TempDirMixin, unittest.TestCase):
         proc = self.start("--num_processes", 2, "--max-restarts", 2, "--", *job, "--save", root,
                           "--metrics-file", metrics)
         self.wait_for_lines(proc, metrics, 9)
+        self.wait_for_snapshot(proc, snapshots, 6)
         self.kill_a_rank(proc)
         # The older snapshots were removed as each newer one committed (two
         # when the kill fell between a commit and that removal).
@@ -168,6 +182,7 @@ class Supervisor(TempDirMixin, unittest.TestCase):
                           *zero3, "--steps", STEPS, "--save", root, "--save-every", 100, "--snapshot-every", 3,
                           "--snapshot-dir", snapshots, "--metrics-file", metrics)
         self.wait_for_lines(proc, metrics, 8)
+        self.wait_for_snapshot(proc, snapshots, 6)
         with open(hostfile, "w") as f:
             f.write("localhost slots=2\n")
         self.kill_a_rank(proc)
