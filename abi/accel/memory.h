@@ -123,10 +123,27 @@ typedef struct AccelCopyArgs {
   const DLTensor* dst;   /* borrowed; same dtype and shape as src */
   AccelStream stream;    /* enqueued here; pageable host memory copies
                             synchronously */
+  uint32_t flags;        /* since 1.15: ACCEL_COPY_* bits */
+  uint32_t reserved;     /* since 1.15: must be 0 (refused otherwise) */
 } AccelCopyArgs;
+
+/* Flags of AccelCopyArgs.flags (since 1.15; a 1.14 host, or args whose
+ * struct_size ends before `flags`, reads none set; bits a host does not
+ * know are ignored).
+ *
+ * ACCEL_COPY_DEFERRED_READ: the caller reads a host `dst` only after the
+ * host has next synchronised the compute stream: in its step_end hook
+ * (which follows the host's one read of the step, accel/plugin.h, since
+ * 1.14) or after its own stream_synchronize. A copy from device memory into
+ * pinned host memory may then return as soon as it is queued on the
+ * compute stream, instead of holding the calling thread until its bytes
+ * land (what every copy does without the flag, and what plugins before
+ * 1.15 rely on). Other copies are unchanged. */
+#define ACCEL_COPY_DEFERRED_READ 1u
 
 /* Copies src into dst across places (device, host, pinned) and strides.
  * Both tensors' memory must stay valid until the copy completes on stream.
+ * Returns with the copy complete unless flags say otherwise (above).
  * Thread: any. */
 typedef AccelStatus AccelMemoryCopyFn(AccelHost* host,
                                       const AccelCopyArgs* args);

@@ -38,7 +38,7 @@ extern "C" {
 #define ACCEL_ABI_VERSION_MAJOR 1
 /* The minor changes when fields, functions, enum values or flags are
  * appended; every minor has one line in abi/CHANGELOG.md. */
-#define ACCEL_ABI_VERSION_MINOR 14
+#define ACCEL_ABI_VERSION_MINOR 15
 
 /* A version pair. Frozen: it never grows, so it carries no struct_size. */
 typedef struct AccelAbiVersion {

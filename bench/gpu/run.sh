@@ -2,7 +2,8 @@
 # The GPU benchmark: one command on a machine with an NVIDIA GPU, its driver
 # and a Python with torch (the same version the build used) and nothing
 # else. It prints one table: CPU-vs-CUDA parity, fp8-vs-bf16 loss, and
-# tokens/s, MFU and peak device memory of accel-host beside PyTorch eager,
+# tokens/s, MFU and peak device memory of accel-host (with its fused kernels
+# and without, --fused-kernels false) beside PyTorch eager,
 # torch.compile and transformers at gpt-small, llama-small and a wide llama
 # (bf16 and fp8); the host synchronisations per step from a profiled step;
 # with several GPUs, ddp / fsdp / ZeRO-3 / megatron tp on all of them.
@@ -82,16 +83,19 @@ report parity --label "gpt-tiny fp32 CPU vs CUDA" "$out/runs/parity_cpu.jsonl" "
 
 echo "== gpt-small, batch 16 x 1024"
 run_accel "accel gpt-small bf16" gpt-small 120 "${bf16[@]}" "${gpt_small[@]}"
+run_accel "accel gpt-small bf16 unfused" gpt-small 120 "${bf16[@]}" "${gpt_small[@]}" --fused-kernels false
 run_accel "accel gpt-small fp8" gpt-small 100 "${bf16[@]}" "${gpt_small[@]}" --plugin fp8
 run_torch "torch gpt-small eager" 120 --impl reference --shape gpt-small --batch-size 16 --baseline
 echo "== llama-wide (4 x 2048, ffn 8192), batch 8 x 1024"
 run_accel "accel llama-wide bf16" llama-wide 120 "${bf16[@]}" "${llama_wide[@]}"
+run_accel "accel llama-wide bf16 unfused" llama-wide 120 "${bf16[@]}" "${llama_wide[@]}" --fused-kernels false
 run_accel "accel llama-wide fp8" llama-wide 100 "${bf16[@]}" "${llama_wide[@]}" --plugin fp8
 run_torch "transformers llama-wide eager" 120 --impl transformers --shape llama-wide --batch-size 8 --baseline
 quick=${QUICK:-0}
 if [[ $quick != 1 ]]; then
 echo "== llama-small, batch 16 x 1024"
 run_accel "accel llama-small bf16" llama-small 120 "${bf16[@]}" "${llama_small[@]}"
+run_accel "accel llama-small bf16 unfused" llama-small 120 "${bf16[@]}" "${llama_small[@]}" --fused-kernels false
 run_accel "accel llama-small fp8" llama-small 100 "${bf16[@]}" "${llama_small[@]}" --plugin fp8
 run_torch "transformers llama-small eager" 120 --impl transformers --shape llama-small --batch-size 16 --baseline
 echo "== moe-small (8 experts, top 2), batch 8 x 1024"
@@ -100,19 +104,21 @@ run_accel "accel moe-small fp8" moe-small 100 "${bf16[@]}" --model moe-small --b
 run_torch "transformers moe-small eager" 120 --impl transformers --shape moe-small --batch-size 8 --baseline
 fi
 
-echo "== fp8 against bf16 over 300 steps of real text (gpt-small, batch 8; the repo's sources as bytes)"
+echo "== fp8 and the unfused path against bf16 over 300 steps of real text (gpt-small, batch 8; the repo's sources)"
 corpus=$out/corpus.txt
 cat "$root"/docs/*.md "$root"/host/*/*.cpp "$root"/plugins/*/*.cpp >"$corpus"
-for precision in bf16 fp8; do
+for precision in bf16 fp8 unfused; do
   label="accel gpt-small $precision 300 steps text"
   file=$out/runs/${label// /_}
-  extra=(); [[ $precision == fp8 ]] && extra=(--plugin fp8)
+  extra=(); [[ $precision == fp8 ]] && extra=(--plugin fp8); [[ $precision == unfused ]] && extra=(--fused-kernels false)
   timeout 150 accel-host --data "text:$corpus" --steps 300 --log-every 50 --metrics-file "$file.jsonl" "${bf16[@]}" \
     --model gpt-small --batch-size 8 --seed 3 "${extra[@]}" >"$file.log" 2>&1
   echo "  $label: exit $?"
 done
 report curves --label "gpt-small fp8 vs bf16, 300 steps of text" "$out/runs/accel_gpt-small_bf16_300_steps_text.jsonl" \
   "$out/runs/accel_gpt-small_fp8_300_steps_text.jsonl"
+report curves --label "gpt-small fused vs unfused bf16, 300 steps of text" \
+  "$out/runs/accel_gpt-small_unfused_300_steps_text.jsonl" "$out/runs/accel_gpt-small_bf16_300_steps_text.jsonl"
 
 echo "== gpt-small at batch 8: with batch 16, what each holds per sequence and beside it"
 run_accel "accel gpt-small bf16 batch 8" gpt-small 90 "${bf16[@]}" --model gpt-small --batch-size 8

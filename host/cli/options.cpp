@@ -290,6 +290,9 @@ po::options_description run_options(RunConfig& c, RawStrings& raw) {
        "clip the global gradient norm to this (0: off)")
       ("mixed-precision", po::value(&raw.mixed_precision)->default_value(raw.mixed_precision),
        "no|bf16|fp16 (autocast; fp16 adds the dynamic loss scaler)")
+      ("fused-kernels", po::value(&c.fused_kernels)->default_value(c.fused_kernels),
+       "on a CUDA device, the model's residual add + norm, SwiGLU, rotary and loss as fused kernels (false: ATen's "
+       "composition, for comparison; the CPU always takes it)")
       ("nonfinite-loss-skips", po::value(&c.nonfinite_loss_skips)->default_value(c.nonfinite_loss_skips),
        "steps whose global loss is NaN/inf that are skipped (no update) before the run stops (0: stop at the first)");
 

@@ -112,6 +112,10 @@ struct RunConfig {
   // before the run stops; 0 stops at the first.
   int64_t nonfinite_loss_skips = 0;
   AutocastOptions autocast;
+  // --fused-kernels: on a CUDA device, the model's norms, SwiGLU, rotary and
+  // loss as the host's fused kernels (host/model/fused_ops.h); false keeps
+  // ATen's composition there too, for comparison. The CPU always keeps it.
+  bool fused_kernels = true;
   CommSettings comm;
   GradScalerOptions grad_scaler;
 

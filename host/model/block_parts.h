@@ -1,6 +1,7 @@
-// What the GPT-2 (gpt.cpp) and Llama (llama.cpp) blocks share: finding a
-// block parameter by name suffix once, and appending a chunk's keys and
-// values to the decoding cache. Internal to host/model.
+// What the GPT-2 (gpt.cpp) and Llama (llama.cpp) blocks share: the padded
+// linears, RMSNorm, finding a block parameter by name suffix once, and
+// appending a chunk's keys and values to the decoding cache. Internal to
+// host/model.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -32,6 +33,14 @@ inline at::Tensor padded_linear(const at::Tensor& x, const at::Tensor& weight, i
 // likewise). The CPU keeps at::linear, whose bits the parity tests pin.
 inline at::Tensor vocab_projection(const at::Tensor& x, const at::Tensor& weight) {
   return weight.is_cuda() ? padded_linear(x, weight, 64) : at::linear(x, weight);
+}
+
+// transformers' LlamaRMSNorm: the statistics in fp32, the product in the
+// input's dtype.
+inline at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  const at::Tensor x32 = x.to(at::kFloat);
+  const at::Tensor normed = x32 * at::rsqrt(x32.pow(2).mean(-1, /*keepdim=*/true) + eps);
+  return weight * normed.to(x.scalar_type());
 }
 
 // The index in block.params() of the parameter whose name ends in `suffix`.

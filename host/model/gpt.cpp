@@ -1,6 +1,8 @@
 // GPT-2 as units (see gpt.h).
 #include "host/model/gpt.h"
 
+#include <ATen/autocast_mode.h>
+
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
@@ -217,7 +219,7 @@ at::Tensor GptModel::block(const Unit& unit, const at::Tensor& x, KvCache* cache
   };
   const int64_t C = config_.n_embd;
   const int64_t local_C = p[L.attn_weight].shape[0] / 3, H = config_.n_head * local_C / C;
-  at::Tensor h = at::layer_norm(x, {C}, p[L.ln_1_weight].value, p[L.ln_1_bias].value, config_.norm_eps);
+  at::Tensor h = add_norm(x, at::Tensor(), p[L.ln_1_weight].value, p[L.ln_1_bias].value).normed;
   at::Tensor qkv = column(h, L.attn_weight, L.attn_bias);  // [T, B, 3 local_C], the whole sequence
   const int64_t T = qkv.size(0), B = qkv.size(1);
   auto parts = qkv.split(local_C, 2);
@@ -228,16 +230,15 @@ at::Tensor GptModel::block(const Unit& unit, const at::Tensor& x, KvCache* cache
   if (cache) mask = append_to_cache(cache->keys.at(layer), cache->values.at(layer), keys, values, causal);
   at::Tensor y = attention(heads(parts[0]), keys, values, mask, causal);
   y = y.permute({2, 0, 1, 3}).reshape({T, B, local_C});
-  at::Tensor out = x + row(y, L.attn_proj_weight, L.attn_proj_bias);
-  h = at::layer_norm(out, {C}, p[L.ln_2_weight].value, p[L.ln_2_bias].value, config_.norm_eps);
-  h = at::gelu(column(h, L.fc_weight, L.fc_bias), "tanh");
-  return out + row(h, L.mlp_proj_weight, L.mlp_proj_bias);
+  const fused::AddNorm attended =
+      add_norm(x, row(y, L.attn_proj_weight, L.attn_proj_bias), p[L.ln_2_weight].value, p[L.ln_2_bias].value);
+  h = at::gelu(column(attended.normed, L.fc_weight, L.fc_bias), "tanh");
+  return attended.sum + row(h, L.mlp_proj_weight, L.mlp_proj_bias);
 }
 
 at::Tensor GptModel::head(const Unit& unit, const at::Tensor& x) const {
   if (config_.family == ModelFamily::llama) return llama_head(unit, x);
-  at::Tensor h = at::layer_norm(x, {config_.n_embd}, unit.param("ln_f.weight").value,
-                                unit.param("ln_f.bias").value, config_.norm_eps);
+  at::Tensor h = add_norm(x, at::Tensor(), unit.param("ln_f.weight").value, unit.param("ln_f.bias").value).normed;
   // Tied head: logits [T, B, V] against the token embedding of unit 0
   // (vocab-parallel: this rank's rows of it, after f or the sequence gather).
   const TensorGroup& tp = tensor_group_;
@@ -293,8 +294,42 @@ at::Tensor GptModel::loss_from_logits(const at::Tensor& logits, const at::Tensor
 
 std::optional<LossAndGrad> GptModel::loss_and_logit_grad(const at::Tensor& logits, const at::Tensor& targets,
                                                           double multiplier) const {
-  if (!logits.is_cuda() || tensor_group_.active()) return std::nullopt;
-  return cross_entropy_with_grad(logits, local_targets(targets).t(), multiplier);  // logits are [T, B, V]
+  if (tensor_group_.active()) return std::nullopt;
+  const at::Tensor labels = local_targets(targets).t();  // logits are [T, B, V]
+  if (fused_for(logits) && fused::cross_entropy_supported(logits, labels)) {
+    return fused::cross_entropy_with_grad(logits, labels, multiplier);
+  }
+  if (!logits.is_cuda()) return std::nullopt;
+  return cross_entropy_with_grad(logits, labels, multiplier);
+}
+
+bool GptModel::fused_for(const at::Tensor& t) const {
+  switch (fused_kernels_) {
+    case FusedKernels::off: return false;
+    case FusedKernels::always: return true;
+    case FusedKernels::automatic: return fused::fused_kernels_serve(t.device(), /*enabled=*/true);
+  }
+  return false;
+}
+
+fused::AddNorm GptModel::add_norm(const at::Tensor& residual, const at::Tensor& delta, const at::Tensor& weight,
+                                  const at::Tensor& bias) const {
+  const bool layer_norm = config_.family != ModelFamily::llama;
+  if (fused_for(residual) && fused::add_norm_supported(residual, delta, weight, bias)) {
+    fused::AddNorm out =
+        fused::add_norm(residual, delta, weight, bias, config_.norm_eps, layer_norm, normed_type(residual));
+    if (!out.sum.defined()) out.sum = residual;
+    return out;
+  }
+  const at::Tensor sum = delta.defined() ? residual + delta : residual;
+  return {sum, layer_norm ? at::layer_norm(sum, {sum.size(-1)}, weight, bias, config_.norm_eps)
+                          : rms_norm(sum, weight, config_.norm_eps)};
+}
+
+at::ScalarType GptModel::normed_type(const at::Tensor& t) const {
+  const at::DeviceType device = t.device().type();
+  if (linear_ || tensor_group_.active() || !at::autocast::is_autocast_enabled(device)) return at::kFloat;
+  return at::autocast::get_autocast_dtype(device);
 }
 
 }  // namespace accel::model

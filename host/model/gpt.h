@@ -18,6 +18,7 @@
 
 #include "host/model/context_parallel.h"
 #include "host/model/cross_entropy.h"
+#include "host/model/fused_ops.h"
 #include "host/model/gpt_config.h"
 #include "host/model/moe.h"
 #include "host/model/tensor_parallel.h"
@@ -88,10 +89,11 @@ class GptModel {
   // The same from the head's output (vocab-parallel under tensor parallelism).
   at::Tensor loss_from_logits(const at::Tensor& logits, const at::Tensor& targets) const;
   // The loss and its gradient at the logits, d(multiplier * loss) / d logits,
-  // without autograd's three logit-sized float buffers (cross_entropy.h):
-  // CUDA logits outside tensor parallelism; std::nullopt elsewhere, where the
-  // caller takes autograd's gradient of loss_from_logits (whose bits the CPU
-  // parity tests pin).
+  // without autograd's three logit-sized float buffers (cross_entropy.h),
+  // or in one kernel where the fused kernels serve (fused_ops.h): CUDA
+  // logits outside tensor parallelism (and any under FusedKernels::always);
+  // std::nullopt elsewhere, where the caller takes autograd's gradient of
+  // loss_from_logits (whose bits the CPU parity tests pin).
   std::optional<LossAndGrad> loss_and_logit_grad(const at::Tensor& logits, const at::Tensor& targets,
                                                  double multiplier) const;
 
@@ -120,6 +122,14 @@ class GptModel {
   using LinearFn = std::function<at::Tensor(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
                                             int32_t unit, int32_t param)>;
   void set_linear(LinearFn linear) { linear_ = std::move(linear); }
+
+  // Where the blocks, the head and the loss take the fused kernels
+  // (fused_ops.h): `automatic` on a CUDA device in a build that has them
+  // (--fused-kernels true, the default), `off` never (ATen's composition
+  // everywhere, for comparison), `always` also on the CPU through the
+  // kernels' references (for the tests of this wiring: slow).
+  enum class FusedKernels { off, automatic, always };
+  void set_fused_kernels(FusedKernels mode) { fused_kernels_ = mode; }
 
   // A mixture of experts (GptConfig::has_experts): the routers' capacity
   // factor, and the auxiliary losses' coefficients. With either coefficient
@@ -189,7 +199,25 @@ class GptModel {
   // Targets [B, T] at this rank's positions (all of them without context parallelism).
   at::Tensor local_targets(const at::Tensor& targets) const;
 
+  // Whether tensors like `t` take the fused kernels (set_fused_kernels).
+  bool fused_for(const at::Tensor& t) const;
+  // residual + delta (delta undefined: the residual alone), then the
+  // family's norm (GPT-2's LayerNorm with bias, Llama's RMSNorm): one fused
+  // kernel where fused_for says so, ATen's composition otherwise. `sum` is
+  // the residual itself when there is no delta.
+  fused::AddNorm add_norm(const at::Tensor& residual, const at::Tensor& delta, const at::Tensor& weight,
+                          const at::Tensor& bias = at::Tensor()) const;
+  // The dtype the fused norm rounds its output to: autocast's, which the
+  // next linear would cast it to, unless a plugin's linear or a tensor
+  // region (whose gradient is all-reduced in fp32) takes it first.
+  at::ScalarType normed_type(const at::Tensor& t) const;
+  // Q or K ([T, B, heads * D], as the linear gives them) rotated at each
+  // position, as [B, heads, T, D].
+  at::Tensor rotated_heads(const at::Tensor& projected, int64_t heads, const at::Tensor& cos32,
+                           const at::Tensor& sin32) const;
+
   LinearFn linear_;
+  FusedKernels fused_kernels_ = FusedKernels::automatic;
   MoeTraining moe_training_;
   mutable std::vector<MoeRouting> routing_;  // per unit: its latest forward's (model is single-threaded)
   TensorGroup tensor_group_;

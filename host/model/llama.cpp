@@ -84,14 +84,6 @@ std::vector<ParamSpec> llama_block_specs(const GptConfig& c, int64_t layer) {
   return specs;
 }
 
-// transformers' LlamaRMSNorm: the statistics in fp32, the product in the
-// input's dtype.
-at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
-  const at::Tensor x32 = x.to(at::kFloat);
-  const at::Tensor normed = x32 * at::rsqrt(x32.pow(2).mean(-1, /*keepdim=*/true) + eps);
-  return weight * normed.to(x.scalar_type());
-}
-
 at::Tensor rotate_half(const at::Tensor& x) {
   const int64_t half = x.size(-1) / 2;
   return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
@@ -184,21 +176,17 @@ at::Tensor GptModel::llama_block(const Unit& unit, const at::Tensor& x, KvCache*
   };
   const int64_t D = config_.n_embd / config_.n_head;
   const int64_t H = p[L.q].shape[0] / D, KV = p[L.k].shape[0] / D;  // this rank's heads
-  const at::Tensor h = enter(rms_norm(x, p[L.attn_norm].value, config_.norm_eps));  // the whole sequence
+  const at::Tensor h = enter(add_norm(x, at::Tensor(), p[L.attn_norm].value).normed);  // the whole sequence
   const int64_t T = h.size(0), B = h.size(1);
-  // [T, B, heads * D] -> [B, heads, T, D]
-  auto heads = [&](const at::Tensor& t, int64_t n) { return t.view({T, B, n, D}).permute({1, 2, 0, 3}); };
-  at::Tensor q = heads(linear(h, L.q, L.q_bias), H), k = heads(linear(h, L.k, L.k_bias), KV),
-             v = heads(linear(h, L.v, L.v_bias), KV);
   // Positions offset .. offset + T - 1, or this rank's part of the sequence.
   const auto f32 = at::TensorOptions().dtype(at::kFloat).device(x.device());
   const at::Tensor positions = context_group_.active()
                                    ? context_group_.positions(T * context_group_.size, x.device()).to(at::kFloat)
                                    : at::arange(offset, offset + T, f32);
   const auto [cos32, sin32] = rotary_angles(positions, D, config_.rope_theta);
-  const at::Tensor cos = cos32.to(q.scalar_type()), sin = sin32.to(q.scalar_type());
-  q = q * cos + rotate_half(q) * sin;
-  k = k * cos + rotate_half(k) * sin;
+  at::Tensor q = rotated_heads(linear(h, L.q, L.q_bias), H, cos32, sin32),
+             k = rotated_heads(linear(h, L.k, L.k_bias), KV, cos32, sin32),
+             v = linear(h, L.v, L.v_bias).view({T, B, KV, D}).permute({1, 2, 0, 3});
   bool causal = true;
   std::optional<at::Tensor> mask;
   if (cache) mask = append_to_cache(cache->keys.at(layer), cache->values.at(layer), k, v, causal);
@@ -208,16 +196,35 @@ at::Tensor GptModel::llama_block(const Unit& unit, const at::Tensor& x, KvCache*
   }
   at::Tensor y = attention(q, k, v, mask, causal);
   y = y.permute({2, 0, 1, 3}).reshape({T, B, H * D});
-  const at::Tensor out = x + row(y, L.o);
   // The experts take each token whole: no tensor region (a tensor group is
-  // refused with experts, runtime/tensor_parallel_plan.cpp).
-  if (config_.has_experts()) return out + llama_experts(unit, rms_norm(out, p[L.mlp_norm].value, config_.norm_eps));
-  const at::Tensor m = enter(rms_norm(out, p[L.mlp_norm].value, config_.norm_eps));
-  return out + row(at::silu(linear(m, L.gate)) * linear(m, L.up), L.down);
+  // refused with experts, runtime/tensor_parallel_plan.cpp), and their
+  // router the norm in fp32, as before the fused path.
+  if (config_.has_experts()) {
+    const at::Tensor out = x + row(y, L.o);
+    return out + llama_experts(unit, rms_norm(out, p[L.mlp_norm].value, config_.norm_eps));
+  }
+  const fused::AddNorm attended = add_norm(x, row(y, L.o), p[L.mlp_norm].value);
+  const at::Tensor m = enter(attended.normed);
+  const at::Tensor gate = linear(m, L.gate), up = linear(m, L.up);
+  const bool fused_mlp = fused_for(gate) && fused::swiglu_supported(gate, up);
+  return attended.sum + row(fused_mlp ? fused::swiglu(gate, up) : at::silu(gate) * up, L.down);
+}
+
+at::Tensor GptModel::rotated_heads(const at::Tensor& projected, int64_t heads, const at::Tensor& cos32,
+                                   const at::Tensor& sin32) const {
+  const int64_t T = projected.size(0), B = projected.size(1), D = projected.size(2) / heads;
+  const at::Tensor by_position = projected.view({T, B, heads, D});
+  if (fused_for(projected) && fused::rotary_supported(by_position, cos32, sin32)) {
+    return fused::rotary(by_position, cos32, sin32).permute({1, 2, 0, 3});
+  }
+  // transformers' order: the angles rounded to the activations' dtype first.
+  const at::Tensor x = by_position.permute({1, 2, 0, 3});  // [B, heads, T, D]
+  const at::Tensor cos = cos32.to(x.scalar_type()), sin = sin32.to(x.scalar_type());
+  return x * cos + rotate_half(x) * sin;
 }
 
 at::Tensor GptModel::llama_head(const Unit& unit, const at::Tensor& x) const {
-  const at::Tensor h = rms_norm(x, unit.param("norm.weight").value, config_.norm_eps);
+  const at::Tensor h = add_norm(x, at::Tensor(), unit.param("norm.weight").value).normed;
   // This rank's vocabulary rows of lm_head (vocab-parallel logits).
   const TensorGroup& tp = tensor_group_;
   const at::Tensor all = tp.sequence_split() ? gather_from_sequence_region(h, tp) : copy_to_tensor_region(h, tp);

@@ -367,7 +367,17 @@ AccelStatus copy(AccelHost* host, const AccelCopyArgs* args) {
                                              describe_shape(src.sizes()) + " but dst is " +
                                              describe_dtype(args->dst->dtype) + " " + describe_shape(dst.sizes()));
     }
-    dst.copy_(src);
+    // Since 1.15; an older plugin's args end before them (no flags).
+    uint32_t flags = 0;
+    if (ACCEL_STRUCT_HAS_FIELD(args, AccelCopyArgs, reserved)) {
+      if (args->reserved != 0) fail(ACCEL_ERROR_INVALID_ARGUMENT, "reserved must be 0");
+      flags = args->flags;
+    }
+    // A deferred read lets a device-to-pinned copy go unwaited: the host's
+    // next synchronisation of the compute stream (its one read of the step)
+    // lands it before the caller looks (ACCEL_COPY_DEFERRED_READ).
+    const bool deferred = (flags & ACCEL_COPY_DEFERRED_READ) != 0 && src.is_cuda() && dst.is_cpu() && dst.is_pinned();
+    dst.copy_(src, /*non_blocking=*/deferred);
   });
 }
 

@@ -61,6 +61,8 @@ at::Device resolve_device(const std::string& choice, int local_rank) {
 model::GptModel build_model(const RunConfig& config, at::Device device) {
   model::GptModel model(model::make_gpt_config(config.model, config.model_overrides), device, /*allocate=*/false);
   model.set_moe_training(config.moe);
+  model.set_fused_kernels(config.fused_kernels ? model::GptModel::FusedKernels::automatic
+                                               : model::GptModel::FusedKernels::off);
   return model;
 }
 

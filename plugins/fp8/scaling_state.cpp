@@ -120,11 +120,12 @@ void ScalingState::finish_rows(AccelGroup* world, int32_t grad_divisor) {
     const sdk::FlatView row0(groups[i]->history.tensor(), 0, groups[i]->columns);
     if (groups[i] == &backward_ && grad_divisor > 1) ops_.scale(row0.get(), 1.0 / grad_divisor);
     if (world != nullptr) ops_.all_reduce(world, row0.get(), ACCEL_REDUCE_MAX, "fp8 amax all_reduce");
-    // Into pinned memory, on the compute stream (synchronous in today's host: scaling_state.h).
+    // Into pinned memory, queued on the compute stream: read in step_end,
+    // after the host's read or a synchronisation (scaling_state.h).
     const sdk::FlatView row_copy(readback_[i].tensor(), 0, groups[i]->columns);
     const sdk::FlatView scale_copy(readback_[i].tensor(), groups[i]->columns, groups[i]->columns);
-    ops_.copy(row0.get(), row_copy.get());
-    ops_.copy(&groups[i]->scale.tensor(), scale_copy.get());
+    ops_.copy(row0.get(), row_copy.get(), ACCEL_COPY_DEFERRED_READ);
+    ops_.copy(&groups[i]->scale.tensor(), scale_copy.get(), ACCEL_COPY_DEFERRED_READ);
     if (world == nullptr) ops_.fill(row0.get(), 0.0);  // current scaling keeps no history
   }
   rows_finished_ = true;

@@ -94,11 +94,10 @@ class ScalingState {
   // fp8_linear.cpp), and copied for the host with the scales this step
   // used, into pinned memory; step_end's end_step reads them with no
   // synchronisation of its own (the host's read of the step's values comes
-  // between, accel/plugin.h). Today's host still makes a device-to-host
-  // copy synchronously (ATen's blocking copy_), so on CUDA these copies wait
-  // for the device here; the ABI lets a pinned copy be asynchronous, and
-  // this code would then wait for nothing. Current scaling clears row 0
-  // after the copy.
+  // between, accel/plugin.h). The copies say so (ACCEL_COPY_DEFERRED_READ,
+  // ABI 1.15): on CUDA they are queued, not waited for; a 1.14 host makes
+  // them synchronously, and before 1.14 step_end synchronises. Current
+  // scaling clears row 0 after the copy (stream-ordered behind it).
   void finish_rows(AccelGroup* world, int32_t grad_divisor);
   bool rows_finished() const { return rows_finished_; }
   // Step end of a training step, after finish_rows: the rows summarised for

@@ -49,7 +49,7 @@ ACCEL_CHECK_EXT_STRUCT(AccelOptionSpec, max_value, max_value, 80);
 ACCEL_CHECK_EXT_STRUCT(AccelOptionServices, is_set, is_set, 64);
 /* memory.h */
 ACCEL_CHECK_EXT_STRUCT(AccelAllocateArgs, tensor, tensor, 80);
-ACCEL_CHECK_EXT_STRUCT(AccelCopyArgs, stream, stream, 40);
+ACCEL_CHECK_EXT_STRUCT(AccelCopyArgs, reserved, stream, 40);
 ACCEL_CHECK_EXT_STRUCT(AccelMemoryStats, num_allocs, num_allocs, 40);
 ACCEL_CHECK_EXT_STRUCT(AccelMemoryServices, event_elapsed, event_elapsed,
                        144);

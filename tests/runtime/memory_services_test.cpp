@@ -3,6 +3,7 @@
 // handles, and CPU streams/events as tokens.
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -158,6 +159,27 @@ TEST_F(MemoryServicesTest, CopyHandlesStridesAndChecksShapes) {
   args.dst = wrong_view;
   EXPECT_EQ(memory()->copy(&host, &args), ACCEL_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(last_error().find("f64"), std::string::npos) << last_error();
+}
+
+// ABI 1.15's flags: a deferred read still copies (on the CPU at once), and
+// reserved must stay 0; args of 1.14's size carry no flags.
+TEST_F(MemoryServicesTest, CopyTakesTheDeferredReadFlagAndRefusesReservedBits) {
+  at::Tensor src = at::arange(6, at::kFloat), dst = at::zeros({6}, at::kFloat);
+  View src_view(src), dst_view(dst);
+  AccelCopyArgs args{};
+  args.struct_size = sizeof(AccelCopyArgs);
+  args.src = src_view;
+  args.dst = dst_view;
+  args.flags = ACCEL_COPY_DEFERRED_READ;
+  ASSERT_EQ(memory()->copy(&host, &args), ACCEL_OK) << last_error();
+  EXPECT_TRUE(at::equal(dst, src));
+  args.reserved = 1;
+  EXPECT_EQ(memory()->copy(&host, &args), ACCEL_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("reserved"), std::string::npos) << last_error();
+  args.struct_size = offsetof(AccelCopyArgs, flags);  // a 1.14 plugin: the host reads neither field
+  dst.zero_();
+  ASSERT_EQ(memory()->copy(&host, &args), ACCEL_OK) << last_error();
+  EXPECT_TRUE(at::equal(dst, src));
 }
 
 TEST_F(MemoryServicesTest, CpuStreamsAreTokens) {

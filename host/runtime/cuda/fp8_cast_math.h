@@ -1,6 +1,6 @@
 // fp8_cast_math.h — the per-element arithmetic of the fused FP8 cast, shared
 // by the CUDA kernel (fp8_cast.cu) and the CPU test that pins it
-// (tests/runtime/fp8_cast_math_test.cpp). No CUDA or LibTorch types.
+// (tests/runtime/fp8_tensor_cores_test.cpp). No CUDA or LibTorch types.
 //
 // The kernel reads each element once: it folds |x| into the amax and stores
 // x * scale saturated to the FP8 range. amax is kept as the bit pattern of a
@@ -13,11 +13,7 @@
 #include <cstdint>
 #include <cstring>
 
-#if defined(__CUDACC__)
-#define ACCEL_HOST_DEVICE __host__ __device__
-#else
-#define ACCEL_HOST_DEVICE
-#endif
+#include "host/model/cuda/host_device.h"
 
 namespace accel::runtime::cuda_math {
 

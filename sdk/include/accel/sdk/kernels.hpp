@@ -133,11 +133,13 @@ class Kernels {
                   bool zero, const char* label) const {
     return Buffer(s_, category, dtype, std::move(shape), place, zero ? ACCEL_ALLOCATE_ZERO_FILL : 0u, nullptr, label);
   }
-  void copy(const DLTensor* src, const DLTensor* dst) const {
+  // `flags`: ACCEL_COPY_* bits (accel/memory.h), 0 for a copy complete on return.
+  void copy(const DLTensor* src, const DLTensor* dst, uint32_t flags = 0) const {
     AccelCopyArgs args{};
     args.struct_size = sizeof(args);
     args.src = src;
     args.dst = dst;
+    args.flags = flags;
     s_.check(s_.table()->memory->copy(s_.host(), &args), "copy");
   }
   // Blocks until the compute stream's work is done (before the CPU reads
