@@ -95,14 +95,16 @@ struct AddNormFunction : public torch::autograd::Function<AddNormFunction> {
     const at::Tensor w = weight.contiguous(), b = bias ? bias->contiguous() : at::Tensor();
     at::Tensor sum = d.defined() ? at::empty_like(input) : at::Tensor();
     at::Tensor out = at::empty(input.sizes(), input.options().dtype(static_cast<at::ScalarType>(output_type)));
-    at::Tensor stats = at::empty({rows, 2}, input.options());
+    at::Tensor stats = at::empty({rows, 2}, input.options().dtype(at::kFloat));
     kernels::NormForward args;
-    args.input = pointer<const float>(input);
+    args.input = input.data_ptr();
+    args.input_type = storage(input);
     args.delta = d.defined() ? d.data_ptr() : nullptr;
     args.delta_type = d.defined() ? storage(d) : Storage::f32;
-    args.weight = pointer<const float>(w);
-    args.bias = pointer<const float>(b);
-    args.sum = pointer<float>(sum);
+    args.weight = w.data_ptr();
+    args.bias = b.defined() ? b.data_ptr() : nullptr;
+    args.weight_type = storage(w);
+    args.sum = sum.defined() ? sum.data_ptr() : nullptr;
     args.output = out.data_ptr();
     args.output_type = storage(out);
     args.stats = pointer<float>(stats);
@@ -126,23 +128,26 @@ struct AddNormFunction : public torch::autograd::Function<AddNormFunction> {
     const at::Tensor& weight = saved[1];
     const at::Tensor& stats = saved[2];
     const bool has_delta = ctx->saved_data["has_delta"].toBool(), has_bias = ctx->saved_data["has_bias"].toBool();
-    const at::Tensor grad_sum = has_delta && grads[0].defined() ? grads[0].to(at::kFloat).contiguous() : at::Tensor();
+    const at::Tensor grad_sum =
+        has_delta && grads[0].defined() ? grads[0].to(normed_input.scalar_type()).contiguous() : at::Tensor();
     const at::Tensor& raw_grad_out = grads[has_delta ? 1 : 0];
     const at::Tensor grad_out = raw_grad_out.defined() ? raw_grad_out.contiguous() : at::Tensor();
     const int64_t cols = normed_input.size(-1), rows = normed_input.numel() / cols;
     const int64_t partial_rows = partial_rows_for(normed_input.device(), rows);
-    const at::TensorOptions f32 = normed_input.options();
+    const at::TensorOptions f32 = normed_input.options().dtype(at::kFloat);
     at::Tensor grad_input = at::empty_like(normed_input);
     at::Tensor weight_partials = at::empty({partial_rows, cols}, f32);
     at::Tensor bias_partials = has_bias ? at::empty({partial_rows, cols}, f32) : at::Tensor();
     kernels::NormBackward args;
     args.grad_output = grad_out.defined() ? grad_out.data_ptr() : nullptr;
     args.grad_type = grad_out.defined() ? storage(grad_out) : Storage::f32;
-    args.grad_sum = pointer<const float>(grad_sum);
-    args.normed_input = pointer<const float>(normed_input);
-    args.weight = pointer<const float>(weight);
+    args.grad_sum = grad_sum.defined() ? grad_sum.data_ptr() : nullptr;
+    args.normed_input = normed_input.data_ptr();
+    args.input_type = storage(normed_input);
+    args.weight = weight.data_ptr();
+    args.weight_type = storage(weight);
     args.stats = pointer<const float>(stats);
-    args.grad_input = pointer<float>(grad_input);
+    args.grad_input = grad_input.data_ptr();
     args.weight_partials = pointer<float>(weight_partials);
     args.bias_partials = pointer<float>(bias_partials);
     args.partial_rows = partial_rows;
@@ -150,8 +155,8 @@ struct AddNormFunction : public torch::autograd::Function<AddNormFunction> {
     args.cols = cols;
     args.centred = ctx->saved_data["centred"].toBool();
     run(normed_input.device(), args, &fused_reference::norm_backward, ACCEL_FUSED_KERNEL(launch_norm_backward));
-    const at::Tensor grad_weight = weight_partials.sum(0);
-    const at::Tensor grad_bias = has_bias ? bias_partials.sum(0) : at::Tensor();
+    const at::Tensor grad_weight = weight_partials.sum(0).to(weight.scalar_type());
+    const at::Tensor grad_bias = has_bias ? bias_partials.sum(0).to(weight.scalar_type()) : at::Tensor();
     const at::Tensor grad_delta =
         has_delta ? grad_input.to(static_cast<at::ScalarType>(ctx->saved_data["delta_type"].toInt())) : at::Tensor();
     return {grad_input, grad_delta, grad_weight, grad_bias, at::Tensor(), at::Tensor(), at::Tensor()};
@@ -266,16 +271,21 @@ bool fused_kernels_serve(const at::Device& device, bool enabled) {
 
 bool add_norm_supported(const at::Tensor& residual, const at::Tensor& delta, const at::Tensor& weight,
                         const at::Tensor& bias) {
-  if (residual.dim() < 1 || residual.scalar_type() != at::kFloat || weight.scalar_type() != at::kFloat) return false;
+  if (residual.dim() < 1 || residual.numel() == 0 || !storage_of(residual.scalar_type())) return false;
   const int64_t cols = residual.size(-1);
-  if (cols < 1 || cols > kernels::kMaxNormCols || residual.numel() == 0) return false;
+  if (cols > kernels::kMaxNormCols) return false;
+  // The weight (and bias) in fp32 or the stream's type.
+  const auto weight_type = weight.scalar_type();
+  if (weight_type != at::kFloat && weight_type != residual.scalar_type()) return false;
   if (weight.dim() != 1 || weight.size(0) != cols || !same_device(residual, weight)) return false;
-  if (bias.defined() && (bias.scalar_type() != at::kFloat || !bias.sizes().equals(weight.sizes()) ||
+  if (bias.defined() && (bias.scalar_type() != weight_type || !bias.sizes().equals(weight.sizes()) ||
                          !same_device(residual, bias))) {
     return false;
   }
-  return !delta.defined() || (delta.sizes().equals(residual.sizes()) && storage_of(delta.scalar_type()) &&
-                              same_device(residual, delta));
+  // The sum keeps the stream's type, as ATen's add would.
+  return !delta.defined() ||
+         (delta.sizes().equals(residual.sizes()) && storage_of(delta.scalar_type()) && same_device(residual, delta) &&
+          at::promote_types(residual.scalar_type(), delta.scalar_type()) == residual.scalar_type());
 }
 
 AddNorm add_norm(const at::Tensor& residual, const at::Tensor& delta, const at::Tensor& weight,

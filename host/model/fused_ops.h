@@ -34,17 +34,18 @@ struct AddNorm {
   at::Tensor normed;  // w * n (+ b), in the output type asked for
 };
 
-// Whether add_norm takes these: fp32 residual [..., C] with C <= 8,192,
-// fp32 weight (and bias) [C], and delta (if defined) residual's shape in
-// fp32, bf16 or fp16, all on one device.
+// Whether add_norm takes these: a residual [..., C] with C <= 8,192 in
+// fp32, bf16 or fp16; weight (and bias) [C] in fp32 or the residual's type;
+// delta (if defined) of the residual's shape in a float type whose sum with
+// the residual keeps the residual's type (as ATen's add would); one device.
 bool add_norm_supported(const at::Tensor& residual, const at::Tensor& delta, const at::Tensor& weight,
                         const at::Tensor& bias);
 
-// sum = residual + delta (delta undefined: the residual alone), then
-// LayerNorm (`centred`, with bias) or RMSNorm (transformers' LlamaRMSNorm on
-// fp32 rows; bias undefined) of each row of the sum, rounded once to
-// `output_type` (fp32, bf16 or fp16). Differentiable in residual, delta,
-// weight and bias.
+// sum = residual + delta (delta undefined: the residual alone; rounded to
+// the residual's type), then LayerNorm (`centred`, with bias) or RMSNorm
+// (transformers' LlamaRMSNorm, statistics in fp32; bias undefined) of each
+// row of the sum, computed in fp32 and rounded once to `output_type` (fp32,
+// bf16 or fp16). Differentiable in residual, delta, weight and bias.
 AddNorm add_norm(const at::Tensor& residual, const at::Tensor& delta, const at::Tensor& weight,
                  const at::Tensor& bias, double eps, bool centred, at::ScalarType output_type);
 

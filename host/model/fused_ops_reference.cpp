@@ -35,6 +35,16 @@ void store(void* p, Storage type, int64_t i, float v) {
   }
 }
 
+// v as `type` holds it.
+float rounded(Storage type, float v) {
+  switch (type) {
+    case Storage::bf16: return static_cast<float>(c10::BFloat16(v));
+    case Storage::f16: return static_cast<float>(c10::Half(v));
+    case Storage::f32: break;
+  }
+  return v;
+}
+
 }  // namespace
 
 void norm_forward(const runtime::cuda_kernels::NormForward& a) {
@@ -43,8 +53,11 @@ void norm_forward(const runtime::cuda_kernels::NormForward& a) {
     const int64_t base = r * a.cols;
     float sum = 0.0f;
     for (int64_t j = 0; j < a.cols; ++j) {
-      v[j] = a.input[base + j] + (a.delta != nullptr ? load(a.delta, a.delta_type, base + j) : 0.0f);
-      if (a.delta != nullptr) a.sum[base + j] = v[j];
+      v[j] = load(a.input, a.input_type, base + j);
+      if (a.delta != nullptr) {
+        v[j] = rounded(a.input_type, v[j] + load(a.delta, a.delta_type, base + j));
+        store(a.sum, a.input_type, base + j, v[j]);
+      }
       sum += v[j];
     }
     const float mean = a.centred ? sum / static_cast<float>(a.cols) : 0.0f;
@@ -52,8 +65,8 @@ void norm_forward(const runtime::cuda_kernels::NormForward& a) {
     for (int64_t j = 0; j < a.cols; ++j) squares += (v[j] - mean) * (v[j] - mean);
     const float rstd = math::norm_rstd(squares, a.cols, a.eps);
     for (int64_t j = 0; j < a.cols; ++j) {
-      const float y = a.weight[j] * math::normalized(v[j], mean, rstd) + (a.bias != nullptr ? a.bias[j] : 0.0f);
-      store(a.output, a.output_type, base + j, y);
+      const float b = a.bias != nullptr ? load(a.bias, a.weight_type, j) : 0.0f;
+      store(a.output, a.output_type, base + j, load(a.weight, a.weight_type, j) * math::normalized(v[j], mean, rstd) + b);
     }
     a.stats[2 * r] = mean;
     a.stats[2 * r + 1] = rstd;
@@ -73,8 +86,8 @@ void norm_backward(const runtime::cuda_kernels::NormBackward& a) {
     float sum_g = 0.0f, sum_gn = 0.0f;
     for (int64_t j = 0; j < a.cols; ++j) {
       const float dy = a.grad_output != nullptr ? load(a.grad_output, a.grad_type, base + j) : 0.0f;
-      n[j] = math::normalized(a.normed_input[base + j], mean, rstd);
-      g[j] = dy * a.weight[j];
+      n[j] = math::normalized(load(a.normed_input, a.input_type, base + j), mean, rstd);
+      g[j] = dy * load(a.weight, a.weight_type, j);
       sum_g += g[j];
       sum_gn += g[j] * n[j];
       a.weight_partials[j] += dy * n[j];
@@ -82,8 +95,9 @@ void norm_backward(const runtime::cuda_kernels::NormBackward& a) {
     }
     const float mean_g = sum_g / static_cast<float>(a.cols), mean_gn = sum_gn / static_cast<float>(a.cols);
     for (int64_t j = 0; j < a.cols; ++j) {
-      a.grad_input[base + j] = math::norm_input_grad(g[j], n[j], rstd, mean_g, mean_gn, a.centred) +
-                               (a.grad_sum != nullptr ? a.grad_sum[base + j] : 0.0f);
+      const float other = a.grad_sum != nullptr ? load(a.grad_sum, a.input_type, base + j) : 0.0f;
+      store(a.grad_input, a.input_type, base + j,
+            math::norm_input_grad(g[j], n[j], rstd, mean_g, mean_gn, a.centred) + other);
     }
   }
 }

@@ -316,8 +316,8 @@ fused::AddNorm GptModel::add_norm(const at::Tensor& residual, const at::Tensor& 
                                   const at::Tensor& bias) const {
   const bool layer_norm = config_.family != ModelFamily::llama;
   if (fused_for(residual) && fused::add_norm_supported(residual, delta, weight, bias)) {
-    fused::AddNorm out =
-        fused::add_norm(residual, delta, weight, bias, config_.norm_eps, layer_norm, normed_type(residual));
+    fused::AddNorm out = fused::add_norm(residual, delta, weight, bias, config_.norm_eps, layer_norm,
+                                         normed_type(residual, weight));
     if (!out.sum.defined()) out.sum = residual;
     return out;
   }
@@ -326,9 +326,14 @@ fused::AddNorm GptModel::add_norm(const at::Tensor& residual, const at::Tensor& 
                           : rms_norm(sum, weight, config_.norm_eps)};
 }
 
-at::ScalarType GptModel::normed_type(const at::Tensor& t) const {
-  const at::DeviceType device = t.device().type();
-  if (linear_ || tensor_group_.active() || !at::autocast::is_autocast_enabled(device)) return at::kFloat;
+at::ScalarType GptModel::normed_type(const at::Tensor& residual, const at::Tensor& weight) const {
+  // ATen's: layer_norm keeps the input's type; LlamaRMSNorm multiplies the
+  // weight by the normed input in the input's type.
+  const at::ScalarType natural = config_.family == ModelFamily::llama
+                                     ? at::promote_types(weight.scalar_type(), residual.scalar_type())
+                                     : residual.scalar_type();
+  const at::DeviceType device = residual.device().type();
+  if (linear_ || tensor_group_.active() || !at::autocast::is_autocast_enabled(device)) return natural;
   return at::autocast::get_autocast_dtype(device);
 }
 

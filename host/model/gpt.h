@@ -209,8 +209,9 @@ class GptModel {
                           const at::Tensor& bias = at::Tensor()) const;
   // The dtype the fused norm rounds its output to: autocast's, which the
   // next linear would cast it to, unless a plugin's linear or a tensor
-  // region (whose gradient is all-reduced in fp32) takes it first.
-  at::ScalarType normed_type(const at::Tensor& t) const;
+  // region (whose gradient is all-reduced in fp32) takes it first; else
+  // the type ATen's norm would give.
+  at::ScalarType normed_type(const at::Tensor& residual, const at::Tensor& weight) const;
   // Q or K ([T, B, heads * D], as the linear gives them) rotated at each
   // position, as [B, heads, T, D].
   at::Tensor rotated_heads(const at::Tensor& projected, int64_t heads, const at::Tensor& cos32,

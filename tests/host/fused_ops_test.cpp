@@ -49,19 +49,24 @@ std::vector<at::Tensor> grads_of(const at::Tensor& objective, const std::vector<
 // ---- residual add + norm ---------------------------------------------------------
 
 struct NormCase {
-  bool centred;                            // LayerNorm, else RMSNorm
-  std::optional<at::ScalarType> delta;     // none: the norm of the residual alone
+  bool centred;                         // LayerNorm, else RMSNorm
+  std::optional<at::ScalarType> delta;  // none: the norm of the residual alone
   at::ScalarType output = at::kFloat;
+  at::ScalarType stream = at::kFloat;  // the residual's (fsdp's bf16 parameters: bf16)
+  at::ScalarType weight = at::kFloat;
 };
 
 void check_add_norm(const NormCase& c) {
-  SCOPED_TRACE(testing::Message() << (c.centred ? "LayerNorm" : "RMSNorm") << " delta "
-                                  << (c.delta ? c10::toString(*c.delta) : "none") << " output " << c10::toString(c.output));
+  SCOPED_TRACE(testing::Message() << (c.centred ? "LayerNorm" : "RMSNorm") << " stream " << c10::toString(c.stream)
+                                  << " weight " << c10::toString(c.weight) << " delta "
+                                  << (c.delta ? c10::toString(*c.delta) : "none") << " output "
+                                  << c10::toString(c.output));
   at::manual_seed(11);
   const int64_t C = 48;
-  const at::Tensor residual0 = at::randn({5, 3, C}) * 2 + 0.5;
+  const at::Tensor residual0 = (at::randn({5, 3, C}) * 2 + 0.5).to(c.stream);
   const at::Tensor delta0 = c.delta ? at::randn({5, 3, C}).to(*c.delta) : at::Tensor();
-  const at::Tensor weight0 = at::randn({C}), bias0 = c.centred ? at::randn({C}) : at::Tensor();
+  const at::Tensor weight0 = at::randn({C}).to(c.weight);
+  const at::Tensor bias0 = c.centred ? at::randn({C}).to(c.weight) : at::Tensor();
   const at::Tensor up_normed = at::randn({5, 3, C}), up_sum = at::randn({5, 3, C});
 
   auto inputs = [&] {
@@ -95,7 +100,7 @@ void check_add_norm(const NormCase& c) {
   // The sum has another use (the residual stream): both outputs carry a gradient.
   auto objective = [&](const at::Tensor& sum, const at::Tensor& normed) {
     at::Tensor o = (normed.to(at::kFloat) * up_normed).sum();
-    if (c.delta) o = o + (sum * up_sum).sum();
+    if (c.delta) o = o + (sum.to(at::kFloat) * up_sum).sum();
     return o;
   };
   const auto fused_grads = grads_of(objective(fused_out.sum, fused_out.normed), differentiable(f));
@@ -107,7 +112,8 @@ void check_add_norm(const NormCase& c) {
     if (!f[i].defined()) continue;
     ASSERT_EQ(fused_grads[k].scalar_type(), f[i].scalar_type()) << names[i];
     // A 16-bit output's gradient arrives rounded, as autograd's would.
-    const double tol = std::max(tolerance_for(c.output), tolerance_for(f[i].scalar_type()));
+    const double tol = std::max({tolerance_for(c.output), tolerance_for(f[i].scalar_type()),
+                                 tolerance_for(c.stream)});
     expect_close(fused_grads[k], ref_grads[k], tol, names[i]);
     ++k;
   }
@@ -133,10 +139,36 @@ TEST(FusedAddNorm, RoundsOnceToTheAutocastType) {
   check_add_norm({/*centred=*/false, at::kFloat, /*output=*/at::kHalf});
 }
 
+// fsdp with bf16 parameters: the residual stream, the weights and the
+// branch all bf16; the sum rounded as ATen's add rounds it.
+TEST(FusedAddNorm, TakesABf16StreamAndWeights) {
+  for (const bool centred : {true, false}) {
+    check_add_norm({centred, at::kBFloat16, at::kBFloat16, /*stream=*/at::kBFloat16, /*weight=*/at::kBFloat16});
+    check_add_norm({centred, std::nullopt, at::kBFloat16, /*stream=*/at::kBFloat16, /*weight=*/at::kFloat});
+  }
+}
+
+// A 16-bit stream's sum is rounded before the statistics see it, as the
+// norm of ATen's (rounded) sum: in fp32 output, to fp32's precision.
+TEST(FusedAddNorm, NormalisesTheRoundedSum) {
+  at::manual_seed(16);
+  const at::Tensor x = (at::randn({4, 64}) * 3).to(at::kBFloat16), d = at::randn({4, 64}).to(at::kBFloat16);
+  const at::Tensor w = at::randn({64}), b = at::randn({64});
+  const fused::AddNorm out = fused::add_norm(x, d, w, b, 1e-5, /*centred=*/true, at::kFloat);
+  const at::Tensor sum = x + d;
+  EXPECT_TRUE(at::equal(out.sum, sum));
+  expect_close(out.normed, at::layer_norm(sum.to(at::kFloat), {64}, w, b, 1e-5), 2e-5, "normed");
+}
+
 TEST(FusedAddNorm, RefusesWhatTheKernelsDoNotTake) {
   const at::Tensor x = at::randn({2, 8}), w = at::ones({8});
   EXPECT_TRUE(fused::add_norm_supported(x, at::Tensor(), w, at::Tensor()));
-  EXPECT_FALSE(fused::add_norm_supported(x.to(at::kBFloat16), at::Tensor(), w, at::Tensor()));  // an fp32 stream
+  const at::Tensor x16 = x.to(at::kBFloat16);
+  EXPECT_TRUE(fused::add_norm_supported(x16, x16, w, at::Tensor()));
+  EXPECT_TRUE(fused::add_norm_supported(x16, x16, w.to(at::kBFloat16), at::Tensor()));
+  EXPECT_FALSE(fused::add_norm_supported(x16, x, w, at::Tensor()));  // the sum would be fp32
+  EXPECT_FALSE(fused::add_norm_supported(x16, at::Tensor(), w.to(at::kHalf), at::Tensor()));
+  EXPECT_FALSE(fused::add_norm_supported(x.to(at::kDouble), at::Tensor(), w, at::Tensor()));
   EXPECT_FALSE(fused::add_norm_supported(x, at::Tensor(), at::ones({7}), at::Tensor()));
   EXPECT_FALSE(fused::add_norm_supported(x, at::randn({2, 7}), w, at::Tensor()));
   EXPECT_FALSE(fused::add_norm_supported(x, x.to(at::kInt), w, at::Tensor()));
@@ -311,6 +343,14 @@ TEST(FusedOpsOnAGpu, TheKernelsGiveTheReferencesValues) {
                                {xg, dg, wg});
       for (size_t i = 0; i < gc.size(); ++i) expect_close(gg[i], gc[i], 2e-2, "norm grads");
     }
+  }
+  {  // fsdp's bf16 stream and weights
+    const at::Tensor x = at::randn({65, 768}).to(at::kBFloat16), d = at::randn({65, 768}).to(at::kBFloat16);
+    const at::Tensor w = at::randn({768}).to(at::kBFloat16);
+    const auto cpu = fused::add_norm(x, d, w, at::Tensor(), 1e-5, /*centred=*/false, at::kBFloat16);
+    const auto gpu_out = fused::add_norm(x.to(gpu), d.to(gpu), w.to(gpu), at::Tensor(), 1e-5, false, at::kBFloat16);
+    expect_close(gpu_out.sum, cpu.sum, 1e-6, "bf16 sum");
+    expect_close(gpu_out.normed, cpu.normed, 1e-2, "bf16 normed");
   }
   const at::Tensor gate = at::randn({1000, 96}).to(at::kBFloat16), up = at::randn({1000, 96}).to(at::kBFloat16);
   expect_close(fused::swiglu(gate.to(gpu), up.to(gpu)), fused::swiglu(gate, up), 1e-2, "swiglu");

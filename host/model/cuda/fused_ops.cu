@@ -2,7 +2,8 @@
 //
 // Norms and the cross-entropy take one block per row (a grid-stride loop
 // over rows); a norm's row stays in registers between its passes, at most
-// kPerThread elements a thread. The norm backward's blocks each keep their
+// kPerThread elements a thread, and its tensors' types are read at run
+// time (load_as); the other kernels are instantiated per type. The norm backward's blocks each keep their
 // rows' weight and bias sums and write them once, as partial rows the caller
 // sums. SwiGLU and rotary are element-wise grid-stride loops. Every value is
 // loaded to fp32, computed by fused_ops_math.h and rounded once on store.
@@ -108,11 +109,37 @@ __device__ math::SoftmaxRunning block_softmax(math::SoftmaxRunning r, float* sha
   return total;
 }
 
-template <typename Delta, typename Out>
+// The norms' tensors come in several types at once (an fp32 or bf16
+// stream, weights in either, a delta and an output in any): loads and
+// stores switch on the type at run time, a branch every thread of the
+// launch takes the same way, rather than an instantiation per combination.
+__device__ inline float load_as(const void* p, Storage type, int64_t i) {
+  switch (type) {
+    case Storage::bf16: return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+    case Storage::f16: return __half2float(static_cast<const __half*>(p)[i]);
+    default: return static_cast<const float*>(p)[i];
+  }
+}
+
+__device__ inline void store_as(void* p, Storage type, int64_t i, float v) {
+  switch (type) {
+    case Storage::bf16: static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v); return;
+    case Storage::f16: static_cast<__half*>(p)[i] = __float2half_rn(v); return;
+    default: static_cast<float*>(p)[i] = v; return;
+  }
+}
+
+// v as `type` holds it (rounded to nearest even).
+__device__ inline float rounded_as(Storage type, float v) {
+  switch (type) {
+    case Storage::bf16: return __bfloat162float(__float2bfloat16_rn(v));
+    case Storage::f16: return __half2float(__float2half_rn(v));
+    default: return v;
+  }
+}
+
 __global__ void __launch_bounds__(kMaxNormThreads) norm_forward_kernel(NormForward a) {
   __shared__ float shared[32];
-  const auto* delta = static_cast<const Delta*>(a.delta);
-  auto* out = static_cast<Out*>(a.output);
   const float cols = static_cast<float>(a.cols);
   for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
     const int64_t base = row * a.cols;
@@ -123,8 +150,11 @@ __global__ void __launch_bounds__(kMaxNormThreads) norm_forward_kernel(NormForwa
       const int64_t j = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
       v[k] = 0.0f;
       if (j < a.cols) {
-        v[k] = a.input[base + j] + (delta != nullptr ? load(delta, base + j) : 0.0f);
-        if (delta != nullptr) a.sum[base + j] = v[k];
+        v[k] = load_as(a.input, a.input_type, base + j);
+        if (a.delta != nullptr) {
+          v[k] = rounded_as(a.input_type, v[k] + load_as(a.delta, a.delta_type, base + j));
+          store_as(a.sum, a.input_type, base + j, v[k]);
+        }
         sum += v[k];
       }
     }
@@ -140,9 +170,9 @@ __global__ void __launch_bounds__(kMaxNormThreads) norm_forward_kernel(NormForwa
     for (int k = 0; k < kPerThread; ++k) {
       const int64_t j = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
       if (j < a.cols) {
-        const float y =
-            a.weight[j] * math::normalized(v[k], mean, rstd) + (a.bias != nullptr ? a.bias[j] : 0.0f);
-        store(out, base + j, y);
+        const float b = a.bias != nullptr ? load_as(a.bias, a.weight_type, j) : 0.0f;
+        store_as(a.output, a.output_type, base + j,
+                 load_as(a.weight, a.weight_type, j) * math::normalized(v[k], mean, rstd) + b);
       }
     }
     if (threadIdx.x == 0) {
@@ -152,10 +182,8 @@ __global__ void __launch_bounds__(kMaxNormThreads) norm_forward_kernel(NormForwa
   }
 }
 
-template <typename Grad>
 __global__ void __launch_bounds__(kMaxNormThreads) norm_backward_kernel(NormBackward a) {
   __shared__ float shared[32];
-  const auto* grad_output = static_cast<const Grad*>(a.grad_output);
   const float cols = static_cast<float>(a.cols);
   float weight_sum[kPerThread], bias_sum[kPerThread];
 #pragma unroll
@@ -170,9 +198,9 @@ __global__ void __launch_bounds__(kMaxNormThreads) norm_backward_kernel(NormBack
       const int64_t j = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
       g[k] = n[k] = 0.0f;
       if (j < a.cols) {
-        const float dy = grad_output != nullptr ? load(grad_output, base + j) : 0.0f;
-        n[k] = math::normalized(a.normed_input[base + j], mean, rstd);
-        g[k] = dy * a.weight[j];
+        const float dy = a.grad_output != nullptr ? load_as(a.grad_output, a.grad_type, base + j) : 0.0f;
+        n[k] = math::normalized(load_as(a.normed_input, a.input_type, base + j), mean, rstd);
+        g[k] = dy * load_as(a.weight, a.weight_type, j);
         sum_g += g[k];
         sum_gn += g[k] * n[k];
         weight_sum[k] += dy * n[k];
@@ -185,8 +213,9 @@ __global__ void __launch_bounds__(kMaxNormThreads) norm_backward_kernel(NormBack
     for (int k = 0; k < kPerThread; ++k) {
       const int64_t j = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
       if (j < a.cols) {
-        a.grad_input[base + j] = math::norm_input_grad(g[k], n[k], rstd, mean_g, mean_gn, a.centred) +
-                                 (a.grad_sum != nullptr ? a.grad_sum[base + j] : 0.0f);
+        const float other = a.grad_sum != nullptr ? load_as(a.grad_sum, a.input_type, base + j) : 0.0f;
+        store_as(a.grad_input, a.input_type, base + j,
+                 math::norm_input_grad(g[k], n[k], rstd, mean_g, mean_gn, a.centred) + other);
       }
     }
   }
@@ -273,27 +302,16 @@ __global__ void cross_entropy_kernel(CrossEntropy a) {
 const char* launch_norm_forward(const NormForward& args, void* stream) {
   if (args.rows == 0) return nullptr;
   if (args.cols < 1 || args.cols > kMaxNormCols) return "norm: the row width is outside 1..8192";
-  const int threads = norm_threads(args.cols);
   const int grid = static_cast<int>(std::min<int64_t>(args.rows, 65535LL * 16));
-  return with_type(args.delta == nullptr ? Storage::f32 : args.delta_type, [&](auto delta_tag) {
-    return with_type(args.output_type, [&](auto out_tag) {
-      using Delta = typename decltype(delta_tag)::type;
-      using Out = typename decltype(out_tag)::type;
-      norm_forward_kernel<Delta, Out><<<grid, threads, 0, as_stream(stream)>>>(args);
-      return launched();
-    });
-  });
+  norm_forward_kernel<<<grid, norm_threads(args.cols), 0, as_stream(stream)>>>(args);
+  return launched();
 }
 
 const char* launch_norm_backward(const NormBackward& args, void* stream) {
   if (args.cols < 1 || args.cols > kMaxNormCols) return "norm: the row width is outside 1..8192";
   if (args.partial_rows < 1) return "norm: no partial rows";
-  const int threads = norm_threads(args.cols);
-  const int grid = static_cast<int>(args.partial_rows);
-  return with_type(args.grad_output == nullptr ? Storage::f32 : args.grad_type, [&](auto tag) {
-    norm_backward_kernel<typename decltype(tag)::type><<<grid, threads, 0, as_stream(stream)>>>(args);
-    return launched();
-  });
+  norm_backward_kernel<<<static_cast<int>(args.partial_rows), norm_threads(args.cols), 0, as_stream(stream)>>>(args);
+  return launched();
 }
 
 const char* launch_swiglu_forward(const SwigluForward& args, void* stream) {

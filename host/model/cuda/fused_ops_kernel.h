@@ -25,19 +25,23 @@ enum class Storage : int32_t { f32 = 0, bf16 = 1, f16 = 2 };
 // registers a thread, the most a 512-thread block may hold).
 constexpr int64_t kMaxNormCols = 8192;
 
-// sum = input + delta (when delta is set), then LayerNorm (centred) or
-// RMSNorm of each row of the sum: output = w * n (+ b) with
-// n = (v - mean) * rstd, rounded once to output_type.
+// sum = input + delta (when delta is set, rounded to input_type as ATen's
+// add rounds it), then LayerNorm (centred) or RMSNorm of each row of the
+// sum: output = w * n (+ b) with n = (v - mean) * rstd, rounded once to
+// output_type. The residual stream (input, sum) may be fp32 or 16-bit
+// (fsdp's bf16 parameters), the weight and bias fp32 or the stream's type.
 struct NormForward {
-  const float* input = nullptr;   // [rows, cols]
-  const void* delta = nullptr;    // [rows, cols] in delta_type, or NULL: the norm of input alone
+  const void* input = nullptr;  // [rows, cols] in input_type
+  Storage input_type = Storage::f32;
+  const void* delta = nullptr;  // [rows, cols] in delta_type, or NULL: the norm of input alone
   Storage delta_type = Storage::f32;
-  const float* weight = nullptr;  // [cols]
-  const float* bias = nullptr;    // [cols], or NULL
-  float* sum = nullptr;           // [rows, cols], written when delta is set
-  void* output = nullptr;         // [rows, cols] in output_type
+  const void* weight = nullptr;  // [cols] in weight_type
+  const void* bias = nullptr;    // [cols] in weight_type, or NULL
+  Storage weight_type = Storage::f32;
+  void* sum = nullptr;     // [rows, cols] in input_type, written when delta is set
+  void* output = nullptr;  // [rows, cols] in output_type
   Storage output_type = Storage::f32;
-  float* stats = nullptr;         // [rows, 2]: the row's mean (0 for RMSNorm) and rstd
+  float* stats = nullptr;  // [rows, 2]: the row's mean (0 for RMSNorm) and rstd
   int64_t rows = 0;
   int64_t cols = 0;  // 1 to kMaxNormCols
   float eps = 1e-5f;
@@ -45,17 +49,20 @@ struct NormForward {
 };
 
 // The gradient at the normalised rows (the sum, or the input), plus
-// grad_sum where the sum has other uses (the residual stream). The weight's
-// and bias's gradients come as per-block partial sums over rows,
-// [partial_rows, cols], which the caller sums over dim 0.
+// grad_sum where the sum has other uses (the residual stream), in the
+// stream's type. The weight's and bias's gradients come as per-block fp32
+// partial sums over rows, [partial_rows, cols], which the caller sums over
+// dim 0.
 struct NormBackward {
   const void* grad_output = nullptr;  // [rows, cols] in grad_type, or NULL (zero)
   Storage grad_type = Storage::f32;
-  const float* grad_sum = nullptr;  // [rows, cols], or NULL
-  const float* normed_input = nullptr;  // [rows, cols]: what the forward normalised
-  const float* weight = nullptr;
+  const void* grad_sum = nullptr;      // [rows, cols] in input_type, or NULL
+  const void* normed_input = nullptr;  // [rows, cols] in input_type: what the forward normalised
+  Storage input_type = Storage::f32;
+  const void* weight = nullptr;  // [cols] in weight_type
+  Storage weight_type = Storage::f32;
   const float* stats = nullptr;  // the forward's
-  float* grad_input = nullptr;   // [rows, cols]
+  void* grad_input = nullptr;    // [rows, cols] in input_type
   float* weight_partials = nullptr;  // [partial_rows, cols]: sums of dy * n
   float* bias_partials = nullptr;    // [partial_rows, cols]: sums of dy, or NULL
   int64_t partial_rows = 1;          // norm_backward_blocks(rows), or fewer
