@@ -33,6 +33,13 @@ TEST(Options, DefaultsAreTheTinyModelOnSyntheticData) {
   EXPECT_EQ(c.data, "synthetic");
   EXPECT_EQ(c.mixed_precision, accel::MixedPrecision::no);
   EXPECT_EQ(c.optimizer.schedule, accel::LrScheduleKind::cosine);
+  EXPECT_TRUE(c.fused_kernels);  // on a CUDA device; the CPU keeps ATen's path regardless
+}
+
+TEST(Options, FusedKernelsCanBeTurnedOff) {
+  EXPECT_FALSE(parse({"--fused-kernels", "false"}).fused_kernels);
+  EXPECT_TRUE(parse({"--fused-kernels", "true"}).fused_kernels);
+  EXPECT_NE(error_of({"--fused-kernels", "sometimes"}).find("fused-kernels"), std::string::npos);
 }
 
 TEST(Options, ParsesRunAndKwargsOptions) {
