@@ -99,11 +99,21 @@ struct SoftmaxRunning {
   float sum;
 };
 
+// a * b rounded on its own: never fused into a neighbouring add, so that
+// softmax_merge(a, b) and softmax_merge(b, a) agree to the bit.
+ACCEL_HOST_DEVICE inline float product(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+
 ACCEL_HOST_DEVICE inline SoftmaxRunning softmax_merge(SoftmaxRunning a, SoftmaxRunning b) {
   if (a.sum == 0.0f) return b;
   if (b.sum == 0.0f) return a;
   const float m = a.max > b.max ? a.max : b.max;
-  return {m, a.sum * exp_of(a.max - m) + b.sum * exp_of(b.max - m)};
+  return {m, product(a.sum, exp_of(a.max - m)) + product(b.sum, exp_of(b.max - m))};
 }
 
 // One more logit, with one exp.
