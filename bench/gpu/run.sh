@@ -12,7 +12,8 @@
 #   make build && bench/gpu/bundle.sh          (writes .gpu-bundle/, ignored by git)
 # then on the GPU machine, from a checkout holding .gpu-bundle/:
 #   bench/gpu/run.sh [BUNDLE_DIR] [OUT_DIR]
-# About five minutes on one H100. Every run has its own time limit; one
+# About five minutes on one H100 before the unfused runs were added (not yet
+# timed with them). Every run has its own time limit; one
 # that fails leaves its row saying so and the rest go on. Raw metrics, logs
 # and the profile summary stay in OUT_DIR (default $OUT, else a temp dir).
 # STEPS (default 25, of which 5 warm up) shortens or lengthens every run.
