@@ -11,7 +11,8 @@
 // value, an output file rank 0 cannot open, a plugin that cannot be
 // loaded, ranks started with different settings), 3 the loss diverged
 // (non-finite on every rank past --nonfinite-loss-skips: resuming repeats
-// it), 75 stopped by SIGTERM or SIGUSR1 after a checkpoint (resume it:
+// it), 4 a run failed before its first step on every rank (a missing or
+// damaged file: rerunning repeats it; util/agreed_error.h), 75 stopped by SIGTERM or SIGUSR1 after a checkpoint (resume it:
 // train/stop_request.h). Every error is one line: LibTorch's backtraces are cut off.
 // An AgreedError was raised by every rank at once, so each exits normally
 // with its code (only rank 0 prints it, unless each printed its own). Any
@@ -24,6 +25,7 @@
 
 #include <cstdint>
 #include <exception>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,6 +39,7 @@
 #include "host/comm/launcher_env.h"
 #include "host/comm/mpi_session.h"
 #include "host/plugin/plugin_error.h"
+#include "host/train/stop_request.h"
 #include "host/util/agreed_error.h"
 #include "host/util/log.h"
 
@@ -66,6 +69,13 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
+  // A training run records SIGTERM and SIGUSR1 from its first moment, not
+  // only once its loop runs: a job asked to stop during start-up (model
+  // creation, --init-from, resume) stops after its first step with exit 75,
+  // instead of dying of the signal (train/stop_request.h).
+  const bool training_run = args.empty() || (!args.front().empty() && args.front()[0] == '-');
+  std::optional<accel::train::StopRequestScope> stop_signals;
+  if (training_run) stop_signals.emplace();
   // Read before MPI_Init, which may add to the environment.
   const accel::comm::LauncherEnv launcher = accel::comm::LauncherEnv::from_environment();
   if (const auto problem = launcher.problem_before_init()) {
@@ -76,6 +86,7 @@ int main(int argc, char** argv) {
   accel::comm::MpiSession mpi(&argc, &argv);
   int code = 0;
   bool agreed = false;
+  bool training_started = false;
   try {
     if (const auto problem = launcher.problem_after_init(mpi.world_size())) throw accel::cli::UsageError(*problem);
     if (!args.empty() && args.front() == "check-plugin") {
@@ -90,7 +101,7 @@ int main(int argc, char** argv) {
       throw accel::cli::UsageError("unknown command '" + args.front() + "' (commands: " +
                                    accel::cli::kSubcommands + "; a run takes --options only)");
     } else {
-      code = accel::app::run_accel(args, mpi);
+      code = accel::app::run_accel(args, mpi, &training_started);
     }
   } catch (const accel::AgreedError& e) {
     if (mpi.rank() == 0 && !e.logged) accel::log::error(e.what());
@@ -109,5 +120,8 @@ int main(int argc, char** argv) {
   if (code != 0 && mpi.world_size() > 1 && !agreed && !mpi.every_rank_is_failing(kWaitForOtherFailuresMs)) {
     mpi.abort_job(code);
   }
+  // Here every rank failed (or the only one did): before the first step,
+  // that is no accident a rerun would avoid.
+  if (code == 1 && training_run && !training_started) code = accel::kExitFailedAtStartup;
   return code;
 }

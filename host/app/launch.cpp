@@ -67,7 +67,10 @@ LaunchOptions parse_launch_options(const std::vector<std::string>& args) {
       ("max_restarts", po::value(&max_restarts),
        "restart the job up to K times when it fails, from the newest checkpoint under its --save (supervise.h)")
       ("min_ranks", po::value(&min_ranks),
-       "with --max_restarts: restart at the ranks still available (the hostfile's slots, read again), not below M");
+       "with --max_restarts: restart at the ranks still available (the hostfile's slots, read again), not below M")
+      ("restart_backoff", po::value(&o.supervisor.backoff_s),
+       "with --max_restarts: seconds before the first restart, doubled for each failure in a row (at most 60; "
+       "default 1)");
   po::variables_map vm;
   try {
     const po::parsed_options parsed = po::command_line_parser(own).options(d).run();
@@ -99,6 +102,9 @@ LaunchOptions parse_launch_options(const std::vector<std::string>& args) {
     throw UsageError("--min_ranks must be from 1 to 1048576");
   }
   if (vm.count("min_ranks") && max_restarts == 0) throw UsageError("--min_ranks needs --max_restarts");
+  if (!(o.supervisor.backoff_s >= 0.0 && o.supervisor.backoff_s <= 60.0)) {
+    throw UsageError("--restart_backoff must be from 0 to 60 seconds");
+  }
   o.supervisor.max_restarts = max_restarts;
   o.supervisor.min_ranks = min_ranks;
   return o;

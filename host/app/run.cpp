@@ -23,6 +23,7 @@
 #include "host/checkpoint/atomic_dir.h"
 #include "host/checkpoint/hf_checkpoint.h"
 #include "host/checkpoint/node_copies.h"
+#include "host/checkpoint/snapshot_root.h"
 #include "host/cli/options.h"
 #include "host/comm/cuda_backend.h"
 #include "host/comm/process_group.h"
@@ -174,9 +175,41 @@ void resolve_snapshot_dir(RunConfig& config) {
   uint64_t hash = 14695981039346656037ull;  // FNV-1a: the same on every rank and every build
   for (const unsigned char c : save) hash = (hash ^ c) * 1099511628211ull;
   config.snapshot_dir = strformat("/dev/shm/accel-snapshots/%016llx", static_cast<unsigned long long>(hash));
-  if (std::filesystem::equivalent(config.snapshot_dir, config.save_dir, error)) {
-    throw UsageError("--snapshot-dir is the --save directory; snapshots need a root of their own");
+}
+
+// A snapshot root is checked against --save before anything is created in
+// it (checkpoint/snapshot_root.h), then each node's lowest rank claims its
+// node's root for this job: the claim lives as long as the job, and every
+// rank stops together when any node's root is refused.
+std::optional<checkpoint::SnapshotRootClaim> claim_snapshot_root(const RunConfig& config,
+                                                                 const comm::MpiSession& mpi) {
+  if (const std::optional<std::string> conflict =
+          checkpoint::snapshot_root_conflict(config.snapshot_dir, config.save_dir)) {
+    throw UsageError("--snapshot-dir " + config.snapshot_dir + ": " + *conflict);
   }
+  check_snapshot_root_is_per_node(config.snapshot_dir, mpi);
+  std::string run_id, error;
+  if (mpi.rank() == 0) {
+    try {
+      run_id = checkpoint::job_run_id(config.save_dir);
+    } catch (const std::exception& e) {
+      error = std::string("--save: cannot record the job's run id: ") + e.what();
+    }
+  }
+  if (!mpi.all_succeeded(error.empty())) throw UsageError(error.empty() ? "--save: refused on rank 0" : error);
+  run_id = mpi.broadcast_from_root(run_id);
+  std::optional<checkpoint::SnapshotRootClaim> claim;
+  if (checkpoint::is_node_leader(*mpi.world_nodes(), mpi.rank())) {
+    try {
+      claim.emplace(checkpoint::SnapshotRootClaim::claim(config.snapshot_dir, config.save_dir, run_id));
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  if (!mpi.all_succeeded(error.empty())) {
+    throw UsageError(error.empty() ? "--snapshot-dir " + config.snapshot_dir + " is refused on another node" : error);
+  }
+  return claim;
 }
 
 // The step of the newest committed checkpoint under `root` by its name
@@ -185,6 +218,7 @@ int64_t newest_committed_step(const std::string& root) {
   int64_t newest = -1;
   std::error_code error;
   for (const auto& entry : std::filesystem::directory_iterator(root, error)) {
+    if (entry.is_symlink(error) || !entry.is_directory(error)) continue;  // never a committed checkpoint
     if (const std::optional<uint64_t> step = checkpoint::checkpoint_step(entry.path().filename().string())) {
       newest = std::max(newest, static_cast<int64_t>(*step));
     }
@@ -327,7 +361,7 @@ std::string out_of_memory(const model::GptConfig& shape, const RunConfig& config
 
 }  // namespace
 
-int run_accel(const std::vector<std::string>& args, const comm::MpiSession& mpi) {
+int run_accel(const std::vector<std::string>& args, const comm::MpiSession& mpi, bool* training_started) {
   accel::log::init(mpi.rank(), accel::log::Level::info);
   const accel::cli::PluginRequest request = accel::cli::scan_plugin_request(args);
   const auto dirs = accel::plugin::plugin_search_dirs(request.plugin_paths, std::getenv("ACCEL_PLUGIN_PATH"),
@@ -377,7 +411,9 @@ int run_accel(const std::vector<std::string>& args, const comm::MpiSession& mpi)
   // its size is known once the plans resolve (Trainer checks it then).
   accel::cli::validate_for_world(config, has_model_parallel_plugin(registry) ? 1 : mpi.world_size());
   resolve_snapshot_dir(config);
-  if (mpi.all_succeeded(config.snapshot_every > 0)) check_snapshot_root_is_per_node(config.snapshot_dir, mpi);
+  // Held until the process ends: a second job on the same root is refused.
+  const std::optional<checkpoint::SnapshotRootClaim> snapshot_root =
+      mpi.all_succeeded(config.snapshot_every > 0) ? claim_snapshot_root(config, mpi) : std::nullopt;
   resolve_resume_auto(config, mpi);
   take_shape_from_init_checkpoint(config);
   const accel::model::GptConfig shape = checked_model_shape(config, registry, mpi);
@@ -411,7 +447,10 @@ int run_accel(const std::vector<std::string>& args, const comm::MpiSession& mpi)
       trainer.start_from_weights(checkpoint::read_hf_weights(dir, shape));
       accel::log::info("initial weights from " + dir.string());
     }
-    if (trainer.run() == accel::train::RunEnd::stopped_by_signal) return accel::train::kExitStoppedToResume;
+    const auto started = [training_started] {
+      if (training_started) *training_started = true;
+    };
+    if (trainer.run(started) == accel::train::RunEnd::stopped_by_signal) return accel::train::kExitStoppedToResume;
   } catch (const std::bad_alloc&) {
     throw std::runtime_error(out_of_memory(shape, config, "std::bad_alloc"));
   } catch (const c10::Error& e) {

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <stdexcept>
+#include <ctime>
 
 #include "host/util/log.h"
 #include "host/util/strformat.h"
@@ -37,8 +38,23 @@ void forward_to_child(int signal) {
 constexpr int kForwarded[] = {SIGTERM, SIGINT, SIGUSR1, SIGHUP};
 constexpr int kStoppedBySignal = 75;  // the ranks' exit after a signal's checkpoint
 constexpr int kUsageError = 2;
-constexpr int kDiverged = 3;  // kExitDiverged (util/agreed_error.h)
+constexpr int kDiverged = 3;        // kExitDiverged (util/agreed_error.h)
+constexpr int kFailedAtStartup = 4;  // kExitFailedAtStartup (util/agreed_error.h)
 constexpr int kCannotRun = 127;
+// An attempt that ran this long failed afresh: the backoff starts over.
+constexpr double kBackoffResetAfterS = 600.0;
+constexpr double kMaxBackoffS = 60.0;
+
+// Sleeps `seconds`, waking early when a stop signal arrives.
+void sleep_unless_stopped(double seconds) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (g_stop_signal == 0 && std::chrono::steady_clock::now() < until) {
+    const double left = std::chrono::duration<double>(until - std::chrono::steady_clock::now()).count();
+    const double nap = std::clamp(left, 0.0, 0.05);
+    struct timespec ts{static_cast<time_t>(nap), static_cast<long>((nap - static_cast<double>(static_cast<time_t>(nap))) * 1e9)};
+    ::nanosleep(&ts, nullptr);  // a signal cuts it short
+  }
+}
 
 // Installs forward_to_child for the forwarded signals for its lifetime.
 class ForwardSignals {
@@ -87,6 +103,12 @@ int run_to_exit(const std::vector<std::string>& command) {
 
 }  // namespace
 
+double restart_delay_s(double backoff_s, int64_t consecutive_failures) {
+  if (backoff_s <= 0.0 || consecutive_failures < 1) return 0.0;
+  const int64_t doublings = std::min<int64_t>(consecutive_failures - 1, 30);
+  return std::min(kMaxBackoffS, backoff_s * static_cast<double>(int64_t{1} << doublings));
+}
+
 std::string shell_words(const std::vector<std::string>& command) {
   std::string line;
   for (const std::string& word : command) {
@@ -121,6 +143,7 @@ int supervise(const SupervisorPolicy& policy, int64_t ranks, const LaunchCommand
   const ForwardSignals forwarding;
   g_stop_signal = 0;
   int64_t world = ranks;
+  int64_t consecutive_failures = 0;
   for (int64_t attempt = 0;; ++attempt) {
     if (g_stop_signal != 0) return kStoppedBySignal;  // asked to stop between two attempts
     const std::vector<std::string> command = command_for(world, attempt);
@@ -146,6 +169,11 @@ int supervise(const SupervisorPolicy& policy, int64_t ranks, const LaunchCommand
                  "none follows");
       return code;
     }
+    if (code == kFailedAtStartup) {
+      log::error("accel-host launch: the job failed on every rank before its first step (its line above says why); "
+                 "a restart would fail the same way, so none follows");
+      return code;
+    }
     if (attempt >= policy.max_restarts) {
       log::error(strformat("accel-host launch: the job failed (exit %d) after %.0f s; all %lld restart(s) used", code,
                            seconds, static_cast<long long>(policy.max_restarts)));
@@ -162,9 +190,12 @@ int supervise(const SupervisorPolicy& policy, int64_t ranks, const LaunchCommand
       }
       world = now;
     }
-    log::warn(strformat("accel-host launch: the job failed (exit %d) after %.0f s; restarting at %lld rank(s) from "
-                        "the newest checkpoint under %s",
-                        code, seconds, static_cast<long long>(world), policy.save_dir.c_str()));
+    consecutive_failures = seconds >= kBackoffResetAfterS ? 1 : consecutive_failures + 1;
+    const double delay = restart_delay_s(policy.backoff_s, consecutive_failures);
+    log::warn(strformat("accel-host launch: the job failed (exit %d) after %.0f s; restarting in %.0f s at %lld "
+                        "rank(s) from the newest checkpoint under %s",
+                        code, seconds, delay, static_cast<long long>(world), policy.save_dir.c_str()));
+    sleep_unless_stopped(delay);
   }
 }
 

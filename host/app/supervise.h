@@ -10,8 +10,14 @@
 //   2            a usage error, which a restart would only repeat: exit 2;
 //   3            the loss diverged (non-finite on every rank), which resuming
 //                the same checkpoint repeats exactly: exit 3;
+//   4            every rank failed before its first step (a missing weight
+//                file, a checkpoint that cannot be resumed), which a rerun
+//                repeats: exit 4;
 //   anything     else (a rank died, a collective timed out, a node went
-//                away): start it again with `--resume auto`, up to K times.
+//                away): start it again with `--resume auto`, up to K times,
+//                after a delay that doubles with each failure in a row
+//                (--restart_backoff S, S, 2S, 4S ... at most a minute; an
+//                attempt that ran ten minutes starts the count over).
 // A signal the supervisor receives goes to the launcher, and no restart
 // follows: SIGTERM as SIGUSR1 (mpirun and srun pass SIGUSR1 to every rank,
 // which saves and exits 75; mpirun kills the ranks on SIGTERM), SIGUSR1,
@@ -38,7 +44,13 @@ struct SupervisorPolicy {
   int64_t max_restarts = 0;  // 0: no supervision (launch execs the launcher)
   int64_t min_ranks = 0;     // 0: every restart uses the first world size
   std::string save_dir;      // the job's --save (where restarts resume from)
+  double backoff_s = 1.0;    // the delay before the first restart of a run of failures
 };
+
+// The delay before a restart after `consecutive_failures` (>= 1) failed
+// attempts in a row: backoff_s doubled each time, at most 60 s; 0 when
+// backoff_s is 0.
+double restart_delay_s(double backoff_s, int64_t consecutive_failures);
 
 // The launcher's command for a world of `ranks`, attempt `attempt` (0: the
 // first start). Throws cli::UsageError when it cannot be built.

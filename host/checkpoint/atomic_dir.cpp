@@ -246,7 +246,7 @@ std::optional<uint64_t> checkpoint_step(std::string_view dir_name, std::string_v
 }
 
 std::optional<fs::path> find_newest_complete(const fs::path& root, std::string_view prefix,
-                                             std::vector<std::string>* skipped) {
+                                             std::vector<std::string>* skipped, const CheckpointCheck& check) {
   std::error_code ec;
   if (!fs::exists(root, ec)) return std::nullopt;
   std::vector<std::pair<uint64_t, std::string>> candidates;
@@ -254,6 +254,12 @@ std::optional<fs::path> find_newest_complete(const fs::path& root, std::string_v
   if (ec) fail_ec(root, "list", ec);
   for (; it != fs::directory_iterator(); it.increment(ec)) {
     const std::string name = it->path().filename().string();
+    if (it->is_symlink(ec)) {
+      if (skipped != nullptr && checkpoint_step(name, prefix)) {
+        skipped->push_back(name + ": a symbolic link, not a checkpoint directory (ignored)");
+      }
+      continue;
+    }
     if (!it->is_directory(ec)) continue;
     if (const auto step = checkpoint_step(name, prefix)) {
       candidates.emplace_back(*step, name);
@@ -265,7 +271,11 @@ std::optional<fs::path> find_newest_complete(const fs::path& root, std::string_v
   std::sort(candidates.begin(), candidates.end(), std::greater<>());
   for (const auto& [step, name] : candidates) {
     std::string why;
-    if (verify_manifest(root / name, &why)) return root / name;
+    if (verify_manifest(root / name, &why)) {
+      const std::optional<std::string> refused = check ? check(root / name, step) : std::nullopt;
+      if (!refused) return root / name;
+      why = *refused;
+    }
     if (skipped != nullptr) skipped->push_back(name + ": " + why);
   }
   return std::nullopt;
@@ -395,7 +405,13 @@ void PendingCheckpointDir::publish() {
   if (!fs::exists(pending_dir_ / kManifestFileName, ec)) {
     fail(pending_dir_, "publish() before write_manifest()");
   }
-  if (!fs::exists(fs::symlink_status(final_dir_, ec))) {
+  const fs::file_status existing = fs::symlink_status(final_dir_, ec);
+  // Replaced only when it is a checkpoint Accel committed (the same step
+  // saved again after resuming from an older one): nothing else is deleted.
+  if (fs::is_directory(existing) && !fs::exists(fs::symlink_status(final_dir_ / kManifestFileName, ec))) {
+    fail(final_dir_, "exists and is not a checkpoint Accel committed (no manifest.json); not replaced");
+  }
+  if (!fs::exists(existing)) {
     if (::rename(pending_dir_.c_str(), final_dir_.c_str()) != 0) {
       fail_errno(final_dir_, "rename from " + pending_dir_.string(), errno);
     }

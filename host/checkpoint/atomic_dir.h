@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -89,16 +90,21 @@ bool verify_manifest(const std::filesystem::path& dir, std::string* why = nullpt
 std::optional<uint64_t> checkpoint_step(std::string_view dir_name,
                                         std::string_view prefix = "step_");
 
+// A further check of a candidate whose manifest verified (its directory
+// and the step its name gives): why it is not what its name says, or nothing.
+using CheckpointCheck = std::function<std::optional<std::string>(const std::filesystem::path&, uint64_t)>;
+
 // The committed checkpoint directory under `root` with the highest step whose
-// manifest verifies; nullopt if there is none (or `root` does not exist).
-// `.tmp` directories are never candidates. Candidates are verified newest
-// first, and verification stops at the first good one. If `skipped` is
-// given, it receives one line per directory passed over and why
-// ("step_300: crc32 mismatch for ..."). Logs nothing; throws
-// CheckpointError only if `root` exists but cannot be listed.
+// manifest verifies (and that `check` accepts, when given); nullopt if there
+// is none (or `root` does not exist). `.tmp` directories and symbolic links
+// are never candidates: a name is trusted only for a directory Accel
+// committed there. Candidates are verified newest first, and verification
+// stops at the first good one. If `skipped` is given, it receives one line
+// per directory passed over and why ("step_300: crc32 mismatch for ...").
+// Logs nothing; throws CheckpointError only if `root` exists but cannot be listed.
 std::optional<std::filesystem::path> find_newest_complete(
     const std::filesystem::path& root, std::string_view prefix = "step_",
-    std::vector<std::string>* skipped = nullptr);
+    std::vector<std::string>* skipped = nullptr, const CheckpointCheck& check = nullptr);
 
 // A checkpoint directory being written: `root/<name>.tmp/` until finalize()
 // (or commit()) publishes it as `root/<name>/`. The destructor does nothing:

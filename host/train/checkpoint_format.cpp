@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "host/checkpoint/atomic_dir.h"
+#include "host/util/strformat.h"
 #include "host/checkpoint/safetensors.h"
 #include "host/comm/string_exchange.h"
 #include "host/runtime/service_support.h"
@@ -404,15 +405,41 @@ fs::path save_trainer_checkpoint(const fs::path& root, const model::GptModel& mo
 // Resuming
 // ---------------------------------------------------------------------------
 
+namespace {
+
+// resolve_resume_dir's check of a candidate: the step its trainer state
+// holds is the step its name gives (a step_8 holding step 4 would rewind
+// the run silently).
+std::optional<std::string> step_differs_from_name(const fs::path& dir, uint64_t named_step) {
+  try {
+    const int64_t step = read_trainer_state(dir).step;
+    if (static_cast<uint64_t>(step) == named_step) return std::nullopt;
+    return strformat("its trainer_state.json is of step %lld, not the step its name says (copied or renamed by "
+                     "hand? ignored)",
+                     static_cast<long long>(step));
+  } catch (const CheckpointError& e) {
+    return e.what();
+  }
+}
+
+}  // namespace
+
 fs::path resolve_resume_dir(const fs::path& dir, std::vector<std::string>* skipped) {
   if (!fs::is_directory(dir)) throw CheckpointError("--resume: '" + dir.string() + "' is not a directory");
   if (fs::exists(dir / kManifestFileName)) {
     std::string why;
     if (!verify_manifest(dir, &why)) throw CheckpointError("--resume: '" + dir.string() + "' is damaged: " + why);
+    // A step directory named by hand: its name must say what it holds.
+    const std::optional<uint64_t> named = checkpoint_step(fs::absolute(dir).lexically_normal().filename().string());
+    if (named) {
+      if (const std::optional<std::string> differs = step_differs_from_name(dir, *named)) {
+        throw CheckpointError("--resume: '" + dir.string() + "': " + *differs);
+      }
+    }
     return dir;
   }
   std::vector<std::string> passed_over;
-  if (auto newest = find_newest_complete(dir, "step_", &passed_over)) {
+  if (auto newest = find_newest_complete(dir, "step_", &passed_over, step_differs_from_name)) {
     if (skipped != nullptr) *skipped = std::move(passed_over);
     return *newest;
   }

@@ -583,7 +583,7 @@ void Trainer::setup_plugins() {
   if (resuming) load_plugin_state();
 }
 
-RunEnd Trainer::run() {
+RunEnd Trainer::run(const std::function<void()>& started) {
   plan_plugins();
   if (!config_.resume.empty()) resume_from(config_.resume);
   setup_plugins();
@@ -609,7 +609,9 @@ RunEnd Trainer::run() {
   // (a resumed run estimates from its own pace).
   const auto loop_start = std::chrono::steady_clock::now();
   const int64_t first_step = completed_steps_;
-  const StopRequestScope stop_signals;
+  // Stop signals are recorded from the process's start (main.cpp): one that
+  // came during start-up stops the run after its first step.
+  if (started) started();
   while (completed_steps_ < config_.steps) {
     const auto start = std::chrono::steady_clock::now();
     if (context_ && context_->memory) context_->memory->reset_peak();
@@ -718,7 +720,8 @@ RunEnd Trainer::run() {
     if (!stopping && !config_.save_dir.empty() && config_.save_every > 0 && completed_steps_ % config_.save_every == 0 &&
         !last) {
       save_checkpoint(/*periodic=*/true, &m);
-    } else if (!stopping && config_.snapshot_every > 0 && completed_steps_ % config_.snapshot_every == 0 && !last) {
+    } else if (!stopping && config_.snapshot_every > 0 && !snapshots_suspended_ &&
+               completed_steps_ % config_.snapshot_every == 0 && !last) {
       save_checkpoint(/*periodic=*/true, &m, /*snapshot=*/true);
     }
     metrics_->write(m);

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <functional>
 #include <memory>
 #include <optional>
 
@@ -66,8 +67,10 @@ class Trainer final : public runtime::ModelRunner {
   // Restores from --resume (if given), then trains steps [start, --steps).
   // A stop signal ends it early after a step (every rank after the same
   // one): the checkpoint is written under --save and run() returns
-  // RunEnd::stopped_by_signal.
-  RunEnd run();
+  // RunEnd::stopped_by_signal. `started`, when given, is called once
+  // start-up (plans, resume, the plugins' setup) is done, before the first
+  // step: a failure before it would repeat on a rerun (app/supervise.h).
+  RunEnd run(const std::function<void()>& started = nullptr);
 
   // --init-from: every parameter starts from `weights` (host names and
   // layouts, model/param_init.h) instead of the seed. Before run(); throws
@@ -124,6 +127,9 @@ class Trainer final : public runtime::ModelRunner {
   // Whether this rank prunes its node's snapshot root (the lowest rank of
   // the node: the root is each node's own).
   bool prunes_snapshots() const;
+  // A snapshot failed on every rank (say its root is full): no more
+  // snapshots this run, and its partial directory is removed.
+  void suspend_snapshots(const std::string& why);
   static int64_t completed_step_of(const std::filesystem::path& checkpoint);
   // After the step a stop signal ended: the checkpoint (under --save) and
   // the line that says how to go on.
@@ -295,6 +301,7 @@ class Trainer final : public runtime::ModelRunner {
   // run waits here for its write (uncommitted) before anything else goes.
   AsyncCheckpointWriter async_save_;
   bool async_save_is_snapshot_ = false;  // the save in flight goes to --snapshot-dir
+  bool snapshots_suspended_ = false;     // a snapshot failed: --snapshot-every is off for this run
   // This step's wait for the save in flight to copy the plugins' lent
   // state (wait_for_staging), for its metrics line.
   std::optional<double> staging_wait_ms_;

@@ -9,6 +9,7 @@
 
 #include "host/checkpoint/atomic_dir.h"
 #include "host/checkpoint/node_copies.h"
+#include "host/checkpoint/snapshot_root.h"
 #include "host/train/checkpoint_format.h"
 #include "host/comm/process_group.h"
 #include "host/plugin/hook_dispatch.h"
@@ -85,14 +86,24 @@ void Trainer::wait_for_staging() {
 
 void Trainer::commit_async_save(StepMetrics* metrics) {
   const runtime::TraceRange range(context_, "checkpoint.commit", "checkpoint");
-  const std::filesystem::path path = async_save_.commit();
+  const bool snapshot = async_save_is_snapshot_;
+  std::filesystem::path path;
+  try {
+    path = async_save_.commit();
+  } catch (const checkpoint::CheckpointError& e) {
+    // Every rank holds the same verdict (the commit is agreed). A snapshot
+    // that does not fit (Docker's 64 MiB /dev/shm) must not end a run
+    // that its checkpoints on disk still protect.
+    if (!snapshot) throw;
+    suspend_snapshots(e.what());
+    return;
+  }
   if (metrics) {
     metrics->ckpt_write_ms = async_save_.last_write_ms();
     if (const std::optional<int64_t> step = checkpoint::checkpoint_step(path.filename().string())) {
       metrics->ckpt_committed_step = static_cast<int64_t>(*step);
     }
   }
-  const bool snapshot = async_save_is_snapshot_;
   if (rank_ == 0) {
     log::info(strformat("saved %s %s (written in the background in %.0f ms)", snapshot ? "snapshot" : "checkpoint",
                         path.c_str(), async_save_.last_write_ms()));
@@ -113,10 +124,30 @@ void Trainer::drop_snapshots_before(int64_t step) const {
   std::error_code error;
   for (const auto& entry : std::filesystem::directory_iterator(config_.snapshot_dir, error)) {
     const std::string name = entry.path().filename().string();
-    if (name.rfind("step_", 0) != 0) continue;
+    // Only directories Accel wrote (the root was checked at start: nothing else is there).
+    if (name.rfind("step_", 0) != 0 || !entry.is_directory(error) || entry.is_symlink(error)) continue;
     // step_N and step_N.tmp alike: a .tmp left by an interrupted save.
     const std::optional<uint64_t> n = checkpoint::checkpoint_step(name.substr(0, name.find('.')));
     if (n && static_cast<int64_t>(*n) < step) std::filesystem::remove_all(entry.path(), error);
+  }
+}
+
+void Trainer::suspend_snapshots(const std::string& why) {
+  snapshots_suspended_ = true;
+  if (rank_ == 0) {
+    log::warn(strformat("step %lld: the snapshot in %s failed (%s); snapshots are suspended for the rest of this "
+                        "run, checkpoints under --save go on",
+                        static_cast<long long>(completed_steps_), config_.snapshot_dir.c_str(), why.c_str()));
+  }
+  if (!prunes_snapshots()) return;
+  // Its half-written step_N.tmp holds memory the run needs.
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(config_.snapshot_dir, error)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("step_", 0) == 0 && name.ends_with(checkpoint::kPendingSuffix) && entry.is_directory(error) &&
+        !entry.is_symlink(error)) {
+      std::filesystem::remove_all(entry.path(), error);
+    }
   }
 }
 
@@ -129,9 +160,8 @@ bool Trainer::prunes_snapshots() const {
 
 void Trainer::remove_snapshots() const {
   if (config_.snapshot_every == 0 || !prunes_snapshots()) return;
-  std::error_code error;
-  std::filesystem::remove_all(config_.snapshot_dir, error);
-  if (error) log::warn("could not remove the snapshots in " + config_.snapshot_dir + ": " + error.message());
+  // What Accel wrote there, never the root's other contents (checkpoint/snapshot_root.h).
+  if (const std::optional<std::string> left = checkpoint::remove_snapshot_root(config_.snapshot_dir)) log::warn(*left);
 }
 
 void Trainer::save_checkpoint(bool periodic, StepMetrics* metrics, bool snapshot) {

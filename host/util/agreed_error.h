@@ -18,6 +18,14 @@ namespace accel {
 // does not restart it (host/app/supervise.h).
 constexpr int kExitDiverged = 3;
 
+// The exit code of a run that failed before its first step on every rank
+// (a weight file that is missing, a checkpoint that cannot be resumed, a
+// plugin's setup that fails): nothing random went wrong, so running the
+// same command again fails the same way, and a supervisor does not restart
+// it. A failure once training runs (a rank died, a collective timed out)
+// exits 1, which a restart may cure.
+constexpr int kExitFailedAtStartup = 4;
+
 struct AgreedError : std::runtime_error {
   AgreedError(int code, const std::string& message, bool logged_on_every_rank = false)
       : std::runtime_error(message), exit_code(code), logged(logged_on_every_rank) {}
