@@ -221,7 +221,7 @@ class LlamaBadInput(TempDirMixin, unittest.TestCase):
 
     def refused(self, *mentions):
         proc = run_host("--init-from", "hf:" + self.hf_dir, "--steps", 1, check=False, timeout=120)
-        self.assertEqual(proc.returncode, 1, proc.stderr)
+        self.assertEqual(proc.returncode, 4, proc.stderr)  # refused before the first step
         lines = error_lines(proc.stderr)
         self.assertEqual(len(lines), 1, proc.stderr)
         for word in mentions:

@@ -216,7 +216,7 @@ class MixtralFromTransformers(TempDirMixin, unittest.TestCase):
                 bad = self.path("bad" + list(overrides)[0])
                 random_mixtral(family=family, **overrides).save_pretrained(bad, safe_serialization=True)
                 proc = run_host("--init-from", "hf:" + bad, "--steps", 1, check=False)
-                self.assertEqual(proc.returncode, 1, proc.stderr)  # as every unreadable checkpoint
+                self.assertEqual(proc.returncode, 4, proc.stderr)  # as every unreadable checkpoint: before the first step
                 [line] = error_lines(proc.stderr)
                 self.assertIn(message, line)
 

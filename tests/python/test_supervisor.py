@@ -228,6 +228,66 @@ class Supervisor(TempDirMixin, unittest.TestCase):
             self.assertNotIn("restart 1 of", out)
             self.assertNotIn("MPI_ABORT", err)
 
+    def test_a_failure_every_rank_meets_before_its_first_step_is_not_restarted(self):
+        # A weight file that is missing (config.json alone): every rank fails
+        # at start-up, exit 4, and a restart would fail the same way.
+        hf = self.path("hf")
+        os.makedirs(hf)
+        with open(os.path.join(hf, "config.json"), "w") as f:
+            f.write('{"model_type": "gpt2", "n_layer": 2, "n_head": 4, "n_embd": 64, "n_positions": 64, '
+                    '"vocab_size": 256, "architectures": ["GPT2LMHeadModel"]}')
+        proc = self.start("--num_processes", 2, "--max_restarts", 3, "--", "--init-from", "hf:" + hf, "--steps", 4,
+                          "--batch-size", 8, "--save", self.path("save"))
+        out, err = proc.communicate(timeout=120 * TIMEOUT_SCALE)
+        self.assertEqual(proc.returncode, 4, out + err)
+        self.assertNotIn("restart 1 of", out)
+        self.assertIn("a restart would fail the same way", err)
+        self.assertNotIn("MPI_ABORT", err)
+
+    def test_restarts_back_off(self):
+        # A rank killed twice in a row: the second restart waits twice as long.
+        root, metrics = self.path("save"), self.path("m.jsonl")
+        proc = self.start("--num_processes", 2, "--max_restarts", 3, "--restart_backoff", 0.5, "--", *TINY,
+                          "--batch-size", 8, "--steps", 100000, "--save", root, "--save-every", EVERY,
+                          "--metrics-file", metrics)
+        try:
+            for lines in (2, 2 + 4):
+                self.wait_for_lines(proc, metrics, lines)
+                self.kill_a_rank(proc)
+                # The next leg's launcher appears only after the delay.
+                deadline = time.monotonic() + 60 * TIMEOUT_SCALE
+                while complete_lines(metrics) < lines + 2 and time.monotonic() < deadline:
+                    time.sleep(0.05)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            out, err = proc.communicate(timeout=120 * TIMEOUT_SCALE)
+        self.assertIn("restarting in 0 s", err)  # 0.5 s, printed whole
+        self.assertIn("restarting in 1 s", err)
+        self.assertEqual(proc.returncode, 75, out + err)
+
+    def test_a_signal_during_start_up_stops_the_job_for_a_requeue(self):
+        # SIGTERM while the ranks are still starting (here: creating a
+        # model that takes a while): they record it from their first moment
+        # and stop after one step with their checkpoint, exit 75, instead of
+        # dying of the SIGUSR1 the supervisor passes on (exit 138).
+        root = self.path("save")
+        proc = subprocess.Popen([ACCEL_HOST, "launch", "--num_processes", "2", "--max_restarts", "2", "--",
+                                 "--model", "gpt-small", "--batch-size", "2", "--seq-len", "64", "--steps", "100",
+                                 "--threads", "1", "--save", root, "--log-level", "info"],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=self.env)
+        # Past the ranks' first log line (they run main), before any step.
+        seen = ""
+        while "plugin ddp" not in seen:
+            line = proc.stdout.readline()
+            self.assertTrue(line, "the job ended before it started: " + seen)
+            seen += line
+        self.assertNotIn("step     1", seen)
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=300 * TIMEOUT_SCALE)
+        self.assertEqual(proc.returncode, 75, seen + out)
+        self.assertNotIn("restart 1 of", out)
+        self.assertIn("step_1", os.listdir(root))
+
     def test_usage_errors_are_one_line(self):
         for args, message in [
             (["--max_restarts", 1, "--", *TINY, "--steps", 2], "--max_restarts needs the job's --save DIR"),
@@ -235,6 +295,8 @@ class Supervisor(TempDirMixin, unittest.TestCase):
             (["--num_processes", 2, "--max-restarts", 1, "--min-ranks", 3, "--", "--save", "x"],
              "--min_ranks 3 is more than the job's 2 ranks"),
             (["--max_restarts", -1, "--", "--save", "x"], "--max_restarts must be from 0 to 10000"),
+            (["--max_restarts", 1, "--restart_backoff", -1, "--", "--save", "x"],
+             "--restart_backoff must be from 0 to 60 seconds"),
         ]:
             proc = subprocess.run([ACCEL_HOST, "launch", *map(str, args)], capture_output=True, text=True,
                                   env=self.env, timeout=60)
