@@ -192,9 +192,9 @@ int supervise(const SupervisorPolicy& policy, int64_t ranks, const LaunchCommand
     }
     consecutive_failures = seconds >= kBackoffResetAfterS ? 1 : consecutive_failures + 1;
     const double delay = restart_delay_s(policy.backoff_s, consecutive_failures);
-    log::warn(strformat("accel-host launch: the job failed (exit %d) after %.0f s; restarting in %.0f s at %lld "
-                        "rank(s) from the newest checkpoint under %s",
-                        code, seconds, delay, static_cast<long long>(world), policy.save_dir.c_str()));
+    log::warn(strformat("accel-host launch: the job failed (exit %d) after %.0f s; restarting at %lld rank(s) in "
+                        "%.1f s from the newest checkpoint under %s",
+                        code, seconds, static_cast<long long>(world), delay, policy.save_dir.c_str()));
     sleep_unless_stopped(delay);
   }
 }

@@ -152,17 +152,18 @@ class TakeOver(TempDirMixin, unittest.TestCase):
         self.assertLess(plugin[-1]["loss"], plugin[0]["loss"])
 
     def test_exceptions_are_contained_by_the_sdk(self):
-        for hook in ("create", "step_begin"):
+        # Before the first step, a failure that a rerun repeats (exit 4); in a step, 1.
+        for hook, code in (("create", 4), ("step_begin", 1)):
             proc = run_host(*TINY, "--plugin-path", GOOD, "--plugin", "takeover", "--takeover.throw_in", hook,
                             check=False)
-            self.assertEqual(proc.returncode, 1, proc.stderr)
+            self.assertEqual(proc.returncode, code, proc.stderr)
             self.assertIn(f"plugin takeover: {hook} failed (ACCEL_ERROR_INTERNAL)", proc.stderr)
             self.assertIn(f"takeover was told to throw in {hook}", proc.stderr)
 
     def test_two_plugins_cannot_take_over_the_same_hook(self):
         proc = run_host(*TINY, "--plugin-path", GOOD, "--plugin-path", plugin_dir("takeover2"), "--plugin", "takeover",
                         "--plugin", "takeover2", check=False)
-        self.assertEqual(proc.returncode, 1, proc.stderr)
+        self.assertEqual(proc.returncode, 4, proc.stderr)  # at start-up, on every rank
         self.assertIn("plugins takeover and takeover2 both take over clip_gradients", proc.stderr)
 
 
@@ -332,13 +333,13 @@ class BrokenPlugins(TempDirMixin, unittest.TestCase):
         self.refused("--plugin-path", plugin_dir("half_codec"), "--plugin", "half_codec",
                      mentions=["gather_codec_query, gather_encode and gather_decode must be implemented together"])
         self.refused("--plugin-path", plugin_dir("second_codec"), "--plugin", "fp8", "--plugin", "second_codec",
-                     code=1, mentions=["plugins fp8 and second_codec both provide a gather codec"])
+                     code=4, mentions=["plugins fp8 and second_codec both provide a gather codec"])
 
     def test_plugin_not_found(self):
         self.refused("--plugin-path", GOOD, "--plugin", "nonesuch", mentions=["libaccel_nonesuch.so not found"])
 
     def test_setup_failure(self):
-        self.refused("--plugin-path", plugin_dir("setup_fails"), "--plugin", "setup_fails", code=1,
+        self.refused("--plugin-path", plugin_dir("setup_fails"), "--plugin", "setup_fails", code=4,
                      mentions=["plugin setup_fails: setup failed (ACCEL_ERROR_FAILED_PRECONDITION)"])
 
     def test_truncated_library(self):

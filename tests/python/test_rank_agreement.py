@@ -224,7 +224,8 @@ class RankZeroOutputs(TempDirMixin, unittest.TestCase):
 class SameFailureOnEveryRank(TempDirMixin, unittest.TestCase):
     """A failure every rank meets by itself (the same damaged input) ends
     with each rank's own line and a plain exit code, not MPI_Abort's banner
-    and Open MPI's error log."""
+    and Open MPI's error log: 4, since it came before the first step and a
+    rerun would repeat it (util/agreed_error.h)."""
 
     def test_a_damaged_megatron_index(self):
         import struct
@@ -235,7 +236,7 @@ class SameFailureOnEveryRank(TempDirMixin, unittest.TestCase):
             f.write(b"MMIDIDX\x00\x00" + struct.pack("<QBQQ", 1, 8, 2, 3))
             f.write(np.array([300, 300], dtype=np.int32).tobytes())
         proc = mpirun(2, *COMMON, "--data", f"megatron:{prefix}", check=False, timeout=120)
-        self.assertEqual(proc.returncode, 1, proc.stderr)
+        self.assertEqual(proc.returncode, 4, proc.stderr)
         for line in one_line_per_rank(self, proc).values():
             self.assertIn(f"--data megatron:{prefix}: .idx has", line)
 
@@ -253,7 +254,7 @@ class SameFailureOnEveryRank(TempDirMixin, unittest.TestCase):
         save_file(tensors, weights, metadata={"format": "pt"})
         proc = mpirun(2, "--log-level", "warn", "--threads", 1, "--steps", 1, "--batch-size", 8, "--init-from",
                       "hf:" + self.path("hf"), check=False, timeout=120)
-        self.assertEqual(proc.returncode, 1, proc.stderr)
+        self.assertEqual(proc.returncode, 4, proc.stderr)
         for line in one_line_per_rank(self, proc).values():
             self.assertIn("h.1.mlp.c_fc.weight", line)
 
