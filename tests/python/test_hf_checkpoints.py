@@ -294,7 +294,7 @@ class HuggingFaceBadInput(TempDirMixin, unittest.TestCase):
         self.hf_dir = self.path("hf")
         random_hf_model().save_pretrained(self.hf_dir, safe_serialization=True)
 
-    def refused(self, *extra, mentions, code=1):
+    def refused(self, *extra, mentions, code=4):  # 4: every rank failed before its first step
         proc = run_host("--init-from", "hf:" + self.hf_dir, "--steps", 1, *extra, check=False, timeout=120)
         self.assertEqual(proc.returncode, code, proc.stderr)
         lines = error_lines(proc.stderr)
