@@ -313,6 +313,9 @@ class MoeStrategies(TempDirMixin, unittest.TestCase):
             self.assertEqual(sum(m["moe_tokens_per_expert"]) + m["moe_dropped_tokens"], tokens)
             self.assertLessEqual(sum(m["moe_tokens_per_expert"]), tokens // 2)
             self.assertTrue(all(n <= 64 * 2 for n in m["moe_tokens_per_expert"]), m["moe_tokens_per_expert"])
+        # Issue 50 (17): "never drop" as a huge factor overflowed into a cap of 1.
+        for m in self.run_metrics("--moe-capacity-factor", 1e300, steps=1):
+            self.assertEqual((sum(m["moe_tokens_per_expert"]), m["moe_dropped_tokens"]), (tokens, 0))
 
     def test_bad_expert_options_are_one_line(self):
         for args, message in [
