@@ -321,6 +321,9 @@ class MoeStrategies(TempDirMixin, unittest.TestCase):
         for args, message in [
             (["--model", "moe-tiny", "--n-experts", 4, "--experts-per-token", 5],
              "--experts-per-token 5 must lie in [1, --n-experts 4]"),
+            # Issue 50 (19): named --experts-per-token, which was not given.
+            (["--model", "moe-tiny", "--n-experts", 1],
+             "--n-experts 1 is fewer than the 2 experts each token takes in moe-tiny: give --experts-per-token too"),
             (["--model", "llama-tiny", "--experts-per-token", 2], "--experts-per-token needs experts"),
             (["--model", "gpt-tiny", "--n-experts", 4], "--n-experts shapes llama-family models"),
             (["--model", "moe-tiny", "--moe-aux-loss-coef", -1], "--moe-aux-loss-coef must be >= 0"),
