@@ -266,12 +266,21 @@ class MoeStrategies(TempDirMixin, unittest.TestCase):
         info = [a if a != "warn" else "info" for a in self.COMMON]
         proc = mpirun(2, *info, "--steps", 2, *zero3, *named)
         self.assertIn("transformer_moe_cls_names: 2 mixture-of-experts blocks, each gathered whole", proc.stderr)
-        for model, name, message in (("moe-tiny", "JetMoEBlock", "its mixture-of-experts blocks are MixtralSparseMoeBlock"),
-                                     ("llama-tiny", "MixtralSparseMoeBlock", "the model has no mixture-of-experts blocks")):
-            with self.subTest(model):
-                proc = mpirun(2, *TRAINING, "--model", model, "--steps", 1, *zero3,
+        # Issue 50 (20): Qwen2-MoE's class (a shared expert), which the
+        # DeepSpeed page names, on a Qwen2-MoE-shaped model.
+        qwen2_moe = ["--shared-expert-size", 32]
+        proc = mpirun(2, *info, "--steps", 2, *qwen2_moe, *zero3,
+                      "--deepspeed_zero.transformer_moe_cls_names", "Qwen2MoeSparseMoeBlock")
+        self.assertIn("transformer_moe_cls_names: 2 mixture-of-experts blocks, each gathered whole", proc.stderr)
+        for model, extra, name, message in (
+                ("moe-tiny", [], "JetMoEBlock", "its mixture-of-experts blocks are MixtralSparseMoeBlock"),
+                ("moe-tiny", qwen2_moe, "MixtralSparseMoeBlock",
+                 "its mixture-of-experts blocks are Qwen2MoeSparseMoeBlock"),
+                ("llama-tiny", [], "MixtralSparseMoeBlock", "the model has no mixture-of-experts blocks")):
+            with self.subTest(model=model, name=name):
+                proc = mpirun(2, *TRAINING, "--model", model, *extra, "--steps", 1, *zero3,
                               "--deepspeed_zero.transformer_moe_cls_names", name, check=False)
-                self.assertNotEqual(proc.returncode, 0)
+                self.assertEqual(proc.returncode, 2, proc.stderr)  # an option refusal, as the others
                 self.assertIn(message, proc.stderr)
 
     @unittest.skipUnless(MPIRUN, "mpirun not found")
