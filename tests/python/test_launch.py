@@ -278,8 +278,8 @@ class EmbeddedDefault(TempDirMixin, unittest.TestCase):
         env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_", "PMI_", "SLURM_"))}
         env.update(TMPDIR=self.tmp)
         metrics = self.path("metrics.jsonl")
-        proc = subprocess.Popen([ACCEL_HOST, *map(str, COMMON), "--steps", str(LONG), "--metrics-file", metrics], env=env,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen([ACCEL_HOST, *map(str, COMMON), "--steps", str(LONG), "--metrics-file", metrics],
+                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             deadline = time.monotonic() + 120
             while not complete_lines(metrics):  # training: past MPI_Init

@@ -14,7 +14,8 @@ import torch
 import torch.nn.functional as F
 
 import gpt_reference as ref
-from accel_testing import MPIRUN, TempDirMixin, error_lines, mpirun, read_metrics, run_host, write_tokens
+from accel_testing import (MPIRUN, TempDirMixin, error_lines, mpirun, read_metrics, run_host, steps_from_the_same_state,
+                           write_tokens)
 
 try:
     import transformers
@@ -395,11 +396,16 @@ class MoeStrategies(TempDirMixin, unittest.TestCase):
     @unittest.skipUnless(MPIRUN, "mpirun not found")
     def test_fp8_experts_under_expert_parallelism_scale_as_one_process(self):
         # Delayed scaling's step-end MAX over the world makes every rank's
-        # scales the whole batch's and the whole stacked tensor's.
-        fp8 = ["--plugin", "fp8"]
-        self.assert_close(self.losses(*fp8, steps=4),
-                          self.losses(*fp8, "--plugin", "megatron", "--megatron.ep_degree", 2, ranks=2, steps=4),
-                          "fp8 ep 2")
+        # scales the whole batch's and the whole stacked tensor's. Compared
+        # one step from the same state (steps_from_the_same_state says why):
+        # free runs of 4 steps drifted 2.4e-5 apart under AVX-512 and
+        # 1e-5 held under AVX2 (issue 50).
+        ep = (2, "--plugin", "megatron", "--megatron.ep_degree", 2)
+        for _, k, one, many in steps_from_the_same_state(self, [*self.COMMON, "--plugin", "fp8"], [ep], (0, 1, 3),
+                                                         "fp8"):
+            with self.subTest(step=k + 1):
+                for key in ("loss", "grad_norm", "fp8.scale_grad", "fp8.scale_input"):
+                    self.assertLess(abs(one[key] - many[key]) / one[key], 1e-5, (key, k + 1, one[key], many[key]))
 
     EP = ["--plugin", "megatron", "--megatron.ep_degree"]
 
