@@ -67,13 +67,6 @@ bool reduces_gradients(const accel::plugin::PluginRegistry& registry) {
 
 // A plugin that may split the world into tensor groups or pipeline stages,
 // whose ranks read the same micro-batches.
-bool has_model_parallel_plugin(const accel::plugin::PluginRegistry& registry) {
-  for (const auto& p : registry.plugins()) {
-    if ((p->descriptor().capabilities & (ACCEL_CAP_TENSOR_PARALLEL | ACCEL_CAP_PIPELINE_PARALLEL)) != 0) return true;
-  }
-  return false;
-}
-
 bool has_parallel_plugin(const accel::plugin::PluginRegistry& registry) {
   for (const auto& p : registry.plugins()) {
     if (p->descriptor().kind == ACCEL_PLUGIN_PARALLEL) return true;
@@ -406,10 +399,12 @@ int run_accel(const std::vector<std::string>& args, const comm::MpiSession& mpi,
   }
   if (parsed.accelerate) use_accelerate_config(*parsed.accelerate, mpi);
   accel::plugin::fill_option_store(registry, parsed.plugin_values, config, context.options);
-  // A tensor- or pipeline-parallel plugin splits the world into groups that
-  // read the same micro-batches: only the data group divides the batch, and
-  // its size is known once the plans resolve (Trainer checks it then).
-  accel::cli::validate_for_world(config, has_model_parallel_plugin(registry) ? 1 : mpi.world_size());
+  // A parallel plugin's mesh may split the world into groups that read the
+  // same micro-batches (tensor, pipeline and context ranks, whichever plugin
+  // plans them: fsdp's cp_size and ZeRO's sequence_parallel_size declare no
+  // capability bit): only the data group divides the batch, and its size is
+  // known once the plans resolve (Trainer checks it then, exit 2 alike).
+  accel::cli::validate_for_world(config, has_parallel_plugin(registry) ? 1 : mpi.world_size());
   resolve_snapshot_dir(config);
   // Held until the process ends: a second job on the same root is refused.
   const std::optional<checkpoint::SnapshotRootClaim> snapshot_root =

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
-#include <filesystem>
 #include <stdexcept>
 #include <thread>
 
@@ -24,11 +23,11 @@ bool launched_by_a_launcher() {
 // ends race on it, and the loser dies in MPI_Init ("A call to mkdir was
 // unable to create the desired directory ... File exists", open-mpi/ompi
 // #3818, #8510). A directory of this process's own cannot be raced. Returns
-// it (set as Open MPI's tmpdir base), or "" when the user set a base of
-// their own or none could be made (Open MPI's default then).
-std::string make_private_session_root() {
+// it (set as Open MPI's tmpdir base), or nullptr when the user set a base
+// of their own or none could be made (Open MPI's default then).
+std::unique_ptr<SessionRoot> make_private_session_root() {
   if (std::getenv("OMPI_MCA_orte_tmpdir_base") != nullptr || std::getenv("OMPI_MCA_orte_top_session_dir") != nullptr) {
-    return "";
+    return nullptr;
   }
   std::string base = "/tmp";
   for (const char* name : {"TMPDIR", "TEMP", "TMP"}) {  // Open MPI's own order
@@ -37,10 +36,10 @@ std::string make_private_session_root() {
       break;
     }
   }
-  std::string pattern = base + "/accel-mpi-XXXXXX";
-  if (mkdtemp(pattern.data()) == nullptr) return "";
-  setenv("OMPI_MCA_orte_tmpdir_base", pattern.c_str(), /*overwrite=*/1);
-  return pattern;
+  auto root = std::make_unique<SessionRoot>(base);
+  if (root->path().empty()) return nullptr;
+  setenv("OMPI_MCA_orte_tmpdir_base", root->path().c_str(), /*overwrite=*/1);
+  return root;
 }
 
 }  // namespace
@@ -58,8 +57,14 @@ MpiSession::MpiSession(int* argc, char*** argv) {
   // MULTIPLE: the communication layer's watchdog and async collectives run on
   // their own threads.
   const int initialized = MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
-  // Read by MPI_Init alone: a process this one starts picks its own.
-  if (!private_session_root_.empty()) unsetenv("OMPI_MCA_orte_tmpdir_base");
+  // Read by MPI_Init alone: a process this one starts picks its own, and
+  // the directory goes now, so a run killed later (SIGKILL too) leaves
+  // nothing behind (an isolated singleton writes nothing there after
+  // MPI_Init, and MPI_Finalize takes its tree being gone in its stride).
+  if (private_session_root_) {
+    unsetenv("OMPI_MCA_orte_tmpdir_base");
+    private_session_root_->remove();
+  }
   if (initialized != MPI_SUCCESS) {
     throw std::runtime_error("MPI_Init_thread failed");
   }
@@ -98,10 +103,6 @@ MpiSession::~MpiSession() {
   if (finalized) return;
   if (ending_comm_ != MPI_COMM_NULL) MPI_Comm_free(&ending_comm_);
   MPI_Finalize();
-  if (!private_session_root_.empty()) {
-    std::error_code ignored;  // a leftover in $TMPDIR is no reason to fail a finished run
-    std::filesystem::remove_all(private_session_root_, ignored);
-  }
 }
 
 bool MpiSession::every_rank_is_failing(int64_t wait_ms) const {

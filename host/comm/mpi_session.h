@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "host/comm/session_root.h"
+
 namespace accel::comm {
 
 class MpiSession {
@@ -63,9 +65,9 @@ class MpiSession {
   int local_world_size_ = 1;
   int num_nodes_ = 1;
   std::shared_ptr<const std::vector<int>> world_nodes_;
-  // A singleton's private Open MPI session directory, removed after
-  // MPI_Finalize; empty when Open MPI chose its own.
-  std::string private_session_root_;
+  // A singleton's private Open MPI session directory, removed right after
+  // MPI_Init (session_root.h); null when Open MPI chose its own.
+  std::unique_ptr<SessionRoot> private_session_root_;
 };
 
 }  // namespace accel::comm

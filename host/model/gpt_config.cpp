@@ -111,9 +111,18 @@ GptConfig make_gpt_config(const std::string& preset, const ModelOverrides& overr
     }
     if (config.ffn_size < 1) throw std::invalid_argument("--ffn-size must be >= 1");
     if (config.has_experts() && (config.experts_per_token < 1 || config.experts_per_token > config.n_experts)) {
-      throw std::invalid_argument(strformat("--experts-per-token %lld must lie in [1, --n-experts %lld]",
-                                            static_cast<long long>(config.experts_per_token),
-                                            static_cast<long long>(config.n_experts)));
+      // Name the flag the user gave: a preset's value is no flag of theirs.
+      const auto k = static_cast<long long>(config.experts_per_token);
+      const auto experts = static_cast<long long>(config.n_experts);
+      if (!overrides.experts_per_token) {
+        throw std::invalid_argument(strformat("--n-experts %lld is fewer than the %lld experts each token takes in "
+                                              "%s: give --experts-per-token too (1 to %lld)",
+                                              experts, k, preset.c_str(), experts));
+      }
+      throw std::invalid_argument(
+          overrides.n_experts ? strformat("--experts-per-token %lld must lie in [1, --n-experts %lld]", k, experts)
+                              : strformat("--experts-per-token %lld must lie in [1, %lld] (%s's experts)", k, experts,
+                                          preset.c_str()));
     }
   }
   if (config.seq_len < 1) throw std::invalid_argument("--seq-len must be >= 1");

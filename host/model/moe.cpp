@@ -120,8 +120,13 @@ at::Tensor run_on_expert_ranks(const at::Tensor& x, const at::Tensor& token_of, 
 
 int64_t moe_capacity(const MoeSettings& settings, int64_t tokens) {
   if (settings.capacity_factor <= 0.0) return 0;
-  const double slots = settings.capacity_factor * static_cast<double>(tokens * settings.top_k) /
-                       static_cast<double>(settings.experts);
+  const double slots = settings.capacity_factor * static_cast<double>(tokens) *
+                       static_cast<double>(settings.top_k) / static_cast<double>(settings.experts);
+  // An expert takes a token at most once (top k picks distinct experts), so
+  // a capacity of `tokens` or more drops nothing: no cap. Decided in double,
+  // before the int64 conversion, which a huge factor (1e300, "never drop")
+  // overflowed into a cap of 1.
+  if (!(slots < static_cast<double>(tokens))) return 0;
   return std::max<int64_t>(1, static_cast<int64_t>(std::ceil(slots)));
 }
 

@@ -74,7 +74,9 @@ struct MoeRouting {
 at::Tensor moe_mlp(const at::Tensor& x, const MoeWeights& weights, const MoeSettings& settings,
                    MoeRouting* routing = nullptr, const ExpertGroup* group = nullptr);
 
-// The expert capacity for `tokens` tokens (0: unbounded, dropless).
+// The expert capacity for `tokens` tokens: ceil(factor x tokens x k / E),
+// at least 1; 0 (unbounded, dropless) for a factor of 0 and for a capacity
+// of `tokens` or more, which could drop nothing.
 int64_t moe_capacity(const MoeSettings& settings, int64_t tokens);
 
 // transformers' load_balancing_loss_func without an attention mask, over

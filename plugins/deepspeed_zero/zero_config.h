@@ -132,8 +132,8 @@ struct ZeroConfig : sharding::ShardingOptions {
   std::vector<std::string> unknown_keys;  // for one warning
   std::vector<std::string> notes;         // info lines (what replaced the host's flags)
   // transformer_moe_cls_names, split at commas: the mixture-of-experts
-  // block classes ZeRO-3 keeps whole (checked against the model when it is
-  // planned, zero_plan.h's moe_leaf_units).
+  // block classes ZeRO-3 keeps whole (checked against the model when the
+  // plugin is created, zero_plan.h's moe_leaf_units).
   std::vector<std::string> moe_leaf_classes;
 };
 

@@ -83,21 +83,41 @@ int64_t hidden_size(const std::vector<UnitLayout>& units) {
   return 0;
 }
 
+const char* moe_block_class(const UnitLayout& unit) {
+  if (unit.kind != ACCEL_UNIT_BLOCK || !sharding::holds_experts(unit)) return nullptr;
+  // transformers' Qwen2MoeSparseMoeBlock is the one with a shared expert
+  // (it always has one); MixtralSparseMoeBlock has none.
+  const bool shared = std::any_of(unit.params.begin(), unit.params.end(), [](const sharding::ParamLayout& p) {
+    return p.name.find(".mlp.shared_expert.") != std::string::npos;
+  });
+  return shared ? "Qwen2MoeSparseMoeBlock" : "MixtralSparseMoeBlock";
+}
+
 std::vector<int32_t> moe_leaf_units(const std::vector<UnitLayout>& units, const std::vector<std::string>& class_names) {
-  std::vector<int32_t> moe;
+  std::vector<std::string> present;  // the model's block classes, each once
   for (const UnitLayout& u : units) {
-    if (u.kind == ACCEL_UNIT_BLOCK && sharding::holds_experts(u)) moe.push_back(u.index);
+    const char* cls = moe_block_class(u);
+    if (cls != nullptr && std::find(present.begin(), present.end(), cls) == present.end()) present.emplace_back(cls);
   }
   for (const std::string& name : class_names) {
-    if (moe.empty()) {
+    if (present.empty()) {
       throw sdk::Error(ACCEL_ERROR_INVALID_ARGUMENT, "--deepspeed_zero.transformer_moe_cls_names " + shown_text(name) +
                                                     ": the model has no mixture-of-experts blocks (a moe-tiny or "
                                                     "moe-small model, or --n-experts, has)");
     }
-    if (name != "MixtralSparseMoeBlock") {
+    if (std::find(present.begin(), present.end(), name) == present.end()) {
+      std::string listed;
+      for (const std::string& cls : present) listed += (listed.empty() ? "" : ", ") + cls;
       throw sdk::Error(ACCEL_ERROR_INVALID_ARGUMENT, "--deepspeed_zero.transformer_moe_cls_names " + shown_text(name) +
                                                     ": the model has no such class; its mixture-of-experts blocks "
-                                                    "are MixtralSparseMoeBlock");
+                                                    "are " + listed);
+    }
+  }
+  std::vector<int32_t> moe;
+  for (const UnitLayout& u : units) {
+    const char* cls = moe_block_class(u);
+    if (cls != nullptr && std::find(class_names.begin(), class_names.end(), cls) != class_names.end()) {
+      moe.push_back(u.index);
     }
   }
   return moe;

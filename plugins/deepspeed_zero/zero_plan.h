@@ -34,9 +34,12 @@ int64_t hidden_size(const std::vector<sharding::UnitLayout>& units);
 // those classes (their parameters gathered together, whatever experts the
 // tokens reach) every ZeRO-3 unit here already has, so the option is a
 // check: each name must be a mixture-of-experts block class of the model.
-// The host's is Mixtral's, MixtralSparseMoeBlock: a block unit holding
-// ACCEL_PARAM_EXPERTS parameters. Returns those units; throws Error
+// A block unit holding ACCEL_PARAM_EXPERTS parameters is transformers'
+// Qwen2MoeSparseMoeBlock when it holds a shared expert, else Mixtral's
+// MixtralSparseMoeBlock (moe_block_class; nullptr for other units).
+// Returns the units of the named classes; throws Error
 // (ACCEL_ERROR_INVALID_ARGUMENT) naming a class the model does not have.
+const char* moe_block_class(const sharding::UnitLayout& unit);
 std::vector<int32_t> moe_leaf_units(const std::vector<sharding::UnitLayout>& units,
                                     const std::vector<std::string>& class_names);
 

@@ -115,6 +115,11 @@ class DeepSpeedZero final : public sdk::Plugin {
     if (ep_ > 1 && !sdk::host_abi_at_least(1, 12)) {
       throw Error(ACCEL_ERROR_UNSUPPORTED, "ep_size needs a host with the expert group (ABI 1.12)");
     }
+    // Checked here, not when planning: a name the model lacks is an option
+    // refusal (exit 2), and the model's names are readable from create on.
+    if (!config_.moe_leaf_classes.empty()) {
+      moe_leaf_blocks_ = moe_leaf_units(sharding::read_model_layout(s), config_.moe_leaf_classes).size();
+    }
     if (s.rank() != 0) return;
     for (const std::string& note : config_.notes) s.info() << "deepspeed_zero: " << note;
     if (!config_.unknown_keys.empty()) {
@@ -139,9 +144,8 @@ class DeepSpeedZero final : public sdk::Plugin {
     if (config_.prefetch_bucket_size < 0) config_.prefetch_bucket_size = static_cast<int64_t>(0.9 * h * h);
     plan_ = plan_partitions(units_, config_.stage, config_.param_persistence_threshold, config_.max_reuse_distance);
     if (!config_.moe_leaf_classes.empty()) {
-      const std::vector<int32_t> moe = moe_leaf_units(units_, config_.moe_leaf_classes);
       if (s.rank() == 0) {
-        s.info() << "deepspeed_zero: transformer_moe_cls_names: " << moe.size()
+        s.info() << "deepspeed_zero: transformer_moe_cls_names: " << moe_leaf_blocks_
                  << (config_.stage == 3 ? " mixture-of-experts blocks, each gathered whole before its forward (router "
                                           "and every expert, as set_z3_leaf_modules makes them)"
                                         : " mixture-of-experts blocks; below stage 3 nothing is gathered (Accelerate "
@@ -350,6 +354,7 @@ class DeepSpeedZero final : public sdk::Plugin {
   const sharding::ContextParallel cp_;
   double host_max_grad_norm_;  // --grad-clip, > 0 whenever the host asks for a finite max norm
   const int64_t ep_;           // ep_size: the mesh's expert size
+  size_t moe_leaf_blocks_ = 0;  // the blocks transformer_moe_cls_names names
   const sdk::Kernels ops_;
   sharding::GatherPlan plan_;
   std::vector<UnitLayout> units_;

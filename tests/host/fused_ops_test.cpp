@@ -10,12 +10,14 @@
 #include <ATen/ATen.h>
 #include <torch/torch.h>
 
+#include <limits>
 #include <optional>
 #include <vector>
 
 #include "host/comm/cuda_backend.h"
 #include "host/model/block_parts.h"
 #include "host/model/cross_entropy.h"
+#include "host/model/cuda/fused_ops_math.h"
 #include "host/model/fused_ops.h"
 #include "host/model/gpt.h"
 #include "host/model/gpt_config.h"
@@ -255,6 +257,35 @@ TEST(FusedCrossEntropy, IsTheUnfusedLossAndGradient) {
   const LossAndGrad bad = fused::cross_entropy_with_grad(logits, at::tensor({1, 5}, at::kLong), 1.0);
   EXPECT_TRUE(std::isnan(bad.loss.item<float>()));
   EXPECT_FALSE(fused::cross_entropy_supported(logits, at::tensor({1, 2, 3}, at::kLong)));
+}
+
+// Issue 50 (21): two -inf logits before a finite one made the one-pass
+// normaliser exp(-inf - -inf) = NaN, where ATen's loss is finite (a masked
+// vocabulary writes -inf logits).
+TEST(FusedCrossEntropy, MinusInfinityLogitsBeforeAFiniteOneAreLeftOut) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const at::Tensor logits = at::tensor({-inf, -inf, 1.0f, 2.0f, -inf, 0.5f,    // -inf first, twice
+                                        0.25f, -inf, -inf, -inf, 3.0f, -1.0f},  // -inf after a finite one
+                                       at::kFloat)
+                                .reshape({2, 6});
+  const at::Tensor labels = at::tensor({3, 0}, at::kLong);
+  const LossAndGrad a = fused::cross_entropy_with_grad(logits, labels, 0.5);
+  const LossAndGrad b = cross_entropy_with_grad(logits, labels, 0.5);
+  ASSERT_TRUE(std::isfinite(b.loss.item<float>()));
+  expect_close(a.loss, b.loss, 1e-6, "loss");
+  expect_close(a.grad, b.grad, tolerance_for(at::kFloat), "grad");
+
+  // The kernel's block reduction merges partial sums in any order: two
+  // all -inf parts, then a finite one, in either order, to the bit.
+  namespace math = runtime::cuda_math;
+  const math::SoftmaxRunning masked{-inf, 2.0f}, finite{2.0f, 1.5f};
+  const math::SoftmaxRunning both = math::softmax_merge(masked, masked);
+  EXPECT_EQ(both.max, -inf);
+  EXPECT_EQ(both.sum, 4.0f);
+  for (const math::SoftmaxRunning r : {math::softmax_merge(both, finite), math::softmax_merge(finite, both)}) {
+    EXPECT_EQ(r.max, 2.0f);
+    EXPECT_EQ(r.sum, 1.5f);
+  }
 }
 
 // ---- the model's wiring ------------------------------------------------------------------

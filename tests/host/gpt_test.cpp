@@ -75,6 +75,31 @@ TEST(Llama, PresetsCountTheirParametersAndRefuseGpt2Only) {
   EXPECT_EQ(make_gpt_config("llama-tiny", o).n_kv_head, 8);
 }
 
+// Issue 50 (19): `--model moe-tiny --n-experts 1` was refused naming
+// --experts-per-token, which the user had not given.
+TEST(Llama, ExpertCountRefusalsNameTheFlagTheUserGave) {
+  const auto refusal = [](const accel::ModelOverrides& o) {
+    try {
+      make_gpt_config("moe-tiny", o);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  accel::ModelOverrides o;
+  o.n_experts = 1;  // moe-tiny's tokens each take 2
+  EXPECT_EQ(refusal(o),
+            "--n-experts 1 is fewer than the 2 experts each token takes in moe-tiny: give --experts-per-token too (1 "
+            "to 1)");
+  o.experts_per_token = 1;
+  EXPECT_EQ(make_gpt_config("moe-tiny", o).experts_per_token, 1);
+  o.experts_per_token = 3;
+  EXPECT_EQ(refusal(o), "--experts-per-token 3 must lie in [1, --n-experts 1]");
+  o.n_experts.reset();
+  o.experts_per_token = 5;  // moe-tiny has 4
+  EXPECT_EQ(refusal(o), "--experts-per-token 5 must lie in [1, 4] (moe-tiny's experts)");
+}
+
 TEST(Llama, AttentionIsCausalAndCachedDecodingMatchesTheWholeForward) {
   accel::ModelOverrides o;
   o.seq_len = 10;

@@ -145,6 +145,28 @@ TEST(Moe, CapacityDropsTheAssignmentsPastItInSlotThenTokenOrder) {
   EXPECT_TRUE(at::equal(out.narrow(0, 4, 4), at::zeros({4, h})));
 }
 
+// Issue 50 (17): a factor meant as "never drop" (1e300) overflowed the
+// int64 conversion and capped every expert at 1, dropping silently.
+TEST(Moe, ACapacityOfEveryTokenOrMoreIsNoCap) {
+  const int64_t T = 1024, h = 4, E = 4;
+  MoeSettings s;
+  s.experts = E;
+  s.top_k = 2;
+  for (const double factor : {1e300, 1e18, 2.0}) {
+    SCOPED_TRACE(factor);
+    s.capacity_factor = factor;  // 2.0: 2 x 1024 x 2 / 4 = 1024, every token
+    EXPECT_EQ(moe_capacity(s, T), 0);
+    MoeRouting routing;
+    moe_mlp(at::randn({T, h}), random_weights(E, h, 6, 0, 3), s, &routing);
+    EXPECT_EQ(routing.dropped, 0);
+    int64_t taken = 0;
+    for (const int64_t n : routing.tokens_per_expert) taken += n;
+    EXPECT_EQ(taken, T * s.top_k);
+  }
+  s.capacity_factor = 1.99;  // just under every token: a cap
+  EXPECT_EQ(moe_capacity(s, T), 1019);
+}
+
 TEST(Moe, LoadBalancingLossIsTransformersFormula) {
   // Three tokens, two experts, top-1: probabilities (.25, .75), (.25, .75),
   // (.75, .25); the assignments 1, 1, 0, so f = (1/3, 2/3) and

@@ -42,6 +42,43 @@ def mpirun(n, *args, check=True, timeout=300, env=None):
     return proc
 
 
+def one_step_from(n, args, checkpoint, step, metrics):
+    """Runs the single step step + 1 on n ranks (one process without mpirun
+    for 1) from `checkpoint`, saved after `step` steps (None: from the
+    seeded start, step 0); returns its metrics row."""
+    if os.path.exists(metrics):
+        os.remove(metrics)
+    run = [*args, "--steps", step + 1, "--metrics-file", metrics, *(["--resume", checkpoint] if checkpoint else [])]
+    (run_host(*run) if n == 1 else mpirun(n, *run))
+    [row] = read_metrics(metrics)
+    return row
+
+
+def steps_from_the_same_state(test, args, layouts, steps, tag):
+    """Where a rounding-sensitive run (FP8, reduced precision) is compared
+    with another: one step from the same state, never a free run. Over a
+    free run the last bits in which two layouts (or two SIMD paths: AVX-512
+    against AVX2) sum differently move an FP8 rounding now and then, and
+    AdamW turns a changed near-zero gradient into an lr-sized step, so how
+    far the runs drift depends on the machine. From the same weights,
+    optimizer state and FP8 histories, one step differs by the step's own
+    summation order only, within fp32's bound.
+
+    Runs `args` in one process for max(steps) + 1 steps saving every step
+    (files named after `tag` under test.path), then each layout, (ranks,
+    *flags), runs step k + 1 from step k's checkpoint for k in `steps`
+    (k = 0: from the seeded start, which both share). Yields (layout, k,
+    one process's row of step k + 1, the layout's)."""
+    root, metrics = test.path(tag), test.path(tag + ".jsonl")
+    run_host(*args, "--steps", max(steps) + 1, "--save", root, "--save-every", 1, "--metrics-file", metrics)
+    one = read_metrics(metrics)
+    for n, *flags in layouts:
+        for k in steps:
+            checkpoint = os.path.join(root, f"step_{k}") if k else None
+            row = one_step_from(n, [*args, *flags], checkpoint, k, test.path(tag + ".step.jsonl"))
+            yield (n, *flags), k, one[k], row
+
+
 def complete_lines(path):
     """The metrics lines written so far (a line being written is left out)."""
     if not os.path.exists(path):

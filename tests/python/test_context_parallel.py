@@ -90,6 +90,37 @@ class ContextParallelParity(TempDirMixin, unittest.TestCase):
         self.parity(4, "llama-tiny", ["--plugin", "deepspeed_zero", "--deepspeed_zero.zero_stage", 3,
                                       "--deepspeed_zero.sequence_parallel_size", 2], host_extra=("--grad-clip", 0.05))
 
+    def test_the_batch_splits_over_data_ranks_only(self):
+        # Issue 50 (18): a context group's ranks read the same micro-batches,
+        # but the batch check counted them as data ranks under fsdp's cp_size
+        # and ZeRO's sequence_parallel_size (not under megatron's cp_degree):
+        # 4 ranks with context 2 are 2 data ranks, which split a batch of 2
+        # and refuse one of 3 naming 2 ranks, whichever plugin plans it.
+        unbatched = COMMON[:-2]
+        self.assertEqual(COMMON[-2:], ["--batch-size", 4])
+        path = self.path("batch2.jsonl")
+        run_host(*unbatched, "--model", "gpt-tiny", "--steps", 3, "--batch-size", 2, "--metrics-file", path)
+        want = read_metrics(path)
+        split = "--batch-size 3 does not split evenly into 2 rank(s) x 1 micro-step(s)"
+        for plugin_args, refusal in (
+                (cp(2), split), (["--plugin", "fsdp", "--fsdp.cp_size", 2], split),
+                # ZeRO checks its DeepSpeed config's batch when created, first.
+                (["--plugin", "deepspeed_zero", "--deepspeed_zero.sequence_parallel_size", 2],
+                 "train_batch_size 3 is not train_micro_batch_size_per_gpu 1 x gradient_accumulation_steps 1 x "
+                 "world size 2")):
+            with self.subTest(plugin_args[1]):
+                os.remove(path)
+                mpirun(4, *unbatched, "--model", "gpt-tiny", "--steps", 3, "--batch-size", 2, "--metrics-file", path,
+                       *plugin_args)
+                got = read_metrics(path)
+                self.assertEqual(len(got), 3)
+                for x, y in zip(want, got):
+                    self.assertLess(abs(x["loss"] - y["loss"]) / x["loss"], 1e-5, (plugin_args, x["step"]))
+                proc = mpirun(4, *unbatched, "--model", "gpt-tiny", "--steps", 1, "--batch-size", 3, *plugin_args,
+                              check=False, timeout=120)
+                self.assertEqual(proc.returncode, 2, proc.stderr)
+                self.assertIn(refusal, proc.stderr)
+
     def test_evaluation_splits_the_sequence_too(self):
         rows = self.parity(2, "gpt-tiny", cp(2), host_extra=("--eval-every", 10, "--eval-steps", 2))
         want = self.reference("gpt-tiny", ("--eval-every", 10, "--eval-steps", 2))

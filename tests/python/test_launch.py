@@ -271,6 +271,44 @@ class EmbeddedDefault(TempDirMixin, unittest.TestCase):
         self.assertEqual(proc.returncode, 0, proc.stderr)
         self.assertEqual(os.listdir(self.tmp), [os.path.basename(shared)])  # its own directory is gone
 
+    def test_a_killed_one_process_run_leaves_nothing_behind(self):
+        # Issue 50 (22): every killed one-process run left its
+        # $TMPDIR/accel-mpi-XXXXXX behind; SIGKILL runs no cleanup, so the
+        # directory goes as soon as MPI_Init has read it.
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_", "PMI_", "SLURM_"))}
+        env.update(TMPDIR=self.tmp)
+        metrics = self.path("metrics.jsonl")
+        proc = subprocess.Popen([ACCEL_HOST, *map(str, COMMON), "--steps", str(LONG), "--metrics-file", metrics],
+                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 120
+            while not complete_lines(metrics):  # training: past MPI_Init
+                self.assertIsNone(proc.poll(), "the run ended before its first step")
+                self.assertLess(time.monotonic(), deadline, "no step within 120 s")
+                time.sleep(0.05)
+        finally:
+            proc.kill()
+            proc.wait()
+        self.assertEqual(proc.returncode, -signal.SIGKILL)
+        self.assertEqual([n for n in os.listdir(self.tmp) if n.startswith("accel-mpi-")], [])
+
+    def test_a_root_abandoned_before_its_owner_removed_it_goes_with_the_next_run(self):
+        # Killed inside MPI_Init, a run leaves its root with its lock file,
+        # whose flock died with it: the next one-process run removes it. A
+        # root whose lock is held (a run still starting) and a directory
+        # without Accel's lock file stay.
+        import fcntl
+        abandoned, live, foreign = (self.path(f"accel-mpi-{name}") for name in ("dead00", "live00", "other0"))
+        os.makedirs(os.path.join(abandoned, "ompi.host.0", "jf.0"))
+        open(os.path.join(abandoned, "accel-owner.lock"), "w").close()
+        os.mkdir(live)
+        os.mkdir(foreign)
+        with open(os.path.join(live, "accel-owner.lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            proc = self.run_alone({})
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertEqual(sorted(os.listdir(self.tmp)), ["accel-mpi-live00", "accel-mpi-other0"])
+
     def test_a_users_own_session_directory_setting_wins(self):
         self.block_the_shared_session_directory()
         proc = self.run_alone({"OMPI_MCA_orte_tmpdir_base": self.tmp})

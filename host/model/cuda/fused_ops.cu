@@ -275,8 +275,10 @@ __global__ void rotary_kernel(Rotary a) {
   }
 }
 
+// Launched with kRowThreads (1024) threads: the bound tells the compiler,
+// which otherwise may use more registers than a block that size can have.
 template <typename T>
-__global__ void cross_entropy_kernel(CrossEntropy a) {
+__global__ void __launch_bounds__(kRowThreads) cross_entropy_kernel(CrossEntropy a) {
   __shared__ float shared_max[32], shared_sum[32];
   const auto* logits = static_cast<const T*>(a.logits);
   auto* grad = static_cast<T*>(a.grad);

@@ -109,10 +109,16 @@ ACCEL_HOST_DEVICE inline float product(float a, float b) {
 #endif
 }
 
+// A running max of -inf (only -inf logits so far) is its own case: the
+// rescale exp(max - m) would be exp(-inf - -inf) = exp(NaN) when the other
+// side is -inf too. Such a sum counts -inf logits as exp(0) each, which the
+// first finite logit multiplies by exp(-inf - x) = 0, as ATen's
+// log_softmax leaves them out; a row of -inf only stays NaN, as ATen's.
 ACCEL_HOST_DEVICE inline SoftmaxRunning softmax_merge(SoftmaxRunning a, SoftmaxRunning b) {
   if (a.sum == 0.0f) return b;
   if (b.sum == 0.0f) return a;
   const float m = a.max > b.max ? a.max : b.max;
+  if (m == -INFINITY) return {m, a.sum + b.sum};
   return {m, product(a.sum, exp_of(a.max - m)) + product(b.sum, exp_of(b.max - m))};
 }
 
@@ -120,6 +126,7 @@ ACCEL_HOST_DEVICE inline SoftmaxRunning softmax_merge(SoftmaxRunning a, SoftmaxR
 ACCEL_HOST_DEVICE inline SoftmaxRunning softmax_add(SoftmaxRunning a, float x) {
   if (a.sum == 0.0f) return {x, 1.0f};
   if (x > a.max) return {x, a.sum * exp_of(a.max - x) + 1.0f};
+  if (a.max == -INFINITY) return {a.max, a.sum + 1.0f};  // x is -inf too
   return {a.max, a.sum + exp_of(x - a.max)};
 }
 

@@ -386,6 +386,14 @@ TEST(Plans, MoeClassNamesMustBeTheModelsMixtureOfExpertsBlocks) {
   EXPECT_NE(refusal({"MixtralSparseMoeBlock", "Qwen2MoeSparseMoeBlock"}).find("its mixture-of-experts blocks are "
                                                                             "MixtralSparseMoeBlock"),
             std::string::npos);
+  // Issue 50 (20): a block with a shared expert is Qwen2-MoE's class, which
+  // the DeepSpeed page names; Mixtral's is then the one refused.
+  sharding::ParamLayout shared;
+  shared.name = "layers.0.mlp.shared_expert.gate_proj.weight";
+  shared.role = ACCEL_PARAM_LINEAR_WEIGHT;
+  units[2].params.push_back(shared);
+  EXPECT_EQ(moe_leaf_units(units, {"Qwen2MoeSparseMoeBlock"}), std::vector<int32_t>{2});
+  EXPECT_NE(refusal(mixtral).find("its mixture-of-experts blocks are Qwen2MoeSparseMoeBlock"), std::string::npos);
 }
 
 TEST(Plans, EachStagePartitionsWhatDeepSpeedDoes) {
