@@ -9,7 +9,9 @@ ep x tp, ep x tp x the distributed optimizer, ep x pp x tp, cp x ep x tp,
 its layout bit-exact and in one process on the curve. (One copy of these
 rows: the strategies' own suites, test_fsdp.py, test_deepspeed_zero.py,
 test_megatron.py and test_moe.py, point here.)"""
+import itertools
 import os
+import re
 import tempfile
 import unittest
 
@@ -361,8 +363,26 @@ class Layout:
 
 
 COMPOSED_LAYOUTS = [
+    Layout.megatron(2, ep=2),
     Layout.megatron(4, ep=2, tp=2),
     Layout.megatron(4, ep=2, tp=2, dist_opt=True),
+    Layout.megatron(8, ep=2, tp=2, dist_opt=True),  # the blocks' partitions over EXPERT_DATA pairs
+    Layout.megatron(4, ep=2, tp=2, sp=True),
+    Layout.megatron(4, ep=2, pp=2),
+    Layout.megatron(8, ep=2, pp=2, tp=2),
+    Layout.megatron(2, ep=2, cp=2),
+    Layout.megatron(4, cp=2, ep=2, tp=2),
+    Layout.megatron(4, ep=2, dist_opt=True),
+    Layout.megatron(2, ep=2, full_recompute=True),
+    Layout.megatron(4, cp=2, tp=2, sp=True),
+    Layout.megatron(4, cp=2, dist_opt=True),
+    Layout.megatron(4, cp=2, pp=2),
+    Layout.megatron(8, pp=2, tp=2, sp=True, dist_opt=True),
+    Layout.zero(4, 1, 2),
+    Layout.zero(4, 2, 2),
+    Layout.zero(4, 3, 2),
+    Layout(4, "fsdp_ep2_sharded_state_dict", ["--plugin", "fsdp", "--fsdp.ep_size", 2, "--fsdp.state_dict_type",
+                                               "SHARDED_STATE_DICT"]),
 ]
 
 
@@ -407,6 +427,19 @@ class ComposedLayouts(TempDirMixin, unittest.TestCase):
         run_host(*MOE_ROW, "--steps", 8, "--resume", step_4, "--metrics-file", self.path("c.jsonl"))
         self.assert_close(self.straight[4:], self.losses(self.path("c.jsonl"), 5),
                           f"{layout.name} resumed in one process")
+
+    def test_every_pair_of_megatron_dimensions_has_a_row(self):
+        # A parallel degree megatron gains is a dimension here, and every two
+        # dimensions compose in some row (full recompute is no parallelism:
+        # a row of its own).
+        help_text = run_host("--plugin", "megatron", "--help").stdout
+        degrees = set(re.findall(r"--megatron\.([a-z]+)_degree\b", help_text))
+        self.assertTrue(degrees, help_text)
+        self.assertLessEqual(degrees, set(MEGATRON_DIMENSIONS))
+        parallel = sorted(set(MEGATRON_DIMENSIONS) - {"full_recompute"})
+        for a, b in itertools.combinations(parallel, 2):
+            self.assertTrue(any({a, b} <= layout.dims for layout in COMPOSED_LAYOUTS),
+                            f"no composed layout with both {a} and {b}")
 
 
 def _row(layout):
