@@ -341,6 +341,7 @@ void take_shape_from_init_checkpoint(RunConfig& config) {
     o.rope_theta = hf.shape.rope_theta;
     o.norm_eps = hf.shape.norm_eps;
   }
+  config.init_hf_keys = hf.keys;
   for (const std::string& what : hf.ignored) log::warn("--init-from: ignoring " + what);
 }
 

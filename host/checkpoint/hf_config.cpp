@@ -197,6 +197,17 @@ HfModelConfig parse_llama(const JsonFields& config) {
 // ---- Mixtral (MixtralForCausalLM) --------------------------------------------
 // Llama's attention with a mixture of experts in every block.
 
+// A training setting, not the model's: the run's own --moe-aux-loss-coef
+// decides, but the value is kept for export-hf to write back.
+void read_router_aux_loss_coef(const JsonFields& config, HfModelConfig& out) {
+  const bool aux = config.has_value("output_router_logits") && config.boolean("output_router_logits");
+  const auto coef = config.optional_number("router_aux_loss_coef", 0.0, 1e9);
+  if (aux && coef && *coef != 0.0) {
+    out.ignored.push_back(strformat("router_aux_loss_coef %g (the run's --moe-aux-loss-coef applies)", *coef));
+  }
+  out.keys.router_aux_loss_coef = coef;
+}
+
 HfModelConfig parse_mixtral(const JsonFields& config) {
   require_architectures(config, {"MixtralForCausalLM", "MixtralModel"}, "MixtralForCausalLM");
   ModelOverrides o = llama_shape(config);
@@ -211,11 +222,7 @@ HfModelConfig parse_mixtral(const JsonFields& config) {
   }
   HfModelConfig out;
   note_dropout(config, "attention_dropout", out.ignored);
-  // A training setting, not the model's: the run's own --moe-aux-loss-coef decides.
-  const bool aux = config.has_value("output_router_logits") && config.boolean("output_router_logits");
-  if (const auto coef = config.optional_number("router_aux_loss_coef", 0.0, 1e9); aux && coef && *coef != 0.0) {
-    out.ignored.push_back(strformat("router_aux_loss_coef %g (the run's --moe-aux-loss-coef applies)", *coef));
-  }
+  read_router_aux_loss_coef(config, out);
   out.shape = build_shape(config.where(), "moe-tiny", o);
   return out;
 }
@@ -250,7 +257,9 @@ HfModelConfig parse_qwen2(const JsonFields& config) {
 
 HfModelConfig parse_qwen2_moe(const JsonFields& config) {
   require_architectures(config, {"Qwen2MoeForCausalLM", "Qwen2MoeModel"}, "Qwen2MoeForCausalLM");
-  ModelOverrides o = llama_shape(config);  // intermediate_size: the dense MLP of mlp_only_layers, none here
+  ModelOverrides o = llama_shape(config);
+  // intermediate_size: the dense MLP of mlp_only_layers, none here; kept for export-hf.
+  const int64_t dense_width = *o.ffn_size;
   o.ffn_size = dimension(config, "moe_intermediate_size");
   o.n_experts = dimension(config, "num_experts");
   o.experts_per_token = config.integer("num_experts_per_tok", 1, *o.n_experts);
@@ -272,10 +281,8 @@ HfModelConfig parse_qwen2_moe(const JsonFields& config) {
   require_full_attention(config);
   HfModelConfig out;
   note_dropout(config, "attention_dropout", out.ignored);
-  const bool aux = config.has_value("output_router_logits") && config.boolean("output_router_logits");
-  if (const auto coef = config.optional_number("router_aux_loss_coef", 0.0, 1e9); aux && coef && *coef != 0.0) {
-    out.ignored.push_back(strformat("router_aux_loss_coef %g (the run's --moe-aux-loss-coef applies)", *coef));
-  }
+  read_router_aux_loss_coef(config, out);
+  out.keys.intermediate_size = dense_width;
   out.shape = build_shape(config.where(), "moe-tiny", o);
   return out;
 }
@@ -315,13 +322,13 @@ HfModelConfig read_hf_config(const fs::path& dir) {
 
 // ---- Writing -----------------------------------------------------------------
 
-std::string hf_config_json(const model::GptConfig& shape) {
+std::string hf_config_json(const model::GptConfig& shape, const HfConfigKeys& keys) {
   switch (hf_family(shape)) {
     case HfFamily::gpt2: return hf_gpt2_config_json(shape);
     case HfFamily::llama: return hf_llama_config_json(shape);
-    case HfFamily::mixtral: return hf_mixtral_config_json(shape);
+    case HfFamily::mixtral: return hf_mixtral_config_json(shape, keys);
     case HfFamily::qwen2: return hf_qwen2_config_json(shape);
-    case HfFamily::qwen2_moe: return hf_qwen2_moe_config_json(shape);
+    case HfFamily::qwen2_moe: return hf_qwen2_moe_config_json(shape, keys);
   }
   throw CheckpointError("export-hf: no transformers family for " + shape.describe());
 }
@@ -396,7 +403,7 @@ std::string hf_llama_config_json(const model::GptConfig& shape) {
   return config.dump(2) + "\n";
 }
 
-std::string hf_mixtral_config_json(const model::GptConfig& shape) {
+std::string hf_mixtral_config_json(const model::GptConfig& shape, const HfConfigKeys& keys) {
   const json config = {
       {"architectures", {"MixtralForCausalLM"}},
       {"model_type", "mixtral"},
@@ -416,7 +423,7 @@ std::string hf_mixtral_config_json(const model::GptConfig& shape) {
       {"sliding_window", nullptr},
       {"router_jitter_noise", 0.0},
       {"output_router_logits", false},
-      {"router_aux_loss_coef", 0.001},
+      {"router_aux_loss_coef", keys.router_aux_loss_coef.value_or(0.0)},
       {"attention_dropout", 0.0},
       {"tie_word_embeddings", false},
       {"initializer_range", 0.02},
@@ -457,14 +464,14 @@ std::string hf_qwen2_config_json(const model::GptConfig& shape) {
   return config.dump(2) + "\n";
 }
 
-std::string hf_qwen2_moe_config_json(const model::GptConfig& shape) {
+std::string hf_qwen2_moe_config_json(const model::GptConfig& shape, const HfConfigKeys& keys) {
   const json config = {
       {"architectures", {"Qwen2MoeForCausalLM"}},
       {"model_type", "qwen2_moe"},
       {"vocab_size", shape.vocab_size},
       {"max_position_embeddings", shape.seq_len},
       {"hidden_size", shape.n_embd},
-      {"intermediate_size", shape.ffn_size},  // the dense MLP of mlp_only_layers: none
+      {"intermediate_size", keys.intermediate_size.value_or(shape.ffn_size)},  // mlp_only_layers' width: none run
       {"moe_intermediate_size", shape.ffn_size},
       {"shared_expert_intermediate_size", shape.shared_expert_size},
       {"num_experts", shape.n_experts},
@@ -481,7 +488,7 @@ std::string hf_qwen2_moe_config_json(const model::GptConfig& shape) {
       {"rope_parameters", {{"rope_theta", shape.rope_theta}, {"rope_type", "default"}}},
       {"use_sliding_window", false},
       {"output_router_logits", false},
-      {"router_aux_loss_coef", 0.001},
+      {"router_aux_loss_coef", keys.router_aux_loss_coef.value_or(0.0)},
       {"attention_dropout", 0.0},
       {"tie_word_embeddings", false},
       {"initializer_range", 0.02},

@@ -38,6 +38,7 @@ inline constexpr uint64_t kMaxHfConfigBytes = 1u << 20;
 // dropout), one line each.
 struct HfModelConfig {
   model::GptConfig shape;  // n_positions / max_position_embeddings become seq_len
+  HfConfigKeys keys;       // what export-hf writes back beside the shape
   std::vector<std::string> ignored;
 };
 
@@ -50,8 +51,11 @@ HfModelConfig read_hf_config(const std::filesystem::path& dir);
 // config.json for `shape`, as export-hf writes it: by family, GPT-2's the
 // way GPT2Config.to_json_string lays out the keys the host sets (dropout 0:
 // the host trained without it), Llama's with transformers 5's
-// rope_parameters. parse_hf_config gives `shape` back.
-std::string hf_config_json(const model::GptConfig& shape);
+// rope_parameters. The mixtures of experts take `keys`: router_aux_loss_coef
+// (unset: 0, --moe-aux-loss-coef's default) and Qwen2-MoE's intermediate_size
+// (unset: the expert width; no layer reads it). parse_hf_config gives
+// `shape` and the keys of its family back.
+std::string hf_config_json(const model::GptConfig& shape, const HfConfigKeys& keys = {});
 // Which transformers class `shape` is; CheckpointError for a shape no class
 // is (a mixture of experts with attention biases or un-normalised top-k
 // weights but no shared expert).
@@ -59,8 +63,9 @@ enum class HfFamily { gpt2, llama, mixtral, qwen2, qwen2_moe };
 HfFamily hf_family(const model::GptConfig& shape);
 std::string hf_gpt2_config_json(const model::GptConfig& shape);
 std::string hf_llama_config_json(const model::GptConfig& shape);
-std::string hf_mixtral_config_json(const model::GptConfig& shape);  // a llama shape with experts
-std::string hf_qwen2_config_json(const model::GptConfig& shape);     // a llama shape with qkv_bias
-std::string hf_qwen2_moe_config_json(const model::GptConfig& shape);  // experts and a shared expert
+std::string hf_mixtral_config_json(const model::GptConfig& shape, const HfConfigKeys& keys);  // llama + experts
+std::string hf_qwen2_config_json(const model::GptConfig& shape);  // a llama shape with qkv_bias
+std::string hf_qwen2_moe_config_json(const model::GptConfig& shape,
+                                     const HfConfigKeys& keys);  // experts and a shared expert
 
 }  // namespace accel::checkpoint
