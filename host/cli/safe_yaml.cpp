@@ -1,0 +1,102 @@
+// PyYAML safe_load's semantics over yaml-cpp's parser (safe_yaml.h).
+#include "host/cli/safe_yaml.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+namespace accel::cli {
+namespace {
+
+// yaml-cpp's message (it names line and column) as one bounded line.
+std::string one_line(std::string text) {
+  constexpr size_t kShown = 200;
+  std::replace_if(text.begin(), text.end(), [](unsigned char c) { return c < 0x20; }, ' ');
+  return text.size() <= kShown ? text : text.substr(0, kShown) + "...";
+}
+
+std::string where(const YAML::Node& node) {
+  const YAML::Mark mark = node.Mark();
+  return "line " + std::to_string(mark.line + 1) + ", column " + std::to_string(mark.column + 1);
+}
+
+// "?" is a plain scalar's (resolved by its text), "!" a quoted one's (a string).
+void check_tag(const YAML::Node& node) {
+  static const std::set<std::string> standard = {
+      "", "?", "!", "tag:yaml.org,2002:str", "tag:yaml.org,2002:int", "tag:yaml.org,2002:bool",
+      "tag:yaml.org,2002:float", "tag:yaml.org,2002:null", "tag:yaml.org,2002:seq", "tag:yaml.org,2002:map"};
+  if (standard.count(node.Tag()) == 0) {
+    throw YamlError(where(node) + ": the tag " + one_line(node.Tag().substr(0, 60)) +
+                    " is refused (PyYAML's safe_load, which accelerate uses, reads the standard tags only)");
+  }
+}
+
+YamlValue convert(const YAML::Node& node) {
+  check_tag(node);
+  YamlValue value;
+  switch (node.Type()) {
+    case YAML::NodeType::Undefined:
+    case YAML::NodeType::Null:
+      return value;
+    case YAML::NodeType::Scalar:
+      value.kind = YamlValue::Kind::scalar;
+      value.scalar = node.Scalar();
+      return value;
+    case YAML::NodeType::Sequence:
+      value.kind = YamlValue::Kind::list;
+      for (const YAML::Node& item : node) value.items.push_back(convert(item));
+      return value;
+    case YAML::NodeType::Map:
+      value.kind = YamlValue::Kind::map;
+      std::map<std::string, size_t> position;  // key -> index in entries
+      for (const auto& entry : node) {
+        if (!entry.first.IsScalar()) throw YamlError(where(entry.first) + ": a key must be plain text");
+        const std::string& key = entry.first.Scalar();
+        if (key == "<<" && entry.first.Tag() == "?") {
+          throw YamlError(where(entry.first) + ": merge keys (<<) are not read here; write the keys out");
+        }
+        YamlValue child = convert(entry.second);
+        // PyYAML builds a dict: a repeated key's last value wins.
+        const auto [at, fresh] = position.emplace(key, value.entries.size());
+        if (fresh) {
+          value.entries.emplace_back(key, std::move(child));
+        } else {
+          value.entries[at->second].second = std::move(child);
+        }
+      }
+      return value;
+  }
+  return value;
+}
+
+}  // namespace
+
+const YamlValue* YamlValue::find(const std::string& key) const {
+  for (const auto& [name, value] : entries) {
+    if (name == key) return &value;
+  }
+  return nullptr;
+}
+
+YamlValue safe_load(const std::string& text) {
+  std::vector<YAML::Node> documents;
+  try {
+    documents = YAML::LoadAll(text);
+  } catch (const YAML::Exception& e) {
+    // e.what() is one line: "yaml-cpp: error at line L, column C: ...".
+    throw YamlError("not valid YAML: " + one_line(e.what()));
+  }
+  if (documents.size() > 1) {
+    throw YamlError("holds " + std::to_string(documents.size()) +
+                    " YAML documents (---); accelerate's reader (PyYAML's safe_load) takes one");
+  }
+  try {
+    return documents.empty() ? YamlValue{} : convert(documents.front());
+  } catch (const YAML::Exception& e) {
+    throw YamlError(one_line(e.what()));
+  }
+}
+
+}  // namespace accel::cli
