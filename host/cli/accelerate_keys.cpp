@@ -18,7 +18,6 @@ constexpr const char* kTorchrun = "it configures torchrun, and mpirun (or srun) 
 constexpr const char* kSageMaker = "a SageMaker setting: Accel runs on the machines it is started on";
 constexpr const char* kMegatronCore =
     "a Megatron-LM setting Accel's megatron plugin does not have (docs/launch.md lists those it has)";
-constexpr const char* kCompile = "there is no torch.compile in a C++ host";
 
 constexpr FlagKind N = FlagKind::none, S = FlagKind::switch_, V = FlagKind::value, A = FlagKind::append;
 constexpr const char* kTop = "";

@@ -5,6 +5,7 @@
 #include <cctype>
 #include <map>
 
+#include "accel/sdk/json_input.hpp"
 #include "host/cli/accelerate_keys.h"
 #include "host/cli/options.h"
 #include "host/cli/whole_number.h"
@@ -24,7 +25,7 @@ int64_t whole_flag(const std::string& flag, const std::string& value, int64_t mi
   const std::optional<int64_t> number = whole_number(value, min, max);
   if (!number) {
     throw UsageError("accel-host launch: --" + flag + " must be a whole number from " + std::to_string(min) +
-                     " to " + std::to_string(max) + ", got '" + value.substr(0, 40) + "'");
+                     " to " + std::to_string(max) + ", got " + sdk::describe(value));
   }
   return *number;
 }
@@ -52,12 +53,13 @@ LaunchFlags parse_launch_flags(const std::vector<std::string>& args) {
       if (equals != std::string::npos) inline_value = word.substr(equals + 1);
       std::replace(name.begin(), name.end(), '-', '_');
     } else {
-      throw UsageError("accel-host launch: '" + word.substr(0, 80) +
-                       "' is not a launch option; training options go after --");
+      throw UsageError("accel-host launch: " + sdk::describe(word) +
+                       " is not a launch option; training options go after --");
     }
     const AccelerateKey* key = find_accelerate_key(name, nullptr);
     if (key == nullptr) {
-      throw UsageError("accel-host launch: --" + name.substr(0, 80) + " is not a flag of accelerate launch (" +
+      // The word as the user wrote it, quoted and cut (it may hold anything).
+      throw UsageError("accel-host launch: " + sdk::describe(word) + " is not a flag of accelerate launch (" +
                        kAccelerateVersion + ") nor of accel-host launch (accel-host launch --help lists them)");
     }
     std::string value = "true";

@@ -33,7 +33,17 @@ void check_tag(const YAML::Node& node) {
   }
 }
 
-YamlValue convert(const YAML::Node& node) {
+// Aliases share a node in yaml-cpp's tree (and in PyYAML's), but the copy
+// made here repeats it: a kilobyte of nested aliases ("billion laughs")
+// would expand without end (accelerate_config_fuzz found it). A config is a
+// few dozen values; far more is refused.
+constexpr size_t kMaxValues = 100000;
+
+YamlValue convert(const YAML::Node& node, size_t& budget) {
+  if (budget-- == 0) {
+    throw YamlError("expands to more than " + std::to_string(kMaxValues) +
+                    " values (through aliases); an accelerate config holds a few dozen");
+  }
   check_tag(node);
   YamlValue value;
   switch (node.Type()) {
@@ -46,7 +56,7 @@ YamlValue convert(const YAML::Node& node) {
       return value;
     case YAML::NodeType::Sequence:
       value.kind = YamlValue::Kind::list;
-      for (const YAML::Node& item : node) value.items.push_back(convert(item));
+      for (const YAML::Node& item : node) value.items.push_back(convert(item, budget));
       return value;
     case YAML::NodeType::Map:
       value.kind = YamlValue::Kind::map;
@@ -57,13 +67,13 @@ YamlValue convert(const YAML::Node& node) {
         if (key == "<<" && entry.first.Tag() == "?") {
           throw YamlError(where(entry.first) + ": merge keys (<<) are not read here; write the keys out");
         }
-        YamlValue child = convert(entry.second);
+        YamlValue child = convert(entry.second, budget);
         // PyYAML builds a dict: a repeated key's last value wins.
         const auto [at, fresh] = position.emplace(key, value.entries.size());
         if (fresh) {
-          value.entries.emplace_back(key, std::move(child));
+          value.entries.push_back({key, std::move(child)});
         } else {
-          value.entries[at->second].second = std::move(child);
+          value.entries[at->second].value = std::move(child);
         }
       }
       return value;
@@ -93,7 +103,8 @@ YamlValue safe_load(const std::string& text) {
                     " YAML documents (---); accelerate's reader (PyYAML's safe_load) takes one");
   }
   try {
-    return documents.empty() ? YamlValue{} : convert(documents.front());
+    size_t budget = kMaxValues;
+    return documents.empty() ? YamlValue{} : convert(documents.front(), budget);
   } catch (const YAML::Exception& e) {
     throw YamlError(one_line(e.what()));
   }

@@ -4,27 +4,34 @@
 // value, keys are plain scalars, and only the standard tags (!!str, !!int,
 // !!bool, !!float, !!null, !!seq, !!map) are accepted (safe_load refuses a
 // !!python/... tag). yaml-cpp parses; its nesting bound (DeepRecursion)
-// bounds the tree, so the copy here recurses no deeper than it did.
+// bounds the tree, so the copy here recurses no deeper than it did, and the
+// copy holds at most 100,000 values (aliases repeated included).
 //
 // Thread-safety: reentrant.
 #pragma once
 
 #include <stdexcept>
 #include <string>
-#include <utility>
 #include <vector>
 
 namespace accel::cli {
+
+struct YamlEntry;
 
 struct YamlValue {
   enum class Kind { null, scalar, list, map };
   Kind kind = Kind::null;
   std::string scalar;                                        // Kind::scalar
   std::vector<YamlValue> items;                              // Kind::list
-  std::vector<std::pair<std::string, YamlValue>> entries;   // Kind::map, each key once, in first-seen order
+  std::vector<YamlEntry> entries;                            // Kind::map, each key once, in first-seen order
 
   // A map's value under `key`, or nullptr.
   const YamlValue* find(const std::string& key) const;
+};
+
+struct YamlEntry {
+  std::string key;
+  YamlValue value;
 };
 
 // One line saying what is wrong and where (yaml-cpp's line and column).

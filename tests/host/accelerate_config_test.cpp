@@ -233,6 +233,16 @@ TEST(AccelerateConfig, YamlIsReadAsPyYamlSafeLoadReadsIt) {
             std::string::npos);
   EXPECT_EQ(refusal(""), "c.yaml: an accelerate config is a mapping of keys at the top (the file is empty)");
   EXPECT_NE(refusal("? [a]\n: 1\ndistributed_type: NO\n").find("a key must be plain text"), std::string::npos);
+  // Aliases nested ten deep each level: a million values from a few lines
+  // (found by accelerate_config_fuzz), refused rather than expanded.
+  std::string laughs = "l0: &l0 [x, x, x, x, x, x, x, x, x, x]\n";
+  for (int level = 1; level <= 6; ++level) {
+    const std::string below = "*l" + std::to_string(level - 1);
+    laughs += "l" + std::to_string(level) + ": &l" + std::to_string(level) + " [" + below;
+    for (int i = 1; i < 10; ++i) laughs += ", " + below;
+    laughs += "]\n";
+  }
+  EXPECT_NE(refusal(laughs).find("expands to more than 100000 values"), std::string::npos) << refusal(laughs);
   // Anchors and aliases read as PyYAML reads them.
   EXPECT_EQ(parse_accelerate_config("distributed_type: NO\nnum_machines: &n 2\nnum_processes: *n\n", "c.yaml")
                 .num_processes,

@@ -140,9 +140,11 @@ TEST(AccelerateLaunch, FlagsAreReadAsAccelerateLaunchReadsThem) {
   EXPECT_EQ(refusal("", {"--dry_run=yes"}), "accel-host launch: --dry_run takes no value");
   EXPECT_EQ(refusal("", {"--fsdp_min_num_params", "-1"}).find("--fsdp_min_num_params"), std::string::npos)
       << "a negative number is a value (read only under FSDP)";
-  EXPECT_EQ(refusal("", {"--bogus"}).find("accel-host launch: --bogus is not a flag of accelerate launch"), 0u);
+  EXPECT_EQ(refusal("", {"--bogus"}).find("accel-host launch: \"--bogus\" is not a flag of accelerate launch"), 0u);
   EXPECT_EQ(refusal("", {"--use_fsdp", "--multi_gpu"}).find("--multi_gpu and --use_fsdp: only one of"), 0u);
-  EXPECT_EQ(refusal("", {"script.py"}), "accel-host launch: 'script.py' is not a launch option; training options go after --");
+  EXPECT_EQ(refusal("", {"script.py"}),
+            "accel-host launch: \"script.py\" is not a launch option; training options go after --");
+  EXPECT_EQ(refusal("", {"two\nlines"}).find('\n'), std::string::npos);  // found by accelerate_config_fuzz
   EXPECT_EQ(refusal("", {"--num-processes", "2x"}), "--num_processes must be a whole number from 1 to 1048576, got \"2x\"");
   // Hyphens, = and repetition as argparse reads them.
   const LaunchFlags flags = parse_launch_flags({"--num-processes=4", "--env", "A=1", "--env", "B=2", "-q", "--help"});
