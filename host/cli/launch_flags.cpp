@@ -24,8 +24,8 @@ bool looks_like_flag(const std::string& word) {
 int64_t whole_flag(const std::string& flag, const std::string& value, int64_t min, int64_t max) {
   const std::optional<int64_t> number = whole_number(value, min, max);
   if (!number) {
-    throw UsageError("accel-host launch: --" + flag + " must be a whole number from " + std::to_string(min) +
-                     " to " + std::to_string(max) + ", got " + sdk::describe(value));
+    throw UsageError("accel-host launch: --" + flag + " must be from " + std::to_string(min) + " to " +
+                     std::to_string(max) + " (a whole number), got " + sdk::describe(value));
   }
   return *number;
 }
