@@ -17,6 +17,11 @@ std::string one_line(std::string text) {
   return text.size() <= kShown ? text : text.substr(0, kShown) + "...";
 }
 
+std::string hex_byte(unsigned char c) {
+  static const char* hex = "0123456789abcdef";
+  return std::string("0x") + hex[c >> 4] + hex[c & 15];
+}
+
 std::string where(const YAML::Node& node) {
   const YAML::Mark mark = node.Mark();
   return "line " + std::to_string(mark.line + 1) + ", column " + std::to_string(mark.column + 1);
@@ -35,15 +40,28 @@ void check_tag(const YAML::Node& node) {
 
 // Aliases share a node in yaml-cpp's tree (and in PyYAML's), but the copy
 // made here repeats it: a kilobyte of nested aliases ("billion laughs")
-// would expand without end (accelerate_config_fuzz found it). A config is a
-// few dozen values; far more is refused.
+// would expand without end, in values or in the text of a repeated scalar
+// (accelerate_config_fuzz found both). A config is a few dozen short
+// values; far more is refused.
 constexpr size_t kMaxValues = 100000;
+constexpr size_t kMaxText = 1u << 20;  // the file's own size bound
 
-YamlValue convert(const YAML::Node& node, size_t& budget) {
-  if (budget-- == 0) {
+struct Budget {
+  size_t values = kMaxValues;
+  size_t text = kMaxText;
+};
+
+YamlValue convert(const YAML::Node& node, Budget& budget) {
+  if (budget.values-- == 0) {
     throw YamlError("expands to more than " + std::to_string(kMaxValues) +
                     " values (through aliases); an accelerate config holds a few dozen");
   }
+  const size_t text = node.IsScalar() ? node.Scalar().size() : 0;
+  if (text > budget.text) {
+    throw YamlError("expands to more than 1 MiB of text (through aliases); an accelerate config holds a few "
+                    "hundred bytes");
+  }
+  budget.text -= text;
   check_tag(node);
   YamlValue value;
   switch (node.Type()) {
@@ -64,6 +82,11 @@ YamlValue convert(const YAML::Node& node, size_t& budget) {
       for (const auto& entry : node) {
         if (!entry.first.IsScalar()) throw YamlError(where(entry.first) + ": a key must be plain text");
         const std::string& key = entry.first.Scalar();
+        if (key.size() > budget.text) {
+          throw YamlError("expands to more than 1 MiB of text (through aliases); an accelerate config holds a few "
+                          "hundred bytes");
+        }
+        budget.text -= key.size();
         if (key == "<<" && entry.first.Tag() == "?") {
           throw YamlError(where(entry.first) + ": merge keys (<<) are not read here; write the keys out");
         }
@@ -91,6 +114,15 @@ const YamlValue* YamlValue::find(const std::string& key) const {
 }
 
 YamlValue safe_load(const std::string& text) {
+  // PyYAML's reader refuses non-printable characters; yaml-cpp looped
+  // without end, allocating, on a NUL byte (accelerate_config_fuzz found it).
+  for (size_t i = 0; i < text.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    if ((c < 0x20 && c != '\t' && c != '\n' && c != '\r') || c == 0x7f) {
+      throw YamlError("holds the control character " + hex_byte(c) + " at byte " + std::to_string(i) +
+                      ", which YAML (and PyYAML's safe_load) refuses");
+    }
+  }
   std::vector<YAML::Node> documents;
   try {
     documents = YAML::LoadAll(text);
@@ -103,7 +135,7 @@ YamlValue safe_load(const std::string& text) {
                     " YAML documents (---); accelerate's reader (PyYAML's safe_load) takes one");
   }
   try {
-    size_t budget = kMaxValues;
+    Budget budget;
     return documents.empty() ? YamlValue{} : convert(documents.front(), budget);
   } catch (const YAML::Exception& e) {
     throw YamlError(one_line(e.what()));

@@ -243,6 +243,21 @@ TEST(AccelerateConfig, YamlIsReadAsPyYamlSafeLoadReadsIt) {
     laughs += "]\n";
   }
   EXPECT_NE(refusal(laughs).find("expands to more than 100000 values"), std::string::npos) << refusal(laughs);
+  // The same with a long scalar repeated: bounded by its text.
+  std::string long_laughs = "s: &s " + std::string(1000, 'x') + "\nl0: &l0 [*s, *s, *s, *s, *s, *s, *s, *s, *s, *s]\n";
+  for (int level = 1; level <= 3; ++level) {
+    const std::string below = "*l" + std::to_string(level - 1);
+    long_laughs += "l" + std::to_string(level) + ": &l" + std::to_string(level) + " [" + below;
+    for (int i = 1; i < 10; ++i) long_laughs += ", " + below;
+    long_laughs += "]\n";
+  }
+  EXPECT_NE(refusal(long_laughs).find("expands to more than 1 MiB of text"), std::string::npos)
+      << refusal(long_laughs).substr(0, 200);
+  // A NUL byte (yaml-cpp looped on it, allocating; found by
+  // accelerate_config_fuzz) and other control characters are refused, as
+  // PyYAML's reader refuses them.
+  EXPECT_EQ(refusal(std::string(",p\0Fa", 5)),
+            "c.yaml: holds the control character 0x00 at byte 2, which YAML (and PyYAML's safe_load) refuses");
   // Anchors and aliases read as PyYAML reads them.
   EXPECT_EQ(parse_accelerate_config("distributed_type: NO\nnum_machines: &n 2\nnum_processes: *n\n", "c.yaml")
                 .num_processes,
