@@ -98,15 +98,24 @@ void refuse_message_placeholders(const std::vector<std::string>& args) {
 // option) and a FIFO would block. The text is read whole (and checked like
 // the arguments) before parsing.
 // A .yaml or .yml file is the config `accelerate config` writes: read by
-// cli/accelerate_config.h and handed on as the INI text it maps to (so the
-// command line wins over it as over any --config); `accelerate`, when
-// given, receives what was read.
-std::istringstream open_config_file(const std::string& path, std::optional<AccelerateConfig>* accelerate = nullptr) {
+// cli/accelerate_config.h and parsed as the options it maps to, passed as
+// words (never as INI text, where a '#' inside a value would start a
+// comment), less the settings the command line `args` gives (replaced
+// whole: AccelerateConfig::kept_under), and stored after the command line,
+// which so wins; `accelerate`, when given, receives what was read.
+po::parsed_options config_file_options(const std::string& path, const std::vector<std::string>& args,
+                                       const po::options_description& description, bool allow_unregistered,
+                                       std::optional<AccelerateConfig>* accelerate = nullptr) {
   if (is_yaml_config(path)) {
     AccelerateConfig config = read_accelerate_config(path);
-    std::istringstream ini(config.to_ini());
+    std::vector<std::string> words;
+    for (const auto& [name, value] : config.kept_under(args)) words.push_back("--" + name + "=" + value);
+    refuse_message_placeholders(words);
     if (accelerate != nullptr) *accelerate = std::move(config);
-    return ini;
+    po::command_line_parser parser(words);
+    parser.options(description);
+    if (allow_unregistered) parser.allow_unregistered();
+    return parser.run();
   }
   constexpr uint64_t kMaxConfigBytes = 16ull << 20;  // key=value lines; far larger is not a config
   std::string text;
@@ -116,7 +125,8 @@ std::istringstream open_config_file(const std::string& path, std::optional<Accel
     throw UsageError(error.what());
   }
   refuse_message_placeholders(text, "--config '" + path + "'");
-  return std::istringstream(text);
+  std::istringstream file(text);
+  return po::parse_config_file(file, description, allow_unregistered);
 }
 
 // accel-host takes options only (subcommands are dispatched before parsing):
@@ -493,8 +503,7 @@ PluginRequest scan_plugin_request(const std::vector<std::string>& args) {
     po::variables_map vm;
     po::store(po::command_line_parser(args).options(wanted).allow_unregistered().run(), vm);
     if (vm.count("config")) {
-      std::istringstream file = open_config_file(vm["config"].as<std::string>());
-      po::store(po::parse_config_file(file, wanted, /*allow_unregistered=*/true), vm);
+      po::store(config_file_options(vm["config"].as<std::string>(), args, wanted, /*allow_unregistered=*/true), vm);
     }
     po::notify(vm);
   } catch (const po::error& e) {
@@ -518,8 +527,9 @@ ParsedCommandLine parse_command_line(const std::vector<std::string>& args,
     refuse_positionals(given);
     po::store(given, vm);
     if (vm.count("config")) {
-      std::istringstream file = open_config_file(vm["config"].as<std::string>(), &parsed.accelerate);
-      po::store(po::parse_config_file(file, description), vm);
+      po::store(config_file_options(vm["config"].as<std::string>(), args, description, /*allow_unregistered=*/false,
+                                    &parsed.accelerate),
+                vm);
     }
     po::notify(vm);
   } catch (const po::error& e) {
@@ -534,7 +544,14 @@ ParsedCommandLine parse_command_line(const std::vector<std::string>& args,
 
   if (vm.count("help")) {
     std::ostringstream out;
-    out << "Usage: accel-host [options]\n       mpirun -n N accel-host [options]\n\n" << description;
+    out << "Usage: accel-host [options]\n       mpirun -n N accel-host [options]\n       accel-host COMMAND ...\n\n"
+        << "Commands:\n"
+        << "  launch [flags] -- [options]        start a job as `accelerate launch` would (accel-host launch --help)\n"
+        << "  check-plugin PATH [options]        check a plugin .so against the ABI contract on a tiny model\n"
+        << "  merge-weights CHECKPOINT OUTPUT    one model.safetensors from a sharded checkpoint\n"
+        << "  export-hf CHECKPOINT OUTPUT_DIR    a Hugging Face model directory from a checkpoint\n"
+        << "  generate CHECKPOINT --prompt TEXT  sample a continuation from a checkpoint\n\n"
+        << description;
     parsed.action = Action::help;
     parsed.help_text = out.str();
     return parsed;

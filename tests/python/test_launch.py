@@ -230,6 +230,149 @@ class AccelerateLaunch(TempDirMixin, unittest.TestCase):
         self.assertIn("fsdp.yaml: num_processes 2, but this job has 1 rank(s)", proc.stderr)
 
 
+def write(path, text):
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+@unittest.skipUnless(MPIRUN, "mpirun not found")
+class AccelerateDropIn(TempDirMixin, unittest.TestCase):
+    """issue 50, items 5-13: accelerate's files and launch flags, tried as a
+    user would, run with accelerate's meaning or are refused in one line."""
+
+    def test_a_precision_flag_replaces_the_files_fp8_whole(self):
+        # Item 5: the fp8 plugin and its options went with the file's precision.
+        for precision in ("no", "bf16", "fp16"):
+            with self.subTest(precision=precision):
+                proc = launch("--config_file", os.path.join(TEMPLATES, "fp8.yaml"), "--mixed_precision", precision,
+                              "--dry_run", "--", "--steps", 1)
+                command = command_line(proc)
+                self.assertNotIn("fp8", command)
+                self.assertIn(f"--mixed-precision {precision}", command)
+
+    def test_use_cpu_over_a_file_that_says_use_cpu_runs(self):
+        # Item 6: one --device cpu, and the job runs.
+        yaml = write(self.path("cpu.yaml"), "distributed_type: 'NO'\nuse_cpu: true\nnum_processes: 1\n")
+        proc = launch("--config_file", yaml, "--use_cpu", "--", *TINY, "--steps", 1)
+        self.assertEqual(command_line(proc).count("--device cpu"), 1)
+
+    def test_the_training_accumulation_replaces_the_files_and_micro_batches_alone_run(self):
+        # Item 7: --grad-accum after -- replaces the file's accumulation, the
+        # plugin's copy included; megatron_lm_num_micro_batches alone runs.
+        ds = write(self.path("ds.yaml"), "distributed_type: DEEPSPEED\nnum_processes: 1\ndeepspeed_config:\n"
+                                         "  gradient_accumulation_steps: 4\n  zero_stage: 1\n")
+        proc = launch("--config_file", ds, "--", *TINY, "--steps", 1, "--grad-accum", 2,
+                      "--metrics-file", self.path("ds.jsonl"))
+        self.assertNotIn("gradient_accumulation_steps", command_line(proc))
+        self.assertEqual(read_metrics(self.path("ds.jsonl"))[0]["deepspeed_zero.zero_stage"], 1)
+        megatron = write(self.path("megatron.yaml"), "distributed_type: MEGATRON_LM\nnum_processes: 1\n"
+                                                     "megatron_lm_config:\n  megatron_lm_num_micro_batches: 2\n")
+        proc = launch("--config_file", megatron, "--", *TINY, "--steps", 1)
+        self.assertIn("--megatron.num_micro_batches 2 --grad-accum 2", command_line(proc))
+
+    def test_a_hash_in_a_yaml_value_is_part_of_the_value(self):
+        # Item 8: "ds#1.json" is that file, never a file named "ds".
+        write(self.path("ds#1.json"), '{"zero_optimization": {"stage": 1}, "train_micro_batch_size_per_gpu": "auto"}')
+        write(self.path("ds"), "not json")
+        write(self.path("c.yaml"), 'distributed_type: DEEPSPEED\nnum_processes: 1\ndeepspeed_config:\n'
+                                   '  deepspeed_config_file: "ds#1.json"\n')
+        proc = subprocess.run([ACCEL_HOST, "--config", "c.yaml", *map(str, TINY), "--steps", "1", "--metrics-file",
+                               "m.jsonl"], capture_output=True, text=True, cwd=self.tmp, env=MPI_ENV, timeout=120)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertEqual(read_metrics(self.path("m.jsonl"))[0]["deepspeed_zero.zero_stage"], 1)
+
+    def test_hostfile_slots_are_whole_numbers_of_a_sane_size(self):
+        # Item 10.
+        env = {k: v for k, v in MPI_ENV.items() if k != "OMPI_MCA_rmaps_base_oversubscribe"}
+        for hosts, word in (("node0 slots=-4\n", "slots=-4"), ("node0 slots=2abc\n", "slots=2abc"),
+                            ("a slots=9223372036854775807\nb slots=9223372036854775807\n",
+                             "slots=9223372036854775807")):
+            with self.subTest(hosts=hosts):
+                hostfile = write(self.path("hosts"), hosts)
+                proc = subprocess.run([ACCEL_HOST, "launch", "--num_processes", "2", "--hostfile", hostfile,
+                                       "--dry_run"], capture_output=True, text=True, env=env, timeout=60)
+                self.assertEqual(proc.returncode, 2, proc.stderr)
+                [line] = error_lines(proc.stderr)
+                self.assertIn(f"'{word}' is not slots=N with N from 1 to 1048576", line)
+                self.assertNotIn("mpirun", proc.stdout)
+
+    def test_the_yaml_reads_as_pyyaml_safe_load_reads_it(self):
+        # Item 9: the last of a repeated key; a second document or a list
+        # where a scalar belongs refused naming it.
+        yaml = write(self.path("twice.yaml"), "distributed_type: MULTI_CPU\nnum_processes: 1\nnum_processes: 2\n")
+        self.assertTrue(command_line(launch("--config_file", yaml, "--dry_run")).startswith("mpirun -n 2 "))
+        for text, message in (("distributed_type: 'NO'\n---\ndistributed_type: FSDP\n", "holds 2 YAML documents"),
+                              ("distributed_type: 'NO'\nnum_processes: [1, 2]\n",
+                               "num_processes must be a plain value, got a list")):
+            with self.subTest(text=text):
+                proc = launch("--config_file", write(self.path("c.yaml"), text), "--dry_run", check=False)
+                self.assertEqual(proc.returncode, 2, proc.stderr)
+                self.assertIn(message, proc.stderr)
+
+    def test_main_process_ip_says_it_is_not_used(self):
+        # Item 11, as main_process_port says it.
+        yaml = write(self.path("c.yaml"), "distributed_type: 'NO'\nmain_process_ip: 10.1.2.3\n")
+        proc = launch("--config_file", yaml, "--dry_run")
+        self.assertIn('main_process_ip "10.1.2.3": mpirun starts every rank from the machine it runs on', proc.stderr)
+
+    def test_the_deepspeed_template_runs_as_its_json_says(self):
+        # Item 12: the JSON's fp16 block and concrete loss scale decide,
+        # without repeating them as flags.
+        proc = launch("--config_file", "deepspeed.yaml", "--", *TINY, "--steps", 2,
+                      "--metrics-file", self.path("m.jsonl"), cwd=TEMPLATES)
+        command = command_line(proc)
+        for flag in ("--mixed-precision fp16", "--grad_scaler.init_scale 65536", "--grad_scaler.growth_interval 1000",
+                     "--grad_scaler.hysteresis 2", "--grad_scaler.min_scale 1", "--grad-accum 1"):
+            self.assertIn(flag, command)
+        self.assertEqual(len(read_metrics(self.path("m.jsonl"))), 2)
+
+    def test_accelerates_launch_flags_are_read(self):
+        # Item 13: flags a normal accelerate invocation carries.
+        proc = launch("--multi_gpu", "--num_processes", 2, "--main_process_port", 29500, "--same_network",
+                      "--rdzv_backend", "static", "--dynamo_backend", "no", "--monitor_interval", 0.1, "--debug",
+                      "--enable_cpu_affinity", "--mpirun_hostfile", write(self.path("hosts"), "localhost slots=2\n"),
+                      "--dry_run", "--", "--steps", 1)
+        command = command_line(proc)
+        self.assertTrue(command.startswith("mpirun -n 2 --hostfile "), command)
+        self.assertIn("--bind-to numa -x ACCEL_COMM_VERIFY=ops", command)
+        self.assertIn("--plugin ddp", command)
+        for refused, message in ((("--dynamo_backend", "inductor"), "--dynamo_backend is not honoured"),
+                                 (("--main_process_ip", "--dry_run"), "--main_process_ip needs a value"),
+                                 (("--tpu",), "--tpu is not honoured: there are no TPUs")):
+            with self.subTest(refused=refused):
+                proc = launch(*refused, "--", "--steps", 1, check=False)
+                self.assertEqual(proc.returncode, 2, proc.stderr)
+                [line] = error_lines(proc.stderr)
+                self.assertIn(message, line)
+                self.assertNotIn("mpirun", proc.stdout)
+
+    def test_help_lists_launch_flags_and_the_subcommands(self):
+        proc = launch("--help")
+        self.assertIn("Usage: accel-host launch", proc.stdout)
+        self.assertIn("--fsdp_offload_params V", proc.stdout)
+        proc = subprocess.run([ACCEL_HOST, "--help"], capture_output=True, text=True, env=MPI_ENV, timeout=60)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        for command in ("launch [flags]", "check-plugin", "merge-weights", "export-hf", "generate"):
+            self.assertIn(command, proc.stdout)
+
+    def test_a_failing_srun_mpi_list_is_reported_as_that(self):
+        # Item 13: inside Slurm, srun --mpi=list failing is not a missing PMIx.
+        bin_dir = self.path("bin")
+        os.mkdir(bin_dir)
+        srun = write(os.path.join(bin_dir, "srun"), "#!/bin/sh\necho 'srun: error: slurm_load_partitions: "
+                                                      "Unable to contact slurm controller' >&2\nexit 1\n")
+        os.chmod(srun, 0o755)
+        env = {k: v for k, v in MPI_ENV.items() if not k.startswith("SLURM_")}
+        env.update(SLURM_JOB_ID="7", SLURM_NTASKS="2", PATH=bin_dir + os.pathsep + env.get("PATH", ""))
+        proc = subprocess.run([ACCEL_HOST, "launch", "--dry_run", "--", "--steps", "1"], capture_output=True,
+                              text=True, env=env, timeout=60)
+        self.assertEqual(proc.returncode, 2, proc.stderr)
+        [line] = error_lines(proc.stderr)
+        self.assertIn("srun --mpi=list failed (exit 1): srun: error: slurm_load_partitions: Unable to contact", line)
+        self.assertNotIn("PMIx", line)
+
+
 class Preflight(unittest.TestCase):
     def test_srun_without_a_pmi_is_refused_on_every_task(self):
         # What each task of `srun -n 2 accel-host` sees when Slurm has no
