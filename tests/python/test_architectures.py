@@ -49,7 +49,8 @@ class Architecture(test_llama.LlamaFromTransformers):
             original = json.load(f)
         self.assertEqual(written["model_type"], original["model_type"])
         for key, value in self.CONFIG.items():
-            self.assertEqual(written[key], value, key)
+            if key != "initializer_range":  # not the model's arithmetic; export writes transformers' default
+                self.assertEqual(written[key], value, key)
         ids = torch.from_numpy(self.probe[:SHAPE["max_position_embeddings"]].astype("int64")).unsqueeze(0)
         with torch.no_grad():
             theirs = self.model_class().from_pretrained(self.hf_dir, attn_implementation="eager").eval()(ids).logits
@@ -60,7 +61,20 @@ class Architecture(test_llama.LlamaFromTransformers):
 class Llama3TiedFromTransformers(Architecture):
     """Llama 3.2: llama3 rotary scaling and the head tied to embed_tokens
     (fsdp shards the one table both use)."""
-    CONFIG = dict(rope_parameters=LLAMA3_ROPE, tie_word_embeddings=True)
+    # initializer_range (no arithmetic of the model's): q and k large enough
+    # that the rotation moves the loss well past the first step's tolerance.
+    CONFIG = dict(rope_parameters=LLAMA3_ROPE, tie_word_embeddings=True, initializer_range=0.05)
+
+    def test_the_scaling_changes_the_rotation(self):
+        # Parity above then shows the host scales as transformers does.
+        windows = torch.from_numpy(self.probe.reshape(test_llama.BATCH, -1).astype("int64"))
+        losses = []
+        for rope in (LLAMA3_ROPE, {"rope_type": "default", "rope_theta": 10000.0}):
+            model = self.model_class().from_pretrained(self.hf_dir, rope_parameters=rope,
+                                                       attn_implementation="eager").eval()
+            with torch.no_grad():
+                losses.append(test_llama.next_token_loss(model, windows[:, :-1], windows[:, 1:]).item())
+        self.assertGreater(abs(losses[0] - losses[1]) / losses[0], 1e-4, losses)
 
 
 class Qwen25TiedFromTransformers(Architecture):
