@@ -33,6 +33,28 @@ class Architecture(test_llama.LlamaFromTransformers):
         self.assertLess(abs(first - theirs[0]) / theirs[0], 1e-6, f"first step: accel {first} transformers {theirs[0]}")
         return super().check(run, metrics, theirs)
 
+    def probe_loss(self, **overrides):
+        """transformers' loss on the probe windows of the saved model, with
+        config keys overridden."""
+        windows = torch.from_numpy(self.probe.reshape(test_llama.BATCH, -1).astype("int64"))
+        model = self.model_class().from_pretrained(self.hf_dir, attn_implementation="eager", **overrides).eval()
+        with torch.no_grad():
+            return test_llama.next_token_loss(model, windows[:, :-1], windows[:, 1:]).item()
+
+    def assert_moves_the_loss(self, key, value, default):
+        """`key` changes transformers' loss well past the first step's
+        tolerance, so the parity checks show the host honours it."""
+        ours, without = self.probe_loss(**{key: value}), self.probe_loss(**{key: default})
+        self.assertGreater(abs(ours - without) / ours, 1e-4, (ours, without))
+
+    def assert_refused_on_every_rank(self, flags, text):
+        proc = mpirun(2, "--init-from", "hf:" + self.hf_dir, "--steps", 1, *flags, check=False)
+        self.assertNotEqual(proc.returncode, 0)
+        lines = error_lines(proc.stderr)
+        self.assertEqual(len(lines), 2, proc.stderr)  # one per rank
+        for line in lines:
+            self.assertIn(text, line)
+
     def test_export_of_the_loaded_weights_gives_transformers_logits(self):
         # A step of lr 1e-20 (--lr must be > 0) leaves the weights as loaded
         # (updates far below fp32's resolution): the exported model must be
@@ -66,15 +88,7 @@ class Llama3TiedFromTransformers(Architecture):
     CONFIG = dict(rope_parameters=LLAMA3_ROPE, tie_word_embeddings=True, initializer_range=0.05)
 
     def test_the_scaling_changes_the_rotation(self):
-        # Parity above then shows the host scales as transformers does.
-        windows = torch.from_numpy(self.probe.reshape(test_llama.BATCH, -1).astype("int64"))
-        losses = []
-        for rope in (LLAMA3_ROPE, {"rope_type": "default", "rope_theta": 10000.0}):
-            model = self.model_class().from_pretrained(self.hf_dir, rope_parameters=rope,
-                                                       attn_implementation="eager").eval()
-            with torch.no_grad():
-                losses.append(test_llama.next_token_loss(model, windows[:, :-1], windows[:, 1:]).item())
-        self.assertGreater(abs(losses[0] - losses[1]) / losses[0], 1e-4, losses)
+        self.assert_moves_the_loss("rope_parameters", LLAMA3_ROPE, {"rope_type": "default", "rope_theta": 10000.0})
 
 
 class Qwen25TiedFromTransformers(Architecture):
@@ -93,13 +107,8 @@ class Qwen3FromTransformers(Architecture):
 
     @unittest.skipUnless(MPIRUN, "mpirun not found")
     def test_tensor_parallelism_refuses_the_per_head_norms(self):
-        proc = mpirun(2, "--init-from", "hf:" + self.hf_dir, "--steps", 1, "--plugin", "megatron",
-                      "--megatron.tp_degree", 2, check=False)
-        self.assertNotEqual(proc.returncode, 0)
-        lines = error_lines(proc.stderr)
-        self.assertEqual(len(lines), 2, proc.stderr)  # one per rank
-        for line in lines:
-            self.assertIn("tensor parallelism does not serve qk_norm", line)
+        self.assert_refused_on_every_rank(["--plugin", "megatron", "--megatron.tp_degree", 2],
+                                          "tensor parallelism does not serve qk_norm")
 
 
 class MistralFromTransformers(Architecture):
@@ -110,24 +119,12 @@ class MistralFromTransformers(Architecture):
     PARALLEL = ["--plugin", "megatron", "--megatron.pp_degree", 2]
 
     def test_the_window_changes_attention(self):
-        windows = torch.from_numpy(self.probe.reshape(test_llama.BATCH, -1).astype("int64"))
-        losses = []
-        for window in (8, None):
-            model = self.model_class().from_pretrained(self.hf_dir, sliding_window=window,
-                                                       attn_implementation="eager").eval()
-            with torch.no_grad():
-                losses.append(test_llama.next_token_loss(model, windows[:, :-1], windows[:, 1:]).item())
-        self.assertGreater(abs(losses[0] - losses[1]), 1e-4, losses)
+        self.assert_moves_the_loss("sliding_window", 8, None)
 
     @unittest.skipUnless(MPIRUN, "mpirun not found")
     def test_context_parallelism_refuses_the_window(self):
-        proc = mpirun(2, "--init-from", "hf:" + self.hf_dir, "--steps", 1, "--plugin", "megatron",
-                      "--megatron.cp_degree", 2, check=False)
-        self.assertNotEqual(proc.returncode, 0)
-        lines = error_lines(proc.stderr)
-        self.assertEqual(len(lines), 2, proc.stderr)  # one per rank
-        for line in lines:
-            self.assertIn("context parallelism does not serve sliding_window 8", line)
+        self.assert_refused_on_every_rank(["--plugin", "megatron", "--megatron.cp_degree", 2],
+                                          "context parallelism does not serve sliding_window 8")
 
 
 del Architecture  # a base, not a test of its own

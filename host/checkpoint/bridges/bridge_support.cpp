@@ -213,6 +213,16 @@ json rotary_decoder_json(const model::GptConfig& shape, const HfBridge& bridge) 
   };
 }
 
+void add_full_attention_keys(json& config) {
+  config["use_sliding_window"] = false;
+  config["sliding_window"] = nullptr;
+}
+
+void add_router_training_keys(json& config) {
+  config["output_router_logits"] = false;
+  config["router_aux_loss_coef"] = 0.001;
+}
+
 bool dense_rotary_decoder_with(const model::GptConfig& shape, const DenseChoices& allowed) {
   if (shape.family != model::ModelFamily::llama || shape.has_experts()) return false;
   return (allowed.qkv_bias || !shape.qkv_bias) && (allowed.head_dim || shape.head_dim == 0) &&

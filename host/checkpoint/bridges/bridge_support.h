@@ -57,6 +57,10 @@ ModelOverrides rotary_decoder_shape(const JsonFields& config, const RotaryDecode
 
 // config.json's keys for those fields (the caller adds its family's own).
 nlohmann::json rotary_decoder_json(const model::GptConfig& shape, const HfBridge& bridge);
+// The keys that say attention is over the whole sequence (Qwen2's, Qwen3's),
+// and the router's training keys at transformers' defaults (the MoE bridges').
+void add_full_attention_keys(nlohmann::json& config);
+void add_router_training_keys(nlohmann::json& config);
 // The "rope_parameters" of `shape`.
 nlohmann::json rope_parameters_json(const model::GptConfig& shape);
 // Whether `shape` is a dense rotary decoder with none of the choices in

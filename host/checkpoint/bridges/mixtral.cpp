@@ -42,8 +42,7 @@ std::string config_json(const model::GptConfig& shape) {
   config["num_experts_per_tok"] = shape.experts_per_token;
   config["sliding_window"] = nullptr;
   config["router_jitter_noise"] = 0.0;
-  config["output_router_logits"] = false;
-  config["router_aux_loss_coef"] = 0.001;
+  add_router_training_keys(config);
   return config.dump(2) + "\n";
 }
 

@@ -26,8 +26,7 @@ bool writes(const model::GptConfig& shape) {
 
 std::string config_json(const model::GptConfig& shape) {
   nlohmann::json config = rotary_decoder_json(shape, qwen2_bridge());
-  config["use_sliding_window"] = false;
-  config["sliding_window"] = nullptr;
+  add_full_attention_keys(config);
   return config.dump(2) + "\n";
 }
 

@@ -56,8 +56,7 @@ std::string config_json(const model::GptConfig& shape) {
   config["decoder_sparse_step"] = 1;
   config["mlp_only_layers"] = nlohmann::json::array();
   config["use_sliding_window"] = false;
-  config["output_router_logits"] = false;
-  config["router_aux_loss_coef"] = 0.001;
+  add_router_training_keys(config);
   return config.dump(2) + "\n";
 }
 

@@ -32,8 +32,7 @@ std::string config_json(const model::GptConfig& shape) {
   nlohmann::json config = rotary_decoder_json(shape, qwen3_bridge());
   config["head_dim"] = shape.attention_head_dim();
   config["attention_bias"] = false;
-  config["use_sliding_window"] = false;
-  config["sliding_window"] = nullptr;
+  add_full_attention_keys(config);
   return config.dump(2) + "\n";
 }
 
