@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "host/cli/model_presets.h"
 #include "host/util/strformat.h"
 
 namespace accel::model {
@@ -53,9 +54,25 @@ GptConfig make_gpt_config(const std::string& preset, const ModelOverrides& overr
     config = GptConfig{2, 4, 64, 64, 256, ModelFamily::llama, 2, 128, 10000.0, 1e-5, 4, 2};
   } else if (preset == "moe-small") {
     config = GptConfig{8, 12, 768, 1024, 32000, ModelFamily::llama, 4, 1024, 10000.0, 1e-5, 8, 2};
+  } else if (preset == "llama3-tiny" || preset == "qwen2-tiny" || preset == "qwen3-tiny" || preset == "mistral-tiny") {
+    // The families' fast-test shapes: llama-tiny with each family's choices
+    // (docs/architectures.md), as the small models of each family have them.
+    config = GptConfig{2, 4, 64, 64, 256, ModelFamily::llama, 2, 176, 10000.0, 1e-5};
+    if (preset == "llama3-tiny") {  // Llama 3.2 1B: llama3 scaling, tied head
+      config.rope_scaling = RopeScaling{RopeScaling::Kind::llama3, 8.0, 1.0, 4.0, 16};
+      config.tie_embeddings = true;
+    } else if (preset == "qwen2-tiny") {  // Qwen2.5 0.5B: q, k and v biases, tied head
+      config.qkv_bias = true;
+      config.tie_embeddings = true;
+    } else if (preset == "qwen3-tiny") {  // Qwen3 0.6B: per-head q/k norms, heads wider than n_embd / n_head
+      config.qk_norm = true;
+      config.head_dim = 24;
+      config.tie_embeddings = true;
+    } else if (preset == "mistral-tiny") {  // Mistral 7B v0.1: a window of a quarter of the sequence
+      config.sliding_window = 16;
+    }
   } else {
-    throw std::invalid_argument("--model: unknown model '" + preset +
-                                "' (expected gpt-tiny, gpt-small, llama-tiny, llama-small, moe-tiny or moe-small)");
+    throw std::invalid_argument("--model: unknown model '" + preset + "' (expected " + model_preset_list() + ")");
   }
   const bool llama = config.family == ModelFamily::llama;
   if (!llama && (overrides.n_kv_head || overrides.ffn_size || overrides.n_experts || overrides.experts_per_token ||

@@ -78,7 +78,8 @@ const char* to_string(ModelFamily family);  // "gpt2" | "llama"
 // 12 heads over 4 key/value heads, 32000 tokens); moe-tiny: llama-tiny's
 // attention with 4 experts of width 128, top 2; moe-small: llama-small's
 // attention with 8 experts of width 1024, top 2 (about 213M parameters,
-// 99M of them active per token).
+// 99M of them active per token); llama3-tiny, qwen2-tiny, qwen3-tiny and
+// mistral-tiny: llama-tiny with each family's choices (gpt_config.cpp).
 // Throws std::invalid_argument for an unknown preset or inconsistent shapes.
 GptConfig make_gpt_config(const std::string& preset, const ModelOverrides& overrides);
 

@@ -7,7 +7,8 @@ sequence). Each: the first step's loss within 1e-6 of transformers', 20
 steps under torch.optim.AdamW within 1e-5 each, export-hf loads back as
 the same class with the same logits, greedy generation equal token for
 token; one parallel layout each; what a strategy cannot serve is refused
-by the field's name."""
+by the field's name. The families' presets resume bit for bit and train
+under their layouts as one process."""
 import json
 import os
 import unittest
@@ -125,6 +126,43 @@ class MistralFromTransformers(Architecture):
     def test_context_parallelism_refuses_the_window(self):
         self.assert_refused_on_every_rank(["--plugin", "megatron", "--megatron.cp_degree", 2],
                                           "context parallelism does not serve sliding_window 8")
+
+
+class ArchitecturePresets(TempDirMixin, unittest.TestCase):
+    """The families' presets (--model llama3-tiny, ...): resume bit for bit,
+    and train under each family's parallel layout as one process, resuming
+    there in one process (another strategy and world size)."""
+    COMMON = ["--seq-len", 32, "--batch-size", 8, "--lr", 3e-3, "--warmup-steps", 2, "--lr-decay-steps", 8,
+              "--threads", 1, "--log-level", "warn"]
+    LAYOUTS = {
+        "llama3-tiny": ["--plugin", "fsdp"],
+        "qwen2-tiny": ["--plugin", "megatron", "--megatron.tp_degree", 2],
+        "qwen3-tiny": ["--plugin", "deepspeed_zero", "--deepspeed_zero.zero_stage", 3],
+        "mistral-tiny": ["--plugin", "megatron", "--megatron.pp_degree", 2],
+    }
+
+    def losses(self, preset, *extra, ranks=1, steps=8):
+        metrics = self.path(f"m{len(os.listdir(self.tmp))}.jsonl")
+        args = ["--model", preset, *self.COMMON, "--steps", steps, "--metrics-file", metrics, *extra]
+        (run_host(*args) if ranks == 1 else mpirun(ranks, *args))
+        return [m["loss"] for m in read_metrics(metrics)]
+
+    def test_each_preset_resumes_bit_exact(self):
+        for preset in self.LAYOUTS:
+            with self.subTest(preset):
+                whole, save = self.losses(preset), self.path(preset)
+                first = self.losses(preset, "--save", save, steps=4)
+                self.assertEqual(first + self.losses(preset, "--save", save, "--resume", save), whole)
+
+    @unittest.skipUnless(MPIRUN, "mpirun not found")
+    def test_each_preset_trains_under_its_layout_and_resumes_in_one_process(self):
+        for preset, layout in self.LAYOUTS.items():
+            with self.subTest(preset):
+                one, save = self.losses(preset), self.path(preset)
+                parallel = self.losses(preset, *layout, "--save", save, ranks=2, steps=4)
+                got = parallel + self.losses(preset, "--save", save, "--resume", save)
+                for step, (a, b) in enumerate(zip(one, got)):
+                    self.assertLess(abs(a - b) / a, 1e-5, f"step {step + 1}: {a} vs {b}")
 
 
 del Architecture  # a base, not a test of its own
