@@ -26,12 +26,13 @@ constexpr const char* kUsage =
 
 fs::path export_hf(const fs::path& checkpoint_dir, const fs::path& output_dir) {
   const fs::path checkpoint = resolve_checkpoint(checkpoint_dir, kCommand);
-  const model::GptConfig shape = checkpoint::read_trainer_state(checkpoint).model;
+  const checkpoint::TrainerState state = checkpoint::read_trainer_state(checkpoint);
+  const model::GptConfig& shape = state.model;
   const NamedTensors tensors = checkpoint::to_hf_tensors(read_whole_model(checkpoint, kCommand), shape);
   create_output_directory(output_dir, kCommand);
   // Weights first: a directory with a config.json is taken for a model.
   write_safetensors_file(output_dir / "model.safetensors", tensors, kCommand);
-  write_text_file(output_dir / "config.json", checkpoint::hf_config_json(shape), kCommand);
+  write_text_file(output_dir / "config.json", checkpoint::hf_config_json(shape, state.hf), kCommand);
   log::info(strformat("exported %s (%s) to %s", checkpoint.c_str(), shape.describe().c_str(), output_dir.c_str()));
   return checkpoint;
 }

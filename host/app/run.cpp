@@ -347,6 +347,7 @@ void take_shape_from_init_checkpoint(RunConfig& config) {
     o.sliding_window = hf.shape.sliding_window;
     o.rope_scaling = hf.shape.rope_scaling;
   }
+  config.init_hf_keys = hf.keys;
   for (const std::string& what : hf.ignored) log::warn("--init-from: ignoring " + what);
 }
 
@@ -415,8 +416,10 @@ int run_accel(const std::vector<std::string>& args, const comm::MpiSession& mpi,
   // Held until the process ends: a second job on the same root is refused.
   const std::optional<checkpoint::SnapshotRootClaim> snapshot_root =
       mpi.all_succeeded(config.snapshot_every > 0) ? claim_snapshot_root(config, mpi) : std::nullopt;
-  resolve_resume_auto(config, mpi);
+  // The shape first: a requeued job's command names --init-from, and the
+  // checkpoint that --resume auto then takes instead was written for that shape.
   take_shape_from_init_checkpoint(config);
+  resolve_resume_auto(config, mpi);
   const accel::model::GptConfig shape = checked_model_shape(config, registry, mpi);
   // Before the first collective of the communication layer: ranks that
   // disagree stop here, all of them, with one line.

@@ -41,8 +41,9 @@ struct HfBridge {
   // Whether export-hf writes `shape` as this family: true only when the
   // family's class computes exactly what the shape does.
   bool (*writes)(const model::GptConfig& shape);
-  // config.json for a shape this bridge writes.
-  std::string (*config_json)(const model::GptConfig& shape);
+  // config.json for a shape this bridge writes, with the keys beyond the
+  // shape a run carries (HfConfigKeys; the dense families have none).
+  std::string (*config_json)(const model::GptConfig& shape, const HfConfigKeys& keys);
 };
 
 // Every bridge, in the order export-hf asks them (the first that writes a

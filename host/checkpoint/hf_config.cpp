@@ -52,6 +52,8 @@ HfModelConfig read_hf_config(const fs::path& dir) {
   return parse_hf_config(text, path.string());
 }
 
-std::string hf_config_json(const model::GptConfig& shape) { return hf_bridge_for(shape).config_json(shape); }
+std::string hf_config_json(const model::GptConfig& shape, const HfConfigKeys& keys) {
+  return hf_bridge_for(shape).config_json(shape, keys);
+}
 
 }  // namespace accel::checkpoint

@@ -37,6 +37,7 @@ inline constexpr uint64_t kMaxHfConfigBytes = 1u << 20;
 struct HfModelConfig {
   model::GptConfig shape;  // n_positions / max_position_embeddings become seq_len
   std::string model_type;  // config.json's, whose bridge read it
+  HfConfigKeys keys;       // what export-hf writes back beside the shape
   std::vector<std::string> ignored;
 };
 
@@ -48,7 +49,10 @@ HfModelConfig read_hf_config(const std::filesystem::path& dir);
 
 // config.json for `shape`, as export-hf writes it: by the first bridge
 // whose transformers class computes `shape` (hf_bridge_for; CheckpointError
-// when none does). parse_hf_config gives `shape` back.
-std::string hf_config_json(const model::GptConfig& shape);
+// when none does). The mixtures of experts take `keys`: router_aux_loss_coef
+// (unset: 0, --moe-aux-loss-coef's default) and Qwen2-MoE's intermediate_size
+// (unset: the expert width; no layer reads it). parse_hf_config gives
+// `shape` and the keys of its family back.
+std::string hf_config_json(const model::GptConfig& shape, const HfConfigKeys& keys = {});
 
 }  // namespace accel::checkpoint

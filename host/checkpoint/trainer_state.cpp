@@ -95,6 +95,8 @@ std::string trainer_state_json(const TrainerState& state) {
     j["model"]["shared_expert_size"] = state.model.shared_expert_size;
     j["model"]["normalize_top_k"] = state.model.normalize_top_k;
   }
+  if (state.hf.router_aux_loss_coef) j["hf_config"]["router_aux_loss_coef"] = *state.hf.router_aux_loss_coef;
+  if (state.hf.intermediate_size) j["hf_config"]["intermediate_size"] = *state.hf.intermediate_size;
   return j.dump(2) + "\n";
 }
 
@@ -108,7 +110,7 @@ static TrainerState read_fields(const json& document, const std::string& where) 
                                    std::to_string(kTrainerStateFormatVersion) + ")");
   }
   top.only({"format_version", "step", "data_position", "optimizer_steps", "rng", "loss_scaler", "model", "plugins",
-            "world_size"});
+            "world_size", "hf_config"});
   TrainerState s;
   s.step = top.integer("step", 0, kInt64Max);
   // Skipped fp16 steps make optimizer_steps smaller, never larger.
@@ -199,6 +201,13 @@ static TrainerState read_fields(const json& document, const std::string& where) 
     check_plugin_list(top, s.plugins);
   }
   if (top.contains("world_size")) s.world_size = static_cast<int32_t>(top.integer("world_size", 1, kMaxWorldSize));
+  if (top.contains("hf_config")) {
+    // A coefficient as --moe-aux-loss-coef takes it (finite, >= 0), a width as the model's.
+    const JsonFields hf = top.object("hf_config");
+    hf.only({"router_aux_loss_coef", "intermediate_size"});
+    s.hf.router_aux_loss_coef = hf.optional_number("router_aux_loss_coef", 0.0);
+    s.hf.intermediate_size = hf.optional_integer("intermediate_size", 1, kMaxDimension);
+  }
   return s;
 }
 

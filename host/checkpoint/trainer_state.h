@@ -1,6 +1,6 @@
 // trainer_state.json: the trainer's own scalars in a checkpoint (step, data
 // position, RNG, loss scaler, the model's shape, the saving run's plugins
-// and world size), written by rank 0 and read by every rank on resume.
+// and world size, the config.json keys export-hf writes beside the shape), written by rank 0 and read by every rank on resume.
 // Parsing is strict because every field steers the resumed run: each one is
 // type- and range-checked (a step of -1 would loop forever, a loss scale of 0
 // would zero every gradient, 2.5 must not be read as 2), unknown keys are
@@ -38,6 +38,7 @@ struct TrainerState {
   model::GptConfig model;
   std::string plugins;        // comma-separated names of the plugins of the saving run
   int32_t world_size = 1;     // ranks of the saving run (1 when the file predates the field)
+  HfConfigKeys hf;            // config.json keys beyond the shape, for export-hf ("hf_config"; unset when absent)
 };
 
 // The file's text (pretty-printed JSON, newline-terminated).

@@ -48,6 +48,21 @@ struct MoeTraining {
   double z_loss_coef = 0.0;      // ST-MoE's router z-loss
 };
 
+// Keys of a transformers config.json that no model shape holds but that
+// export-hf writes as the run had them: taken from --init-from's file,
+// carried through every checkpoint (trainer_state.json's "hf_config") and
+// written back (checkpoint/hf_config.h). Unset: nothing said them.
+struct HfConfigKeys {
+  // Mixtral and Qwen2-MoE: the load-balancing loss's weight. A run with
+  // --moe-aux-loss-coef > 0 sets it to that; one without keeps its source's.
+  std::optional<double> router_aux_loss_coef;
+  // Qwen2-MoE: the dense MLP width of mlp_only_layers (none here, so no
+  // layer uses it), which the expert width must not replace.
+  std::optional<int64_t> intermediate_size;
+
+  bool operator==(const HfConfigKeys&) const = default;
+};
+
 enum class DataOrder { shuffled, sequential };
 enum class LrScheduleKind { constant, linear, cosine };
 enum class MixedPrecision { no, bf16, fp16 };
@@ -154,6 +169,8 @@ struct RunConfig {
   // "hf:DIR": the model's shape and initial weights from a transformers
   // checkpoint directory (checkpoint/hf_checkpoint.h) instead of the seed.
   std::string init_from;
+  // What init_from's config.json said beyond the shape (set with it, by app/run.cpp).
+  HfConfigKeys init_hf_keys;
 
   std::string metrics_file;
   std::string tensorboard_dir;  // rank 0 writes TensorBoard scalars here

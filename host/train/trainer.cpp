@@ -106,7 +106,8 @@ Trainer::Trainer(const RunConfig& config, int rank, int world_size, plugin::Hook
       eval_sampler_(data_.eval ? data_.eval->num_windows() : 1, DataOrder::sequential, config.seed),
       loss_scaler_(config.grad_scaler, config.mixed_precision == MixedPrecision::fp16),
       hooks_(hooks && !hooks->empty() ? hooks : nullptr),
-      context_(context) {
+      context_(context),
+      hf_keys_(config.init_hf_keys) {
   open_outputs_together();
   if (context_ && context_->world && config_.snapshot_every > 0) {
     snapshot_replicas_ = SnapshotReplicas::create(*context_->world);

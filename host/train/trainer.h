@@ -263,6 +263,9 @@ class Trainer final : public runtime::ModelRunner {
   std::string resumed_from_;  // the checkpoint directory, when resuming
   std::string saved_plugins_;  // the plugins of the run that wrote it
   int32_t saved_world_size_ = 1;  // the ranks of the run that wrote it
+  // config.json keys beyond the shape that export-hf writes back: the
+  // resumed checkpoint's, else --init-from's (RunConfig::init_hf_keys).
+  HfConfigKeys hf_keys_;
   // The resumed checkpoint's reader, from resume_from until the plugins'
   // load_state has read it too.
   std::unique_ptr<runtime::CheckpointReader> resume_reader_;

@@ -53,6 +53,9 @@ void Trainer::resume_from(const std::string& dir) {
   resumed_from_ = checkpoint.string();
   saved_plugins_ = state.plugins;
   saved_world_size_ = state.world_size;
+  // A checkpoint that names no keys (a dense model, or written before they
+  // were kept) leaves --init-from's.
+  if (state.hf != HfConfigKeys{}) hf_keys_ = state.hf;
   // Plugins read the same checkpoint in load_state; without plugins there
   // is nothing more to read, so the files close now.
   if (hooks_) resume_reader_ = std::move(reader);
@@ -178,6 +181,12 @@ void Trainer::save_checkpoint(bool periodic, StepMetrics* metrics, bool snapshot
   state.loss_scale_growth_tracker = loss_scaler_.growth_tracker();
   state.model = model_.config();
   state.world_size = world_size_;
+  state.hf = hf_keys_;
+  // The load-balancing weight this run trained with; a run without it
+  // keeps the one it started from (transformers' router_aux_loss_coef).
+  if (model_.config().has_experts() && config_.moe.aux_loss_coef > 0.0) {
+    state.hf.router_aux_loss_coef = config_.moe.aux_loss_coef;
+  }
   std::string plugins;
   if (hooks_) {
     for (const std::string& name : hooks_->plugin_names()) plugins += (plugins.empty() ? "" : ",") + name;

@@ -208,15 +208,19 @@ void CheckpointIo::save(const AccelStateArgs&, const DLDataType* model_file) {
   // tensor at a time, never the whole model.
   std::vector<sdk::Buffer> gathered;
   KeptViews kept;
-  // Each element is put once: whole parameters by tensor rank 0, the slices
-  // of split ones by every tensor rank; in host-owned units, whole
-  // parameters and tensor slices by the data group's first rank, expert
-  // slices by each expert group's ranks in the first of EXPERT_DATA.
-  const Puts sharded_puts{tensor_rank_ == 0, true, true};
+  // Each element is put once, by the first rank of every group holding it
+  // alike: whole parameters by tensor rank 0, the slices of split ones by
+  // every tensor rank; expert slices, whole over the tensor group (megatron
+  // splits the attention around them), by tensor rank 0 too; in host-owned
+  // units, whole parameters and tensor slices by the data group's first
+  // rank, expert slices by each expert group's ranks in the first of
+  // EXPERT_DATA.
+  const bool tensor_first = tensor_rank_ == 0;
+  const Puts sharded_puts{tensor_first, true, tensor_first};
   // A shard over EXPERT_DATA is its expert group's alike but for the experts.
-  const Puts expert_data_puts{tensor_rank_ == 0 && experts_.rank == 0, experts_.rank == 0, true};
+  const Puts expert_data_puts{tensor_first && experts_.rank == 0, experts_.rank == 0, tensor_first};
   const bool data_first = replica_.rank == 0 && sharding_rank_ == 0;
-  const Puts replicated_puts{data_first && tensor_rank_ == 0, data_first, experts_.data_rank == 0};
+  const Puts replicated_puts{data_first && tensor_first, data_first, experts_.data_rank == 0 && tensor_first};
   for (int32_t u = 0; u < store_.num_units(); ++u) {
     // A tied copy's state is its owning stage's to save (equal to it).
     if (const UnitLayout* layout = store_.layout(u); layout != nullptr && layout->tied_copy) continue;

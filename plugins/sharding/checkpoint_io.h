@@ -13,10 +13,10 @@
 // of host-owned units are put whole by the data group's first rank. Units
 // holding tensor-parallel slices (megatron) put and get each slice at its
 // global offset (sdk::local_to_global); a parameter every tensor rank holds
-// whole is put by tensor rank 0; a unit's expert slices (expert_slices.h)
-// by EXPERT_DATA's first ranks, or, in a unit sharded over EXPERT_DATA
-// (shard_store.h), by every rank of replica 0 (its other elements by
-// expert rank 0). The consolidated model file gathers whole experts over
+// whole is put by tensor rank 0; a unit's expert slices (expert_slices.h),
+// whole on every tensor rank, by tensor rank 0 of EXPERT_DATA's first ranks,
+// or, in a unit sharded over EXPERT_DATA (shard_store.h), by tensor rank 0
+// of every rank of replica 0 (its other elements by expert rank 0). The consolidated model file gathers whole experts over
 // EXPERT for world rank 0. Loading gets, on every
 // rank, the rectangles of its own shard, whatever wrote them; a missing
 // tensor is an error naming it. save_state runs on every rank (each rank's

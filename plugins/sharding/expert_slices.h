@@ -10,7 +10,8 @@
 //   - the clipping norm counts expert slices on every expert rank and sums
 //     over EXPERT (ShardedOptimizer);
 //   - a checkpoint's expert slices are put by EXPERT_DATA's first rank of
-//     each expert group (CheckpointIo);
+//     each expert group, tensor rank 0 of it (megatron keeps the experts
+//     whole on every tensor rank; CheckpointIo);
 //   - a sharded unit holding expert slices shards over EXPERT_DATA, not
 //     SHARDING (ShardStore): its elements outside the expert slices are
 //     then equal over EXPERT, where GradReducer completes their average.

@@ -247,9 +247,38 @@ TEST(HfConfig, EachBridgeSetsItsFields) {
 TEST(HfConfig, WhatExportWritesParsesBack) {
   for (const json& j : {gpt2_json(), llama_json(), mixtral_json(), qwen2_json(), qwen2_moe_json(), qwen3_json(),
                         mistral_json(), llama3_json()}) {
-    const model::GptConfig shape = parse_hf_config(j.dump(), kWhere).shape;
-    EXPECT_EQ(parse_hf_config(hf_config_json(shape), kWhere).shape, shape) << shape.describe();
+    const HfModelConfig config = parse_hf_config(j.dump(), kWhere);
+    const HfModelConfig again = parse_hf_config(hf_config_json(config.shape, config.keys), kWhere);
+    EXPECT_EQ(again.shape, config.shape) << config.shape.describe();
+    EXPECT_EQ(again.keys, config.keys) << config.shape.describe();
   }
+}
+
+// Issue 50: export-hf wrote router_aux_loss_coef 0.001 whatever the run
+// used, and a Qwen2-MoE's intermediate_size as its expert width.
+TEST(HfConfig, ExportWritesTheAuxCoefficientAndQwen2MoesDenseWidthItWasGiven) {
+  const HfModelConfig mixtral = parse_hf_config(mixtral_json().dump(), kWhere);
+  EXPECT_EQ(mixtral.keys.router_aux_loss_coef, 0.02);
+  EXPECT_FALSE(mixtral.keys.intermediate_size);  // Mixtral's intermediate_size is the expert width
+  EXPECT_EQ(json::parse(hf_config_json(mixtral.shape, mixtral.keys))["router_aux_loss_coef"], 0.02);
+  json j = qwen2_moe_json();
+  j["router_aux_loss_coef"] = 0.05;
+  const HfModelConfig qwen = parse_hf_config(j.dump(), kWhere);
+  EXPECT_EQ(qwen.keys.router_aux_loss_coef, 0.05);
+  EXPECT_EQ(qwen.keys.intermediate_size, 128);
+  const json written = json::parse(hf_config_json(qwen.shape, qwen.keys));
+  EXPECT_EQ(written["router_aux_loss_coef"], 0.05);
+  EXPECT_EQ(written["intermediate_size"], 128);
+  EXPECT_EQ(written["moe_intermediate_size"], 96);
+  // Nothing said them (a run from a preset without --moe-aux-loss-coef):
+  // that run's coefficient, 0, and the expert width for the unused one.
+  const json bare = json::parse(hf_config_json(qwen.shape));
+  EXPECT_EQ(bare["router_aux_loss_coef"], 0.0);
+  EXPECT_EQ(bare["intermediate_size"], 96);
+  EXPECT_EQ(json::parse(hf_config_json(mixtral.shape))["router_aux_loss_coef"], 0.0);
+  // The coefficient is read without output_router_logits too.
+  j.erase("output_router_logits");
+  EXPECT_EQ(parse_hf_config(j.dump(), kWhere).keys.router_aux_loss_coef, 0.05);
 }
 
 TEST(HfConfig, AWrongTypedValueNestedDeepIsOneLine) {

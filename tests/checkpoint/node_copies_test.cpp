@@ -116,9 +116,12 @@ class AssemblyTest : public ::testing::Test {
 };
 
 TEST_F(AssemblyTest, KeptFilesAreLinkedReceivedOnesCheckedAndTheWholePublished) {
-  // The node's own step_4 holds rank 0's file and a stray the whole lacks.
-  const ManifestEntry r0 = write(root_ / "step_4", "r0", "rank zero");
-  write(root_ / "step_4", "stray", "not in the whole");
+  // The node's own step_4, committed as a node's directory is, holds rank
+  // 0's file and a stray the whole lacks (publish replaces only a
+  // committed directory).
+  const ManifestEntry r0 = write(root_ / "step_4.tmp", "r0", "rank zero");
+  write(root_ / "step_4.tmp", "stray", "not in the whole");
+  PendingCheckpointDir::attach(root_, "step_4").commit();
   const ManifestEntry r1 = write(root_ / "elsewhere", "r1", "rank one");
   PendingCheckpointDir pending = start_assembly(root_, "step_4", {r0});
   EXPECT_EQ(fs::hard_link_count(pending.dir() / "r0"), 2u);

@@ -140,6 +140,27 @@ TEST(TrainerState, AMixtureOfExpertsParsesBackAndAFileFromBeforeItIsDense) {
   EXPECT_EQ(dense.experts_per_token, 0);
 }
 
+TEST(TrainerState, TheConfigKeysExportWritesParseBackAndAreChecked) {
+  TrainerState moe = sample_state();
+  moe.model = model::GptConfig{2, 4, 64, 32, 256, model::ModelFamily::llama, 2, 96, 1e6, 1e-6, 8, 2};
+  moe.hf.router_aux_loss_coef = 0.02;
+  moe.hf.intermediate_size = 5632;
+  EXPECT_EQ(parse_trainer_state(trainer_state_json(moe), "x").hf, moe.hf);
+  moe.hf.intermediate_size.reset();
+  EXPECT_EQ(parse_trainer_state(trainer_state_json(moe), "x").hf, moe.hf);
+  EXPECT_FALSE(sample_json().contains("hf_config"));  // none known: no object
+  EXPECT_EQ(parse_trainer_state(sample_json().dump(), "x").hf, HfConfigKeys{});
+  json j = json::parse(trainer_state_json(moe));
+  j["hf_config"]["router_aux_loss_coef"] = -1;
+  EXPECT_NE(error_of(j).find("router_aux_loss_coef\" must be at least 0"), std::string::npos) << error_of(j);
+  j = json::parse(trainer_state_json(moe));
+  j["hf_config"]["intermediate_size"] = 0;
+  EXPECT_NE(error_of(j).find("intermediate_size"), std::string::npos) << error_of(j);
+  j = json::parse(trainer_state_json(moe));
+  j["hf_config"]["num_experts"] = 8;
+  EXPECT_NE(error_of(j).find("num_experts\" is not a known field"), std::string::npos) << error_of(j);
+}
+
 TEST(TrainerState, AFileFromBeforeTheLlamaFamilyIsGpt2) {
   json j = sample_json();
   for (const char* key : {"family", "n_kv_head", "ffn_size", "rope_theta", "norm_eps", "n_experts", "experts_per_token"}) {

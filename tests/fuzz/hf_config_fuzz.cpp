@@ -10,7 +10,7 @@
 //      for Llama key/value heads dividing the heads, an even head width, and
 //      a finite epsilon and rotary base > 0;
 //   3. what export-hf would write for it (hf_config_json) parses back to the
-//      same shape.
+//      same shape and the same keys beyond it (HfConfigKeys).
 // Build: clang with -DACCEL_FUZZ=ON (tests/fuzz/CMakeLists.txt); run:
 //   ./hf_config_fuzz -dict=tests/fuzz/json.dict -max_len=1024 tests/fuzz/corpus_hf_config
 #include <cmath>
@@ -60,8 +60,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   check_shape(config.shape);
-  const HfModelConfig again =
-      accel::checkpoint::parse_hf_config(accel::checkpoint::hf_config_json(config.shape), "fuzz/rewritten");
-  require(again.shape == config.shape && again.ignored.empty());
+  const HfModelConfig again = accel::checkpoint::parse_hf_config(
+      accel::checkpoint::hf_config_json(config.shape, config.keys), "fuzz/rewritten");
+  require(again.shape == config.shape && again.keys == config.keys && again.ignored.empty());
   return 0;
 }

@@ -3,9 +3,10 @@ megatron and fp8 store every tensor by name and global offset, so a
 checkpoint resumes at another world size, under another strategy (fsdp, ZeRO
 stages 1-3, megatron's tensor and pipeline parallelism, ddp) or in one process, continuing the uninterrupted curve within 1e-5 (fp8: its scales
 travel too, compared one step from the same state); a same-strategy, same-world resume is bit-exact; merge-weights
-assembles a sharded checkpoint. (One copy of these rows: the strategies'
-own suites, test_fsdp.py, test_deepspeed_zero.py and test_megatron.py,
-point here.)"""
+assembles a sharded checkpoint. Every composed layout has a generated row
+of its own in test_composed_layouts.py. (One copy of these rows: the
+strategies' own suites, test_fsdp.py, test_deepspeed_zero.py,
+test_megatron.py and test_moe.py, point here.)"""
 import os
 import unittest
 
@@ -319,7 +320,6 @@ class CrossStrategyCheckpoints(TempDirMixin, unittest.TestCase):
         self.resume(4, [*FSDP, *WRAP, "--fsdp.sharding_strategy", "HYBRID_SHARD", "--fsdp.hybrid_shard_group_size",
                         2, "--fsdp.ignored_modules", r"block\.1", "--fsdp.state_dict_type", "LOCAL_STATE_DICT"],
                     3, [*FSDP, *WRAP])
-
 
 if __name__ == "__main__":
     unittest.main()

@@ -150,6 +150,20 @@ class HuggingFaceRoundTrip(TempDirMixin, unittest.TestCase):
         mpirun(2, *ZERO3, *self.host_args(self.path("zero3"), self.path("zero3.jsonl")))
         self.check_round_trip(self.path("zero3"), self.path("zero3.jsonl"), theirs)
 
+    def test_a_requeued_init_from_command_resumes_its_checkpoint(self):
+        # A job script runs the same command each time: --init-from and
+        # --resume auto. Once a checkpoint exists it is resumed, in the
+        # shape config.json gives (the shape was read only when nothing was
+        # resumed, so the model was the default one and the checkpoint refused).
+        save, metrics = self.path("job"), self.path("job.jsonl")
+        first = self.host_args(save, metrics, steps=2)
+        run_host(*first, "--resume", "auto")
+        again = self.host_args(save, metrics, steps=3)
+        again[again.index("--log-level") + 1] = "info"
+        again = run_host(*again, "--resume", "auto")
+        self.assertIn("at step 2", again.stderr)
+        self.assertEqual([m["step"] for m in read_metrics(metrics)], [1, 2, 3])
+
     def test_sharded_index_form_loads(self):
         # save_pretrained's sharded layout: model.safetensors.index.json and
         # several files, read as one model.

@@ -244,7 +244,11 @@ class SnapshotsAcrossNodes(TempDirMixin, unittest.TestCase):
         # Node 1 gone for good: node 0 alone holds every file (its own and
         # node 1's copies) and carries on at 2 ranks, within 1e-5. (The run
         # above ended with a checkpoint on disk, newer than the snapshot.)
-        shutil.rmtree(self.path("save"))
+        # Its checkpoints go, not the job: accel-job.json stays, naming the
+        # run the snapshot belongs to (snapshot_root.h).
+        for name in os.listdir(self.path("save")):
+            if name.startswith("step_"):
+                shutil.rmtree(os.path.join(self.path("save"), name))
         shutil.rmtree(os.path.join(self.memory(0), "accel-snapshots"))
         shutil.copytree(kept, os.path.join(self.memory(0), "accel-snapshots"), symlinks=True)
         proc = subprocess.run(self.job(1, step + 6, self.path("smaller.jsonl")), capture_output=True, text=True,

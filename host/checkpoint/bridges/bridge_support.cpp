@@ -103,12 +103,15 @@ void require_full_attention(const JsonFields& config) {
   }
 }
 
-void note_router_aux_loss(const JsonFields& config, std::vector<std::string>& ignored) {
-  // A training setting, not the model's: the run's own --moe-aux-loss-coef decides.
+void read_router_aux_loss_coef(const JsonFields& config, HfModelConfig& out) {
+  // A training setting, not the model's: the run's own --moe-aux-loss-coef
+  // decides, but the value is kept for export-hf to write back.
   const bool aux = config.has_value("output_router_logits") && config.boolean("output_router_logits");
-  if (const auto coef = config.optional_number("router_aux_loss_coef", 0.0, 1e9); aux && coef && *coef != 0.0) {
-    ignored.push_back(strformat("router_aux_loss_coef %g (the run's --moe-aux-loss-coef applies)", *coef));
+  const auto coef = config.optional_number("router_aux_loss_coef", 0.0, 1e9);
+  if (aux && coef && *coef != 0.0) {
+    out.ignored.push_back(strformat("router_aux_loss_coef %g (the run's --moe-aux-loss-coef applies)", *coef));
   }
+  out.keys.router_aux_loss_coef = coef;
 }
 
 model::GptConfig build_shape(const std::string& where, const char* preset, const ModelOverrides& overrides) {
@@ -218,9 +221,9 @@ void add_full_attention_keys(json& config) {
   config["sliding_window"] = nullptr;
 }
 
-void add_router_training_keys(json& config) {
+void add_router_training_keys(json& config, const HfConfigKeys& keys) {
   config["output_router_logits"] = false;
-  config["router_aux_loss_coef"] = 0.001;
+  config["router_aux_loss_coef"] = keys.router_aux_loss_coef.value_or(0.0);
 }
 
 bool dense_rotary_decoder_with(const model::GptConfig& shape, const DenseChoices& allowed) {

@@ -35,9 +35,9 @@ void require_heads_divide(const JsonFields& config, const char* width_key, int64
 // Sliding-window attention off (Qwen2's and Qwen3's use_sliding_window,
 // layer_types all full_attention).
 void require_full_attention(const JsonFields& config);
-// router_aux_loss_coef, when output_router_logits asks for it: noted (the
-// run's --moe-aux-loss-coef decides).
-void note_router_aux_loss(const JsonFields& config, std::vector<std::string>& ignored);
+// router_aux_loss_coef: kept in out.keys for export-hf, and noted as ignored
+// when output_router_logits asks for it (the run's --moe-aux-loss-coef decides).
+void read_router_aux_loss_coef(const JsonFields& config, HfModelConfig& out);
 
 // The host's shape from what a reader checked: make_gpt_config on `preset`
 // with `overrides`; its refusal becomes CheckpointError naming `where`.
@@ -58,9 +58,11 @@ ModelOverrides rotary_decoder_shape(const JsonFields& config, const RotaryDecode
 // config.json's keys for those fields (the caller adds its family's own).
 nlohmann::json rotary_decoder_json(const model::GptConfig& shape, const HfBridge& bridge);
 // The keys that say attention is over the whole sequence (Qwen2's, Qwen3's),
-// and the router's training keys at transformers' defaults (the MoE bridges').
+// and the router's training keys (the MoE bridges'): output_router_logits
+// false and the run's router_aux_loss_coef (unset: 0, --moe-aux-loss-coef's
+// default).
 void add_full_attention_keys(nlohmann::json& config);
-void add_router_training_keys(nlohmann::json& config);
+void add_router_training_keys(nlohmann::json& config, const HfConfigKeys& keys);
 // The "rope_parameters" of `shape`.
 nlohmann::json rope_parameters_json(const model::GptConfig& shape);
 // Whether `shape` is a dense rotary decoder with none of the choices in

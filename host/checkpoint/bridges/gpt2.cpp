@@ -50,7 +50,7 @@ bool writes(const model::GptConfig& shape) { return shape.family == model::Model
 
 // As GPT2Config.to_json_string lays out the keys the host sets (dropout 0:
 // the host trained without it).
-std::string config_json(const model::GptConfig& shape) {
+std::string config_json(const model::GptConfig& shape, const HfConfigKeys& /*keys*/) {
   const json config = {
       {"architectures", {"GPT2LMHeadModel"}},
       {"model_type", "gpt2"},

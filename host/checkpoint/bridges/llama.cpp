@@ -22,7 +22,7 @@ bool writes(const model::GptConfig& shape) {
   return dense_rotary_decoder_with(shape, {.head_dim = true, .tied = true});
 }
 
-std::string config_json(const model::GptConfig& shape) {
+std::string config_json(const model::GptConfig& shape, const HfConfigKeys& /*keys*/) {
   nlohmann::json config = rotary_decoder_json(shape, llama_bridge());
   config["head_dim"] = shape.attention_head_dim();
   config["attention_bias"] = false;

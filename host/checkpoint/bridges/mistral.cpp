@@ -27,7 +27,7 @@ bool writes(const model::GptConfig& shape) {
          dense_rotary_decoder_with(shape, {.head_dim = true, .tied = true, .sliding_window = true});
 }
 
-std::string config_json(const model::GptConfig& shape) {
+std::string config_json(const model::GptConfig& shape, const HfConfigKeys& /*keys*/) {
   nlohmann::json config = rotary_decoder_json(shape, mistral_bridge());
   config["head_dim"] = shape.attention_head_dim();
   config["sliding_window"] = shape.sliding_window;

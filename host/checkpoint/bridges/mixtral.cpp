@@ -24,7 +24,7 @@ HfModelConfig read(const JsonFields& config) {
   }
   HfModelConfig out;
   note_dropout(config, "attention_dropout", out.ignored);
-  note_router_aux_loss(config, out.ignored);
+  read_router_aux_loss_coef(config, out);
   out.shape = build_shape(config.where(), "moe-tiny", o);
   return out;
 }
@@ -35,14 +35,14 @@ bool writes(const model::GptConfig& shape) {
          !shape.qk_norm && shape.sliding_window == 0;
 }
 
-std::string config_json(const model::GptConfig& shape) {
+std::string config_json(const model::GptConfig& shape, const HfConfigKeys& keys) {
   nlohmann::json config = rotary_decoder_json(shape, mixtral_bridge());
   config["head_dim"] = shape.attention_head_dim();
   config["num_local_experts"] = shape.n_experts;
   config["num_experts_per_tok"] = shape.experts_per_token;
   config["sliding_window"] = nullptr;
   config["router_jitter_noise"] = 0.0;
-  add_router_training_keys(config);
+  add_router_training_keys(config, keys);
   return config.dump(2) + "\n";
 }
 

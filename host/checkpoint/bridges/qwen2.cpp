@@ -24,7 +24,7 @@ bool writes(const model::GptConfig& shape) {
   return shape.qkv_bias && dense_rotary_decoder_with(shape, {.qkv_bias = true, .tied = true});
 }
 
-std::string config_json(const model::GptConfig& shape) {
+std::string config_json(const model::GptConfig& shape, const HfConfigKeys& /*keys*/) {
   nlohmann::json config = rotary_decoder_json(shape, qwen2_bridge());
   add_full_attention_keys(config);
   return config.dump(2) + "\n";

@@ -12,8 +12,9 @@ namespace {
 
 HfModelConfig read(const JsonFields& config) {
   require_architectures(config, {"Qwen2MoeForCausalLM", "Qwen2MoeModel"}, "Qwen2MoeForCausalLM");
-  // intermediate_size: the dense MLP of mlp_only_layers, none here.
   ModelOverrides o = rotary_decoder_shape(config, {"Qwen2-MoE"});
+  // intermediate_size: the dense MLP of mlp_only_layers, none here; kept for export-hf.
+  const int64_t dense_width = *o.ffn_size;
   o.ffn_size = dimension(config, "moe_intermediate_size");
   o.n_experts = dimension(config, "num_experts");
   o.experts_per_token = config.integer("num_experts_per_tok", 1, *o.n_experts);
@@ -35,7 +36,8 @@ HfModelConfig read(const JsonFields& config) {
   require_full_attention(config);
   HfModelConfig out;
   note_dropout(config, "attention_dropout", out.ignored);
-  note_router_aux_loss(config, out.ignored);
+  read_router_aux_loss_coef(config, out);
+  out.keys.intermediate_size = dense_width;
   out.shape = build_shape(config.where(), "moe-tiny", o);
   return out;
 }
@@ -45,8 +47,10 @@ bool writes(const model::GptConfig& shape) {
          shape.head_dim == 0 && !shape.tie_embeddings && !shape.qk_norm && shape.sliding_window == 0;
 }
 
-std::string config_json(const model::GptConfig& shape) {
+std::string config_json(const model::GptConfig& shape, const HfConfigKeys& keys) {
   nlohmann::json config = rotary_decoder_json(shape, qwen2_moe_bridge());
+  // mlp_only_layers' width (none run): the source's, else the experts'.
+  config["intermediate_size"] = keys.intermediate_size.value_or(shape.ffn_size);
   config["moe_intermediate_size"] = shape.ffn_size;
   config["shared_expert_intermediate_size"] = shape.shared_expert_size;
   config["num_experts"] = shape.n_experts;
@@ -56,7 +60,7 @@ std::string config_json(const model::GptConfig& shape) {
   config["decoder_sparse_step"] = 1;
   config["mlp_only_layers"] = nlohmann::json::array();
   config["use_sliding_window"] = false;
-  add_router_training_keys(config);
+  add_router_training_keys(config, keys);
   return config.dump(2) + "\n";
 }
 

@@ -28,7 +28,7 @@ bool writes(const model::GptConfig& shape) {
   return shape.qk_norm && dense_rotary_decoder_with(shape, {.head_dim = true, .tied = true, .qk_norm = true});
 }
 
-std::string config_json(const model::GptConfig& shape) {
+std::string config_json(const model::GptConfig& shape, const HfConfigKeys& /*keys*/) {
   nlohmann::json config = rotary_decoder_json(shape, qwen3_bridge());
   config["head_dim"] = shape.attention_head_dim();
   config["attention_bias"] = false;
