@@ -84,6 +84,11 @@ LaunchFlags parse_launch_flags(const std::vector<std::string>& args) {
     } else {
       throw UsageError("accel-host launch: --" + name + " needs a value");
     }
+    // One line: the value becomes a word of the printed command (the file's
+    // values are held to the same; accelerate_config_fuzz found a flag's).
+    if (std::any_of(value.begin(), value.end(), [](unsigned char c) { return c < 0x20 || c == 0x7f; })) {
+      throw UsageError("accel-host launch: --" + name + " must be one line without control characters");
+    }
     if (name == "help") {
       flags.help = true;
     } else if (name == "dry_run") {

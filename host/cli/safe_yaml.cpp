@@ -1,11 +1,13 @@
 // PyYAML safe_load's semantics over yaml-cpp's parser (safe_yaml.h).
 #include "host/cli/safe_yaml.h"
 
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <map>
 #include <set>
+#include <sstream>
 
 namespace accel::cli {
 namespace {
@@ -16,6 +18,20 @@ std::string one_line(std::string text) {
   std::replace_if(text.begin(), text.end(), [](unsigned char c) { return c < 0x20; }, ' ');
   return text.size() <= kShown ? text : text.substr(0, kShown) + "...";
 }
+
+// Counts documents; the events themselves are not kept.
+class DocumentCounter : public YAML::EventHandler {
+ public:
+  void OnDocumentStart(const YAML::Mark&) override {}
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+};
 
 std::string hex_byte(unsigned char c) {
   static const char* hex = "0123456789abcdef";
@@ -123,20 +139,30 @@ YamlValue safe_load(const std::string& text) {
                       ", which YAML (and PyYAML's safe_load) refuses");
     }
   }
-  std::vector<YAML::Node> documents;
+  // Documents counted with a parser of our own, stopping at the second:
+  // yaml-cpp's LoadAll looped without end on a ',' outside [ ] and { }
+  // (each turn a new empty document; accelerate_config_fuzz found it).
+  YAML::Node document;
   try {
-    documents = YAML::LoadAll(text);
+    std::istringstream stream(text);
+    YAML::Parser parser(stream);
+    DocumentCounter counter;
+    int documents = 0;
+    while (parser.HandleNextDocument(counter)) {
+      if (++documents > 1) {
+        throw YamlError("holds more than one YAML document (a second ---, or a ',' outside [ ] and { }); "
+                        "accelerate's reader (PyYAML's safe_load) takes one");
+      }
+    }
+    if (documents == 0) return YamlValue{};
+    document = YAML::Load(text);
   } catch (const YAML::Exception& e) {
     // e.what() is one line: "yaml-cpp: error at line L, column C: ...".
     throw YamlError("not valid YAML: " + one_line(e.what()));
   }
-  if (documents.size() > 1) {
-    throw YamlError("holds " + std::to_string(documents.size()) +
-                    " YAML documents (---); accelerate's reader (PyYAML's safe_load) takes one");
-  }
   try {
     Budget budget;
-    return documents.empty() ? YamlValue{} : convert(documents.front(), budget);
+    return convert(document, budget);
   } catch (const YAML::Exception& e) {
     throw YamlError(one_line(e.what()));
   }

@@ -218,7 +218,11 @@ TEST(AccelerateConfig, YamlIsReadAsPyYamlSafeLoadReadsIt) {
       "distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 1\n  fsdp_version: 2\n", "c.yaml");
   EXPECT_EQ(nested.pairs(), (Options{{"plugin", "fsdp"}, {"fsdp.fsdp_version", "2"}}));
   // A second document: safe_load refuses the stream.
-  EXPECT_EQ(refusal("distributed_type: NO\n---\ndistributed_type: FSDP\n").find("c.yaml: holds 2 YAML documents"), 0u);
+  EXPECT_EQ(refusal("distributed_type: NO\n---\ndistributed_type: FSDP\n").find("c.yaml: holds more than one YAML document"),
+            0u);
+  // A ',' outside [ ] and { } (yaml-cpp's LoadAll looped on it without end;
+  // found by accelerate_config_fuzz): PyYAML refuses it too.
+  EXPECT_EQ(refusal("# c\n,fsdp_config:\n  fsdp_version: 1\n").find("c.yaml: holds more than one YAML document"), 0u);
   // A list where a scalar belongs: refused naming the key.
   EXPECT_EQ(refusal("distributed_type: NO\nnum_processes: [1, 2]\n"),
             "c.yaml: num_processes must be a plain value, got a list");

@@ -144,7 +144,10 @@ TEST(AccelerateLaunch, FlagsAreReadAsAccelerateLaunchReadsThem) {
   EXPECT_EQ(refusal("", {"--use_fsdp", "--multi_gpu"}).find("--multi_gpu and --use_fsdp: only one of"), 0u);
   EXPECT_EQ(refusal("", {"script.py"}),
             "accel-host launch: \"script.py\" is not a launch option; training options go after --");
-  EXPECT_EQ(refusal("", {"two\nlines"}).find('\n'), std::string::npos);  // found by accelerate_config_fuzz
+  // Found by accelerate_config_fuzz: a word and a flag's value holding a newline.
+  EXPECT_EQ(refusal("", {"two\nlines"}).find('\n'), std::string::npos);
+  EXPECT_EQ(refusal("", {"--use_fsdp", "--fsdp_sharding_strategy", "FULL_SHARD\n[ddp]"}),
+            "accel-host launch: --fsdp_sharding_strategy must be one line without control characters");
   EXPECT_EQ(refusal("", {"--num-processes", "2x"}), "--num_processes must be a whole number from 1 to 1048576, got \"2x\"");
   // Hyphens, = and repetition as argparse reads them.
   const LaunchFlags flags = parse_launch_flags({"--num-processes=4", "--env", "A=1", "--env", "B=2", "-q", "--help"});

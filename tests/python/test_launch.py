@@ -302,7 +302,7 @@ class AccelerateDropIn(TempDirMixin, unittest.TestCase):
         # where a scalar belongs refused naming it.
         yaml = write(self.path("twice.yaml"), "distributed_type: MULTI_CPU\nnum_processes: 1\nnum_processes: 2\n")
         self.assertTrue(command_line(launch("--config_file", yaml, "--dry_run")).startswith("mpirun -n 2 "))
-        for text, message in (("distributed_type: 'NO'\n---\ndistributed_type: FSDP\n", "holds 2 YAML documents"),
+        for text, message in (("distributed_type: 'NO'\n---\ndistributed_type: FSDP\n", "holds more than one YAML document"),
                               ("distributed_type: 'NO'\nnum_processes: [1, 2]\n",
                                "num_processes must be a plain value, got a list")):
             with self.subTest(text=text):
