@@ -47,6 +47,15 @@ def last_per_step(rows):
     return [by_step[s] for s in sorted(by_step)]
 
 
+def lines_by_step(test, rows, resumed_at, steps):
+    """The last line of each step 1..steps. A step's checkpoint is committed
+    before its metrics line is written, so a kill between the two leaves out
+    the line of the step the restart resumed from, and only that one."""
+    by_step = {row["step"]: row for row in last_per_step(rows)}
+    test.assertLessEqual(set(range(1, steps + 1)) - set(by_step), {resumed_at}, sorted(by_step))
+    return by_step
+
+
 @unittest.skipUnless(MPIRUN, "mpirun not found")
 class Supervisor(TempDirMixin, unittest.TestCase):
     def setUp(self):
@@ -95,11 +104,13 @@ class Supervisor(TempDirMixin, unittest.TestCase):
         self.assertIn("restart 1 of 2:", out)
         self.assertIn("--resume auto", out.splitlines()[-1])
         self.assertIn("the job failed (exit", err)
+        self.assertIn("rank(s) in 1.0 s from", err)  # --restart_backoff's default before the first restart
         mpirun(2, *job, "--save", self.path("straight"), "--metrics-file", self.path("straight.jsonl"))
-        restarted, straight = last_per_step(read_metrics(metrics)), read_metrics(self.path("straight.jsonl"))
-        self.assertEqual([m["step"] for m in restarted], list(range(1, STEPS + 1)))
+        restarted = lines_by_step(self, read_metrics(metrics), resumed_step(self, err), STEPS)
+        straight = read_metrics(self.path("straight.jsonl"))
         # Same strategy and world size: the restarted job is the uninterrupted one, to the bit.
-        self.assertEqual([m["loss"] for m in restarted], [m["loss"] for m in straight])
+        self.assertEqual([restarted[m["step"]]["loss"] for m in straight if m["step"] in restarted],
+                         [m["loss"] for m in straight if m["step"] in restarted])
 
     def test_fewer_slots_restart_at_fewer_ranks_through_the_checkpoint(self):
         root, metrics, hostfile = self.path("save"), self.path("m.jsonl"), self.path("hosts")
@@ -126,10 +137,11 @@ class Supervisor(TempDirMixin, unittest.TestCase):
         mpirun(3, *zero3, "--steps", resumed_at, "--save", ref_root, "--metrics-file", self.path("ref.jsonl"))
         mpirun(2, *zero3, "--steps", STEPS, "--save", ref_root, "--resume", ref_root,
                "--metrics-file", self.path("ref.jsonl"))
-        restarted, reference = last_per_step(rows), read_metrics(self.path("ref.jsonl"))
+        restarted, reference = lines_by_step(self, rows, resumed_at, STEPS), read_metrics(self.path("ref.jsonl"))
         self.assertEqual([m["step"] for m in reference], list(range(1, STEPS + 1)))
-        for a, b in zip(restarted, reference):
-            self.assertAlmostEqual(a["loss"], b["loss"], delta=1e-5, msg=f"step {a['step']}")
+        for b in reference:
+            if b["step"] in restarted:
+                self.assertAlmostEqual(restarted[b["step"]]["loss"], b["loss"], delta=1e-5, msg=f"step {b['step']}")
 
     def snapshot_root(self, save_root):
         """--snapshot-every's default directory for --save `save_root` (app/run.cpp: FNV-1a of the path)."""
@@ -197,10 +209,11 @@ class Supervisor(TempDirMixin, unittest.TestCase):
         mpirun(3, *zero3, "--steps", resumed_at, "--save", ref_root, "--metrics-file", self.path("ref.jsonl"))
         mpirun(2, *zero3, "--steps", STEPS, "--save", ref_root, "--resume", ref_root,
                "--metrics-file", self.path("ref.jsonl"))
-        restarted, reference = last_per_step(rows), read_metrics(self.path("ref.jsonl"))
+        restarted, reference = lines_by_step(self, rows, resumed_at, STEPS), read_metrics(self.path("ref.jsonl"))
         self.assertEqual([m["step"] for m in reference], list(range(1, STEPS + 1)))
-        for a, b in zip(restarted, reference):
-            self.assertAlmostEqual(a["loss"], b["loss"], delta=1e-5, msg=f"step {a['step']}")
+        for b in reference:
+            if b["step"] in restarted:
+                self.assertAlmostEqual(restarted[b["step"]]["loss"], b["loss"], delta=1e-5, msg=f"step {b['step']}")
 
     def test_a_signal_reaches_the_ranks_and_nothing_restarts(self):
         root, metrics = self.path("save"), self.path("m.jsonl")
@@ -243,27 +256,6 @@ class Supervisor(TempDirMixin, unittest.TestCase):
         self.assertNotIn("restart 1 of", out)
         self.assertIn("a restart would fail the same way", err)
         self.assertNotIn("MPI_ABORT", err)
-
-    def test_restarts_back_off(self):
-        # A rank killed twice in a row: the second restart waits twice as long.
-        root, metrics = self.path("save"), self.path("m.jsonl")
-        proc = self.start("--num_processes", 2, "--max_restarts", 3, "--restart_backoff", 0.5, "--", *TINY,
-                          "--batch-size", 8, "--steps", 100000, "--save", root, "--save-every", EVERY,
-                          "--metrics-file", metrics)
-        try:
-            for lines in (2, 2 + 4):
-                self.wait_for_lines(proc, metrics, lines)
-                self.kill_a_rank(proc)
-                # The next leg's launcher appears only after the delay.
-                deadline = time.monotonic() + 60 * TIMEOUT_SCALE
-                while complete_lines(metrics) < lines + 2 and time.monotonic() < deadline:
-                    time.sleep(0.05)
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            out, err = proc.communicate(timeout=120 * TIMEOUT_SCALE)
-        self.assertIn("rank(s) in 0.5 s from", err)
-        self.assertIn("rank(s) in 1.0 s from", err)
-        self.assertEqual(proc.returncode, 75, out + err)
 
     def test_a_signal_during_start_up_stops_the_job_for_a_requeue(self):
         # SIGTERM while the ranks are still starting (here: creating a
