@@ -316,7 +316,7 @@ void take_shape_from_init_checkpoint(RunConfig& config) {
     // The family; every dimension comes from config.json.
     config.model = hf.shape.has_experts() ? "moe-tiny" : "llama-tiny";
     reconcile(o.n_kv_head, hf.shape.n_kv_head, "n-kv-head", "num_key_value_heads");
-    const bool qwen2_moe = checkpoint::hf_family(hf.shape) == checkpoint::HfFamily::qwen2_moe;
+    const bool qwen2_moe = hf.model_type == "qwen2_moe";
     const auto reconcile_flag = [&](std::optional<bool>& flag, bool value, const char* option, const char* key) {
       if (flag && *flag != value) {
         throw UsageError(strformat("--%s %s contradicts %s of %s", option, *flag ? "true" : "false", key,
@@ -340,6 +340,12 @@ void take_shape_from_init_checkpoint(RunConfig& config) {
     reconcile(o.ffn_size, hf.shape.ffn_size, "ffn-size", qwen2_moe ? "moe_intermediate_size" : "intermediate_size");
     o.rope_theta = hf.shape.rope_theta;
     o.norm_eps = hf.shape.norm_eps;
+    // The block's other choices have no flags: config.json's word is final.
+    o.head_dim = hf.shape.head_dim;
+    o.tie_embeddings = hf.shape.tie_embeddings;
+    o.qk_norm = hf.shape.qk_norm;
+    o.sliding_window = hf.shape.sliding_window;
+    o.rope_scaling = hf.shape.rope_scaling;
   }
   config.init_hf_keys = hf.keys;
   for (const std::string& what : hf.ignored) log::warn("--init-from: ignoring " + what);

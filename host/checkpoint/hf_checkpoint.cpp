@@ -1,4 +1,5 @@
-// Hugging Face GPT-2 checkpoints in and out (see hf_checkpoint.h).
+// Hugging Face GPT-2 checkpoints in and out, and the choice of reader by
+// family (see hf_checkpoint.h).
 #include "host/checkpoint/hf_checkpoint.h"
 
 #include <nlohmann/json.hpp>
@@ -9,6 +10,7 @@
 #include <set>
 #include <sstream>
 
+#include "host/checkpoint/hf_bridge.h"
 #include "host/checkpoint/hf_files.h"
 #include "host/model/gpt.h"
 #include "host/util/strformat.h"
@@ -45,15 +47,27 @@ bool is_mask_buffer(const std::string& host_name) {
 
 }  // namespace
 
+// By how the shape's family names its tensors (hf_bridge.h); the families
+// that share a naming share a reader.
 std::shared_ptr<const HfWeightSource> read_hf_weights(const fs::path& dir, const model::GptConfig& shape) {
-  if (shape.family != model::ModelFamily::llama) return read_hf_gpt2_weights(dir, shape);
-  return shape.has_experts() ? read_hf_moe_weights(dir, shape) : read_hf_llama_weights(dir, shape);
+  switch (hf_bridge_for(shape).weights) {
+    case HfWeightNames::gpt2: return read_hf_gpt2_weights(dir, shape);
+    case HfWeightNames::llama: return read_hf_llama_weights(dir, shape);
+    case HfWeightNames::mixtral:
+    case HfWeightNames::qwen2_moe: return read_hf_moe_weights(dir, shape);
+  }
+  throw std::logic_error("read_hf_weights: unknown weight naming");
 }
 
 std::vector<std::pair<std::string, at::Tensor>> to_hf_tensors(
     const std::vector<std::pair<std::string, at::Tensor>>& host_tensors, const model::GptConfig& shape) {
-  if (shape.family != model::ModelFamily::llama) return to_hf_gpt2_tensors(host_tensors);
-  return shape.has_experts() ? to_hf_moe_tensors(host_tensors, shape) : to_hf_llama_tensors(host_tensors);
+  switch (hf_bridge_for(shape).weights) {
+    case HfWeightNames::gpt2: return to_hf_gpt2_tensors(host_tensors);
+    case HfWeightNames::llama: return to_hf_llama_tensors(host_tensors);
+    case HfWeightNames::mixtral:
+    case HfWeightNames::qwen2_moe: return to_hf_moe_tensors(host_tensors, shape);
+  }
+  throw std::logic_error("to_hf_tensors: unknown weight naming");
 }
 
 std::shared_ptr<const HfWeightSource> read_hf_gpt2_weights(const fs::path& dir, const model::GptConfig& shape) {

@@ -1,5 +1,5 @@
-// Hugging Face `transformers` checkpoints of GPT-2 (GPT2LMHeadModel),
-// Llama and Qwen2 (LlamaForCausalLM, Qwen2ForCausalLM: hf_llama.cpp) and
+// Hugging Face `transformers` checkpoints of GPT-2 (GPT2LMHeadModel), the
+// rotary decoders (Llama, Qwen2, Qwen3, Mistral: hf_llama.cpp) and
 // Mixtral and Qwen2-MoE (MixtralForCausalLM, Qwen2MoeForCausalLM:
 // hf_moe.cpp), both ways: reading a
 // save_pretrained directory for --init-from hf:DIR, and the names, layouts
@@ -61,14 +61,16 @@ std::shared_ptr<const HfWeightSource> read_hf_gpt2_weights(const std::filesystem
 std::vector<std::pair<std::string, at::Tensor>> to_hf_gpt2_tensors(
     const std::vector<std::pair<std::string, at::Tensor>>& host_tensors);
 
-// Llama's weights (model.-prefixed names, no transposes; an inv_freq buffer
-// is skipped) and tensors.
+// The rotary decoders' weights (Llama, Qwen2, Qwen3, Mistral: model.-prefixed
+// names, no transposes; an inv_freq buffer is skipped; under tied
+// embeddings an lm_head.weight the file holds must equal embed_tokens') and
+// tensors.
 std::shared_ptr<const HfWeightSource> read_hf_llama_weights(const std::filesystem::path& dir,
                                                             const model::GptConfig& shape);
 std::vector<std::pair<std::string, at::Tensor>> to_hf_llama_tensors(
     const std::vector<std::pair<std::string, at::Tensor>>& host_tensors);
 
-// Mixtral's and Qwen2-MoE's (hf_moe.cpp, by hf_family): Llama's names for
+// Mixtral's and Qwen2-MoE's (hf_moe.cpp, by hf_bridge_for): Llama's names for
 // everything but the router and the experts. On disk transformers keeps
 // Mixtral's router as block_sparse_moe.gate.weight and one tensor per
 // expert and projection (block_sparse_moe.experts.{e}.w1 / w3 / w2.weight,

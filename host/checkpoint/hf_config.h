@@ -1,9 +1,7 @@
 // config.json of a Hugging Face `transformers` save_pretrained directory:
-// what model it describes, for --init-from hf:DIR. GPT-2 (GPT2LMHeadModel),
-// Llama (LlamaForCausalLM), Mixtral (MixtralForCausalLM: a llama shape with
-// experts), Qwen2 (Qwen2ForCausalLM: a llama shape with q, k and v biases)
-// and Qwen2-MoE (Qwen2MoeForCausalLM: Qwen2's attention, experts and a
-// shared expert), chosen by model_type.
+// what model it describes, for --init-from hf:DIR, and what export-hf writes
+// back. Each model_type is read and written by its bridge (hf_bridge.h:
+// gpt2, llama, qwen2, qwen3, mistral, mixtral, qwen2_moe).
 //
 // Read by the one JSON rule (accel/sdk/json_input.hpp), as
 // trainer_state.json is: a depth limit, integers that are JSON integers
@@ -38,6 +36,7 @@ inline constexpr uint64_t kMaxHfConfigBytes = 1u << 20;
 // dropout), one line each.
 struct HfModelConfig {
   model::GptConfig shape;  // n_positions / max_position_embeddings become seq_len
+  std::string model_type;  // config.json's, whose bridge read it
   HfConfigKeys keys;       // what export-hf writes back beside the shape
   std::vector<std::string> ignored;
 };
@@ -48,24 +47,12 @@ HfModelConfig parse_hf_config(std::string_view text, const std::string& where);
 // Reads DIR/config.json (a regular file, never a blocking open) and parses it.
 HfModelConfig read_hf_config(const std::filesystem::path& dir);
 
-// config.json for `shape`, as export-hf writes it: by family, GPT-2's the
-// way GPT2Config.to_json_string lays out the keys the host sets (dropout 0:
-// the host trained without it), Llama's with transformers 5's
-// rope_parameters. The mixtures of experts take `keys`: router_aux_loss_coef
+// config.json for `shape`, as export-hf writes it: by the first bridge
+// whose transformers class computes `shape` (hf_bridge_for; CheckpointError
+// when none does). The mixtures of experts take `keys`: router_aux_loss_coef
 // (unset: 0, --moe-aux-loss-coef's default) and Qwen2-MoE's intermediate_size
 // (unset: the expert width; no layer reads it). parse_hf_config gives
 // `shape` and the keys of its family back.
 std::string hf_config_json(const model::GptConfig& shape, const HfConfigKeys& keys = {});
-// Which transformers class `shape` is; CheckpointError for a shape no class
-// is (a mixture of experts with attention biases or un-normalised top-k
-// weights but no shared expert).
-enum class HfFamily { gpt2, llama, mixtral, qwen2, qwen2_moe };
-HfFamily hf_family(const model::GptConfig& shape);
-std::string hf_gpt2_config_json(const model::GptConfig& shape);
-std::string hf_llama_config_json(const model::GptConfig& shape);
-std::string hf_mixtral_config_json(const model::GptConfig& shape, const HfConfigKeys& keys);  // llama + experts
-std::string hf_qwen2_config_json(const model::GptConfig& shape);  // a llama shape with qkv_bias
-std::string hf_qwen2_moe_config_json(const model::GptConfig& shape,
-                                     const HfConfigKeys& keys);  // experts and a shared expert
 
 }  // namespace accel::checkpoint

@@ -1,5 +1,6 @@
-// Hugging Face Llama and Qwen2 checkpoints in and out (see hf_checkpoint.h):
-// Qwen2's are Llama's with q, k and v biases, named alike.
+// Hugging Face rotary-decoder checkpoints in and out (see hf_checkpoint.h):
+// Llama's, and Qwen2's, Qwen3's and Mistral's, named alike (Qwen2 adds q, k
+// and v biases, Qwen3 self_attn.q_norm / k_norm).
 //
 // The host names Llama's parameters as transformers does, without the
 // "model." prefix (lm_head.weight has none in either), and keeps every
@@ -11,6 +12,7 @@
 #include <map>
 #include <optional>
 
+#include "host/checkpoint/hf_bridge.h"
 #include "host/checkpoint/hf_checkpoint.h"
 #include "host/checkpoint/hf_files.h"
 #include "host/model/gpt.h"
@@ -38,16 +40,22 @@ std::shared_ptr<const HfWeightSource> read_hf_llama_weights(const fs::path& dir,
   }
   // Headers only; values are read block by block later (hf_weight_source.h).
   auto weights = std::make_shared<HfWeightSource>("hf:" + dir.string());
+  std::optional<std::pair<size_t, TensorInfo>> tied_head;  // file index, tensor
+  const char* family = hf_bridge_for(shape).display_name;
   for (const fs::path& path : hf::weight_files(dir)) {
     const size_t index = weights->add_file(SafetensorsFile::open(path));
     for (const TensorInfo& info : weights->file(index).tensors()) {
       if (info.name.ends_with(".rotary_emb.inv_freq")) {
         continue;  // a buffer older files hold; recomputed from rope_theta
       }
+      if (shape.tie_embeddings && info.name == "lm_head.weight") {
+        tied_head.emplace(index, info);  // checked against embed_tokens below
+        continue;
+      }
       const auto want = expected.find(info.name);
       if (want == expected.end()) {
-        throw CheckpointError(path.string() + ": tensor " + info.name + " is not part of a " +
-                              (shape.qkv_bias ? "Qwen2" : "Llama") + " of " + shape.describe());
+        throw CheckpointError(path.string() + ": tensor " + info.name + " is not part of a " + family + " of " +
+                              shape.describe());
       }
       const auto& [host_name, host_shape] = want->second;
       if (info.shape != host_shape) {
@@ -60,6 +68,14 @@ std::shared_ptr<const HfWeightSource> read_hf_llama_weights(const fs::path& dir,
   }
   for (const auto& [name, host] : expected) {
     if (!weights->contains(host.first)) throw CheckpointError(dir.string() + ": the weights have no " + name);
+  }
+  if (tied_head) {
+    // Compared a chunk at a time: the tie check holds neither tensor whole.
+    const auto& [index, info] = *tied_head;
+    if (!weights->holds_same_values(index, info, "embed_tokens.weight")) {
+      throw CheckpointError(weights->file(index).path().string() + ": lm_head.weight differs from "
+                            "model.embed_tokens.weight, but config.json ties them (tie_word_embeddings)");
+    }
   }
   return weights;
 }

@@ -12,6 +12,7 @@
 #include <optional>
 #include <regex>
 
+#include "host/checkpoint/hf_bridge.h"
 #include "host/checkpoint/hf_checkpoint.h"
 #include "host/checkpoint/hf_files.h"
 #include "host/model/gpt.h"
@@ -35,7 +36,7 @@ constexpr MoeDiskNames kMixtral{"Mixtral", "block_sparse_moe.", "w1", "w3", "w2"
 constexpr MoeDiskNames kQwen2Moe{"Qwen2-MoE", "mlp.", "gate_proj", "up_proj", "down_proj"};
 
 const MoeDiskNames& disk_names(const model::GptConfig& shape) {
-  return hf_family(shape) == HfFamily::qwen2_moe ? kQwen2Moe : kMixtral;
+  return hf_bridge_for(shape).weights == HfWeightNames::qwen2_moe ? kQwen2Moe : kMixtral;
 }
 
 std::string layer_prefix(const MoeDiskNames& names, int64_t layer) {

@@ -78,6 +78,19 @@ std::string trainer_state_json(const TrainerState& state) {
       {"plugins", state.plugins},
       {"world_size", state.world_size}};
   if (state.model.qkv_bias) j["model"]["qkv_bias"] = true;  // absent: Llama's attention, no biases
+  // The decoder's other choices, each written only when it is not Llama's
+  // default, so files of the presets stay what they were.
+  if (state.model.head_dim > 0) j["model"]["head_dim"] = state.model.head_dim;
+  if (state.model.tie_embeddings) j["model"]["tie_embeddings"] = true;
+  if (state.model.qk_norm) j["model"]["qk_norm"] = true;
+  if (state.model.sliding_window > 0) j["model"]["sliding_window"] = state.model.sliding_window;
+  if (const RopeScaling& r = state.model.rope_scaling; r.kind == RopeScaling::Kind::llama3) {
+    j["model"]["rope_scaling"] = {{"rope_type", "llama3"},
+                                  {"factor", r.factor},
+                                  {"low_freq_factor", r.low_freq_factor},
+                                  {"high_freq_factor", r.high_freq_factor},
+                                  {"original_max_position_embeddings", r.original_max_position}};
+  }
   if (state.model.has_experts()) {  // a mixture of experts' routing variants (absent: Mixtral's)
     j["model"]["shared_expert_size"] = state.model.shared_expert_size;
     j["model"]["normalize_top_k"] = state.model.normalize_top_k;
@@ -119,7 +132,8 @@ static TrainerState read_fields(const json& document, const std::string& where) 
 
   const JsonFields model = top.object("model");
   model.only({"n_layer", "n_head", "n_embd", "seq_len", "vocab_size", "family", "n_kv_head", "ffn_size", "rope_theta",
-              "norm_eps", "n_experts", "experts_per_token", "shared_expert_size", "normalize_top_k", "qkv_bias"});
+              "norm_eps", "n_experts", "experts_per_token", "shared_expert_size", "normalize_top_k", "qkv_bias",
+              "head_dim", "tie_embeddings", "qk_norm", "sliding_window", "rope_scaling"});
   s.model.n_layer = model.integer("n_layer", 1, kMaxDimension);
   s.model.n_head = model.integer("n_head", 1, kMaxDimension);
   s.model.n_embd = model.integer("n_embd", 1, kMaxDimension);
@@ -139,6 +153,25 @@ static TrainerState read_fields(const json& document, const std::string& where) 
     s.model.ffn_size = model.integer("ffn_size", 1, kMaxDimension);
     s.model.rope_theta = model.positive_finite("rope_theta");
     if (model.contains("qkv_bias")) s.model.qkv_bias = model.boolean("qkv_bias");
+    if (model.contains("head_dim")) {
+      s.model.head_dim = model.integer("head_dim", 2, kMaxDimension);
+      if (s.model.head_dim % 2 != 0) model.fail("head_dim", "must be even (rotary positions)");
+    }
+    if (model.contains("tie_embeddings")) s.model.tie_embeddings = model.boolean("tie_embeddings");
+    if (model.contains("qk_norm")) s.model.qk_norm = model.boolean("qk_norm");
+    if (model.contains("sliding_window")) s.model.sliding_window = model.integer("sliding_window", 1, kMaxDimension);
+    if (model.contains("rope_scaling")) {
+      const JsonFields r = model.object("rope_scaling");
+      r.only({"rope_type", "factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"});
+      if (r.string("rope_type") != "llama3") r.fail("rope_type", "must be \"llama3\"");
+      RopeScaling& scaling = s.model.rope_scaling;
+      scaling.kind = RopeScaling::Kind::llama3;
+      scaling.factor = r.positive_finite("factor");
+      scaling.low_freq_factor = r.positive_finite("low_freq_factor");
+      scaling.high_freq_factor = r.positive_finite("high_freq_factor");
+      if (scaling.high_freq_factor <= scaling.low_freq_factor) r.fail("high_freq_factor", "must exceed low_freq_factor");
+      scaling.original_max_position = r.integer("original_max_position_embeddings", 1, kMaxDimension);
+    }
     // Optional: files written before the mixture of experts existed are dense.
     if (model.contains("n_experts")) s.model.n_experts = model.integer("n_experts", 0, kMaxDimension);
     if (s.model.n_experts > 0) {
@@ -153,6 +186,9 @@ static TrainerState read_fields(const json& document, const std::string& where) 
     }
   } else {
     // GPT-2 has none of these: 0 when present ("must be at most 0").
+    for (const char* key : {"head_dim", "tie_embeddings", "qk_norm", "sliding_window", "rope_scaling"}) {
+      if (model.contains(key)) model.fail(key, "belongs to the llama family; this is a GPT-2");
+    }
     for (const char* key : {"n_kv_head", "n_experts", "experts_per_token"}) {
       if (model.contains(key)) model.integer(key, 0, 0);
     }

@@ -18,6 +18,7 @@
 #include <stdexcept>
 
 #include "accel/sdk/input_file.hpp"
+#include "host/cli/model_presets.h"
 #include "host/util/strformat.h"
 
 namespace po = boost::program_options;
@@ -224,7 +225,7 @@ po::options_description run_options(RunConfig& c, RawStrings& raw) {
   po::options_description model("Model");
   model.add_options()
       ("model", po::value(&c.model)->default_value(c.model),
-       "gpt-tiny|gpt-small|llama-tiny|llama-small|moe-tiny|moe-small")
+       model_preset_list("|").c_str())
       ("device", po::value(&c.device)->default_value(c.device),
        "auto|cpu|cuda: auto trains on cuda:<local rank> when CUDA is available, else on the CPU")
       ("n-layer", po::value(&raw.n_layer), "override: transformer blocks")
@@ -425,9 +426,7 @@ void validate(const RunConfig& c) {
   static constexpr const char* kLevels[] = {"trace", "debug", "info", "warn", "error", "off"};
   require(std::find(std::begin(kLevels), std::end(kLevels), c.log_level) != std::end(kLevels),
           "--log-level: '" + c.log_level + "' is not one of: trace, debug, info, warn, error, off");
-  static constexpr const char* kModels[] = {"gpt-tiny", "gpt-small", "llama-tiny", "llama-small", "moe-tiny", "moe-small"};
-  require(std::find(std::begin(kModels), std::end(kModels), c.model) != std::end(kModels),
-          "--model: '" + c.model + "' is not one of: gpt-tiny, gpt-small, llama-tiny, llama-small, moe-tiny, moe-small");
+  require(is_model_preset(c.model), "--model: '" + c.model + "' is not one of: " + model_preset_list());
   require(c.device == "auto" || c.device == "cpu" || c.device == "cuda",
           "--device: '" + c.device + "' is not one of: auto, cpu, cuda");
   require(c.init_from.empty() || (c.init_from.rfind("hf:", 0) == 0 && c.init_from.size() > 3),

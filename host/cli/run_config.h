@@ -10,6 +10,19 @@
 
 namespace accel {
 
+// Rotary frequency scaling (transformers' rope_type): none (the default
+// embedding) or Llama 3.1's, whose inverse frequencies transformers'
+// _compute_llama3_parameters gives: wavelengths beyond
+// original_max_position / low_freq_factor divided by factor, those under
+// original_max_position / high_freq_factor kept, the band between blended.
+struct RopeScaling {
+  enum class Kind { none, llama3 };
+  Kind kind = Kind::none;
+  double factor = 1.0, low_freq_factor = 1.0, high_freq_factor = 1.0;
+  int64_t original_max_position = 0;
+  bool operator==(const RopeScaling&) const = default;
+};
+
 struct ModelOverrides {
   std::optional<int64_t> n_layer, n_head, n_embd, seq_len, vocab_size;
   std::optional<int64_t> n_kv_head, ffn_size;  // llama family only
@@ -18,6 +31,12 @@ struct ModelOverrides {
   std::optional<int64_t> shared_expert_size;  // moe: Qwen2-MoE's shared expert (0: none)
   std::optional<bool> normalize_top_k;        // moe: Mixtral renormalises the top k (Qwen2-MoE's norm_topk_prob)
   std::optional<bool> qkv_bias;               // llama family only: Qwen2's q, k and v biases
+  // llama family only, from --init-from's config.json (model/gpt_config.h):
+  std::optional<int64_t> head_dim;            // attention head width (Qwen3: not n_embd / n_head)
+  std::optional<bool> tie_embeddings;         // the head projects with embed_tokens (Llama 3.2, Qwen2.5)
+  std::optional<bool> qk_norm;                // Qwen3's per-head RMSNorm of q and k
+  std::optional<int64_t> sliding_window;      // Mistral's: each query sees this many keys (0: all)
+  std::optional<RopeScaling> rope_scaling;
 };
 
 // How a mixture-of-experts model trains (model/moe.h): capacity and the

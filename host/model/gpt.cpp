@@ -283,7 +283,7 @@ at::Tensor GptModel::loss_from_logits(const at::Tensor& logits, const at::Tensor
   const at::Tensor positions_first = local_targets(targets).t();  // logits are [T, B, V]
   if (tensor_group_.active()) {
     // The vocabulary rows this rank's logits cover: the tied wte's, or lm_head's.
-    const Param& wte = head_tied_to_embedding() ? units_.front().param("wte.weight")
+    const Param& wte = head_tied_to_embedding() ? units_.front().param(token_embedding_name())
                                                 : units_.back().param("lm_head.weight");
     return vocab_parallel_cross_entropy(logits, positions_first, wte.split.local_offset(wte.spec.shape),
                                         config_.vocab_size, tensor_group_);

@@ -34,9 +34,14 @@ class GptModel {
   explicit GptModel(const GptConfig& config, at::Device device = at::kCPU, bool allocate = true);
 
   const GptConfig& config() const { return config_; }
-  // GPT-2's head projects with the token embedding (unit 0's wte.weight);
-  // Llama's head holds its own lm_head.weight.
-  bool head_tied_to_embedding() const { return config_.family == ModelFamily::gpt2; }
+  // GPT-2's head projects with the token embedding (unit 0's wte.weight),
+  // and so does a Llama with tie_embeddings (embed_tokens.weight); an
+  // untied Llama's head holds its own lm_head.weight.
+  bool head_tied_to_embedding() const { return config_.head_tied(); }
+  // The embedding unit's token table (the tied head's weight).
+  const char* token_embedding_name() const {
+    return config_.family == ModelFamily::gpt2 ? "wte.weight" : "embed_tokens.weight";
+  }
   at::Device device() const { return units_.front().device(); }
   std::vector<Unit>& units() { return units_; }
   const std::vector<Unit>& units() const { return units_; }
@@ -173,6 +178,7 @@ class GptModel {
     static constexpr size_t kNone = static_cast<size_t>(-1);
     size_t attn_norm, q, k, v, o, mlp_norm;
     size_t q_bias = kNone, k_bias = kNone, v_bias = kNone;                // Qwen2's attention biases
+    size_t q_norm = kNone, k_norm = kNone;                               // Qwen3's per-head norms
     size_t gate = kNone, up = kNone, down = kNone;                       // the dense MLP
     size_t router = kNone, experts_gate_up = kNone, experts_down = kNone;  // or the experts
     size_t shared_gate = kNone, shared_up = kNone, shared_down = kNone, shared_expert_gate = kNone;  // and theirs

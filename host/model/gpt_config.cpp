@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "host/cli/model_presets.h"
 #include "host/util/strformat.h"
 
 namespace accel::model {
@@ -19,6 +20,16 @@ std::string GptConfig::describe() const {
     text = strformat("llama %s n_kv_head=%lld ffn_size=%lld rope_theta=%g norm_eps=%g", text.c_str(),
                      static_cast<long long>(n_kv_head), static_cast<long long>(ffn_size), rope_theta, norm_eps);
     if (qkv_bias) text += " qkv_bias=true";
+    if (head_dim > 0) text += strformat(" head_dim=%lld", static_cast<long long>(head_dim));
+    if (qk_norm) text += " qk_norm=true";
+    if (tie_embeddings) text += " tie_embeddings=true";
+    if (sliding_window > 0) text += strformat(" sliding_window=%lld", static_cast<long long>(sliding_window));
+    if (rope_scaling.kind == RopeScaling::Kind::llama3) {
+      text += strformat(" rope_scaling=llama3(factor=%g,low_freq_factor=%g,high_freq_factor=%g,"
+                        "original_max_position=%lld)",
+                        rope_scaling.factor, rope_scaling.low_freq_factor, rope_scaling.high_freq_factor,
+                        static_cast<long long>(rope_scaling.original_max_position));
+    }
   }
   if (has_experts()) {
     text += strformat(" n_experts=%lld experts_per_token=%lld", static_cast<long long>(n_experts),
@@ -43,9 +54,25 @@ GptConfig make_gpt_config(const std::string& preset, const ModelOverrides& overr
     config = GptConfig{2, 4, 64, 64, 256, ModelFamily::llama, 2, 128, 10000.0, 1e-5, 4, 2};
   } else if (preset == "moe-small") {
     config = GptConfig{8, 12, 768, 1024, 32000, ModelFamily::llama, 4, 1024, 10000.0, 1e-5, 8, 2};
+  } else if (preset == "llama3-tiny" || preset == "qwen2-tiny" || preset == "qwen3-tiny" || preset == "mistral-tiny") {
+    // The families' fast-test shapes: llama-tiny with each family's choices
+    // (docs/architectures.md), as the small models of each family have them.
+    config = GptConfig{2, 4, 64, 64, 256, ModelFamily::llama, 2, 176, 10000.0, 1e-5};
+    if (preset == "llama3-tiny") {  // Llama 3.2 1B: llama3 scaling, tied head
+      config.rope_scaling = RopeScaling{RopeScaling::Kind::llama3, 8.0, 1.0, 4.0, 16};
+      config.tie_embeddings = true;
+    } else if (preset == "qwen2-tiny") {  // Qwen2.5 0.5B: q, k and v biases, tied head
+      config.qkv_bias = true;
+      config.tie_embeddings = true;
+    } else if (preset == "qwen3-tiny") {  // Qwen3 0.6B: per-head q/k norms, heads wider than n_embd / n_head
+      config.qk_norm = true;
+      config.head_dim = 24;
+      config.tie_embeddings = true;
+    } else if (preset == "mistral-tiny") {  // Mistral 7B v0.1: a window of a quarter of the sequence
+      config.sliding_window = 16;
+    }
   } else {
-    throw std::invalid_argument("--model: unknown model '" + preset +
-                                "' (expected gpt-tiny, gpt-small, llama-tiny, llama-small, moe-tiny or moe-small)");
+    throw std::invalid_argument("--model: unknown model '" + preset + "' (expected " + model_preset_list() + ")");
   }
   const bool llama = config.family == ModelFamily::llama;
   if (!llama && (overrides.n_kv_head || overrides.ffn_size || overrides.n_experts || overrides.experts_per_token ||
@@ -57,6 +84,16 @@ GptConfig make_gpt_config(const std::string& preset, const ModelOverrides& overr
                                              : "--experts-per-token";
     throw std::invalid_argument(std::string(flag) + " shapes llama-family models; " + preset + " is GPT-2");
   }
+  if (!llama && (overrides.head_dim || overrides.tie_embeddings || overrides.qk_norm || overrides.sliding_window ||
+                 overrides.rope_scaling)) {
+    throw std::invalid_argument("head_dim, tie_embeddings, qk_norm, sliding_window and rope_scaling shape "
+                                "llama-family models; " + preset + " is GPT-2");
+  }
+  if (overrides.head_dim) config.head_dim = *overrides.head_dim;
+  if (overrides.tie_embeddings) config.tie_embeddings = *overrides.tie_embeddings;
+  if (overrides.qk_norm) config.qk_norm = *overrides.qk_norm;
+  if (overrides.sliding_window) config.sliding_window = *overrides.sliding_window;
+  if (overrides.rope_scaling) config.rope_scaling = *overrides.rope_scaling;
   if (overrides.n_experts) config.n_experts = *overrides.n_experts;
   // Experts without a k: Mixtral's top 2 (or every expert when fewer).
   if (overrides.n_experts && !overrides.experts_per_token && config.experts_per_token == 0) {
@@ -103,7 +140,13 @@ GptConfig make_gpt_config(const std::string& preset, const ModelOverrides& overr
                                             static_cast<long long>(config.n_head),
                                             static_cast<long long>(config.n_kv_head)));
     }
-    if ((config.n_embd / config.n_head) % 2 != 0) {
+    if (config.head_dim < 0) throw std::invalid_argument("head_dim must be >= 1");
+    if (config.sliding_window < 0) throw std::invalid_argument("sliding_window must be >= 1");
+    if (config.head_dim > 0 && config.head_dim % 2 != 0) {
+      throw std::invalid_argument(strformat("rotary positions need an even head width; head_dim %lld is odd",
+                                            static_cast<long long>(config.head_dim)));
+    }
+    if (config.head_dim == 0 && (config.n_embd / config.n_head) % 2 != 0) {
       throw std::invalid_argument(strformat("rotary positions need an even head width; --n-embd %lld / --n-head "
                                             "%lld is odd",
                                             static_cast<long long>(config.n_embd),
@@ -133,13 +176,15 @@ GptConfig make_gpt_config(const std::string& preset, const ModelOverrides& overr
 int64_t count_parameters(const GptConfig& c) {
   const int64_t C = c.n_embd;
   if (c.family == ModelFamily::llama) {
-    const int64_t kv = C / c.n_head * c.n_kv_head;
+    const int64_t D = c.attention_head_dim(), q = c.n_head * D, kv = c.n_kv_head * D;
     const int64_t shared = c.shared_expert_size > 0 ? 3 * C * c.shared_expert_size + C /*its gate*/ : 0;
     const int64_t mlp =
         c.has_experts() ? c.n_experts * (3 * C * c.ffn_size + C /*router row*/) + shared : 3 * C * c.ffn_size;
-    const int64_t biases = c.qkv_bias ? C + 2 * kv : 0;  // q, k, v
-    const int64_t block = 2 * C /*norms*/ + 2 * C * C /*q, o*/ + 2 * kv * C /*k, v*/ + biases + mlp;
-    return 2 * c.vocab_size * C /*embedding, untied head*/ + c.n_layer * block + C /*final norm*/;
+    const int64_t biases = c.qkv_bias ? q + 2 * kv : 0;  // q, k, v
+    const int64_t qk_norms = c.qk_norm ? 2 * D : 0;
+    const int64_t block = 2 * C /*norms*/ + 2 * q * C /*q, o*/ + 2 * kv * C /*k, v*/ + biases + qk_norms + mlp;
+    const int64_t tables = (c.tie_embeddings ? 1 : 2) * c.vocab_size * C;  // embedding, untied head
+    return tables + c.n_layer * block + C /*final norm*/;
   }
   const int64_t block = 2 * C /*ln_1*/ + 3 * C * C + 3 * C /*c_attn*/ + C * C + C /*attn.c_proj*/ +
                         2 * C /*ln_2*/ + 4 * C * C + 4 * C /*c_fc*/ + 4 * C * C + C /*mlp.c_proj*/;
@@ -150,14 +195,16 @@ double minimum_training_bytes(const GptConfig& c, int64_t micro_batch, double by
   const double C = static_cast<double>(c.n_embd);
   double parameters = 0.0;  // as count_parameters, in double
   if (c.family == ModelFamily::llama) {
-    const double kv = C / static_cast<double>(c.n_head) * static_cast<double>(c.n_kv_head);
+    const double D = static_cast<double>(c.attention_head_dim());
+    const double q = static_cast<double>(c.n_head) * D, kv = D * static_cast<double>(c.n_kv_head);
     const double experts = c.has_experts() ? static_cast<double>(c.n_experts) : 1.0;
     const double router = c.has_experts() ? experts * C + 3.0 * C * static_cast<double>(c.shared_expert_size) +
                                                 (c.shared_expert_size > 0 ? C : 0.0)
                                           : 0.0;
-    const double block = 2.0 * C + 2.0 * C * C + 2.0 * kv * C + experts * 3.0 * C * static_cast<double>(c.ffn_size) +
+    const double block = 2.0 * C + 2.0 * q * C + 2.0 * kv * C + experts * 3.0 * C * static_cast<double>(c.ffn_size) +
                          router;
-    parameters = 2.0 * static_cast<double>(c.vocab_size) * C + static_cast<double>(c.n_layer) * block + C;
+    const double tables = c.tie_embeddings ? 1.0 : 2.0;
+    parameters = tables * static_cast<double>(c.vocab_size) * C + static_cast<double>(c.n_layer) * block + C;
   } else {
     const double block = 12.0 * C * C + 13.0 * C;
     parameters = static_cast<double>(c.vocab_size) * C + static_cast<double>(c.seq_len) * C +

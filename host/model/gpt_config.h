@@ -1,10 +1,16 @@
-// Shapes of the built-in decoder-only models, and their named presets. Two
-// families share one GptModel (gpt.h): GPT-2 (LayerNorm, learned positions,
-// GELU MLP, tied head) and Llama (RMSNorm, rotary positions, SwiGLU MLP,
-// grouped-query attention, untied head; model/llama.cpp). A Llama with
-// n_experts > 0 is a mixture of experts, Mixtral's block: every block's
-// MLP is n_experts SwiGLU experts of ffn_size and a router (model/moe.h).
-// With qkv_bias the attention is Qwen2's (q, k and v biases).
+// Shapes of the built-in decoder-only models, and their named presets: the
+// one description GptModel (gpt.h) builds from. `family` picks the block's
+// base: GPT-2's (LayerNorm, learned positions, GELU MLP, tied head) or the
+// rotary decoder's (RMSNorm, rotary positions, SwiGLU MLP, grouped-query
+// attention; model/llama.cpp). Every other choice of that block is a field
+// with a default that is Llama's, the way Megatron-Core's TransformerConfig
+// describes one block for many architectures: q/k/v biases (Qwen2), the
+// head width (Qwen3's is not n_embd / n_head), per-head q/k RMSNorm (Qwen3),
+// a tied head (Llama 3.2, Qwen2.5), a sliding attention window (Mistral),
+// the rotary scaling (Llama 3.1), and n_experts > 0 for a mixture of
+// experts (Mixtral's block: every block's MLP is n_experts SwiGLU experts of
+// ffn_size and a router, model/moe.h). Which Hugging Face model_type a
+// shape is lives outside the model (checkpoint/hf_bridge.h).
 #pragma once
 
 #include <cstdint>
@@ -42,8 +48,24 @@ struct GptConfig {
   // Llama only: the q, k and v projections carry biases (Qwen2's and
   // Qwen2-MoE's attention; o has none).
   bool qkv_bias = false;
+  // Llama only: the width of one attention head (0: n_embd / n_head); q and
+  // o are n_head * head_dim wide, k and v n_kv_head * head_dim.
+  int64_t head_dim = 0;
+  // Llama only: the head projects with embed_tokens.weight (no lm_head).
+  bool tie_embeddings = false;
+  // Llama only: Qwen3's RMSNorm over each head of q and of k (weights
+  // [head_dim], shared by the heads), before the rotation.
+  bool qk_norm = false;
+  // Llama only: query i attends to keys i - sliding_window + 1 .. i
+  // (Mistral's; 0: the whole causal prefix).
+  int64_t sliding_window = 0;
+  RopeScaling rope_scaling{};  // Llama only (run_config.h)
 
   bool has_experts() const { return n_experts > 0; }
+  // The width of one attention head, given or implied.
+  int64_t attention_head_dim() const { return head_dim > 0 ? head_dim : n_embd / n_head; }
+  // GPT-2's head is always tied to wte.
+  bool head_tied() const { return family == ModelFamily::gpt2 || tie_embeddings; }
 
   bool operator==(const GptConfig&) const = default;
   std::string describe() const;  // "n_layer=2 n_head=4 ..."
@@ -56,7 +78,8 @@ const char* to_string(ModelFamily family);  // "gpt2" | "llama"
 // 12 heads over 4 key/value heads, 32000 tokens); moe-tiny: llama-tiny's
 // attention with 4 experts of width 128, top 2; moe-small: llama-small's
 // attention with 8 experts of width 1024, top 2 (about 213M parameters,
-// 99M of them active per token).
+// 99M of them active per token); llama3-tiny, qwen2-tiny, qwen3-tiny and
+// mistral-tiny: llama-tiny with each family's choices (gpt_config.cpp).
 // Throws std::invalid_argument for an unknown preset or inconsistent shapes.
 GptConfig make_gpt_config(const std::string& preset, const ModelOverrides& overrides);
 

@@ -9,9 +9,13 @@
 //           (with experts, Mixtral's: y = h + moe(n2(h)), model/moe.h and
 //           llama_experts.cpp)
 //   RMSNorm n(x) = w * (x / sqrt(mean(x^2) + eps)), computed in fp32;
-//   rotary: q, k rotated by position * theta^(-2i/d) (the rotate_half form);
+//   rotary: q, k rotated by position * theta^(-2i/d) (the rotate_half form),
+//   the frequencies scaled as Llama 3.1's under rope_scaling llama3;
 //   grouped-query attention: each of the n_kv_head key/value heads serves
-//   n_head / n_kv_head consecutive query heads.
+//   n_head / n_kv_head consecutive query heads, each head_dim wide;
+//   under qk_norm (Qwen3) each head of q and k RMSNormed before rotation;
+//   under sliding_window (Mistral) query i sees keys i - window + 1 .. i;
+//   under tie_embeddings the head projects with embed_tokens.weight.
 // Tensor parallel as GPT-2's blocks (gpt.cpp): q, k, v, gate and up are
 // column-parallel (this rank's query and key/value heads, its MLP slice),
 // o and down row-parallel; embed_tokens and lm_head vocab-parallel.
@@ -65,14 +69,18 @@ std::vector<ParamSpec> expert_specs(const GptConfig& c, const std::string& p) {
 }
 
 std::vector<ParamSpec> llama_block_specs(const GptConfig& c, int64_t layer) {
-  const int64_t C = c.n_embd, kv = C / c.n_head * c.n_kv_head, F = c.ffn_size;
+  const int64_t C = c.n_embd, D = c.attention_head_dim(), q = c.n_head * D, kv = c.n_kv_head * D, F = c.ffn_size;
   const std::string p = "layers." + std::to_string(layer) + ".";
   std::vector<ParamSpec> specs = {rms_norm_weight(p + "input_layernorm.weight", C)};
-  for (const auto& [name, rows] : {std::pair{"q_proj", C}, std::pair{"k_proj", kv}, std::pair{"v_proj", kv}}) {
+  for (const auto& [name, rows] : {std::pair{"q_proj", q}, std::pair{"k_proj", kv}, std::pair{"v_proj", kv}}) {
     specs.push_back(linear_weight(p + "self_attn." + name + ".weight", rows, C, ParallelHint::column));
     if (c.qkv_bias) specs.push_back(column_bias(p + "self_attn." + name + ".bias", rows));
   }
-  specs.push_back(linear_weight(p + "self_attn.o_proj.weight", C, C, ParallelHint::row));
+  specs.push_back(linear_weight(p + "self_attn.o_proj.weight", C, q, ParallelHint::row));
+  if (c.qk_norm) {  // after o_proj: the other parameters keep their places
+    specs.push_back(rms_norm_weight(p + "self_attn.q_norm.weight", D));
+    specs.push_back(rms_norm_weight(p + "self_attn.k_norm.weight", D));
+  }
   specs.push_back(rms_norm_weight(p + "post_attention_layernorm.weight", C));
   if (c.has_experts()) {
     for (ParamSpec& spec : expert_specs(c, p)) specs.push_back(std::move(spec));
@@ -84,18 +92,46 @@ std::vector<ParamSpec> llama_block_specs(const GptConfig& c, int64_t layer) {
   return specs;
 }
 
+// The boolean mask [T, keys] of the last T of `keys` positions (the
+// earlier ones cached) over all of them: causal, and no key `window` or
+// more positions behind its query.
+at::Tensor sliding_window_mask(int64_t T, int64_t keys, int64_t window, at::Device device) {
+  const auto i64 = at::TensorOptions().dtype(at::kLong).device(device);
+  const at::Tensor query = at::arange(keys - T, keys, i64).unsqueeze(1);
+  const at::Tensor key = at::arange(0, keys, i64).unsqueeze(0);
+  return (key <= query).logical_and(key > query - window);
+}
+
 at::Tensor rotate_half(const at::Tensor& x) {
   const int64_t half = x.size(-1) / 2;
   return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
 }
 
+// Llama 3.1's frequencies from the default ones, operation for operation as
+// transformers' _compute_llama3_parameters (Python's `s / t` is
+// t.reciprocal() * s, so the same here), so the bits agree.
+at::Tensor llama3_inverse_frequencies(const at::Tensor& inv_freq, const RopeScaling& r) {
+  const auto old_context = static_cast<double>(r.original_max_position);
+  const double low_freq_wavelen = old_context / r.low_freq_factor;
+  const double high_freq_wavelen = old_context / r.high_freq_factor;
+  const at::Tensor wavelen = inv_freq.reciprocal() * (2.0 * M_PI);
+  at::Tensor scaled = at::where(wavelen > low_freq_wavelen, inv_freq / r.factor, inv_freq);
+  const at::Tensor smooth =
+      (wavelen.reciprocal() * old_context - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
+  const at::Tensor smoothed = (1.0 - smooth) * scaled / r.factor + smooth * scaled;
+  const at::Tensor medium = (wavelen < high_freq_wavelen).logical_not() * (wavelen > low_freq_wavelen).logical_not();
+  return at::where(medium, smoothed, scaled);
+}
+
 // cos and sin [T, head_dim] of `positions` (T of them, fp32), in fp32 as
 // transformers computes them.
-std::pair<at::Tensor, at::Tensor> rotary_angles(const at::Tensor& positions, int64_t head_dim, double theta) {
+std::pair<at::Tensor, at::Tensor> rotary_angles(const at::Tensor& positions, int64_t head_dim, double theta,
+                                                const RopeScaling& scaling) {
   const at::Device device = positions.device();
   const at::Tensor exponents = at::arange(0, head_dim, 2, at::TensorOptions().dtype(at::kLong).device(device))
                                    .to(at::kFloat) / static_cast<double>(head_dim);
-  const at::Tensor inv_freq = 1.0 / at::pow(theta, exponents);
+  at::Tensor inv_freq = 1.0 / at::pow(theta, exponents);
+  if (scaling.kind == RopeScaling::Kind::llama3) inv_freq = llama3_inverse_frequencies(inv_freq, scaling);
   const at::Tensor freqs = at::outer(positions, inv_freq);  // [T, head_dim / 2]
   const at::Tensor angles = at::cat({freqs, freqs}, -1);
   return {angles.cos(), angles.sin()};
@@ -113,11 +149,11 @@ void GptModel::add_llama_units(at::Device device, bool allocate) {
     units_.emplace_back("block." + std::to_string(layer), UnitKind::block, llama_block_specs(c, layer), device,
                         allocate);
   }
-  units_.emplace_back("head", UnitKind::head,
-                      std::vector<ParamSpec>{rms_norm_weight("norm.weight", c.n_embd),
-                                             linear_weight("lm_head.weight", c.vocab_size, c.n_embd,
-                                                           ParallelHint::vocab)},
-                      device, allocate);
+  std::vector<ParamSpec> head = {rms_norm_weight("norm.weight", c.n_embd)};
+  if (!c.tie_embeddings) {
+    head.push_back(linear_weight("lm_head.weight", c.vocab_size, c.n_embd, ParallelHint::vocab));
+  }
+  units_.emplace_back("head", UnitKind::head, std::move(head), device, allocate);
   llama_layout_ = LlamaLayout::resolve(units_[1], c);
   routing_.resize(units_.size());
 }
@@ -127,6 +163,10 @@ GptModel::LlamaLayout GptModel::LlamaLayout::resolve(const Unit& block, const Gp
   LlamaLayout layout{index_of(".input_layernorm.weight"), index_of(".q_proj.weight"), index_of(".k_proj.weight"),
                      index_of(".v_proj.weight"),          index_of(".o_proj.weight"),
                      index_of(".post_attention_layernorm.weight")};
+  if (config.qk_norm) {
+    layout.q_norm = index_of(".self_attn.q_norm.weight");
+    layout.k_norm = index_of(".self_attn.k_norm.weight");
+  }
   if (config.qkv_bias) {
     layout.q_bias = index_of(".q_proj.bias");
     layout.k_bias = index_of(".k_proj.bias");
@@ -174,7 +214,7 @@ at::Tensor GptModel::llama_block(const Unit& unit, const at::Tensor& x, KvCache*
     if (!tp.active()) return partial;
     return tp.sequence_split() ? reduce_scatter_to_sequence_region(partial, tp) : reduce_from_tensor_region(partial, tp);
   };
-  const int64_t D = config_.n_embd / config_.n_head;
+  const int64_t D = config_.attention_head_dim();
   const int64_t H = p[L.q].shape[0] / D, KV = p[L.k].shape[0] / D;  // this rank's heads
   const at::Tensor h = enter(add_norm(x, at::Tensor(), p[L.attn_norm].value).normed);  // the whole sequence
   const int64_t T = h.size(0), B = h.size(1);
@@ -183,13 +223,25 @@ at::Tensor GptModel::llama_block(const Unit& unit, const at::Tensor& x, KvCache*
   const at::Tensor positions = context_group_.active()
                                    ? context_group_.positions(T * context_group_.size, x.device()).to(at::kFloat)
                                    : at::arange(offset, offset + T, f32);
-  const auto [cos32, sin32] = rotary_angles(positions, D, config_.rope_theta);
-  at::Tensor q = rotated_heads(linear(h, L.q, L.q_bias), H, cos32, sin32),
-             k = rotated_heads(linear(h, L.k, L.k_bias), KV, cos32, sin32),
+  const auto [cos32, sin32] = rotary_angles(positions, D, config_.rope_theta, config_.rope_scaling);
+  // Qwen3: each head of q and k normed over its D features (the weights'
+  // [D] broadcast over the heads) before the rotation.
+  auto head_normed = [&](const at::Tensor& projected, int64_t heads, size_t norm) {
+    if (norm == LlamaLayout::kNone) return projected;
+    return rms_norm(projected.view({T, B, heads, D}), p[norm].value, config_.norm_eps).view({T, B, heads * D});
+  };
+  at::Tensor q = rotated_heads(head_normed(linear(h, L.q, L.q_bias), H, L.q_norm), H, cos32, sin32),
+             k = rotated_heads(head_normed(linear(h, L.k, L.k_bias), KV, L.k_norm), KV, cos32, sin32),
              v = linear(h, L.v, L.v_bias).view({T, B, KV, D}).permute({1, 2, 0, 3});
   bool causal = true;
   std::optional<at::Tensor> mask;
   if (cache) mask = append_to_cache(cache->keys.at(layer), cache->values.at(layer), k, v, causal);
+  if (config_.sliding_window > 0 && k.size(2) > config_.sliding_window) {
+    // Mistral's window over the keys present (the cached ones too): query
+    // at position t sees keys t - window + 1 .. t, transformers' rule.
+    mask = sliding_window_mask(T, k.size(2), config_.sliding_window, x.device());
+    causal = false;
+  }
   if (KV != H && !context_group_.active()) {  // the context exchange sends KV heads, not H
     k = k.repeat_interleave(H / KV, 1);
     v = v.repeat_interleave(H / KV, 1);
@@ -225,10 +277,13 @@ at::Tensor GptModel::rotated_heads(const at::Tensor& projected, int64_t heads, c
 
 at::Tensor GptModel::llama_head(const Unit& unit, const at::Tensor& x) const {
   const at::Tensor h = add_norm(x, at::Tensor(), unit.param("norm.weight").value).normed;
-  // This rank's vocabulary rows of lm_head (vocab-parallel logits).
+  // This rank's vocabulary rows of lm_head, or of the tied embedding
+  // (vocab-parallel logits).
   const TensorGroup& tp = tensor_group_;
   const at::Tensor all = tp.sequence_split() ? gather_from_sequence_region(h, tp) : copy_to_tensor_region(h, tp);
-  return vocab_projection(all, unit.param("lm_head.weight").value);
+  const Param& table =
+      config_.tie_embeddings ? units_.front().param("embed_tokens.weight") : unit.param("lm_head.weight");
+  return vocab_projection(all, table.value);
 }
 
 }  // namespace accel::model

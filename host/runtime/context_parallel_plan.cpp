@@ -137,6 +137,14 @@ void resolve_context_parallel_plan(HostContext& context) {
   comm::ProcessGroup& group = *resolve_group(context, standard->second).group;
   model::GptModel& model = *context.model;
   const model::GptConfig& config = model.config();
+  // The ring and the all-to-all attend over whole causal prefixes; a window
+  // would need their blocks masked (every rank reads the same config, so
+  // every rank refuses alike).
+  if (config.sliding_window > 0) {
+    throw std::runtime_error(strformat("context parallelism does not serve sliding_window %lld (Mistral's window); "
+                                       "run without a context group",
+                                       static_cast<long long>(config.sliding_window)));
+  }
   // This rank's heads once the tensor-parallel splits resolved.
   const int64_t tensor = context.tensor_parallel_size;
   const int64_t heads = config.n_head / tensor;

@@ -98,7 +98,9 @@ ModelView::ModelView(const HostContext& context) : model_(context.model) {
       pe->info.numel = param.numel();
       pe->info.tied_unit = -1;
       pe->info.tied_index = -1;
-      if (pe->name == "wte.weight") wte = std::pair{static_cast<int32_t>(u), static_cast<int32_t>(p)};
+      if (model.head_tied_to_embedding() && pe->name == model.token_embedding_name()) {
+        wte = std::pair{static_cast<int32_t>(u), static_cast<int32_t>(p)};
+      }
       entry->params.push_back(std::move(pe));
     }
     units_.push_back(std::move(entry));

@@ -118,6 +118,12 @@ void resolve_tensor_parallel_plan(HostContext& context) {
                              "routes a slice of the sequence, whose load-balancing loss is not the sequence's; "
                              "leave sequence_parallelism off");
   }
+  // q_norm and k_norm are replicated but each tensor rank norms only its
+  // heads: their gradients would be partial sums no strategy adds up.
+  if (config.qk_norm) {
+    throw std::runtime_error("tensor parallelism does not serve qk_norm (Qwen3's per-head q/k norms): their "
+                             "gradients are split over the heads; use fsdp, deepspeed_zero or pipeline stages");
+  }
   if (config.family == model::ModelFamily::llama && config.n_kv_head % parts != 0) {
     throw std::runtime_error(strformat("tensor parallel size %lld does not divide the %lld key/value heads",
                                        static_cast<long long>(parts), static_cast<long long>(config.n_kv_head)));

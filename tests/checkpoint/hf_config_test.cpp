@@ -20,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "host/checkpoint/hf_bridge.h"
 #include "host/checkpoint/hf_config.h"
 
 namespace accel::checkpoint {
@@ -136,14 +137,14 @@ TEST(HfConfig, Qwen2IsALlamaWithAttentionBiasesAndQwen2MoeAddsASharedExpert) {
   EXPECT_EQ(qwen2.family, model::ModelFamily::llama);
   EXPECT_TRUE(qwen2.qkv_bias);
   EXPECT_FALSE(qwen2.has_experts());
-  EXPECT_EQ(hf_family(qwen2), HfFamily::qwen2);
+  EXPECT_STREQ(hf_bridge_for(qwen2).model_type, "qwen2");
   const model::GptConfig moe = parse_hf_config(qwen2_moe_json().dump(), kWhere).shape;
   EXPECT_TRUE(moe.qkv_bias);
   EXPECT_EQ(moe.n_experts, 4);
   EXPECT_EQ(moe.ffn_size, 96);  // moe_intermediate_size: intermediate_size is the dense MLP no layer has
   EXPECT_EQ(moe.shared_expert_size, 80);
   EXPECT_FALSE(moe.normalize_top_k);
-  EXPECT_EQ(hf_family(moe), HfFamily::qwen2_moe);
+  EXPECT_STREQ(hf_bridge_for(moe).model_type, "qwen2_moe");
   json j = qwen2_moe_json();
   j.erase("qkv_bias");  // transformers' default: the biases
   j.erase("norm_topk_prob");  // and un-normalised weights
@@ -159,16 +160,93 @@ TEST(HfConfig, Qwen2IsALlamaWithAttentionBiasesAndQwen2MoeAddsASharedExpert) {
     expect_refused(error_of(j), std::string("\"") + key + "\"", key);
   }
   j = qwen2_json();
-  j["tie_word_embeddings"] = true;  // Qwen2-0.5B's: the host's head is untied
-  expect_refused(error_of(j), "\"tie_word_embeddings\"", "tied qwen2");
+  j["tie_word_embeddings"] = true;  // Qwen2.5-0.5B's
+  EXPECT_TRUE(parse_hf_config(j.dump(), kWhere).shape.tie_embeddings);
   // A mixture of experts no transformers class is: export-hf refuses it.
   model::GptConfig neither = moe;
   neither.shared_expert_size = 0;
-  EXPECT_THROW(hf_family(neither), CheckpointError);
+  EXPECT_THROW(hf_bridge_for(neither), CheckpointError);
+}
+
+// transformers 5.23's Qwen3Config and MistralConfig as save_pretrained
+// writes them, and a Llama 3.2's rope_parameters and tied head.
+json qwen3_json() {
+  json j = qwen2_json();
+  j["architectures"] = {"Qwen3ForCausalLM"};
+  j["model_type"] = "qwen3";
+  j["head_dim"] = 24;
+  j["attention_bias"] = false;
+  return j;
+}
+json mistral_json() {
+  json j = llama_json();
+  j["architectures"] = {"MistralForCausalLM"};
+  j["model_type"] = "mistral";
+  j["sliding_window"] = 8;
+  for (const char* key : {"attention_bias", "mlp_bias", "pretraining_tp"}) j.erase(key);
+  return j;
+}
+json llama3_json() {
+  json j = llama_json();
+  j["rope_parameters"] = {{"rope_type", "llama3"}, {"rope_theta", 500000.0}, {"factor", 32.0},
+                          {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
+                          {"original_max_position_embeddings", 8192}};
+  j["tie_word_embeddings"] = true;
+  return j;
+}
+
+TEST(HfConfig, EachBridgeSetsItsFields) {
+  const model::GptConfig llama3 = parse_hf_config(llama3_json().dump(), kWhere).shape;
+  EXPECT_EQ(llama3.rope_scaling.kind, RopeScaling::Kind::llama3);
+  EXPECT_EQ(llama3.rope_scaling.factor, 32.0);
+  EXPECT_EQ(llama3.rope_scaling.original_max_position, 8192);
+  EXPECT_TRUE(llama3.tie_embeddings);
+  EXPECT_STREQ(hf_bridge_for(llama3).model_type, "llama");
+  // transformers 4's key says the same.
+  json older = llama3_json();
+  older["rope_scaling"] = older["rope_parameters"];
+  older["rope_scaling"].erase("rope_theta");
+  older["rope_theta"] = 500000.0;
+  older.erase("rope_parameters");
+  EXPECT_EQ(parse_hf_config(older.dump(), kWhere).shape, llama3);
+  const model::GptConfig qwen3 = parse_hf_config(qwen3_json().dump(), kWhere).shape;
+  EXPECT_TRUE(qwen3.qk_norm);
+  EXPECT_EQ(qwen3.attention_head_dim(), 24);
+  EXPECT_STREQ(hf_bridge_for(qwen3).model_type, "qwen3");
+  const model::GptConfig mistral = parse_hf_config(mistral_json().dump(), kWhere).shape;
+  EXPECT_EQ(mistral.sliding_window, 8);
+  EXPECT_STREQ(hf_bridge_for(mistral).model_type, "mistral");
+  json j = mistral_json();
+  j["sliding_window"] = nullptr;  // v0.3's: a Llama
+  EXPECT_EQ(parse_hf_config(j.dump(), kWhere).shape.sliding_window, 0);
+  // What changes the arithmetic and is not built is refused by name.
+  const std::pair<json, const char*> refused[] = {
+      {json{{"rope_parameters", {{"rope_type", "yarn"}, {"factor", 4.0}}}}, "\"rope_parameters.rope_type\" is \"yarn\""},
+      {json{{"rope_parameters", {{"rope_type", "llama3"}, {"factor", 4.0}}}}, "\"rope_parameters.low_freq_factor\""},
+      {json{{"rope_scaling", {{"type", "linear"}, {"factor", 4.0}}}}, "\"rope_scaling\""},
+      {json{{"attention_bias", true}}, "\"attention_bias\""},
+      {json{{"head_dim", 23}}, "\"head_dim\""},
+  };
+  for (const auto& [changes, fragment] : refused) {
+    j = qwen3_json();
+    j.update(changes);
+    expect_refused(error_of(j), fragment, changes.dump());
+  }
+  j = qwen3_json();
+  j.erase("head_dim");
+  expect_refused(error_of(j), "\"head_dim\" is missing", "qwen3 without head_dim");
+  j = qwen3_json();
+  j["use_sliding_window"] = true;
+  expect_refused(error_of(j), "\"use_sliding_window\"", "qwen3 sliding");
+  j = llama_json();
+  j["model_type"] = "gemma2";
+  expect_refused(error_of(j), "\"model_type\" is \"gemma2\", which is not supported (supported: gpt2, llama, qwen2, "
+                              "qwen3, mistral, mixtral, qwen2_moe)", "gemma2");
 }
 
 TEST(HfConfig, WhatExportWritesParsesBack) {
-  for (const json& j : {gpt2_json(), llama_json(), mixtral_json(), qwen2_json(), qwen2_moe_json()}) {
+  for (const json& j : {gpt2_json(), llama_json(), mixtral_json(), qwen2_json(), qwen2_moe_json(), qwen3_json(),
+                        mistral_json(), llama3_json()}) {
     const HfModelConfig config = parse_hf_config(j.dump(), kWhere);
     const HfModelConfig again = parse_hf_config(hf_config_json(config.shape, config.keys), kWhere);
     EXPECT_EQ(again.shape, config.shape) << config.shape.describe();
@@ -298,12 +376,13 @@ TEST(HfConfig, EveryDimensionIsRangeChecked) {
       {gpt2_json(), "scale_attn_weights", "yes", "\"scale_attn_weights\" must be true or false, got \"yes\""},
       {gpt2_json(), "tie_word_embeddings", false, "\"tie_word_embeddings\" is false"},
       {llama_json(), "hidden_size", 62, "\"hidden_size\" (62) must be a multiple of \"num_attention_heads\" (4)"},
-      {llama_json(), "num_attention_heads", 64, "head width"},
+      {qwen2_json(), "num_attention_heads", 64, "head width"},
       {llama_json(), "num_key_value_heads", 3, "\"num_attention_heads\" (4) must be a multiple of \"num_key_value_heads\" (3)"},
       {llama_json(), "num_key_value_heads", 8, "\"num_key_value_heads\" must be at most 4, got 8"},
       {llama_json(), "num_key_value_heads", 0, "\"num_key_value_heads\" must be at least 1, got 0"},
       {llama_json(), "intermediate_size", 0, "\"intermediate_size\" must be at least 1, got 0"},
-      {llama_json(), "head_dim", 8, "\"head_dim\" is 8"},
+      {qwen2_json(), "head_dim", 8, "\"head_dim\" is 8"},
+      {llama_json(), "head_dim", 7, "\"head_dim\" = 7 is odd"},
       {llama_json(), "pretraining_tp", 2, "\"pretraining_tp\" is 2"},
       {llama_json(), "attention_dropout", -0.1, "\"attention_dropout\" must be at least 0"},
       {llama_json(), "hidden_act", "gelu", "\"hidden_act\" is \"gelu\""},
@@ -322,8 +401,8 @@ TEST(HfConfig, TheDocumentAndItsModelTypeAreNamed) {
   expect_refused(error_of_text("[1, 2]"), "the document must be a JSON object, got an array of 2 element(s)", "array");
   expect_refused(error_of_text("{"), "not valid JSON", "truncated");
   expect_refused(error_of_text("{}"), "\"model_type\" is missing", "empty");
-  expect_refused(error_of(json{{"model_type", "mistral"}}), "\"model_type\" is \"mistral\", which is not supported",
-                 "mistral");
+  expect_refused(error_of(json{{"model_type", "gemma2"}}), "\"model_type\" is \"gemma2\", which is not supported",
+                 "gemma2");
   expect_refused(error_of(json{{"model_type", 2}}), "\"model_type\" must be a string, got 2", "number");
   expect_refused(error_of(json{{"model_type", "gpt2"}}), "\"vocab_size\" is missing", "no vocab_size");
 }

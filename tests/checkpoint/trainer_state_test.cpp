@@ -99,6 +99,34 @@ TEST(TrainerState, Qwen2AttentionBiasesParseBack) {
   EXPECT_FALSE(json::parse(trainer_state_json(llama))["model"].contains("qkv_bias"));
 }
 
+// The decoder's other choices (issue 51): each written only when it is not
+// Llama's default, so the presets' files are what they were, and each read
+// back exactly; on a GPT-2 each is refused by name.
+TEST(TrainerState, TheDecodersChoicesParseBackAndDefaultsAreNotWritten) {
+  TrainerState llama = sample_state();
+  llama.model = model::GptConfig{2, 4, 64, 32, 256, model::ModelFamily::llama, 2, 176, 5e5, 1e-5};
+  const json plain = json::parse(trainer_state_json(llama))["model"];
+  for (const char* key : {"head_dim", "tie_embeddings", "qk_norm", "sliding_window", "rope_scaling"}) {
+    EXPECT_FALSE(plain.contains(key)) << key;
+  }
+  TrainerState chosen = llama;
+  chosen.model.head_dim = 24;
+  chosen.model.tie_embeddings = true;
+  chosen.model.qk_norm = true;
+  chosen.model.sliding_window = 8;
+  chosen.model.rope_scaling = RopeScaling{RopeScaling::Kind::llama3, 32.0, 1.0, 4.0, 8192};
+  EXPECT_EQ(parse_trainer_state(trainer_state_json(chosen), "x").model, chosen.model);
+  json j = json::parse(trainer_state_json(chosen));
+  j["model"]["rope_scaling"]["rope_type"] = "yarn";
+  EXPECT_NE(error_of(j).find("rope_type"), std::string::npos) << error_of(j);
+  j = json::parse(trainer_state_json(chosen));
+  j["model"]["head_dim"] = 23;
+  EXPECT_NE(error_of(j).find("head_dim"), std::string::npos) << error_of(j);
+  j = json::parse(trainer_state_json(sample_state()));
+  j["model"]["qk_norm"] = true;
+  EXPECT_NE(error_of(j).find("qk_norm"), std::string::npos) << error_of(j);
+}
+
 TEST(TrainerState, AMixtureOfExpertsParsesBackAndAFileFromBeforeItIsDense) {
   TrainerState moe = sample_state();
   moe.model = model::GptConfig{2, 4, 64, 32, 256, model::ModelFamily::llama, 2, 96, 1e6, 1e-6, 8, 2};

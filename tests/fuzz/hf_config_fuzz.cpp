@@ -41,7 +41,7 @@ void check_shape(const GptConfig& s) {
   require(s.n_embd % s.n_head == 0);
   require(std::isfinite(s.norm_eps) && s.norm_eps > 0);
   if (s.family == ModelFamily::llama) {
-    require(dimension_ok(s.n_kv_head) && s.n_head % s.n_kv_head == 0 && (s.n_embd / s.n_head) % 2 == 0);
+    require(dimension_ok(s.n_kv_head) && s.n_head % s.n_kv_head == 0 && s.attention_head_dim() % 2 == 0);
     require(dimension_ok(s.ffn_size));
     require(std::isfinite(s.rope_theta) && s.rope_theta > 0);
   } else {

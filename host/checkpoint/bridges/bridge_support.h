@@ -1,0 +1,75 @@
+// What the Hugging Face bridges (checkpoint/bridges/*.cpp) share: reading
+// dimensions, flags and dropout rates by the one JSON rule, the keys every
+// rotary decoder of transformers has (Llama's: attention, norms, rotary
+// embedding, MLP width), and writing them back. Internal to the bridges.
+#pragma once
+
+#include <accel/sdk/json_input.hpp>
+#include <nlohmann/json.hpp>
+
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "host/checkpoint/hf_bridge.h"
+#include "host/cli/run_config.h"
+
+namespace accel::checkpoint::bridge {
+
+using sdk::JsonFields;
+
+// A dimension: an integer in [min, kMaxModelDimension].
+int64_t dimension(const JsonFields& config, const char* key, int64_t min = 1);
+// Refuses "architectures" unless every entry is one of `supported`.
+void require_architectures(const JsonFields& config, std::initializer_list<const char*> supported, const char* named);
+// Refuses a boolean `key` unless absent, null or `expected`.
+void require_boolean(const JsonFields& config, const char* key, bool expected, const std::string& why);
+// Refuses a string `key` unless absent, null or one of `accepted`.
+void require_string(const JsonFields& config, const char* key, std::initializer_list<const char*> accepted,
+                    const std::string& why);
+// A dropout rate in [0, 1]; a non-zero one is noted as ignored.
+void note_dropout(const JsonFields& config, const char* key, std::vector<std::string>& ignored);
+// `heads` divides `width`.
+void require_heads_divide(const JsonFields& config, const char* width_key, int64_t width, const char* heads_key,
+                          int64_t heads);
+// Sliding-window attention off (Qwen2's and Qwen3's use_sliding_window,
+// layer_types all full_attention).
+void require_full_attention(const JsonFields& config);
+// router_aux_loss_coef: kept in out.keys for export-hf, and noted as ignored
+// when output_router_logits asks for it (the run's --moe-aux-loss-coef decides).
+void read_router_aux_loss_coef(const JsonFields& config, HfModelConfig& out);
+
+// The host's shape from what a reader checked: make_gpt_config on `preset`
+// with `overrides`; its refusal becomes CheckpointError naming `where`.
+model::GptConfig build_shape(const std::string& where, const char* preset, const ModelOverrides& overrides);
+
+// What a rotary decoder's reader accepts beyond Llama's base.
+struct RotaryDecoderKeys {
+  const char* family;        // in messages: "accel-host's <family> ..."
+  bool head_dim = false;     // "head_dim" may differ from hidden_size / num_attention_heads
+  bool tied = false;         // "tie_word_embeddings" may be true
+};
+// The keys every rotary decoder shares: vocabulary, positions, width, layers,
+// heads and key/value heads, MLP width, rms_norm_eps, the rotary embedding
+// ("rope_theta", transformers 5's "rope_parameters" or the older
+// "rope_scaling": default or llama3), activation, biases, tying.
+ModelOverrides rotary_decoder_shape(const JsonFields& config, const RotaryDecoderKeys& keys);
+
+// config.json's keys for those fields (the caller adds its family's own).
+nlohmann::json rotary_decoder_json(const model::GptConfig& shape, const HfBridge& bridge);
+// The keys that say attention is over the whole sequence (Qwen2's, Qwen3's),
+// and the router's training keys (the MoE bridges'): output_router_logits
+// false and the run's router_aux_loss_coef (unset: 0, --moe-aux-loss-coef's
+// default).
+void add_full_attention_keys(nlohmann::json& config);
+void add_router_training_keys(nlohmann::json& config, const HfConfigKeys& keys);
+// The "rope_parameters" of `shape`.
+nlohmann::json rope_parameters_json(const model::GptConfig& shape);
+// Whether `shape` is a dense rotary decoder with none of the choices in
+// `allowed`'s complement (the bridges' writes()).
+struct DenseChoices {
+  bool qkv_bias = false, head_dim = false, tied = false, qk_norm = false, sliding_window = false;
+};
+bool dense_rotary_decoder_with(const model::GptConfig& shape, const DenseChoices& allowed);
+
+}  // namespace accel::checkpoint::bridge

@@ -1,0 +1,46 @@
+// The table of Hugging Face bridges (see hf_bridge.h). Adding a family: one
+// file under bridges/ defining its HfBridge, one line here, one line in
+// host/CMakeLists.txt's ACCEL_HF_BRIDGES.
+#include "host/checkpoint/hf_bridge.h"
+
+namespace accel::checkpoint {
+namespace bridge {
+const HfBridge& gpt2_bridge();
+const HfBridge& llama_bridge();
+const HfBridge& qwen2_bridge();
+const HfBridge& qwen3_bridge();
+const HfBridge& mistral_bridge();
+const HfBridge& mixtral_bridge();
+const HfBridge& qwen2_moe_bridge();
+}  // namespace bridge
+
+const std::vector<HfBridge>& hf_bridges() {
+  static const std::vector<HfBridge> table = {
+      bridge::gpt2_bridge(),    bridge::llama_bridge(),   bridge::qwen2_bridge(),     bridge::qwen3_bridge(),
+      bridge::mistral_bridge(), bridge::mixtral_bridge(), bridge::qwen2_moe_bridge(),
+  };
+  return table;
+}
+
+const HfBridge* find_hf_bridge(std::string_view model_type) {
+  for (const HfBridge& bridge : hf_bridges()) {
+    if (model_type == bridge.model_type) return &bridge;
+  }
+  return nullptr;
+}
+
+const HfBridge& hf_bridge_for(const model::GptConfig& shape) {
+  for (const HfBridge& bridge : hf_bridges()) {
+    if (bridge.writes(shape)) return bridge;
+  }
+  throw CheckpointError("export-hf: no transformers class computes " + shape.describe() + " (supported model types: " +
+                        supported_model_types() + ")");
+}
+
+std::string supported_model_types() {
+  std::string names;
+  for (const HfBridge& bridge : hf_bridges()) names += (names.empty() ? "" : ", ") + std::string(bridge.model_type);
+  return names;
+}
+
+}  // namespace accel::checkpoint

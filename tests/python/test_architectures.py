@@ -1,0 +1,171 @@
+"""The decoder's configurable choices, one family each, against transformers
+(tests/python/test_llama.py's pattern: a small random model made by
+transformers here, nothing from a hub): Llama 3.x (rope_scaling llama3,
+tied embeddings), Qwen2.5 (tied embeddings), Qwen3 (per-head q/k RMSNorm,
+a head_dim of its own) and Mistral (a sliding window shorter than the
+sequence). Each: the first step's loss within 1e-6 of transformers', 20
+steps under torch.optim.AdamW within 1e-5 each, export-hf loads back as
+the same class with the same logits, greedy generation equal token for
+token; one parallel layout each; what a strategy cannot serve is refused
+by the field's name. The families' presets resume bit for bit and train
+under their layouts as one process."""
+import json
+import os
+import unittest
+
+import torch
+
+import test_llama
+from accel_testing import MPIRUN, TempDirMixin, error_lines, mpirun, read_metrics, run_host, write_tokens
+from test_llama import SHAPE, random_llama, transformers
+
+# Llama 3.1's scaling, its original context short enough that the 16-wide
+# heads' frequencies fall in all three bands (kept, blended, divided).
+LLAMA3_ROPE = {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings": 16}
+
+
+class Architecture(test_llama.LlamaFromTransformers):
+    """test_llama's training, export and generation checks, plus the first
+    step within 1e-6 and the exported logits of the untrained model."""
+
+    def check(self, run, metrics, theirs):
+        first = read_metrics(metrics)[0]["loss"]
+        self.assertLess(abs(first - theirs[0]) / theirs[0], 1e-6, f"first step: accel {first} transformers {theirs[0]}")
+        return super().check(run, metrics, theirs)
+
+    def probe_loss(self, **overrides):
+        """transformers' loss on the probe windows of the saved model, with
+        config keys overridden."""
+        windows = torch.from_numpy(self.probe.reshape(test_llama.BATCH, -1).astype("int64"))
+        model = self.model_class().from_pretrained(self.hf_dir, attn_implementation="eager", **overrides).eval()
+        with torch.no_grad():
+            return test_llama.next_token_loss(model, windows[:, :-1], windows[:, 1:]).item()
+
+    def assert_moves_the_loss(self, key, value, default):
+        """`key` changes transformers' loss well past the first step's
+        tolerance, so the parity checks show the host honours it."""
+        ours, without = self.probe_loss(**{key: value}), self.probe_loss(**{key: default})
+        self.assertGreater(abs(ours - without) / ours, 1e-4, (ours, without))
+
+    def assert_refused_on_every_rank(self, flags, text):
+        proc = mpirun(2, "--init-from", "hf:" + self.hf_dir, "--steps", 1, *flags, check=False)
+        self.assertNotEqual(proc.returncode, 0)
+        lines = error_lines(proc.stderr)
+        self.assertEqual(len(lines), 2, proc.stderr)  # one per rank
+        for line in lines:
+            self.assertIn(text, line)
+
+    def test_export_of_the_loaded_weights_gives_transformers_logits(self):
+        # A step of lr 1e-20 (--lr must be > 0) leaves the weights as loaded
+        # (updates far below fp32's resolution): the exported model must be
+        # the original, logit for logit.
+        run = self.path("unchanged")
+        run_host("--init-from", "hf:" + self.hf_dir, "--data", "tokens:" + self.tokens_path, "--steps", 1,
+                 "--batch-size", 2, "--lr", 1e-20, "--min-lr", 0, "--warmup-steps", 0, "--save", run,
+                 "--log-level", "warn", "--threads", 1)
+        out = self.path("unchanged_hf")
+        run_host("export-hf", run, out)
+        with open(os.path.join(out, "config.json")) as f:
+            written = json.load(f)
+        with open(os.path.join(self.hf_dir, "config.json")) as f:
+            original = json.load(f)
+        self.assertEqual(written["model_type"], original["model_type"])
+        for key, value in self.CONFIG.items():
+            if key != "initializer_range":  # not the model's arithmetic; export writes transformers' default
+                self.assertEqual(written[key], value, key)
+        ids = torch.from_numpy(self.probe[:SHAPE["max_position_embeddings"]].astype("int64")).unsqueeze(0)
+        with torch.no_grad():
+            theirs = self.model_class().from_pretrained(self.hf_dir, attn_implementation="eager").eval()(ids).logits
+            ours = self.model_class().from_pretrained(out, attn_implementation="eager").eval()(ids).logits
+        self.assertLess((theirs - ours).abs().max().item(), 1e-5)
+
+
+class Llama3TiedFromTransformers(Architecture):
+    """Llama 3.2: llama3 rotary scaling and the head tied to embed_tokens
+    (fsdp shards the one table both use)."""
+    # initializer_range (no arithmetic of the model's): q and k large enough
+    # that the rotation moves the loss well past the first step's tolerance.
+    CONFIG = dict(rope_parameters=LLAMA3_ROPE, tie_word_embeddings=True, initializer_range=0.05)
+
+    def test_the_scaling_changes_the_rotation(self):
+        self.assert_moves_the_loss("rope_parameters", LLAMA3_ROPE, {"rope_type": "default", "rope_theta": 10000.0})
+
+
+class Qwen25TiedFromTransformers(Architecture):
+    """Qwen2.5 0.5B's shape: q, k and v biases and tied embeddings, under
+    tensor and sequence parallelism (the tied table split by vocabulary)."""
+    FAMILY = "Qwen2"
+    CONFIG = dict(tie_word_embeddings=True)
+    PARALLEL = ["--plugin", "megatron", "--megatron.tp_degree", 2, "--megatron.sequence_parallelism", "true"]
+
+
+class Qwen3FromTransformers(Architecture):
+    """Qwen3: q and k RMSNormed per head, heads 24 wide (4 x 24 != 64)."""
+    FAMILY = "Qwen3"
+    CONFIG = dict(head_dim=24)
+    PARALLEL = ["--plugin", "deepspeed_zero", "--deepspeed_zero.zero_stage", 3]
+
+    @unittest.skipUnless(MPIRUN, "mpirun not found")
+    def test_tensor_parallelism_refuses_the_per_head_norms(self):
+        self.assert_refused_on_every_rank(["--plugin", "megatron", "--megatron.tp_degree", 2],
+                                          "tensor parallelism does not serve qk_norm")
+
+
+class MistralFromTransformers(Architecture):
+    """Mistral: each query sees the 8 latest positions of 32, as
+    transformers masks them (and the pipeline's stages split the blocks)."""
+    FAMILY = "Mistral"
+    CONFIG = dict(sliding_window=8)
+    PARALLEL = ["--plugin", "megatron", "--megatron.pp_degree", 2]
+
+    def test_the_window_changes_attention(self):
+        self.assert_moves_the_loss("sliding_window", 8, None)
+
+    @unittest.skipUnless(MPIRUN, "mpirun not found")
+    def test_context_parallelism_refuses_the_window(self):
+        self.assert_refused_on_every_rank(["--plugin", "megatron", "--megatron.cp_degree", 2],
+                                          "context parallelism does not serve sliding_window 8")
+
+
+class ArchitecturePresets(TempDirMixin, unittest.TestCase):
+    """The families' presets (--model llama3-tiny, ...): resume bit for bit,
+    and train under each family's parallel layout as one process, resuming
+    there in one process (another strategy and world size)."""
+    COMMON = ["--seq-len", 32, "--batch-size", 8, "--lr", 3e-3, "--warmup-steps", 2, "--lr-decay-steps", 8,
+              "--threads", 1, "--log-level", "warn"]
+    LAYOUTS = {
+        "llama3-tiny": ["--plugin", "fsdp"],
+        "qwen2-tiny": ["--plugin", "megatron", "--megatron.tp_degree", 2],
+        "qwen3-tiny": ["--plugin", "deepspeed_zero", "--deepspeed_zero.zero_stage", 3],
+        "mistral-tiny": ["--plugin", "megatron", "--megatron.pp_degree", 2],
+    }
+
+    def losses(self, preset, *extra, ranks=1, steps=8):
+        metrics = self.path(f"m{len(os.listdir(self.tmp))}.jsonl")
+        args = ["--model", preset, *self.COMMON, "--steps", steps, "--metrics-file", metrics, *extra]
+        (run_host(*args) if ranks == 1 else mpirun(ranks, *args))
+        return [m["loss"] for m in read_metrics(metrics)]
+
+    def test_each_preset_resumes_bit_exact(self):
+        for preset in self.LAYOUTS:
+            with self.subTest(preset):
+                whole, save = self.losses(preset), self.path(preset)
+                first = self.losses(preset, "--save", save, steps=4)
+                self.assertEqual(first + self.losses(preset, "--save", save, "--resume", save), whole)
+
+    @unittest.skipUnless(MPIRUN, "mpirun not found")
+    def test_each_preset_trains_under_its_layout_and_resumes_in_one_process(self):
+        for preset, layout in self.LAYOUTS.items():
+            with self.subTest(preset):
+                one, save = self.losses(preset), self.path(preset)
+                parallel = self.losses(preset, *layout, "--save", save, ranks=2, steps=4)
+                got = parallel + self.losses(preset, "--save", save, "--resume", save)
+                for step, (a, b) in enumerate(zip(one, got)):
+                    self.assertLess(abs(a - b) / a, 1e-5, f"step {step + 1}: {a} vs {b}")
+
+
+del Architecture  # a base, not a test of its own
+
+if __name__ == "__main__":
+    unittest.main()
