@@ -71,3 +71,28 @@ class OneCudaRuntimeOneNccl(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class EverySymbolIsBoundAtLoad(unittest.TestCase):
+    """accel-host starts itself again with LD_BIND_NOW (host/app/bind_now.cpp):
+    Open MPI's progress thread must not resolve a symbol lazily while MPI_Init
+    opens and closes components on the main thread (a SIGSEGV in ld.so)."""
+
+    def bindings_after_start(self, env):
+        run = subprocess.run([ACCEL_HOST, "--help"], capture_output=True, text=True, env=env, timeout=60)
+        self.assertEqual(run.returncode, 0, run.stderr[-2000:])
+        trace = run.stderr
+        self.assertIn("transferring control", trace)
+        after = trace[trace.rindex("transferring control"):]
+        return re.findall(r"binding file (\S+) \[", after)
+
+    def test_mpi_and_the_host_resolve_nothing_lazily(self):
+        late = self.bindings_after_start(dict(os.environ, LD_DEBUG="bindings"))
+        # A library's own references bound after start are lazy bindings
+        # (what dlopen binds is recorded under the opened library's name).
+        lazy = sorted({f for f in late if re.search(r"libopen-pal|libmpi\.so|libtorch_cpu", f)})
+        self.assertEqual(lazy, [], "bound on first call, after the program started")
+
+    def test_an_empty_ld_bind_now_is_replaced(self):
+        late = self.bindings_after_start(dict(os.environ, LD_DEBUG="bindings", LD_BIND_NOW=""))
+        self.assertNotIn("libopen-pal", " ".join(late))

@@ -1,0 +1,58 @@
+// accel-host binds every symbol when it loads, not on first call.
+//
+// Why: Open MPI's progress thread makes its first call through the PLT
+// (libevent's event_base_loop) while MPI_Init, on the main thread, is still
+// opening and closing Open MPI's components. A lazy binding walks the
+// loader's symbol scopes; one racing a dlopen/dlclose there died with
+// SIGSEGV inside ld.so (_dl_runtime_resolve -> _dl_fixup -> do_lookup_x),
+// rarely, under load (docs/benchmarks.md, "The SIGSEGV in ld.so"). With
+// LD_BIND_NOW every library's PLT is resolved while it loads, under the
+// loader's lock, so no thread ever resolves a symbol lazily.
+//
+// LD_BIND_NOW is read only when a process starts, so accel-host starts
+// itself once more with it set. This runs from .preinit_array: before any
+// library's constructor (LibTorch's registrations take ~0.4 s), so the second
+// start costs only the loader's own work (~2 ms of relocation). It is skipped
+// when LD_BIND_NOW is already non-empty, for set-uid execution (the loader
+// drops LD_* there, so it would loop), and when /proc/self/exe cannot be run
+// (then the process goes on, lazily bound, as before).
+#include <sys/auxv.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+
+namespace {
+
+constexpr char kBindNow[] = "LD_BIND_NOW=";
+constexpr size_t kBindNowLength = sizeof(kBindNow) - 1;
+
+bool is_bind_now_entry(const char* entry) { return std::strncmp(entry, kBindNow, kBindNowLength) == 0; }
+
+void start_again_bound_now(int /*argc*/, char** argv, char** envp) {
+  if (envp == nullptr || argv == nullptr || getauxval(AT_SECURE) != 0) return;
+  size_t count = 0;
+  for (char** entry = envp; *entry != nullptr; ++entry) {
+    // The loader binds now for any non-empty value; an empty one is replaced.
+    if (is_bind_now_entry(*entry) && (*entry)[kBindNowLength] != '\0') return;
+    ++count;
+  }
+  char** bound_env = static_cast<char**>(std::malloc((count + 2) * sizeof(char*)));
+  if (bound_env == nullptr) return;
+  size_t kept = 0;
+  for (char** entry = envp; *entry != nullptr; ++entry) {
+    if (!is_bind_now_entry(*entry)) bound_env[kept++] = *entry;
+  }
+  static char bind_now[] = "LD_BIND_NOW=1";
+  bound_env[kept++] = bind_now;
+  bound_env[kept] = nullptr;
+  execve("/proc/self/exe", argv, bound_env);
+  std::free(bound_env);  // exec failed: go on as started
+}
+
+}  // namespace
+
+// glibc calls the executable's .preinit_array entries with (argc, argv, envp)
+// before it runs any shared library's initializers.
+__attribute__((section(".preinit_array"), used)) static void (*const accel_bind_now_at_start)(int, char**, char**) =
+    &start_again_bound_now;
