@@ -3,7 +3,8 @@
 // (hf_bridge.h), which takes every key it understands through
 // sdk::JsonFields, so a wrong type, a fraction where an integer belongs, or
 // a value out of range is refused with the key's name and the value as
-// describe() shows it.
+// describe() shows it. Keys the bridge never consulted and that are not
+// inert (bridges/inert_keys.h) are named in `ignored`, one line each.
 #include "host/checkpoint/hf_config.h"
 
 #include <accel/sdk/input_file.hpp>
@@ -12,6 +13,7 @@
 
 #include <optional>
 
+#include "host/checkpoint/bridges/inert_keys.h"
 #include "host/checkpoint/hf_bridge.h"
 
 namespace accel::checkpoint {
@@ -33,6 +35,15 @@ HfModelConfig parse_hf_config(std::string_view text, const std::string& where) {
     }
     HfModelConfig model = bridge->read(config);
     model.model_type = bridge->model_type;
+    // A key no bridge looked at and not known to be inert may change what
+    // transformers computes: named, never dropped without a word.
+    for (const auto& item : document.items()) {
+      if (config.consulted().count(item.key()) == 0 && !bridge::is_inert_hf_config_key(item.key())) {
+        model.ignored.push_back(describe(nlohmann::json(item.key())) + ", a key accel-host's " +
+                                bridge->display_name +
+                                " bridge does not read (if it changes the model, this run differs from transformers)");
+      }
+    }
     return model;
   } catch (const sdk::JsonInputError& e) {
     throw CheckpointError(e.what());

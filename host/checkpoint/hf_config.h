@@ -33,7 +33,7 @@ inline constexpr uint64_t kMaxHfConfigBytes = 1u << 20;
 
 // What config.json says the model is, and what the host cannot honour but
 // may ignore with a warning (dropout rates: the host trains without
-// dropout), one line each.
+// dropout; a key no bridge reads and not known to be inert), one line each.
 struct HfModelConfig {
   model::GptConfig shape;  // n_positions / max_position_embeddings become seq_len
   std::string model_type;  // config.json's, whose bridge read it

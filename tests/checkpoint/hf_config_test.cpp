@@ -113,6 +113,24 @@ TEST(HfConfig, BothFamiliesParse) {
   EXPECT_EQ(llama.shape.norm_eps, 1e-6);
 }
 
+// Every key of these transformers-written files is read by its bridge or
+// inert (bridges/inert_keys.h); any other is named, one line, never dropped.
+TEST(HfConfig, AKeyNoBridgeReadsIsNamed) {
+  for (const json& j : {gpt2_json(), llama_json(), mixtral_json(), qwen2_json(), qwen2_moe_json()}) {
+    for (const std::string& line : parse_hf_config(j.dump(), kWhere).ignored) {
+      EXPECT_EQ(line.find("does not read"), std::string::npos) << j["model_type"] << ": " << line;
+    }
+  }
+  json j = llama_json();
+  j["use_cache"] = true;      // inert: left alone without a word
+  j["rope_interleaved"] = true;  // no bridge reads it
+  const HfModelConfig llama = parse_hf_config(j.dump(), kWhere);
+  ASSERT_EQ(llama.ignored.size(), 1u);
+  EXPECT_EQ(llama.ignored[0],
+            "\"rope_interleaved\", a key accel-host's Llama bridge does not read (if it changes the model, this run "
+            "differs from transformers)");
+}
+
 TEST(HfConfig, AMixtralIsALlamaWithExperts) {
   const HfModelConfig mixtral = parse_hf_config(mixtral_json().dump(), kWhere);
   EXPECT_EQ(mixtral.shape.family, model::ModelFamily::llama);

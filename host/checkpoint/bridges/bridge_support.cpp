@@ -93,6 +93,10 @@ void require_heads_divide(const JsonFields& config, const char* width_key, int64
 
 void require_full_attention(const JsonFields& config) {
   require_boolean(config, "use_sliding_window", false, "accel-host attends to the whole sequence");
+  // The window and the first layer it applies from (Qwen2's and Qwen3's)
+  // act only under use_sliding_window, refused above: read, then unused.
+  config.optional_integer("sliding_window", 0);
+  config.optional_integer("max_window_layers", 0);
   if (!config.has_value("layer_types")) return;
   const json& types = config.value("layer_types");
   if (!types.is_array()) config.fail("layer_types", "must be a list, got " + describe(types));

@@ -16,7 +16,8 @@
 // Header only; needs nlohmann_json (target nlohmann_json::nlohmann_json).
 // Errors: JsonInputError, one line beginning with the document's name.
 // Thread-safety: everything here is reentrant; a JsonFields borrows its
-// object and must not outlive it.
+// object and must not outlive it, and records the keys read through it
+// (consulted()), so one JsonFields is read by one thread at a time.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -111,9 +112,13 @@ class JsonFields {
   const std::string& where() const noexcept { return where_; }
 
   // Present, null or not.
-  bool contains(const char* key) const { return object_.contains(key); }
+  bool contains(const char* key) const {
+    consulted_.insert(key);
+    return object_.contains(key);
+  }
   // Present and not null (config.json writes absent values as null).
   bool has_value(const char* key) const {
+    consulted_.insert(key);
     const auto it = object_.find(key);
     return it != object_.end() && !it->is_null();
   }
@@ -231,8 +236,14 @@ class JsonFields {
     throw JsonInputError(where_ + ": " + quoted_name(prefix_ + key) + " " + problem);
   }
 
+  // Every key a reader asked about through this object (present or not, by
+  // any accessor above): a caller compares them with the document's keys to
+  // name the ones no reader looked at, so none is dropped without a word.
+  const std::set<std::string>& consulted() const noexcept { return consulted_; }
+
  private:
   const nlohmann::json& at(const char* key) const {
+    consulted_.insert(key);
     const auto it = object_.find(key);
     if (it == object_.end()) fail(key, "is missing");
     return *it;
@@ -256,6 +267,7 @@ class JsonFields {
   const nlohmann::json& object_;
   std::string where_;
   std::string prefix_;
+  mutable std::set<std::string> consulted_;  // a record of reads, not the object's state
 };
 
 }  // namespace accel::sdk
