@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "host/cli/block_choices.h"
+
 namespace accel {
 
 // Rotary frequency scaling (transformers' rope_type): none (the default
@@ -37,6 +39,7 @@ struct ModelOverrides {
   std::optional<bool> qk_norm;                // Qwen3's per-head RMSNorm of q and k
   std::optional<int64_t> sliding_window;      // Mistral's: each query sees this many keys (0: all)
   std::optional<RopeScaling> rope_scaling;
+  std::optional<BlockChoices> block;         // Gemma's and OLMo 2's choices (block_choices.h)
 };
 
 // How a mixture-of-experts model trains (model/moe.h): capacity and the
