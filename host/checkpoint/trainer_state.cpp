@@ -91,6 +91,8 @@ std::string trainer_state_json(const TrainerState& state) {
                                   {"low_freq_factor", r.low_freq_factor},
                                   {"high_freq_factor", r.high_freq_factor},
                                   {"original_max_position_embeddings", r.original_max_position}};
+  } else if (r.kind == RopeScaling::Kind::linear) {
+    j["model"]["rope_scaling"] = {{"rope_type", "linear"}, {"factor", r.factor}};
   }
   if (!state.model.block.is_default()) j["model"]["block"] = block_choices_json(state.model.block);
   if (state.model.has_experts()) {  // a mixture of experts' routing variants (absent: Mixtral's)
@@ -164,15 +166,22 @@ static TrainerState read_fields(const json& document, const std::string& where) 
     if (model.contains("sliding_window")) s.model.sliding_window = model.integer("sliding_window", 1, kMaxDimension);
     if (model.contains("rope_scaling")) {
       const JsonFields r = model.object("rope_scaling");
-      r.only({"rope_type", "factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"});
-      if (r.string("rope_type") != "llama3") r.fail("rope_type", "must be \"llama3\"");
+      const std::string type = r.string("rope_type");
       RopeScaling& scaling = s.model.rope_scaling;
-      scaling.kind = RopeScaling::Kind::llama3;
-      scaling.factor = r.positive_finite("factor");
-      scaling.low_freq_factor = r.positive_finite("low_freq_factor");
-      scaling.high_freq_factor = r.positive_finite("high_freq_factor");
-      if (scaling.high_freq_factor <= scaling.low_freq_factor) r.fail("high_freq_factor", "must exceed low_freq_factor");
-      scaling.original_max_position = r.integer("original_max_position_embeddings", 1, kMaxDimension);
+      if (type == "linear") {  // Gemma 3's full layers: the factor alone
+        r.only({"rope_type", "factor"});
+        scaling.kind = RopeScaling::Kind::linear;
+        scaling.factor = r.positive_finite("factor");
+      } else {
+        r.only({"rope_type", "factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"});
+        if (type != "llama3") r.fail("rope_type", "must be \"llama3\" or \"linear\"");
+        scaling.kind = RopeScaling::Kind::llama3;
+        scaling.factor = r.positive_finite("factor");
+        scaling.low_freq_factor = r.positive_finite("low_freq_factor");
+        scaling.high_freq_factor = r.positive_finite("high_freq_factor");
+        if (scaling.high_freq_factor <= scaling.low_freq_factor) r.fail("high_freq_factor", "must exceed low_freq_factor");
+        scaling.original_max_position = r.integer("original_max_position_embeddings", 1, kMaxDimension);
+      }
     }
     if (model.contains("block")) {
       s.model.block = read_block_choices(model.object("block"));

@@ -16,9 +16,11 @@ namespace accel {
 // embedding) or Llama 3.1's, whose inverse frequencies transformers'
 // _compute_llama3_parameters gives: wavelengths beyond
 // original_max_position / low_freq_factor divided by factor, those under
-// original_max_position / high_freq_factor kept, the band between blended.
+// original_max_position / high_freq_factor kept, the band between blended;
+// or linear (transformers' _compute_linear_scaling_rope_parameters: every
+// inverse frequency divided by factor; Gemma 3's full layers).
 struct RopeScaling {
-  enum class Kind { none, llama3 };
+  enum class Kind { none, llama3, linear };
   Kind kind = Kind::none;
   double factor = 1.0, low_freq_factor = 1.0, high_freq_factor = 1.0;
   int64_t original_max_position = 0;

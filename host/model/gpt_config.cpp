@@ -96,6 +96,7 @@ std::string GptConfig::describe() const {
     if (tie_embeddings) text += " tie_embeddings=true";
     if (sliding_window > 0) text += strformat(" sliding_window=%lld", static_cast<long long>(sliding_window));
     text += describe_block(block);
+    if (rope_scaling.kind == RopeScaling::Kind::linear) text += strformat(" rope_scaling=linear(factor=%g)", rope_scaling.factor);
     if (rope_scaling.kind == RopeScaling::Kind::llama3) {
       text += strformat(" rope_scaling=llama3(factor=%g,low_freq_factor=%g,high_freq_factor=%g,"
                         "original_max_position=%lld)",

@@ -153,6 +153,7 @@ std::pair<at::Tensor, at::Tensor> rotary_angles(const at::Tensor& positions, int
                                    .to(at::kFloat) / static_cast<double>(head_dim);
   at::Tensor inv_freq = 1.0 / at::pow(theta, exponents);
   if (scaling.kind == RopeScaling::Kind::llama3) inv_freq = llama3_inverse_frequencies(inv_freq, scaling);
+  if (scaling.kind == RopeScaling::Kind::linear) inv_freq = inv_freq / scaling.factor;  // transformers' `/=`
   const at::Tensor freqs = at::outer(positions, inv_freq);  // [T, head_dim / 2]
   const at::Tensor angles = at::cat({freqs, freqs}, -1);
   return {angles.cos(), angles.sin()};

@@ -275,6 +275,17 @@ TEST(HfConfig, GemmaAndOlmo2SetTheBlocksChoices) {
   EXPECT_EQ(parse_hf_config(j.dump(), kWhere).shape.block.sliding_layers,
             (std::vector<bool>{true, true, true, true, true, false, true}));
 
+  // Linear scaling on the full layers (Gemma 3 4B-27B's factor 8).
+  j = gemma3_json();
+  j["rope_parameters"]["full_attention"] = {{"rope_type", "linear"}, {"factor", 8.0}, {"rope_theta", 1e6}};
+  const model::GptConfig linear = parse_hf_config(j.dump(), kWhere).shape;
+  EXPECT_EQ(linear.rope_scaling.kind, RopeScaling::Kind::linear);
+  EXPECT_EQ(linear.rope_scaling.factor, 8.0);
+  EXPECT_EQ(parse_hf_config(hf_config_json(linear, {}), kWhere).shape, linear);
+  j["rope_parameters"]["full_attention"]["partial_rotary_factor"] = 0.5;
+  expect_refused(error_of(j), "\"rope_parameters.full_attention.partial_rotary_factor\" is not supported",
+                 "partial rotary");
+
   const model::GptConfig olmo2 = parse_hf_config(olmo2_json().dump(), kWhere).shape;
   EXPECT_EQ(olmo2.block.norm_placement, BlockChoices::NormPlacement::post);
   EXPECT_TRUE(olmo2.block.qk_norm_whole);

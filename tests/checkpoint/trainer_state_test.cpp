@@ -146,6 +146,8 @@ TEST(TrainerState, TheBlocksChoicesParseBackAndDefaultsAreNotWritten) {
   b.rope_local_theta = 1e4;
   gemma.model.sliding_window = 8;
   EXPECT_EQ(parse_trainer_state(trainer_state_json(gemma), "x").model, gemma.model);
+  gemma.model.rope_scaling = RopeScaling{RopeScaling::Kind::linear, 8.0};
+  EXPECT_EQ(parse_trainer_state(trainer_state_json(gemma), "x").model, gemma.model);
   TrainerState olmo = llama;
   olmo.model.block.norm_placement = BlockChoices::NormPlacement::post;
   olmo.model.block.qk_norm_whole = true;

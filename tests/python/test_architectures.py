@@ -160,14 +160,15 @@ class Gemma2FromTransformers(Architecture):
                                           "context parallelism does not serve sliding_window 8")
 
 
+# The full layers' rotation scaled linearly (Gemma 3 4B-27B's rope_type).
 GEMMA3_ROPE = {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
-               "full_attention": {"rope_type": "default", "rope_theta": 100.0}}
+               "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 100.0}}
 
 
 class Gemma3FromTransformers(Architecture):
     """Gemma 3 (text): Gemma's block with q and k normed per head (1 + w),
     the sliding layers rotated by rope_local_base_freq and the full ones by
-    rope_theta; the pipeline's stages split the blocks."""
+    rope_theta scaled linearly; the pipeline's stages split the blocks."""
     FAMILY = "Gemma3"
     CONFIG_CLASS = "Gemma3TextConfig"
     CONFIG = dict(head_dim=16, query_pre_attn_scalar=1, sliding_window=8, layer_types=GEMMA2_LAYERS,
@@ -176,9 +177,11 @@ class Gemma3FromTransformers(Architecture):
 
     def test_each_key_changes_the_loss(self):
         one_base = {kind: {"rope_type": "default", "rope_theta": 100.0} for kind in GEMMA3_ROPE}
-        for key, value, default in (("rope_parameters", GEMMA3_ROPE, one_base), ("query_pre_attn_scalar", 1, 16),
+        unscaled = {**GEMMA3_ROPE, "full_attention": {"rope_type": "default", "rope_theta": 100.0}}
+        for key, value, default in (("rope_parameters", GEMMA3_ROPE, one_base),
+                                    ("rope_parameters", GEMMA3_ROPE, unscaled), ("query_pre_attn_scalar", 1, 16),
                                     ("layer_types", GEMMA2_LAYERS, ["full_attention"] * 2)):
-            with self.subTest(key):
+            with self.subTest(key, default=default):
                 self.assert_moves_the_loss(key, value, default)
 
     @unittest.skipUnless(MPIRUN, "mpirun not found")

@@ -256,7 +256,7 @@ class LlamaBadInput(TempDirMixin, unittest.TestCase):
             (dict(hidden_act="gelu"), ["hidden_act", "gelu"]),
             (dict(head_dim=15), ["head_dim", "15", "odd"]),
             (dict(num_key_value_heads=3), ['"num_attention_heads" (4) must be a multiple of "num_key_value_heads" (3)']),
-            (dict(model_type="gemma2"), ['"model_type" is "gemma2"', "gpt2, llama"]),
+            (dict(model_type="falcon"), ['"model_type" is "falcon"', "gpt2, llama"]),
         ]
         with open(os.path.join(self.hf_dir, "config.json")) as f:
             original = f.read()

@@ -183,6 +183,9 @@ void read_rotary_keys(const JsonFields& config, ModelOverrides& o) {
 
 json rope_parameters_json(const model::GptConfig& shape) {
   const RopeScaling& r = shape.rope_scaling;
+  if (r.kind == RopeScaling::Kind::linear) {
+    return {{"rope_theta", shape.rope_theta}, {"rope_type", "linear"}, {"factor", r.factor}};
+  }
   if (r.kind != RopeScaling::Kind::llama3) return {{"rope_theta", shape.rope_theta}, {"rope_type", "default"}};
   return {{"rope_theta", shape.rope_theta},
           {"rope_type", "llama3"},

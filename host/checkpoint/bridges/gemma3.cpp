@@ -2,8 +2,9 @@
 // block (gemma_common.h) with q and k RMSNormed per head (1 + w), five
 // sliding layers to one full by default (sliding_window_pattern), and two
 // rotary bases: rope_local_base_freq (10000) for sliding layers, rope_theta
-// (1e6) and its scaling for full ones, as transformers 5's rope_parameters
-// keyed by layer type or the older keys say. transformers' Gemma 3 never
+// (1e6) and its scaling (default, linear or llama3) for full ones, as
+// transformers 5's rope_parameters keyed by layer type or the older keys
+// say; other rope types are refused by name. transformers' Gemma 3 never
 // applies attn_logit_softcapping (its attention is not given the cap), so a
 // value there is noted and left alone, as transformers leaves it.
 #include "host/checkpoint/bridges/gemma_common.h"
@@ -17,6 +18,23 @@ namespace {
 
 using nlohmann::json;
 
+// One rope object of the full layers: linear (every inverse frequency
+// divided by factor) read here, the others by the shared reader.
+RopeScaling read_full_rope(const JsonFields& rope, std::optional<double>& theta) {
+  const char* type_key = rope.has_value("rope_type") || !rope.has_value("type") ? "rope_type" : "type";
+  if (!rope.has_value(type_key) || rope.string(type_key) != "linear") return read_rope_object(rope, theta);
+  for (const auto& item : rope.json().items()) {
+    if (item.key() != type_key && item.key() != "rope_theta" && item.key() != "factor") {
+      rope.fail(item.key(), "is not supported (accel-host's linear rotary scaling takes factor and rope_theta)");
+    }
+  }
+  if (rope.has_value("rope_theta")) theta = rope.positive_finite("rope_theta");
+  RopeScaling scaling;
+  scaling.kind = RopeScaling::Kind::linear;
+  scaling.factor = rope.positive_finite("factor");
+  return scaling;
+}
+
 // The two rotary bases and the full layers' scaling into `o`.
 void read_rotary(const JsonFields& config, ModelOverrides& o) {
   std::optional<double> full_theta, local_theta;
@@ -28,7 +46,7 @@ void read_rotary(const JsonFields& config, ModelOverrides& o) {
     }
     const JsonFields by_type = config.object("rope_parameters");
     by_type.only({"sliding_attention", "full_attention"});
-    if (by_type.has_value("full_attention")) scaling = read_rope_object(by_type.object("full_attention"), full_theta);
+    if (by_type.has_value("full_attention")) scaling = read_full_rope(by_type.object("full_attention"), full_theta);
     if (by_type.has_value("sliding_attention")) {
       const JsonFields sliding = by_type.object("sliding_attention");
       if (read_rope_object(sliding, local_theta).kind != RopeScaling::Kind::none) {
@@ -37,7 +55,7 @@ void read_rotary(const JsonFields& config, ModelOverrides& o) {
     }
   } else if (config.has_value("rope_scaling")) {
     // transformers merges the older key into the full layers' parameters.
-    scaling = read_rope_object(config.object("rope_scaling"), full_theta);
+    scaling = read_full_rope(config.object("rope_scaling"), full_theta);
   }
   if (!full_theta && config.has_value("rope_theta")) full_theta = config.positive_finite("rope_theta");
   if (!local_theta && config.has_value("rope_local_base_freq")) {
