@@ -254,6 +254,9 @@ TEST(HfConfig, GemmaAndOlmo2SetTheBlocksChoices) {
   EXPECT_EQ(defaults.block.sliding_layers, (std::vector<bool>{true, false}));
   EXPECT_TRUE(defaults.tie_embeddings);
   j = gemma2_json();
+  j["query_pre_attn_scalar"] = 16;  // head_dim: the default scale
+  EXPECT_EQ(parse_hf_config(j.dump(), kWhere).shape.block.query_pre_attn_scalar, 0.0);
+  j = gemma2_json();
   j["attn_logit_softcapping"] = nullptr;
   j["final_logit_softcapping"] = nullptr;
   EXPECT_EQ(parse_hf_config(j.dump(), kWhere).shape.block.attn_logit_softcap, 0.0);

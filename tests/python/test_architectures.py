@@ -155,9 +155,21 @@ class Gemma2FromTransformers(Architecture):
                 self.assert_moves_the_loss(key, value, default)
 
     @unittest.skipUnless(MPIRUN, "mpirun not found")
-    def test_context_parallelism_refuses_the_window(self):
-        self.assert_refused_on_every_rank(["--plugin", "megatron", "--megatron.cp_degree", 2],
-                                          "context parallelism does not serve sliding_window 8")
+    def test_context_parallelism_refuses_the_window_the_scale_and_the_cap(self):
+        cp = ["--plugin", "megatron", "--megatron.cp_degree", 2]
+        self.assert_refused_on_every_rank(cp, "context parallelism does not serve sliding_window 8")
+        path = os.path.join(self.hf_dir, "config.json")
+        with open(path) as f:
+            config = json.load(f)
+        # Without windows, the softmax scale and then the cap are refused by
+        # name (a scalar equal to head_dim is the default scale).
+        config.update(sliding_window=None, layer_types=["full_attention"] * 2)
+        for changes, text in ((dict(), "does not serve query_pre_attn_scalar 1"),
+                              (dict(query_pre_attn_scalar=16), "does not serve attn_logit_softcap 2")):
+            with self.subTest(text):
+                with open(path, "w") as f:
+                    json.dump({**config, **changes}, f)
+                self.assert_refused_on_every_rank(cp, text)
 
 
 # The full layers' rotation scaled linearly (Gemma 3 4B-27B's rope_type).

@@ -33,6 +33,10 @@ ModelOverrides read_gemma_shape(const JsonFields& config, const GemmaDefaults& d
   b.scale_embeddings = true;
   b.query_pre_attn_scalar =
       config.has_value("query_pre_attn_scalar") ? config.positive_finite("query_pre_attn_scalar") : 256.0;
+  // A scalar equal to head_dim is the default scale: kept as the default, so
+  // what serves only that (context parallelism's ring) serves it.
+  const int64_t head_dim = *o.head_dim > 0 ? *o.head_dim : *o.n_embd / *o.n_head;
+  if (b.query_pre_attn_scalar == static_cast<double>(head_dim)) b.query_pre_attn_scalar = 0.0;
   b.final_logit_softcap = !config.contains("final_logit_softcapping") ? d.final_logit_softcap
                           : config.has_value("final_logit_softcapping")
                               ? config.positive_finite("final_logit_softcapping")
