@@ -272,10 +272,15 @@ at::Tensor GptModel::llama_block(const Unit& unit, const at::Tensor& x, KvCache*
   // Qwen3 and Gemma 3: each head of q and k normed over its D features (the
   // weights' [D] broadcast over the heads) before the rotation; OLMo 2: the
   // whole projection normed (its statistics over every head).
+  // (ATen's composition, never the fused add-norm, as Qwen3's always ran.)
   auto qk_normed = [&](const at::Tensor& projected, int64_t heads, size_t weight) {
     if (weight == LlamaLayout::kNone) return projected;
-    if (choices.qk_norm_whole) return norm(projected, weight);
-    return norm(projected.view({T, B, heads, D}), weight).view({T, B, heads * D});
+    auto normed = [&](const at::Tensor& t) {
+      return choices.norm_plus_one ? rms_norm_plus_one(t, p[weight].value, config_.norm_eps)
+                                   : rms_norm(t, p[weight].value, config_.norm_eps);
+    };
+    if (choices.qk_norm_whole) return normed(projected);
+    return normed(projected.view({T, B, heads, D})).view({T, B, heads * D});
   };
   at::Tensor q = rotated_heads(qk_normed(linear(h, L.q, L.q_bias), H, L.q_norm), H, cos32, sin32),
              k = rotated_heads(qk_normed(linear(h, L.k, L.k_bias), KV, L.k_norm), KV, cos32, sin32),
