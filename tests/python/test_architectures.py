@@ -226,7 +226,7 @@ class ArchitecturePresets(TempDirMixin, unittest.TestCase):
         "qwen2-tiny": ["--plugin", "megatron", "--megatron.tp_degree", 2],
         "qwen3-tiny": ["--plugin", "deepspeed_zero", "--deepspeed_zero.zero_stage", 3],
         "mistral-tiny": ["--plugin", "megatron", "--megatron.pp_degree", 2],
-        "gemma2-tiny": ["--plugin", "megatron", "--megatron.tp_degree", 2],
+        "gemma2-tiny": ["--plugin", "megatron", "--megatron.tp_degree", 2, "--megatron.sequence_parallelism", "true"],
         "gemma3-tiny": ["--plugin", "deepspeed_zero", "--deepspeed_zero.zero_stage", 3],
         "olmo2-tiny": ["--plugin", "megatron", "--megatron.pp_degree", 2],
     }
