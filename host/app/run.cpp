@@ -346,6 +346,7 @@ void take_shape_from_init_checkpoint(RunConfig& config) {
     o.qk_norm = hf.shape.qk_norm;
     o.sliding_window = hf.shape.sliding_window;
     o.rope_scaling = hf.shape.rope_scaling;
+    o.block = hf.shape.block;
   }
   config.init_hf_keys = hf.keys;
   for (const std::string& what : hf.ignored) log::warn("--init-from: ignoring " + what);

@@ -12,12 +12,16 @@ const HfBridge& qwen3_bridge();
 const HfBridge& mistral_bridge();
 const HfBridge& mixtral_bridge();
 const HfBridge& qwen2_moe_bridge();
+const HfBridge& gemma2_bridge();
+const HfBridge& gemma3_bridge();
+const HfBridge& olmo2_bridge();
 }  // namespace bridge
 
 const std::vector<HfBridge>& hf_bridges() {
   static const std::vector<HfBridge> table = {
       bridge::gpt2_bridge(),    bridge::llama_bridge(),   bridge::qwen2_bridge(),     bridge::qwen3_bridge(),
-      bridge::mistral_bridge(), bridge::mixtral_bridge(), bridge::qwen2_moe_bridge(),
+      bridge::mistral_bridge(), bridge::mixtral_bridge(), bridge::qwen2_moe_bridge(), bridge::gemma2_bridge(),
+      bridge::gemma3_bridge(),  bridge::olmo2_bridge(),
   };
   return table;
 }

@@ -11,6 +11,7 @@
 #include <set>
 
 #include "host/checkpoint/atomic_dir.h"
+#include "host/checkpoint/block_choices_json.h"
 #include "host/checkpoint/checkpoint_json.h"
 #include "host/model/model_limits.h"
 
@@ -90,7 +91,10 @@ std::string trainer_state_json(const TrainerState& state) {
                                   {"low_freq_factor", r.low_freq_factor},
                                   {"high_freq_factor", r.high_freq_factor},
                                   {"original_max_position_embeddings", r.original_max_position}};
+  } else if (r.kind == RopeScaling::Kind::linear) {
+    j["model"]["rope_scaling"] = {{"rope_type", "linear"}, {"factor", r.factor}};
   }
+  if (!state.model.block.is_default()) j["model"]["block"] = block_choices_json(state.model.block);
   if (state.model.has_experts()) {  // a mixture of experts' routing variants (absent: Mixtral's)
     j["model"]["shared_expert_size"] = state.model.shared_expert_size;
     j["model"]["normalize_top_k"] = state.model.normalize_top_k;
@@ -133,7 +137,7 @@ static TrainerState read_fields(const json& document, const std::string& where) 
   const JsonFields model = top.object("model");
   model.only({"n_layer", "n_head", "n_embd", "seq_len", "vocab_size", "family", "n_kv_head", "ffn_size", "rope_theta",
               "norm_eps", "n_experts", "experts_per_token", "shared_expert_size", "normalize_top_k", "qkv_bias",
-              "head_dim", "tie_embeddings", "qk_norm", "sliding_window", "rope_scaling"});
+              "head_dim", "tie_embeddings", "qk_norm", "sliding_window", "rope_scaling", "block"});
   s.model.n_layer = model.integer("n_layer", 1, kMaxDimension);
   s.model.n_head = model.integer("n_head", 1, kMaxDimension);
   s.model.n_embd = model.integer("n_embd", 1, kMaxDimension);
@@ -162,15 +166,27 @@ static TrainerState read_fields(const json& document, const std::string& where) 
     if (model.contains("sliding_window")) s.model.sliding_window = model.integer("sliding_window", 1, kMaxDimension);
     if (model.contains("rope_scaling")) {
       const JsonFields r = model.object("rope_scaling");
-      r.only({"rope_type", "factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"});
-      if (r.string("rope_type") != "llama3") r.fail("rope_type", "must be \"llama3\"");
+      const std::string type = r.string("rope_type");
       RopeScaling& scaling = s.model.rope_scaling;
-      scaling.kind = RopeScaling::Kind::llama3;
-      scaling.factor = r.positive_finite("factor");
-      scaling.low_freq_factor = r.positive_finite("low_freq_factor");
-      scaling.high_freq_factor = r.positive_finite("high_freq_factor");
-      if (scaling.high_freq_factor <= scaling.low_freq_factor) r.fail("high_freq_factor", "must exceed low_freq_factor");
-      scaling.original_max_position = r.integer("original_max_position_embeddings", 1, kMaxDimension);
+      if (type == "linear") {  // Gemma 3's full layers: the factor alone
+        r.only({"rope_type", "factor"});
+        scaling.kind = RopeScaling::Kind::linear;
+        scaling.factor = r.positive_finite("factor");
+      } else {
+        r.only({"rope_type", "factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"});
+        if (type != "llama3") r.fail("rope_type", "must be \"llama3\" or \"linear\"");
+        scaling.kind = RopeScaling::Kind::llama3;
+        scaling.factor = r.positive_finite("factor");
+        scaling.low_freq_factor = r.positive_finite("low_freq_factor");
+        scaling.high_freq_factor = r.positive_finite("high_freq_factor");
+        if (scaling.high_freq_factor <= scaling.low_freq_factor) r.fail("high_freq_factor", "must exceed low_freq_factor");
+        scaling.original_max_position = r.integer("original_max_position_embeddings", 1, kMaxDimension);
+      }
+    }
+    if (model.contains("block")) {
+      s.model.block = read_block_choices(model.object("block"));
+      const auto layers = static_cast<int64_t>(s.model.block.sliding_layers.size());
+      if (layers != 0 && layers != s.model.n_layer) model.fail("block", "names sliding_layers for another n_layer");
     }
     // Optional: files written before the mixture of experts existed are dense.
     if (model.contains("n_experts")) s.model.n_experts = model.integer("n_experts", 0, kMaxDimension);
@@ -186,7 +202,7 @@ static TrainerState read_fields(const json& document, const std::string& where) 
     }
   } else {
     // GPT-2 has none of these: 0 when present ("must be at most 0").
-    for (const char* key : {"head_dim", "tie_embeddings", "qk_norm", "sliding_window", "rope_scaling"}) {
+    for (const char* key : {"head_dim", "tie_embeddings", "qk_norm", "sliding_window", "rope_scaling", "block"}) {
       if (model.contains(key)) model.fail(key, "belongs to the llama family; this is a GPT-2");
     }
     for (const char* key : {"n_kv_head", "n_experts", "experts_per_token"}) {

@@ -8,15 +8,19 @@
 #include <string>
 #include <vector>
 
+#include "host/cli/block_choices.h"
+
 namespace accel {
 
 // Rotary frequency scaling (transformers' rope_type): none (the default
 // embedding) or Llama 3.1's, whose inverse frequencies transformers'
 // _compute_llama3_parameters gives: wavelengths beyond
 // original_max_position / low_freq_factor divided by factor, those under
-// original_max_position / high_freq_factor kept, the band between blended.
+// original_max_position / high_freq_factor kept, the band between blended;
+// or linear (transformers' _compute_linear_scaling_rope_parameters: every
+// inverse frequency divided by factor; Gemma 3's full layers).
 struct RopeScaling {
-  enum class Kind { none, llama3 };
+  enum class Kind { none, llama3, linear };
   Kind kind = Kind::none;
   double factor = 1.0, low_freq_factor = 1.0, high_freq_factor = 1.0;
   int64_t original_max_position = 0;
@@ -37,6 +41,7 @@ struct ModelOverrides {
   std::optional<bool> qk_norm;                // Qwen3's per-head RMSNorm of q and k
   std::optional<int64_t> sliding_window;      // Mistral's: each query sees this many keys (0: all)
   std::optional<RopeScaling> rope_scaling;
+  std::optional<BlockChoices> block;         // Gemma's and OLMo 2's choices (block_choices.h)
 };
 
 // How a mixture-of-experts model trains (model/moe.h): capacity and the

@@ -6,6 +6,7 @@
 
 #include <ATen/ATen.h>
 
+#include <cmath>
 #include <cstring>
 #include <optional>
 #include <stdexcept>
@@ -41,6 +42,22 @@ inline at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double
   const at::Tensor x32 = x.to(at::kFloat);
   const at::Tensor normed = x32 * at::rsqrt(x32.pow(2).mean(-1, /*keepdim=*/true) + eps);
   return weight * normed.to(x.scalar_type());
+}
+
+// Gemma's RMSNorm (Gemma2RMSNorm): the weight as 1 + w, the product in
+// fp32 and then cast to the input's dtype.
+inline at::Tensor rms_norm_plus_one(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  const at::Tensor x32 = x.to(at::kFloat);
+  const at::Tensor normed = x32 * at::rsqrt(x32.pow(2).mean(-1, /*keepdim=*/true) + eps);
+  return (normed * (1.0 + weight.to(at::kFloat))).to(x.scalar_type());
+}
+
+// Gemma's scaled embeddings: x * sqrt(width), the factor a float32 tensor
+// rounded to x's dtype first (Gemma2TextScaledWordEmbedding's embed_scale).
+inline at::Tensor scaled_embeddings(const at::Tensor& x, int64_t width) {
+  const at::Tensor factor = at::scalar_tensor(std::pow(static_cast<double>(width), 0.5),
+                                              at::TensorOptions().dtype(at::kFloat).device(x.device()));
+  return x * factor.to(x.scalar_type());
 }
 
 // The index in block.params() of the parameter whose name ends in `suffix`.

@@ -142,9 +142,15 @@ at::Tensor GptModel::embed(const Unit& unit, const at::Tensor& tokens, int64_t o
   }
   if (config_.family == ModelFamily::llama) {  // no learned positions: the blocks rotate q and k
     const Param& table = unit.param("embed_tokens.weight");
-    if (context_group_.active()) return embed_context_part(unit, tokens);
-    if (!tensor_group_.active()) return at::embedding(table.value, tokens.t());
-    return vocab_parallel_embedding(table.value, tokens.t(), table.split.local_offset(table.spec.shape), tensor_group_);
+    at::Tensor x;
+    if (context_group_.active()) {
+      x = embed_context_part(unit, tokens);
+    } else if (!tensor_group_.active()) {
+      x = at::embedding(table.value, tokens.t());
+    } else {
+      x = vocab_parallel_embedding(table.value, tokens.t(), table.split.local_offset(table.spec.shape), tensor_group_);
+    }
+    return config_.block.scale_embeddings ? scaled_embeddings(x, config_.n_embd) : x;  // Gemma's
   }
   if (context_group_.active()) return embed_context_part(unit, tokens);
   const at::Tensor positions_first = tokens.t();  // [T, B]
@@ -179,9 +185,10 @@ at::Tensor GptModel::embed_context_part(const Unit& unit, const at::Tensor& toke
 }
 
 at::Tensor GptModel::attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                               const std::optional<at::Tensor>& mask, bool causal) const {
+                               const std::optional<at::Tensor>& mask, bool causal, std::optional<double> scale) const {
+  // (runtime/context_parallel_plan.cpp refuses a scale of its own)
   if (context_group_.active()) return context_attention(q, k, v, context_group_);
-  return at::scaled_dot_product_attention(q, k, v, mask, /*dropout_p=*/0.0, causal);
+  return at::scaled_dot_product_attention(q, k, v, mask, /*dropout_p=*/0.0, causal, scale);
 }
 
 at::Tensor GptModel::local_targets(const at::Tensor& targets) const {
@@ -315,6 +322,10 @@ bool GptModel::fused_for(const at::Tensor& t) const {
 fused::AddNorm GptModel::add_norm(const at::Tensor& residual, const at::Tensor& delta, const at::Tensor& weight,
                                   const at::Tensor& bias) const {
   const bool layer_norm = config_.family != ModelFamily::llama;
+  if (config_.block.norm_plus_one) {  // Gemma's 1 + w: ATen's composition (no fused kernel takes it)
+    const at::Tensor sum = delta.defined() ? residual + delta : residual;
+    return {sum, rms_norm_plus_one(sum, weight, config_.norm_eps)};
+  }
   if (fused_for(residual) && fused::add_norm_supported(residual, delta, weight, bias)) {
     fused::AddNorm out = fused::add_norm(residual, delta, weight, bias, config_.norm_eps, layer_norm,
                                          normed_type(residual, weight));

@@ -178,7 +178,8 @@ class GptModel {
     static constexpr size_t kNone = static_cast<size_t>(-1);
     size_t attn_norm, q, k, v, o, mlp_norm;
     size_t q_bias = kNone, k_bias = kNone, v_bias = kNone;                // Qwen2's attention biases
-    size_t q_norm = kNone, k_norm = kNone;                               // Qwen3's per-head norms
+    size_t q_norm = kNone, k_norm = kNone;                               // Qwen3's per-head norms (OLMo 2's whole)
+    size_t pre_ffn_norm = kNone, post_ffn_norm = kNone;                  // Gemma's sandwich, OLMo 2's post-norms
     size_t gate = kNone, up = kNone, down = kNone;                       // the dense MLP
     size_t router = kNone, experts_gate_up = kNone, experts_down = kNone;  // or the experts
     size_t shared_gate = kNone, shared_up = kNone, shared_down = kNone, shared_expert_gate = kNone;  // and theirs
@@ -200,8 +201,10 @@ class GptModel {
   BlockLayout block_layout_{};
   // Attention over this rank's heads: causal SDPA, or across the context
   // group; with a cache (decoding) the cache's mask.
+  // `scale`: the softmax scale when not 1/sqrt(head_dim) (Gemma's).
   at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                       const std::optional<at::Tensor>& mask, bool causal) const;
+                       const std::optional<at::Tensor>& mask, bool causal,
+                       std::optional<double> scale = std::nullopt) const;
   // Targets [B, T] at this rank's positions (all of them without context parallelism).
   at::Tensor local_targets(const at::Tensor& targets) const;
 

@@ -11,6 +11,77 @@ namespace accel::model {
 
 const char* to_string(ModelFamily family) { return family == ModelFamily::llama ? "llama" : "gpt2"; }
 
+}  // namespace accel::model
+
+namespace accel {
+
+const char* to_string(BlockChoices::NormPlacement placement) {
+  switch (placement) {
+    case BlockChoices::NormPlacement::pre: return "pre";
+    case BlockChoices::NormPlacement::sandwich: return "sandwich";
+    case BlockChoices::NormPlacement::post: return "post";
+  }
+  return "?";
+}
+
+const char* to_string(BlockChoices::MlpActivation activation) {
+  return activation == BlockChoices::MlpActivation::gelu_tanh ? "gelu_tanh" : "silu";
+}
+
+}  // namespace accel
+
+namespace accel::model {
+namespace {
+
+// " norm_placement=sandwich ..." for the block's choices that are not Llama's.
+std::string describe_block(const BlockChoices& b) {
+  std::string text;
+  if (b.norm_placement != BlockChoices::NormPlacement::pre) {
+    text += std::string(" norm_placement=") + to_string(b.norm_placement);
+  }
+  if (b.norm_plus_one) text += " norm_plus_one=true";
+  if (b.qk_norm_whole) text += " qk_norm_whole=true";
+  if (b.mlp_activation != BlockChoices::MlpActivation::silu) {
+    text += std::string(" mlp_activation=") + to_string(b.mlp_activation);
+  }
+  if (b.scale_embeddings) text += " scale_embeddings=true";
+  if (b.query_pre_attn_scalar > 0) text += strformat(" query_pre_attn_scalar=%g", b.query_pre_attn_scalar);
+  if (b.attn_logit_softcap > 0) text += strformat(" attn_logit_softcap=%g", b.attn_logit_softcap);
+  if (b.final_logit_softcap > 0) text += strformat(" final_logit_softcap=%g", b.final_logit_softcap);
+  if (!b.sliding_layers.empty()) {
+    text += " sliding_layers=";
+    for (const bool sliding : b.sliding_layers) text += sliding ? 'S' : 'F';
+  }
+  if (b.rope_local_theta > 0) text += strformat(" rope_local_theta=%g", b.rope_local_theta);
+  return text;
+}
+
+// The block's choices against the rest of the shape; std::invalid_argument names the field.
+void validate_block(const GptConfig& c) {
+  const BlockChoices& b = c.block;
+  if (b.qk_norm_whole && c.qk_norm) {
+    throw std::invalid_argument("qk_norm (per head) and qk_norm_whole (over the projection) exclude each other");
+  }
+  for (const auto& [value, name] : {std::pair{b.query_pre_attn_scalar, "query_pre_attn_scalar"},
+                                    std::pair{b.attn_logit_softcap, "attn_logit_softcap"},
+                                    std::pair{b.final_logit_softcap, "final_logit_softcap"},
+                                    std::pair{b.rope_local_theta, "rope_local_theta"}}) {
+    if (!(value >= 0.0) || value > 1e300) throw std::invalid_argument(strformat("%s %g must be >= 0", name, value));
+  }
+  if (c.has_experts() && (b.norm_placement != BlockChoices::NormPlacement::pre ||
+                          b.mlp_activation != BlockChoices::MlpActivation::silu)) {
+    throw std::invalid_argument("the experts' blocks are pre-norm SwiGLU: norm_placement and mlp_activation keep "
+                                "Llama's with experts");
+  }
+  if (!b.sliding_layers.empty() && static_cast<int64_t>(b.sliding_layers.size()) != c.n_layer) {
+    throw std::invalid_argument(strformat("sliding_layers names %lld layers; the model has %lld",
+                                          static_cast<long long>(b.sliding_layers.size()),
+                                          static_cast<long long>(c.n_layer)));
+  }
+}
+
+}  // namespace
+
 std::string GptConfig::describe() const {
   std::string text = strformat("n_layer=%lld n_head=%lld n_embd=%lld seq_len=%lld vocab_size=%lld",
                                static_cast<long long>(n_layer), static_cast<long long>(n_head),
@@ -24,6 +95,8 @@ std::string GptConfig::describe() const {
     if (qk_norm) text += " qk_norm=true";
     if (tie_embeddings) text += " tie_embeddings=true";
     if (sliding_window > 0) text += strformat(" sliding_window=%lld", static_cast<long long>(sliding_window));
+    text += describe_block(block);
+    if (rope_scaling.kind == RopeScaling::Kind::linear) text += strformat(" rope_scaling=linear(factor=%g)", rope_scaling.factor);
     if (rope_scaling.kind == RopeScaling::Kind::llama3) {
       text += strformat(" rope_scaling=llama3(factor=%g,low_freq_factor=%g,high_freq_factor=%g,"
                         "original_max_position=%lld)",
@@ -54,7 +127,8 @@ GptConfig make_gpt_config(const std::string& preset, const ModelOverrides& overr
     config = GptConfig{2, 4, 64, 64, 256, ModelFamily::llama, 2, 128, 10000.0, 1e-5, 4, 2};
   } else if (preset == "moe-small") {
     config = GptConfig{8, 12, 768, 1024, 32000, ModelFamily::llama, 4, 1024, 10000.0, 1e-5, 8, 2};
-  } else if (preset == "llama3-tiny" || preset == "qwen2-tiny" || preset == "qwen3-tiny" || preset == "mistral-tiny") {
+  } else if (preset == "llama3-tiny" || preset == "qwen2-tiny" || preset == "qwen3-tiny" || preset == "mistral-tiny" ||
+             preset == "gemma2-tiny" || preset == "gemma3-tiny" || preset == "olmo2-tiny") {
     // The families' fast-test shapes: llama-tiny with each family's choices
     // (docs/architectures.md), as the small models of each family have them.
     config = GptConfig{2, 4, 64, 64, 256, ModelFamily::llama, 2, 176, 10000.0, 1e-5};
@@ -70,6 +144,31 @@ GptConfig make_gpt_config(const std::string& preset, const ModelOverrides& overr
       config.tie_embeddings = true;
     } else if (preset == "mistral-tiny") {  // Mistral 7B v0.1: a window of a quarter of the sequence
       config.sliding_window = 16;
+    } else if (preset == "gemma2-tiny" || preset == "gemma3-tiny") {
+      // Gemma 2 2B: sandwich 1 + w norms, GeGLU, scaled embeddings, a softmax
+      // scale of its own, a window on every other layer, tied head; Gemma 2
+      // caps the attention and output logits, Gemma 3 norms q and k per head
+      // and rotates its sliding layers by another base.
+      BlockChoices& b = config.block;
+      b.norm_placement = BlockChoices::NormPlacement::sandwich;
+      b.norm_plus_one = true;
+      b.mlp_activation = BlockChoices::MlpActivation::gelu_tanh;
+      b.scale_embeddings = true;
+      b.query_pre_attn_scalar = 24;
+      b.sliding_layers = {true, false};
+      config.sliding_window = 16;
+      config.tie_embeddings = true;
+      if (preset == "gemma2-tiny") {
+        b.attn_logit_softcap = 50.0;
+        b.final_logit_softcap = 30.0;
+      } else {
+        config.qk_norm = true;
+        config.rope_theta = 1e6;
+        b.rope_local_theta = 10000.0;
+      }
+    } else if (preset == "olmo2-tiny") {  // OLMo 2 1B: norms after each sub-layer, q/k normed whole
+      config.block.norm_placement = BlockChoices::NormPlacement::post;
+      config.block.qk_norm_whole = true;
     }
   } else {
     throw std::invalid_argument("--model: unknown model '" + preset + "' (expected " + model_preset_list() + ")");
@@ -85,8 +184,9 @@ GptConfig make_gpt_config(const std::string& preset, const ModelOverrides& overr
     throw std::invalid_argument(std::string(flag) + " shapes llama-family models; " + preset + " is GPT-2");
   }
   if (!llama && (overrides.head_dim || overrides.tie_embeddings || overrides.qk_norm || overrides.sliding_window ||
-                 overrides.rope_scaling)) {
-    throw std::invalid_argument("head_dim, tie_embeddings, qk_norm, sliding_window and rope_scaling shape "
+                 overrides.rope_scaling || overrides.block)) {
+    throw std::invalid_argument("head_dim, tie_embeddings, qk_norm, sliding_window, rope_scaling and the block's "
+                                "choices shape "
                                 "llama-family models; " + preset + " is GPT-2");
   }
   if (overrides.head_dim) config.head_dim = *overrides.head_dim;
@@ -94,6 +194,7 @@ GptConfig make_gpt_config(const std::string& preset, const ModelOverrides& overr
   if (overrides.qk_norm) config.qk_norm = *overrides.qk_norm;
   if (overrides.sliding_window) config.sliding_window = *overrides.sliding_window;
   if (overrides.rope_scaling) config.rope_scaling = *overrides.rope_scaling;
+  if (overrides.block) config.block = *overrides.block;
   if (overrides.n_experts) config.n_experts = *overrides.n_experts;
   // Experts without a k: Mixtral's top 2 (or every expert when fewer).
   if (overrides.n_experts && !overrides.experts_per_token && config.experts_per_token == 0) {
@@ -153,6 +254,7 @@ GptConfig make_gpt_config(const std::string& preset, const ModelOverrides& overr
                                             static_cast<long long>(config.n_head)));
     }
     if (config.ffn_size < 1) throw std::invalid_argument("--ffn-size must be >= 1");
+    validate_block(config);
     if (config.has_experts() && (config.experts_per_token < 1 || config.experts_per_token > config.n_experts)) {
       // Name the flag the user gave: a preset's value is no flag of theirs.
       const auto k = static_cast<long long>(config.experts_per_token);
@@ -181,8 +283,9 @@ int64_t count_parameters(const GptConfig& c) {
     const int64_t mlp =
         c.has_experts() ? c.n_experts * (3 * C * c.ffn_size + C /*router row*/) + shared : 3 * C * c.ffn_size;
     const int64_t biases = c.qkv_bias ? q + 2 * kv : 0;  // q, k, v
-    const int64_t qk_norms = c.qk_norm ? 2 * D : 0;
-    const int64_t block = 2 * C /*norms*/ + 2 * q * C /*q, o*/ + 2 * kv * C /*k, v*/ + biases + qk_norms + mlp;
+    const int64_t qk_norms = c.qk_norm ? 2 * D : c.block.qk_norm_whole ? q + kv : 0;
+    const int64_t norms = c.block.norm_placement == BlockChoices::NormPlacement::sandwich ? 4 : 2;
+    const int64_t block = norms * C + 2 * q * C /*q, o*/ + 2 * kv * C /*k, v*/ + biases + qk_norms + mlp;
     const int64_t tables = (c.tie_embeddings ? 1 : 2) * c.vocab_size * C;  // embedding, untied head
     return tables + c.n_layer * block + C /*final norm*/;
   }
@@ -201,7 +304,8 @@ double minimum_training_bytes(const GptConfig& c, int64_t micro_batch, double by
     const double router = c.has_experts() ? experts * C + 3.0 * C * static_cast<double>(c.shared_expert_size) +
                                                 (c.shared_expert_size > 0 ? C : 0.0)
                                           : 0.0;
-    const double block = 2.0 * C + 2.0 * q * C + 2.0 * kv * C + experts * 3.0 * C * static_cast<double>(c.ffn_size) +
+    const double norms = c.block.norm_placement == BlockChoices::NormPlacement::sandwich ? 4.0 : 2.0;
+    const double block = norms * C + 2.0 * q * C + 2.0 * kv * C + experts * 3.0 * C * static_cast<double>(c.ffn_size) +
                          router;
     const double tables = c.tie_embeddings ? 1.0 : 2.0;
     parameters = tables * static_cast<double>(c.vocab_size) * C + static_cast<double>(c.n_layer) * block + C;

@@ -7,7 +7,9 @@
 // describes one block for many architectures: q/k/v biases (Qwen2), the
 // head width (Qwen3's is not n_embd / n_head), per-head q/k RMSNorm (Qwen3),
 // a tied head (Llama 3.2, Qwen2.5), a sliding attention window (Mistral),
-// the rotary scaling (Llama 3.1), and n_experts > 0 for a mixture of
+// the rotary scaling (Llama 3.1), Gemma's and OLMo 2's norm placement,
+// 1 + w norms, GeGLU, scales, soft-caps and per-layer windows (`block`,
+// cli/block_choices.h), and n_experts > 0 for a mixture of
 // experts (Mixtral's block: every block's MLP is n_experts SwiGLU experts of
 // ffn_size and a router, model/moe.h). Which Hugging Face model_type a
 // shape is lives outside the model (checkpoint/hf_bridge.h).
@@ -60,6 +62,10 @@ struct GptConfig {
   // (Mistral's; 0: the whole causal prefix).
   int64_t sliding_window = 0;
   RopeScaling rope_scaling{};  // Llama only (run_config.h)
+  // Llama only: norm placement, 1 + w norms, whole-projection q/k norms,
+  // GeGLU, embedding scale, softmax scale, soft-capping, per-layer windows
+  // and rotary bases (Gemma 2/3, OLMo 2; cli/block_choices.h).
+  BlockChoices block{};
 
   bool has_experts() const { return n_experts > 0; }
   // The width of one attention head, given or implied.
@@ -78,8 +84,9 @@ const char* to_string(ModelFamily family);  // "gpt2" | "llama"
 // 12 heads over 4 key/value heads, 32000 tokens); moe-tiny: llama-tiny's
 // attention with 4 experts of width 128, top 2; moe-small: llama-small's
 // attention with 8 experts of width 1024, top 2 (about 213M parameters,
-// 99M of them active per token); llama3-tiny, qwen2-tiny, qwen3-tiny and
-// mistral-tiny: llama-tiny with each family's choices (gpt_config.cpp).
+// 99M of them active per token); llama3-tiny, qwen2-tiny, qwen3-tiny,
+// mistral-tiny, gemma2-tiny, gemma3-tiny and olmo2-tiny: llama-tiny with
+// each family's choices (gpt_config.cpp).
 // Throws std::invalid_argument for an unknown preset or inconsistent shapes.
 GptConfig make_gpt_config(const std::string& preset, const ModelOverrides& overrides);
 

@@ -16,14 +16,21 @@
 //   under qk_norm (Qwen3) each head of q and k RMSNormed before rotation;
 //   under sliding_window (Mistral) query i sees keys i - window + 1 .. i;
 //   under tie_embeddings the head projects with embed_tokens.weight.
+// The block's other choices (GptConfig::block, cli/block_choices.h): the
+// norms around each sub-layer (sandwich: Gemma 2/3; post only: OLMo 2),
+// RMSNorm as 1 + w (Gemma), q/k normed over the whole projection (OLMo 2),
+// GeGLU, the embeddings scaled by sqrt(n_embd), the softmax scale, capped
+// attention and output logits, and per layer a window and rotary base.
 // Tensor parallel as GPT-2's blocks (gpt.cpp): q, k, v, gate and up are
 // column-parallel (this rank's query and key/value heads, its MLP slice),
 // o and down row-parallel; embed_tokens and lm_head vocab-parallel.
+#include <cmath>
 #include <cstring>
 #include <stdexcept>
 #include <string>
 
 #include "host/model/block_parts.h"
+#include "host/model/capped_attention.h"
 #include "host/model/gpt.h"
 #include "host/model/tensor_parallel.h"
 
@@ -71,23 +78,37 @@ std::vector<ParamSpec> expert_specs(const GptConfig& c, const std::string& p) {
 std::vector<ParamSpec> llama_block_specs(const GptConfig& c, int64_t layer) {
   const int64_t C = c.n_embd, D = c.attention_head_dim(), q = c.n_head * D, kv = c.n_kv_head * D, F = c.ffn_size;
   const std::string p = "layers." + std::to_string(layer) + ".";
-  std::vector<ParamSpec> specs = {rms_norm_weight(p + "input_layernorm.weight", C)};
+  const BlockChoices& b = c.block;
+  // Gemma's norms scale by 1 + w: zero weights are its identity.
+  auto norm = [&](std::string name, int64_t n) {
+    ParamSpec spec = rms_norm_weight(std::move(name), n);
+    if (b.norm_plus_one) spec.init = InitKind::zeros;
+    return spec;
+  };
+  std::vector<ParamSpec> specs;
+  if (b.norm_placement != BlockChoices::NormPlacement::post) specs.push_back(norm(p + "input_layernorm.weight", C));
   for (const auto& [name, rows] : {std::pair{"q_proj", q}, std::pair{"k_proj", kv}, std::pair{"v_proj", kv}}) {
     specs.push_back(linear_weight(p + "self_attn." + name + ".weight", rows, C, ParallelHint::column));
     if (c.qkv_bias) specs.push_back(column_bias(p + "self_attn." + name + ".bias", rows));
   }
   specs.push_back(linear_weight(p + "self_attn.o_proj.weight", C, q, ParallelHint::row));
-  if (c.qk_norm) {  // after o_proj: the other parameters keep their places
-    specs.push_back(rms_norm_weight(p + "self_attn.q_norm.weight", D));
-    specs.push_back(rms_norm_weight(p + "self_attn.k_norm.weight", D));
+  if (c.qk_norm || b.qk_norm_whole) {  // after o_proj: the other parameters keep their places
+    specs.push_back(norm(p + "self_attn.q_norm.weight", c.qk_norm ? D : q));
+    specs.push_back(norm(p + "self_attn.k_norm.weight", c.qk_norm ? D : kv));
   }
-  specs.push_back(rms_norm_weight(p + "post_attention_layernorm.weight", C));
+  specs.push_back(norm(p + "post_attention_layernorm.weight", C));
+  if (b.norm_placement == BlockChoices::NormPlacement::sandwich) {
+    specs.push_back(norm(p + "pre_feedforward_layernorm.weight", C));
+  }
   if (c.has_experts()) {
     for (ParamSpec& spec : expert_specs(c, p)) specs.push_back(std::move(spec));
   } else {
     specs.push_back(linear_weight(p + "mlp.gate_proj.weight", F, C, ParallelHint::column));
     specs.push_back(linear_weight(p + "mlp.up_proj.weight", F, C, ParallelHint::column));
     specs.push_back(linear_weight(p + "mlp.down_proj.weight", C, F, ParallelHint::row));
+  }
+  if (b.norm_placement != BlockChoices::NormPlacement::pre) {
+    specs.push_back(norm(p + "post_feedforward_layernorm.weight", C));
   }
   return specs;
 }
@@ -132,6 +153,7 @@ std::pair<at::Tensor, at::Tensor> rotary_angles(const at::Tensor& positions, int
                                    .to(at::kFloat) / static_cast<double>(head_dim);
   at::Tensor inv_freq = 1.0 / at::pow(theta, exponents);
   if (scaling.kind == RopeScaling::Kind::llama3) inv_freq = llama3_inverse_frequencies(inv_freq, scaling);
+  if (scaling.kind == RopeScaling::Kind::linear) inv_freq = inv_freq / scaling.factor;  // transformers' `/=`
   const at::Tensor freqs = at::outer(positions, inv_freq);  // [T, head_dim / 2]
   const at::Tensor angles = at::cat({freqs, freqs}, -1);
   return {angles.cos(), angles.sin()};
@@ -150,6 +172,7 @@ void GptModel::add_llama_units(at::Device device, bool allocate) {
                         allocate);
   }
   std::vector<ParamSpec> head = {rms_norm_weight("norm.weight", c.n_embd)};
+  if (c.block.norm_plus_one) head.front().init = InitKind::zeros;
   if (!c.tie_embeddings) {
     head.push_back(linear_weight("lm_head.weight", c.vocab_size, c.n_embd, ParallelHint::vocab));
   }
@@ -160,10 +183,21 @@ void GptModel::add_llama_units(at::Device device, bool allocate) {
 
 GptModel::LlamaLayout GptModel::LlamaLayout::resolve(const Unit& block, const GptConfig& config) {
   auto index_of = [&](const char* suffix) { return param_index_by_suffix(block, suffix); };
-  LlamaLayout layout{index_of(".input_layernorm.weight"), index_of(".q_proj.weight"), index_of(".k_proj.weight"),
-                     index_of(".v_proj.weight"),          index_of(".o_proj.weight"),
+  const BlockChoices::NormPlacement placement = config.block.norm_placement;
+  LlamaLayout layout{placement == BlockChoices::NormPlacement::post ? LlamaLayout::kNone
+                                                                    : index_of(".input_layernorm.weight"),
+                     index_of(".q_proj.weight"),
+                     index_of(".k_proj.weight"),
+                     index_of(".v_proj.weight"),
+                     index_of(".o_proj.weight"),
                      index_of(".post_attention_layernorm.weight")};
-  if (config.qk_norm) {
+  if (placement == BlockChoices::NormPlacement::sandwich) {
+    layout.pre_ffn_norm = index_of(".pre_feedforward_layernorm.weight");
+  }
+  if (placement != BlockChoices::NormPlacement::pre) {
+    layout.post_ffn_norm = index_of(".post_feedforward_layernorm.weight");
+  }
+  if (config.qk_norm || config.block.qk_norm_whole) {
     layout.q_norm = index_of(".self_attn.q_norm.weight");
     layout.k_norm = index_of(".self_attn.k_norm.weight");
   }
@@ -216,29 +250,47 @@ at::Tensor GptModel::llama_block(const Unit& unit, const at::Tensor& x, KvCache*
   };
   const int64_t D = config_.attention_head_dim();
   const int64_t H = p[L.q].shape[0] / D, KV = p[L.k].shape[0] / D;  // this rank's heads
-  const at::Tensor h = enter(add_norm(x, at::Tensor(), p[L.attn_norm].value).normed);  // the whole sequence
+  const BlockChoices& choices = config_.block;
+  const auto placement = choices.norm_placement;
+  // A norm on its own (the sandwich's and the post-norms'; add_norm takes
+  // Gemma's 1 + w where the block says so).
+  auto norm = [&](const at::Tensor& in, size_t weight) { return add_norm(in, at::Tensor(), p[weight].value).normed; };
+  // OLMo 2 norms nothing before attention: the residual enters as it is.
+  const at::Tensor h = enter(placement == BlockChoices::NormPlacement::post ? x : norm(x, L.attn_norm));
   const int64_t T = h.size(0), B = h.size(1);
+  // This block's layer (unit 0 is the embedding): its window and rotary base.
+  const int64_t layer_index = (&unit - units_.data()) - 1;
+  const bool sliding = config_.sliding_window > 0 && choices.sliding_layer(layer_index);
+  const bool local_rope = sliding && choices.rope_local_theta > 0;
   // Positions offset .. offset + T - 1, or this rank's part of the sequence.
   const auto f32 = at::TensorOptions().dtype(at::kFloat).device(x.device());
   const at::Tensor positions = context_group_.active()
                                    ? context_group_.positions(T * context_group_.size, x.device()).to(at::kFloat)
                                    : at::arange(offset, offset + T, f32);
-  const auto [cos32, sin32] = rotary_angles(positions, D, config_.rope_theta, config_.rope_scaling);
-  // Qwen3: each head of q and k normed over its D features (the weights'
-  // [D] broadcast over the heads) before the rotation.
-  auto head_normed = [&](const at::Tensor& projected, int64_t heads, size_t norm) {
-    if (norm == LlamaLayout::kNone) return projected;
-    return rms_norm(projected.view({T, B, heads, D}), p[norm].value, config_.norm_eps).view({T, B, heads * D});
+  const auto [cos32, sin32] = rotary_angles(positions, D, local_rope ? choices.rope_local_theta : config_.rope_theta,
+                                            local_rope ? RopeScaling{} : config_.rope_scaling);
+  // Qwen3 and Gemma 3: each head of q and k normed over its D features (the
+  // weights' [D] broadcast over the heads) before the rotation; OLMo 2: the
+  // whole projection normed (its statistics over every head).
+  // (ATen's composition, never the fused add-norm, as Qwen3's always ran.)
+  auto qk_normed = [&](const at::Tensor& projected, int64_t heads, size_t weight) {
+    if (weight == LlamaLayout::kNone) return projected;
+    auto normed = [&](const at::Tensor& t) {
+      return choices.norm_plus_one ? rms_norm_plus_one(t, p[weight].value, config_.norm_eps)
+                                   : rms_norm(t, p[weight].value, config_.norm_eps);
+    };
+    if (choices.qk_norm_whole) return normed(projected);
+    return normed(projected.view({T, B, heads, D})).view({T, B, heads * D});
   };
-  at::Tensor q = rotated_heads(head_normed(linear(h, L.q, L.q_bias), H, L.q_norm), H, cos32, sin32),
-             k = rotated_heads(head_normed(linear(h, L.k, L.k_bias), KV, L.k_norm), KV, cos32, sin32),
+  at::Tensor q = rotated_heads(qk_normed(linear(h, L.q, L.q_bias), H, L.q_norm), H, cos32, sin32),
+             k = rotated_heads(qk_normed(linear(h, L.k, L.k_bias), KV, L.k_norm), KV, cos32, sin32),
              v = linear(h, L.v, L.v_bias).view({T, B, KV, D}).permute({1, 2, 0, 3});
   bool causal = true;
   std::optional<at::Tensor> mask;
   if (cache) mask = append_to_cache(cache->keys.at(layer), cache->values.at(layer), k, v, causal);
-  if (config_.sliding_window > 0 && k.size(2) > config_.sliding_window) {
-    // Mistral's window over the keys present (the cached ones too): query
-    // at position t sees keys t - window + 1 .. t, transformers' rule.
+  if (sliding && k.size(2) > config_.sliding_window) {
+    // The window over the keys present (the cached ones too): query at
+    // position t sees keys t - window + 1 .. t, transformers' rule.
     mask = sliding_window_mask(T, k.size(2), config_.sliding_window, x.device());
     causal = false;
   }
@@ -246,7 +298,13 @@ at::Tensor GptModel::llama_block(const Unit& unit, const at::Tensor& x, KvCache*
     k = k.repeat_interleave(H / KV, 1);
     v = v.repeat_interleave(H / KV, 1);
   }
-  at::Tensor y = attention(q, k, v, mask, causal);
+  // Gemma's softmax scale; capped logits need the scores themselves.
+  const std::optional<double> scale =
+      choices.query_pre_attn_scalar > 0 ? std::optional(std::pow(choices.query_pre_attn_scalar, -0.5)) : std::nullopt;
+  at::Tensor y = choices.attn_logit_softcap > 0
+                     ? softcapped_attention(q, k, v, mask, causal, scale.value_or(std::pow(static_cast<double>(D), -0.5)),
+                                            choices.attn_logit_softcap)
+                     : attention(q, k, v, mask, causal, scale);
   y = y.permute({2, 0, 1, 3}).reshape({T, B, H * D});
   // The experts take each token whole: no tensor region (a tensor group is
   // refused with experts, runtime/tensor_parallel_plan.cpp), and their
@@ -255,11 +313,22 @@ at::Tensor GptModel::llama_block(const Unit& unit, const at::Tensor& x, KvCache*
     const at::Tensor out = x + row(y, L.o);
     return out + llama_experts(unit, rms_norm(out, p[L.mlp_norm].value, config_.norm_eps));
   }
-  const fused::AddNorm attended = add_norm(x, row(y, L.o), p[L.mlp_norm].value);
-  const at::Tensor m = enter(attended.normed);
-  const at::Tensor gate = linear(m, L.gate), up = linear(m, L.up);
-  const bool fused_mlp = fused_for(gate) && fused::swiglu_supported(gate, up);
-  return attended.sum + row(fused_mlp ? fused::swiglu(gate, up) : at::silu(gate) * up, L.down);
+  auto mlp = [&](const at::Tensor& in) {
+    const at::Tensor gate = linear(in, L.gate), up = linear(in, L.up);
+    if (choices.mlp_activation == BlockChoices::MlpActivation::gelu_tanh) return row(at::gelu(gate, "tanh") * up, L.down);
+    const bool fused_mlp = fused_for(gate) && fused::swiglu_supported(gate, up);
+    return row(fused_mlp ? fused::swiglu(gate, up) : at::silu(gate) * up, L.down);
+  };
+  if (placement == BlockChoices::NormPlacement::pre) {
+    const fused::AddNorm attended = add_norm(x, row(y, L.o), p[L.mlp_norm].value);
+    return attended.sum + mlp(enter(attended.normed));
+  }
+  // Sandwich (Gemma) and post (OLMo 2): each sub-layer's output normed
+  // before it joins the residual; the sandwich norms the MLP's input too.
+  const at::Tensor attended = x + norm(row(y, L.o), L.mlp_norm);
+  const at::Tensor m = enter(placement == BlockChoices::NormPlacement::sandwich ? norm(attended, L.pre_ffn_norm)
+                                                                               : attended);
+  return attended + norm(mlp(m), L.post_ffn_norm);
 }
 
 at::Tensor GptModel::rotated_heads(const at::Tensor& projected, int64_t heads, const at::Tensor& cos32,
@@ -283,7 +352,10 @@ at::Tensor GptModel::llama_head(const Unit& unit, const at::Tensor& x) const {
   const at::Tensor all = tp.sequence_split() ? gather_from_sequence_region(h, tp) : copy_to_tensor_region(h, tp);
   const Param& table =
       config_.tie_embeddings ? units_.front().param("embed_tokens.weight") : unit.param("lm_head.weight");
-  return vocab_projection(all, table.value);
+  const at::Tensor logits = vocab_projection(all, table.value);
+  // Gemma 2's final_logit_softcapping, as transformers: divide, tanh, multiply.
+  const double cap = config_.block.final_logit_softcap;
+  return cap > 0 ? at::tanh(logits / cap) * cap : logits;
 }
 
 }  // namespace accel::model

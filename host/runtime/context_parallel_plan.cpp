@@ -145,6 +145,17 @@ void resolve_context_parallel_plan(HostContext& context) {
                                        "run without a context group",
                                        static_cast<long long>(config.sliding_window)));
   }
+  // The ring's blocks run the flash kernels at 1/sqrt(head_dim), uncapped.
+  if (config.block.query_pre_attn_scalar > 0) {
+    throw std::runtime_error(strformat("context parallelism does not serve query_pre_attn_scalar %g (Gemma's softmax "
+                                       "scale); run without a context group",
+                                       config.block.query_pre_attn_scalar));
+  }
+  if (config.block.attn_logit_softcap > 0) {
+    throw std::runtime_error(strformat("context parallelism does not serve attn_logit_softcap %g (Gemma 2's capped "
+                                       "attention logits); run without a context group",
+                                       config.block.attn_logit_softcap));
+  }
   // This rank's heads once the tensor-parallel splits resolved.
   const int64_t tensor = context.tensor_parallel_size;
   const int64_t heads = config.n_head / tensor;

@@ -120,9 +120,16 @@ void resolve_tensor_parallel_plan(HostContext& context) {
   }
   // q_norm and k_norm are replicated but each tensor rank norms only its
   // heads: their gradients would be partial sums no strategy adds up.
-  if (config.qk_norm) {
+  // (One tensor rank, as megatron's pipeline-only plans post, holds every head.)
+  if (config.qk_norm && parts > 1) {
     throw std::runtime_error("tensor parallelism does not serve qk_norm (Qwen3's per-head q/k norms): their "
                              "gradients are split over the heads; use fsdp, deepspeed_zero or pipeline stages");
+  }
+  // OLMo 2's q/k norms take their statistics over the whole projection,
+  // which each tensor rank holds only its heads of.
+  if (config.block.qk_norm_whole && parts > 1) {
+    throw std::runtime_error("tensor parallelism does not serve qk_norm_whole (OLMo 2's q/k norms over the whole "
+                             "projection): each rank holds its heads only; use fsdp, deepspeed_zero or pipeline stages");
   }
   if (config.family == model::ModelFamily::llama && config.n_kv_head % parts != 0) {
     throw std::runtime_error(strformat("tensor parallel size %lld does not divide the %lld key/value heads",

@@ -17,6 +17,7 @@
 #include <fstream>
 #include <future>
 #include <string>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -213,6 +214,131 @@ json llama3_json() {
   return j;
 }
 
+// transformers 5.23's Gemma2Config, Gemma3TextConfig and Olmo2Config as
+// save_pretrained writes them (small shapes).
+json gemma2_json() {
+  return json::parse(R"({"architectures": ["Gemma2ForCausalLM"], "model_type": "gemma2", "vocab_size": 256,
+    "max_position_embeddings": 32, "hidden_size": 64, "intermediate_size": 176, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "hidden_activation": "gelu_pytorch_tanh",
+    "rms_norm_eps": 1e-06, "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"},
+    "attention_bias": false, "attention_dropout": 0.0, "query_pre_attn_scalar": 24, "sliding_window": 8,
+    "layer_types": ["sliding_attention", "full_attention"], "final_logit_softcapping": 30.0,
+    "attn_logit_softcapping": 50.0, "use_bidirectional_attention": null, "tie_word_embeddings": true,
+    "pad_token_id": 0, "eos_token_id": 1, "bos_token_id": 2})");
+}
+json gemma3_json() {
+  return json::parse(R"({"architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text", "vocab_size": 256,
+    "max_position_embeddings": 32, "hidden_size": 64, "intermediate_size": 176, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "hidden_activation": "gelu_pytorch_tanh",
+    "rms_norm_eps": 1e-06, "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+    "full_attention": {"rope_type": "default", "rope_theta": 1000000.0}}, "attention_bias": false,
+    "attention_dropout": 0.0, "query_pre_attn_scalar": 256, "sliding_window": 8,
+    "layer_types": ["sliding_attention", "full_attention"], "final_logit_softcapping": null,
+    "attn_logit_softcapping": null, "use_bidirectional_attention": false, "_sliding_window_pattern": 6,
+    "tie_word_embeddings": true})");
+}
+json olmo2_json() {
+  return json::parse(R"({"architectures": ["Olmo2ForCausalLM"], "model_type": "olmo2", "vocab_size": 256,
+    "max_position_embeddings": 32, "hidden_size": 64, "intermediate_size": 176, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "hidden_act": "silu",
+    "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"}, "attention_bias": false,
+    "attention_dropout": 0.0, "rms_norm_eps": 1e-05, "tie_word_embeddings": false, "pad_token_id": 1})");
+}
+
+TEST(HfConfig, GemmaAndOlmo2SetTheBlocksChoices) {
+  const model::GptConfig gemma2 = parse_hf_config(gemma2_json().dump(), kWhere).shape;
+  EXPECT_EQ(gemma2.block.norm_placement, BlockChoices::NormPlacement::sandwich);
+  EXPECT_TRUE(gemma2.block.norm_plus_one);
+  EXPECT_EQ(gemma2.block.mlp_activation, BlockChoices::MlpActivation::gelu_tanh);
+  EXPECT_TRUE(gemma2.block.scale_embeddings);
+  EXPECT_EQ(gemma2.block.query_pre_attn_scalar, 24.0);
+  EXPECT_EQ(gemma2.block.attn_logit_softcap, 50.0);
+  EXPECT_EQ(gemma2.block.final_logit_softcap, 30.0);
+  EXPECT_EQ(gemma2.block.sliding_layers, (std::vector<bool>{true, false}));
+  EXPECT_EQ(gemma2.sliding_window, 8);
+  EXPECT_TRUE(gemma2.tie_embeddings);
+  EXPECT_STREQ(hf_bridge_for(gemma2).model_type, "gemma2");
+  // Without the keys, Gemma2Config's defaults: caps 50 and 30, a window of
+  // 4096 on every other layer, a tied head.
+  json j = gemma2_json();
+  for (const char* key : {"attn_logit_softcapping", "final_logit_softcapping", "sliding_window", "layer_types",
+                          "tie_word_embeddings", "query_pre_attn_scalar"}) {
+    j.erase(key);
+  }
+  const model::GptConfig defaults = parse_hf_config(j.dump(), kWhere).shape;
+  EXPECT_EQ(defaults.block.attn_logit_softcap, 50.0);
+  EXPECT_EQ(defaults.block.query_pre_attn_scalar, 256.0);
+  EXPECT_EQ(defaults.sliding_window, 4096);
+  EXPECT_EQ(defaults.block.sliding_layers, (std::vector<bool>{true, false}));
+  EXPECT_TRUE(defaults.tie_embeddings);
+  j = gemma2_json();
+  j["query_pre_attn_scalar"] = 16;  // head_dim: the default scale
+  EXPECT_EQ(parse_hf_config(j.dump(), kWhere).shape.block.query_pre_attn_scalar, 0.0);
+  j = gemma2_json();
+  j["attn_logit_softcapping"] = nullptr;
+  j["final_logit_softcapping"] = nullptr;
+  EXPECT_EQ(parse_hf_config(j.dump(), kWhere).shape.block.attn_logit_softcap, 0.0);
+
+  const HfModelConfig gemma3 = parse_hf_config(gemma3_json().dump(), kWhere);
+  EXPECT_TRUE(gemma3.shape.qk_norm);
+  EXPECT_EQ(gemma3.shape.rope_theta, 1e6);
+  EXPECT_EQ(gemma3.shape.block.rope_local_theta, 10000.0);
+  EXPECT_EQ(gemma3.shape.block.final_logit_softcap, 0.0);
+  EXPECT_STREQ(hf_bridge_for(gemma3.shape).model_type, "gemma3_text");
+  // transformers 4's keys say the same; without layer_types, five sliding to one full.
+  j = gemma3_json();
+  j.erase("rope_parameters");
+  j["rope_theta"] = 1e6;
+  j["rope_local_base_freq"] = 10000.0;
+  EXPECT_EQ(parse_hf_config(j.dump(), kWhere).shape, gemma3.shape);
+  j.erase("layer_types");
+  j["num_hidden_layers"] = 7;
+  EXPECT_EQ(parse_hf_config(j.dump(), kWhere).shape.block.sliding_layers,
+            (std::vector<bool>{true, true, true, true, true, false, true}));
+
+  // Linear scaling on the full layers (Gemma 3 4B-27B's factor 8).
+  j = gemma3_json();
+  j["rope_parameters"]["full_attention"] = {{"rope_type", "linear"}, {"factor", 8.0}, {"rope_theta", 1e6}};
+  const model::GptConfig linear = parse_hf_config(j.dump(), kWhere).shape;
+  EXPECT_EQ(linear.rope_scaling.kind, RopeScaling::Kind::linear);
+  EXPECT_EQ(linear.rope_scaling.factor, 8.0);
+  EXPECT_EQ(parse_hf_config(hf_config_json(linear, {}), kWhere).shape, linear);
+  j["rope_parameters"]["full_attention"]["partial_rotary_factor"] = 0.5;
+  expect_refused(error_of(j), "\"rope_parameters.full_attention.partial_rotary_factor\" is not supported",
+                 "partial rotary");
+
+  const model::GptConfig olmo2 = parse_hf_config(olmo2_json().dump(), kWhere).shape;
+  EXPECT_EQ(olmo2.block.norm_placement, BlockChoices::NormPlacement::post);
+  EXPECT_TRUE(olmo2.block.qk_norm_whole);
+  EXPECT_FALSE(olmo2.qk_norm);
+  EXPECT_FALSE(olmo2.tie_embeddings);
+  EXPECT_STREQ(hf_bridge_for(olmo2).model_type, "olmo2");
+
+  // What changes the arithmetic and is not built is refused by name.
+  const std::tuple<json, json, const char*> refused[] = {
+      {gemma2_json(), json{{"hidden_activation", "gelu"}}, "\"hidden_activation\" is \"gelu\""},
+      {gemma2_json(), json{{"use_bidirectional_attention", true}}, "\"use_bidirectional_attention\""},
+      {gemma2_json(), json{{"layer_types", {"full_attention"}}}, "\"layer_types\" names 1 layers"},
+      {gemma2_json(), json{{"layer_types", {"chunked_attention", "full_attention"}}}, "\"layer_types\" holds"},
+      {gemma2_json(), json{{"sliding_window", nullptr}}, "\"sliding_window\" is null, but layer_types"},
+      {gemma2_json(), json{{"attention_bias", true}}, "\"attention_bias\""},
+      {gemma3_json(), json{{"rope_parameters", {{"rope_type", "default"}, {"rope_theta", 1e6}}}},
+       "\"rope_parameters.rope_theta\" is not a known field"},
+      {gemma3_json(),
+       json{{"rope_parameters", {{"sliding_attention", {{"rope_type", "yarn"}, {"factor", 2.0}}}}}},
+       "\"rope_parameters.sliding_attention.rope_type\" is \"yarn\""},
+      {olmo2_json(), json{{"attention_bias", true}}, "\"attention_bias\""},
+  };
+  for (const auto& [base, changes, fragment] : refused) {
+    j = base;
+    j.update(changes);
+    expect_refused(error_of(j), fragment, changes.dump());
+  }
+  j = gemma2_json();
+  j.erase("head_dim");
+  expect_refused(error_of(j), "\"head_dim\" is missing", "gemma2 without head_dim");
+}
+
 TEST(HfConfig, EachBridgeSetsItsFields) {
   const model::GptConfig llama3 = parse_hf_config(llama3_json().dump(), kWhere).shape;
   EXPECT_EQ(llama3.rope_scaling.kind, RopeScaling::Kind::llama3);
@@ -257,14 +383,14 @@ TEST(HfConfig, EachBridgeSetsItsFields) {
   j["use_sliding_window"] = true;
   expect_refused(error_of(j), "\"use_sliding_window\"", "qwen3 sliding");
   j = llama_json();
-  j["model_type"] = "gemma2";
-  expect_refused(error_of(j), "\"model_type\" is \"gemma2\", which is not supported (supported: gpt2, llama, qwen2, "
-                              "qwen3, mistral, mixtral, qwen2_moe)", "gemma2");
+  j["model_type"] = "falcon";
+  expect_refused(error_of(j), "\"model_type\" is \"falcon\", which is not supported (supported: gpt2, llama, qwen2, "
+                              "qwen3, mistral, mixtral, qwen2_moe, gemma2, gemma3_text, olmo2)", "falcon");
 }
 
 TEST(HfConfig, WhatExportWritesParsesBack) {
   for (const json& j : {gpt2_json(), llama_json(), mixtral_json(), qwen2_json(), qwen2_moe_json(), qwen3_json(),
-                        mistral_json(), llama3_json()}) {
+                        mistral_json(), llama3_json(), gemma2_json(), gemma3_json(), olmo2_json()}) {
     const HfModelConfig config = parse_hf_config(j.dump(), kWhere);
     const HfModelConfig again = parse_hf_config(hf_config_json(config.shape, config.keys), kWhere);
     EXPECT_EQ(again.shape, config.shape) << config.shape.describe();
@@ -419,8 +545,8 @@ TEST(HfConfig, TheDocumentAndItsModelTypeAreNamed) {
   expect_refused(error_of_text("[1, 2]"), "the document must be a JSON object, got an array of 2 element(s)", "array");
   expect_refused(error_of_text("{"), "not valid JSON", "truncated");
   expect_refused(error_of_text("{}"), "\"model_type\" is missing", "empty");
-  expect_refused(error_of(json{{"model_type", "gemma2"}}), "\"model_type\" is \"gemma2\", which is not supported",
-                 "gemma2");
+  expect_refused(error_of(json{{"model_type", "falcon"}}), "\"model_type\" is \"falcon\", which is not supported",
+                 "falcon");
   expect_refused(error_of(json{{"model_type", 2}}), "\"model_type\" must be a string, got 2", "number");
   expect_refused(error_of(json{{"model_type", "gpt2"}}), "\"vocab_size\" is missing", "no vocab_size");
 }

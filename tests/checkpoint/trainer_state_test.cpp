@@ -127,6 +127,46 @@ TEST(TrainerState, TheDecodersChoicesParseBackAndDefaultsAreNotWritten) {
   EXPECT_NE(error_of(j).find("qk_norm"), std::string::npos) << error_of(j);
 }
 
+// Gemma's and OLMo 2's block choices: one "block" object, absent for
+// Llama's defaults, each choice read back exactly; a GPT-2 refuses it.
+TEST(TrainerState, TheBlocksChoicesParseBackAndDefaultsAreNotWritten) {
+  TrainerState llama = sample_state();
+  llama.model = model::GptConfig{2, 4, 64, 32, 256, model::ModelFamily::llama, 2, 176, 5e5, 1e-5};
+  EXPECT_FALSE(json::parse(trainer_state_json(llama))["model"].contains("block"));
+  TrainerState gemma = llama;
+  BlockChoices& b = gemma.model.block;
+  b.norm_placement = BlockChoices::NormPlacement::sandwich;
+  b.norm_plus_one = true;
+  b.mlp_activation = BlockChoices::MlpActivation::gelu_tanh;
+  b.scale_embeddings = true;
+  b.query_pre_attn_scalar = 24;
+  b.attn_logit_softcap = 50;
+  b.final_logit_softcap = 30;
+  b.sliding_layers = {true, false};
+  b.rope_local_theta = 1e4;
+  gemma.model.sliding_window = 8;
+  EXPECT_EQ(parse_trainer_state(trainer_state_json(gemma), "x").model, gemma.model);
+  gemma.model.rope_scaling = RopeScaling{RopeScaling::Kind::linear, 8.0};
+  EXPECT_EQ(parse_trainer_state(trainer_state_json(gemma), "x").model, gemma.model);
+  TrainerState olmo = llama;
+  olmo.model.block.norm_placement = BlockChoices::NormPlacement::post;
+  olmo.model.block.qk_norm_whole = true;
+  EXPECT_EQ(parse_trainer_state(trainer_state_json(olmo), "x").model, olmo.model);
+  EXPECT_EQ(json::parse(trainer_state_json(olmo))["model"]["block"].size(), 2u);
+  json j = json::parse(trainer_state_json(gemma));
+  j["model"]["block"]["norm_placement"] = "middle";
+  EXPECT_NE(error_of(j).find("norm_placement"), std::string::npos) << error_of(j);
+  j = json::parse(trainer_state_json(gemma));
+  j["model"]["block"]["sliding_layers"] = {true};
+  EXPECT_NE(error_of(j).find("sliding_layers"), std::string::npos) << error_of(j);
+  j = json::parse(trainer_state_json(gemma));
+  j["model"]["block"]["attn_logit_softcap"] = -1;
+  EXPECT_NE(error_of(j).find("attn_logit_softcap"), std::string::npos) << error_of(j);
+  j = json::parse(trainer_state_json(sample_state()));
+  j["model"]["block"] = json::object();
+  EXPECT_NE(error_of(j).find("block"), std::string::npos) << error_of(j);
+}
+
 TEST(TrainerState, AMixtureOfExpertsParsesBackAndAFileFromBeforeItIsDense) {
   TrainerState moe = sample_state();
   moe.model = model::GptConfig{2, 4, 64, 32, 256, model::ModelFamily::llama, 2, 96, 1e6, 1e-6, 8, 2};

@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "host/cli/model_presets.h"
 #include "host/model/block_parts.h"
 #include "host/model/gpt.h"
 #include "host/model/sampling.h"
@@ -19,6 +20,38 @@ TEST(GptConfig, PresetsAndOverrides) {
   o.n_head = 5;  // 64 is not a multiple of 5
   EXPECT_THROW(make_gpt_config("gpt-tiny", o), std::invalid_argument);
   EXPECT_THROW(make_gpt_config("gpt-huge", {}), std::invalid_argument);
+}
+
+// count_parameters (and the memory bound built like it) follows every
+// block choice: Gemma's four norms a block, OLMo 2's whole-projection q/k
+// norms, Qwen3's per-head ones.
+TEST(GptConfig, EveryPresetCountsItsParameters) {
+  for (const char* preset : accel::kModelPresets) {
+    const GptConfig config = make_gpt_config(preset, {});
+    EXPECT_EQ(GptModel(config, at::kCPU, /*allocate=*/false).num_parameters(), count_parameters(config)) << preset;
+  }
+}
+
+// Gemma's and OLMo 2's blocks decode as their whole forward: the windows of
+// the sliding layers only, the capped attention, the local rotary base.
+TEST(Llama, TheFamiliesBlocksDecodeAsTheirWholeForward) {
+  for (const char* preset : {"gemma2-tiny", "gemma3-tiny", "olmo2-tiny"}) {
+    accel::ModelOverrides o;
+    o.seq_len = 24;
+    GptConfig config = make_gpt_config(preset, o);
+    if (config.sliding_window > 0) config.sliding_window = 5;  // shorter than the chunks below
+    GptModel model(config);
+    model.initialise(3);
+    at::NoGradGuard no_grad;
+    const at::Tensor tokens = at::randint(0, config.vocab_size, {2, 24}, at::kLong);
+    const at::Tensor whole = model.forward(tokens);
+    GptModel::KvCache cache;
+    std::vector<at::Tensor> parts;
+    for (const auto& [start, length] : {std::pair{0, 9}, std::pair{9, 7}, std::pair{16, 1}, std::pair{17, 7}}) {
+      parts.push_back(model.forward_cached(tokens.narrow(1, start, length), cache));
+    }
+    EXPECT_TRUE(at::allclose(at::cat(parts, 0), whole, 1e-5, 1e-5)) << preset;
+  }
 }
 
 TEST(Gpt, CachedDecodingGivesTheWholeForwardsLogits) {

@@ -2,8 +2,11 @@
 (tests/python/test_llama.py's pattern: a small random model made by
 transformers here, nothing from a hub): Llama 3.x (rope_scaling llama3,
 tied embeddings), Qwen2.5 (tied embeddings), Qwen3 (per-head q/k RMSNorm,
-a head_dim of its own) and Mistral (a sliding window shorter than the
-sequence). Each: the first step's loss within 1e-6 of transformers', 20
+a head_dim of its own), Mistral (a sliding window shorter than the
+sequence), Gemma 2 and 3 (sandwich 1 + w norms, GeGLU, scaled embeddings,
+a softmax scale of their own, per-layer windows; Gemma 2's capped logits,
+Gemma 3's per-head norms and two rotary bases) and OLMo 2 (post-norms, q/k
+normed over the whole projection). Each: the first step's loss within 1e-6 of transformers', 20
 steps under torch.optim.AdamW within 1e-5 each, export-hf loads back as
 the same class with the same logits, greedy generation equal token for
 token; one parallel layout each; what a strategy cannot serve is refused
@@ -128,6 +131,90 @@ class MistralFromTransformers(Architecture):
                                           "context parallelism does not serve sliding_window 8")
 
 
+GEMMA2_LAYERS = ["sliding_attention", "full_attention"]
+
+
+class Gemma2FromTransformers(Architecture):
+    """Gemma 2: sandwich norms scaled by 1 + w, GeGLU, embeddings times
+    sqrt(hidden_size), the softmax scale query_pre_attn_scalar^-1/2, capped
+    attention and output logits, a window on the first layer only; fsdp
+    shards the tied table."""
+    FAMILY = "Gemma2"
+    # pad_token_id None: transformers' embedding would hold the pad row's
+    # gradient at zero (padding_idx), which accel-host does not model.
+    # initializer_range 0.1 and small caps: the caps and the scale move the
+    # loss well past the tolerance (test_each_key_changes_the_loss).
+    CONFIG = dict(head_dim=16, query_pre_attn_scalar=1, attn_logit_softcapping=2.0, final_logit_softcapping=2.0,
+                  sliding_window=8, layer_types=GEMMA2_LAYERS, pad_token_id=None, initializer_range=0.1)
+
+    def test_each_key_changes_the_loss(self):
+        for key, value, default in (("attn_logit_softcapping", 2.0, None), ("final_logit_softcapping", 2.0, None),
+                                    ("query_pre_attn_scalar", 1, 16),
+                                    ("layer_types", GEMMA2_LAYERS, ["full_attention"] * 2)):
+            with self.subTest(key):
+                self.assert_moves_the_loss(key, value, default)
+
+    @unittest.skipUnless(MPIRUN, "mpirun not found")
+    def test_context_parallelism_refuses_the_window_the_scale_and_the_cap(self):
+        cp = ["--plugin", "megatron", "--megatron.cp_degree", 2]
+        self.assert_refused_on_every_rank(cp, "context parallelism does not serve sliding_window 8")
+        path = os.path.join(self.hf_dir, "config.json")
+        with open(path) as f:
+            config = json.load(f)
+        # Without windows, the softmax scale and then the cap are refused by
+        # name (a scalar equal to head_dim is the default scale).
+        config.update(sliding_window=None, layer_types=["full_attention"] * 2)
+        for changes, text in ((dict(), "does not serve query_pre_attn_scalar 1"),
+                              (dict(query_pre_attn_scalar=16), "does not serve attn_logit_softcap 2")):
+            with self.subTest(text):
+                with open(path, "w") as f:
+                    json.dump({**config, **changes}, f)
+                self.assert_refused_on_every_rank(cp, text)
+
+
+# The full layers' rotation scaled linearly (Gemma 3 4B-27B's rope_type).
+GEMMA3_ROPE = {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+               "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 100.0}}
+
+
+class Gemma3FromTransformers(Architecture):
+    """Gemma 3 (text): Gemma's block with q and k normed per head (1 + w),
+    the sliding layers rotated by rope_local_base_freq and the full ones by
+    rope_theta scaled linearly; the pipeline's stages split the blocks."""
+    FAMILY = "Gemma3"
+    CONFIG_CLASS = "Gemma3TextConfig"
+    CONFIG = dict(head_dim=16, query_pre_attn_scalar=1, sliding_window=8, layer_types=GEMMA2_LAYERS,
+                  rope_parameters=GEMMA3_ROPE, pad_token_id=None, initializer_range=0.1)
+    PARALLEL = ["--plugin", "megatron", "--megatron.pp_degree", 2]
+
+    def test_each_key_changes_the_loss(self):
+        one_base = {kind: {"rope_type": "default", "rope_theta": 100.0} for kind in GEMMA3_ROPE}
+        unscaled = {**GEMMA3_ROPE, "full_attention": {"rope_type": "default", "rope_theta": 100.0}}
+        for key, value, default in (("rope_parameters", GEMMA3_ROPE, one_base),
+                                    ("rope_parameters", GEMMA3_ROPE, unscaled), ("query_pre_attn_scalar", 1, 16),
+                                    ("layer_types", GEMMA2_LAYERS, ["full_attention"] * 2)):
+            with self.subTest(key, default=default):
+                self.assert_moves_the_loss(key, value, default)
+
+    @unittest.skipUnless(MPIRUN, "mpirun not found")
+    def test_tensor_parallelism_refuses_the_per_head_norms(self):
+        self.assert_refused_on_every_rank(["--plugin", "megatron", "--megatron.tp_degree", 2],
+                                          "tensor parallelism does not serve qk_norm")
+
+
+class Olmo2FromTransformers(Architecture):
+    """OLMo 2: the norms after each sub-layer, none before, and q and k
+    normed over the whole projection; ZeRO-3 shards every parameter."""
+    FAMILY = "Olmo2"
+    CONFIG = dict(pad_token_id=None, eos_token_id=None)
+    PARALLEL = ["--plugin", "deepspeed_zero", "--deepspeed_zero.zero_stage", 3]
+
+    @unittest.skipUnless(MPIRUN, "mpirun not found")
+    def test_tensor_parallelism_refuses_the_whole_projection_norms(self):
+        self.assert_refused_on_every_rank(["--plugin", "megatron", "--megatron.tp_degree", 2],
+                                          "tensor parallelism does not serve qk_norm_whole")
+
+
 class ArchitecturePresets(TempDirMixin, unittest.TestCase):
     """The families' presets (--model llama3-tiny, ...): resume bit for bit,
     and train under each family's parallel layout as one process, resuming
@@ -139,6 +226,9 @@ class ArchitecturePresets(TempDirMixin, unittest.TestCase):
         "qwen2-tiny": ["--plugin", "megatron", "--megatron.tp_degree", 2],
         "qwen3-tiny": ["--plugin", "deepspeed_zero", "--deepspeed_zero.zero_stage", 3],
         "mistral-tiny": ["--plugin", "megatron", "--megatron.pp_degree", 2],
+        "gemma2-tiny": ["--plugin", "megatron", "--megatron.tp_degree", 2, "--megatron.sequence_parallelism", "true"],
+        "gemma3-tiny": ["--plugin", "deepspeed_zero", "--deepspeed_zero.zero_stage", 3],
+        "olmo2-tiny": ["--plugin", "megatron", "--megatron.pp_degree", 2],
     }
 
     def losses(self, preset, *extra, ranks=1, steps=8):

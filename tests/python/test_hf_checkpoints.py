@@ -333,8 +333,8 @@ class HuggingFaceBadInput(TempDirMixin, unittest.TestCase):
         save_numpy(tensors, path, metadata={"format": "pt"})
 
     def test_another_architecture(self):
-        self.edit_config(model_type="gemma2", architectures=["Gemma2ForCausalLM"])
-        self.refused(mentions=["config.json", '"model_type" is "gemma2"', "gpt2, llama"])
+        self.edit_config(model_type="falcon", architectures=["FalconForCausalLM"])
+        self.refused(mentions=["config.json", '"model_type" is "falcon"', "gpt2, llama"])
 
     def test_another_activation(self):
         self.edit_config(activation_function="relu")

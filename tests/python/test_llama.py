@@ -31,10 +31,11 @@ HYPER = dict(lr=2e-3, min_lr=2e-4, warmup=5, schedule="cosine", betas=(0.9, 0.95
 STEPS, BATCH, ACCUM = 20, 8, 2
 
 
-def random_llama(seed=0, family="Llama", **extra):
-    """A random <family>ForCausalLM of SHAPE, `extra` config keys on top."""
+def random_llama(seed=0, family="Llama", config_class=None, **extra):
+    """A random <family>ForCausalLM of SHAPE, `extra` config keys on top
+    (its config class <family>Config unless named)."""
     torch.manual_seed(seed)
-    config = getattr(transformers, family + "Config")(**{**SHAPE, **extra})
+    config = getattr(transformers, config_class or family + "Config")(**{**SHAPE, **extra})
     model = getattr(transformers, family + "ForCausalLM")(config)
     with torch.no_grad():  # norms away from one (biases away from zero), so a misplaced weight shows
         for name, p in model.named_parameters():
@@ -51,6 +52,7 @@ def next_token_loss(model, x, y):
 @unittest.skipUnless(transformers, "transformers is not installed (requirements-tools.txt)")
 class LlamaFromTransformers(TempDirMixin, unittest.TestCase):
     FAMILY = "Llama"  # transformers' <FAMILY>ForCausalLM and <FAMILY>Config
+    CONFIG_CLASS = None  # the config class when not <FAMILY>Config (Gemma3TextConfig)
     CONFIG = {}  # config keys beside SHAPE
     # A parallel plugin on two ranks the family trains under as one process.
     PARALLEL = ["--plugin", "fsdp", "--fsdp.auto_wrap_policy", "transformer_based_wrap"]
@@ -65,7 +67,7 @@ class LlamaFromTransformers(TempDirMixin, unittest.TestCase):
         self.probe_path = self.path("probe.bin")
         self.probe = write_tokens(self.probe_path, BATCH * (SEQ + 1), SHAPE["vocab_size"], seed=5)
         self.hf_dir = self.path("hf")
-        random_llama(family=self.FAMILY, **self.CONFIG).save_pretrained(self.hf_dir, safe_serialization=True)
+        random_llama(family=self.FAMILY, config_class=self.CONFIG_CLASS, **self.CONFIG).save_pretrained(self.hf_dir, safe_serialization=True)
 
     def host_args(self, save_dir, metrics):
         return ["--init-from", "hf:" + self.hf_dir, "--data", "tokens:" + self.tokens_path,
@@ -254,7 +256,7 @@ class LlamaBadInput(TempDirMixin, unittest.TestCase):
             (dict(hidden_act="gelu"), ["hidden_act", "gelu"]),
             (dict(head_dim=15), ["head_dim", "15", "odd"]),
             (dict(num_key_value_heads=3), ['"num_attention_heads" (4) must be a multiple of "num_key_value_heads" (3)']),
-            (dict(model_type="gemma2"), ['"model_type" is "gemma2"', "gpt2, llama"]),
+            (dict(model_type="falcon"), ['"model_type" is "falcon"', "gpt2, llama"]),
         ]
         with open(os.path.join(self.hf_dir, "config.json")) as f:
             original = f.read()

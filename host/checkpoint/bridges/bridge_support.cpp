@@ -16,9 +16,8 @@ using sdk::describe;
 // The rotary scaling types the model computes (model/llama.cpp).
 constexpr const char* kRopeTypes = "accel-host builds the default and llama3 rotary embeddings";
 
-// One rope object ("rope_parameters", or the older "rope_scaling" whose type
-// may sit under "type"): its type and, for llama3, its four parameters.
-// Every other key is refused by name.
+}  // namespace
+
 RopeScaling read_rope_object(const JsonFields& rope, std::optional<double>& theta) {
   const char* type_key = rope.has_value("rope_type") || !rope.has_value("type") ? "rope_type" : "type";
   require_string(rope, type_key, {"default", "llama3"}, kRopeTypes);
@@ -44,8 +43,6 @@ RopeScaling read_rope_object(const JsonFields& rope, std::optional<double>& thet
   scaling.original_max_position = rope.integer("original_max_position_embeddings", 1, model::kMaxModelDimension);
   return scaling;
 }
-
-}  // namespace
 
 int64_t dimension(const JsonFields& config, const char* key, int64_t min) {
   return config.integer(key, min, model::kMaxModelDimension);
@@ -154,22 +151,9 @@ ModelOverrides rotary_decoder_shape(const JsonFields& config, const RotaryDecode
   require_heads_divide(config, "num_attention_heads", *o.n_head, "num_key_value_heads", *o.n_kv_head);
   o.ffn_size = dimension(config, "intermediate_size");
   // Rotary: transformers 5's rope_parameters, or 4's rope_theta and rope_scaling.
-  std::optional<double> theta;
-  if (config.has_value("rope_theta")) theta = config.positive_finite("rope_theta");
-  RopeScaling scaling;
-  if (config.has_value("rope_parameters")) {
-    if (config.has_value("rope_scaling")) {
-      config.fail("rope_scaling", "is " + describe(config.value("rope_scaling")) +
-                                      " beside \"rope_parameters\"; give one of them");
-    }
-    scaling = read_rope_object(config.object("rope_parameters"), theta);
-  } else if (config.has_value("rope_scaling")) {
-    scaling = read_rope_object(config.object("rope_scaling"), theta);
-  }
-  o.rope_theta = theta.value_or(10000.0);
-  o.rope_scaling = scaling;
+  if (!keys.own_rope) read_rotary_keys(config, o);
   o.norm_eps = config.has_value("rms_norm_eps") ? config.positive_finite("rms_norm_eps") : 1e-6;
-  require_string(config, "hidden_act", {"silu"}, "accel-host's " + family + " uses silu");
+  if (!keys.own_activation) require_string(config, "hidden_act", {"silu"}, "accel-host's " + family + " uses silu");
   require_boolean(config, "attention_bias", false, "accel-host's " + family + " has no attention biases");
   require_boolean(config, "mlp_bias", false, "accel-host's " + family + " has no MLP biases");
   if (keys.tied) {
@@ -184,8 +168,28 @@ ModelOverrides rotary_decoder_shape(const JsonFields& config, const RotaryDecode
   return o;
 }
 
+void read_rotary_keys(const JsonFields& config, ModelOverrides& o) {
+  std::optional<double> theta;
+  if (config.has_value("rope_theta")) theta = config.positive_finite("rope_theta");
+  RopeScaling scaling;
+  if (config.has_value("rope_parameters")) {
+    if (config.has_value("rope_scaling")) {
+      config.fail("rope_scaling", "is " + describe(config.value("rope_scaling")) +
+                                      " beside \"rope_parameters\"; give one of them");
+    }
+    scaling = read_rope_object(config.object("rope_parameters"), theta);
+  } else if (config.has_value("rope_scaling")) {
+    scaling = read_rope_object(config.object("rope_scaling"), theta);
+  }
+  o.rope_theta = theta.value_or(10000.0);
+  o.rope_scaling = scaling;
+}
+
 json rope_parameters_json(const model::GptConfig& shape) {
   const RopeScaling& r = shape.rope_scaling;
+  if (r.kind == RopeScaling::Kind::linear) {
+    return {{"rope_theta", shape.rope_theta}, {"rope_type", "linear"}, {"factor", r.factor}};
+  }
   if (r.kind != RopeScaling::Kind::llama3) return {{"rope_theta", shape.rope_theta}, {"rope_type", "default"}};
   return {{"rope_theta", shape.rope_theta},
           {"rope_type", "llama3"},
@@ -234,7 +238,7 @@ bool dense_rotary_decoder_with(const model::GptConfig& shape, const DenseChoices
   if (shape.family != model::ModelFamily::llama || shape.has_experts()) return false;
   return (allowed.qkv_bias || !shape.qkv_bias) && (allowed.head_dim || shape.head_dim == 0) &&
          (allowed.tied || !shape.tie_embeddings) && (allowed.qk_norm || !shape.qk_norm) &&
-         (allowed.sliding_window || shape.sliding_window == 0);
+         (allowed.sliding_window || shape.sliding_window == 0) && (allowed.block || shape.block.is_default());
 }
 
 }  // namespace accel::checkpoint::bridge

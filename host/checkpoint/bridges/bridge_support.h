@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include <initializer_list>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -48,12 +49,21 @@ struct RotaryDecoderKeys {
   const char* family;        // in messages: "accel-host's <family> ..."
   bool head_dim = false;     // "head_dim" may differ from hidden_size / num_attention_heads
   bool tied = false;         // "tie_word_embeddings" may be true
+  bool own_activation = false;  // the caller reads the activation (Gemma's "hidden_activation")
+  bool own_rope = false;        // the caller reads the rotary keys (Gemma 3's per layer type)
 };
+// One rope object ("rope_parameters", or the older "rope_scaling" whose type
+// may sit under "type"): its scaling (default or llama3), its "rope_theta"
+// into `theta` when present; every other key refused by name.
+RopeScaling read_rope_object(const JsonFields& rope, std::optional<double>& theta);
 // The keys every rotary decoder shares: vocabulary, positions, width, layers,
 // heads and key/value heads, MLP width, rms_norm_eps, the rotary embedding
 // ("rope_theta", transformers 5's "rope_parameters" or the older
 // "rope_scaling": default or llama3), activation, biases, tying.
 ModelOverrides rotary_decoder_shape(const JsonFields& config, const RotaryDecoderKeys& keys);
+// Its rotary part alone: "rope_theta" (default 10000), "rope_parameters" or
+// "rope_scaling" into o.rope_theta and o.rope_scaling.
+void read_rotary_keys(const JsonFields& config, ModelOverrides& o);
 
 // config.json's keys for those fields (the caller adds its family's own).
 nlohmann::json rotary_decoder_json(const model::GptConfig& shape, const HfBridge& bridge);
@@ -69,6 +79,7 @@ nlohmann::json rope_parameters_json(const model::GptConfig& shape);
 // `allowed`'s complement (the bridges' writes()).
 struct DenseChoices {
   bool qkv_bias = false, head_dim = false, tied = false, qk_norm = false, sliding_window = false;
+  bool block = false;  // BlockChoices other than Llama's (the caller checks which)
 };
 bool dense_rotary_decoder_with(const model::GptConfig& shape, const DenseChoices& allowed);
 
