@@ -8,6 +8,7 @@
 // applies attn_logit_softcapping (its attention is not given the cap), so a
 // value there is noted and left alone, as transformers leaves it.
 #include "host/checkpoint/bridges/gemma_common.h"
+#include "host/model/model_limits.h"
 #include "host/util/strformat.h"
 
 namespace accel::checkpoint::bridge {
@@ -72,6 +73,9 @@ HfModelConfig read(const JsonFields& config) {
                                                /*own_rope=*/true, /*reads_pattern=*/true});
   o.qk_norm = true;
   read_rotary(config, o);
+  // transformers' copy of the pattern, written by to_dict and never read
+  // back (only "sliding_window_pattern" and layer_types decide): type-checked.
+  config.optional_integer("_sliding_window_pattern", 1, model::kMaxModelDimension);
   HfModelConfig out;
   if (const auto cap = config.optional_number("attn_logit_softcapping", 0.0)) {
     out.ignored.push_back(strformat("attn_logit_softcapping %g (Gemma3ForCausalLM does not apply it either)", *cap));
