@@ -142,9 +142,13 @@ at::Tensor GptModel::embed(const Unit& unit, const at::Tensor& tokens, int64_t o
   }
   if (config_.family == ModelFamily::llama) {  // no learned positions: the blocks rotate q and k
     const Param& table = unit.param("embed_tokens.weight");
-    if (context_group_.active()) return embed_context_part(unit, tokens);
-    if (!tensor_group_.active()) return at::embedding(table.value, tokens.t());
-    return vocab_parallel_embedding(table.value, tokens.t(), table.split.local_offset(table.spec.shape), tensor_group_);
+    const at::Tensor x =
+        context_group_.active()   ? embed_context_part(unit, tokens)
+        : !tensor_group_.active() ? at::embedding(table.value, tokens.t())
+                                  : vocab_parallel_embedding(table.value, tokens.t(),
+                                                             table.split.local_offset(table.spec.shape), tensor_group_);
+    // Granite's embedding_multiplier (transformers scales the looked-up rows).
+    return config_.embedding_multiplier == 1.0 ? x : x * config_.embedding_multiplier;
   }
   if (context_group_.active()) return embed_context_part(unit, tokens);
   const at::Tensor positions_first = tokens.t();  // [T, B]
@@ -181,7 +185,11 @@ at::Tensor GptModel::embed_context_part(const Unit& unit, const at::Tensor& toke
 at::Tensor GptModel::attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                const std::optional<at::Tensor>& mask, bool causal) const {
   if (context_group_.active()) return context_attention(q, k, v, context_group_);
-  return at::scaled_dot_product_attention(q, k, v, mask, /*dropout_p=*/0.0, causal);
+  // Granite's attention_multiplier replaces 1 / sqrt(head_dim) (the
+  // context plan refuses it: its ring keeps the default).
+  const std::optional<double> scale =
+      config_.attention_multiplier > 0.0 ? std::optional<double>(config_.attention_multiplier) : std::nullopt;
+  return at::scaled_dot_product_attention(q, k, v, mask, /*dropout_p=*/0.0, causal, scale);
 }
 
 at::Tensor GptModel::local_targets(const at::Tensor& targets) const {

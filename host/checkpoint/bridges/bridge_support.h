@@ -48,11 +48,20 @@ struct RotaryDecoderKeys {
   const char* family;        // in messages: "accel-host's <family> ..."
   bool head_dim = false;     // "head_dim" may differ from hidden_size / num_attention_heads
   bool tied = false;         // "tie_word_embeddings" may be true
+  bool partial_rotary = false;  // "partial_rotary_factor" may be below 1 (Phi-3/4)
+  // Phi-3's rope: default or longrope only, its top-level
+  // original_max_position_embeddings winning over the object's.
+  bool phi3_rope = false;
+  // The family's config class defaults, for a file without the key.
+  double default_theta = 10000.0;
+  bool tied_by_default = false;
+  double default_eps = 1e-6;
 };
 // The keys every rotary decoder shares: vocabulary, positions, width, layers,
 // heads and key/value heads, MLP width, rms_norm_eps, the rotary embedding
 // ("rope_theta", transformers 5's "rope_parameters" or the older
-// "rope_scaling": default or llama3), activation, biases, tying.
+// "rope_scaling": every type of checkpoint/rope_json.h), activation,
+// biases, tying.
 ModelOverrides rotary_decoder_shape(const JsonFields& config, const RotaryDecoderKeys& keys);
 
 // config.json's keys for those fields (the caller adds its family's own).
@@ -69,6 +78,7 @@ nlohmann::json rope_parameters_json(const model::GptConfig& shape);
 // `allowed`'s complement (the bridges' writes()).
 struct DenseChoices {
   bool qkv_bias = false, head_dim = false, tied = false, qk_norm = false, sliding_window = false;
+  bool partial_rotary = false, nope_layers = false, multipliers = false;
 };
 bool dense_rotary_decoder_with(const model::GptConfig& shape, const DenseChoices& allowed);
 
