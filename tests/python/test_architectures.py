@@ -199,6 +199,23 @@ class Phi3FromTransformers(Architecture):
                                                                   "short_factor": [1.0] * 8, "long_factor": [1.0] * 8})
         self.assert_moves_the_loss("rope_parameters", PHI3_ROPE, {**PHI3_ROPE, "long_factor": PHI3_ROPE["short_factor"]})
 
+    def test_generation_computes_again_where_longrope_switches(self):
+        # From the loaded weights (a step of lr 1e-20 leaves them), 4 + 20
+        # tokens pass the original 16 positions: transformers' Phi-3 computes
+        # the whole sequence again with the long factors there; keeping the
+        # cached keys (short factors) gives other tokens on this model.
+        run = self.path("loaded")
+        run_host("--init-from", "hf:" + self.hf_dir, "--data", "tokens:" + self.tokens_path, "--steps", 1,
+                 "--batch-size", 2, "--lr", 1e-20, "--min-lr", 0, "--warmup-steps", 0, "--save", run, "--threads", 1)
+        prompt = [5, 17, 200, 3]
+        model = self.model_class().from_pretrained(self.hf_dir, attn_implementation="eager").eval()
+        with torch.no_grad():
+            expected = model.generate(torch.tensor([prompt]), max_new_tokens=20, min_new_tokens=20, do_sample=False,
+                                      pad_token_id=0)[0, len(prompt):].tolist()
+        got = run_host("generate", run, "--prompt-ids", " ".join(map(str, prompt)), "--max-new-tokens", 20,
+                       "--temperature", 0).stdout.split()
+        self.assertEqual([int(i) for i in got], expected)
+
     def test_the_weights_stay_fused_on_disk(self):
         from safetensors import safe_open
         run = self.path("fused")
