@@ -234,13 +234,13 @@ at::Tensor GptModel::llama_block(const Unit& unit, const at::Tensor& x, KvCache*
   }
   at::Tensor y = attention(q, k, v, mask, causal);
   y = y.permute({2, 0, 1, 3}).reshape({T, B, H * D});
-  // The experts take each token whole: no tensor region (a tensor group is
-  // refused with experts, runtime/tensor_parallel_plan.cpp), and their
-  // router the norm in fp32, as before the fused path.
   // Granite's residual_multiplier scales each sub-layer's output.
   auto residual = [&](const at::Tensor& out) {
     return config_.residual_multiplier == 1.0 ? out : out * config_.residual_multiplier;
   };
+  // The experts take each token whole: no tensor region (a tensor group is
+  // refused with experts, runtime/tensor_parallel_plan.cpp), and their
+  // router the norm in fp32, as before the fused path.
   if (config_.has_experts()) {
     const at::Tensor out = x + residual(row(y, L.o));
     return out + residual(llama_experts(unit, rms_norm(out, p[L.mlp_norm].value, config_.norm_eps)));
