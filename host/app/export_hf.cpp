@@ -28,7 +28,7 @@ fs::path export_hf(const fs::path& checkpoint_dir, const fs::path& output_dir) {
   const fs::path checkpoint = resolve_checkpoint(checkpoint_dir, kCommand);
   const checkpoint::TrainerState state = checkpoint::read_trainer_state(checkpoint);
   const model::GptConfig& shape = state.model;
-  const NamedTensors tensors = checkpoint::to_hf_tensors(read_whole_model(checkpoint, kCommand), shape);
+  const NamedTensors tensors = checkpoint::to_hf_tensors(read_whole_model(checkpoint, kCommand), shape, state.hf);
   create_output_directory(output_dir, kCommand);
   // Weights first: a directory with a config.json is taken for a model.
   write_safetensors_file(output_dir / "model.safetensors", tensors, kCommand);

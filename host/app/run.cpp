@@ -310,7 +310,14 @@ void take_shape_from_init_checkpoint(RunConfig& config) {
   reconcile(o.n_layer, hf.shape.n_layer, "n-layer", llama ? "num_hidden_layers" : "n_layer");
   reconcile(o.n_head, hf.shape.n_head, "n-head", llama ? "num_attention_heads" : "n_head");
   reconcile(o.n_embd, hf.shape.n_embd, "n-embd", llama ? "hidden_size" : "n_embd");
-  reconcile(o.seq_len, hf.shape.seq_len, "seq-len", llama ? "max_position_embeddings" : "n_positions");
+  // A rotary decoder has no table of positions: --seq-len may pass
+  // max_position_embeddings (dynamic and longrope scaling then take their
+  // long-sequence frequencies, as transformers does). GPT-2's wpe may not.
+  if (llama) {
+    if (!o.seq_len) o.seq_len = hf.shape.seq_len;
+  } else {
+    reconcile(o.seq_len, hf.shape.seq_len, "seq-len", "n_positions");
+  }
   reconcile(o.vocab_size, hf.shape.vocab_size, "vocab-size", "vocab_size");
   if (llama) {
     // The family; every dimension comes from config.json.
@@ -347,6 +354,12 @@ void take_shape_from_init_checkpoint(RunConfig& config) {
     o.sliding_window = hf.shape.sliding_window;
     o.rope_scaling = hf.shape.rope_scaling;
     o.block = hf.shape.block;
+    o.partial_rotary_factor = hf.shape.partial_rotary_factor;
+    o.nope_layers = hf.shape.nope_layers;
+    o.embedding_multiplier = hf.shape.embedding_multiplier;
+    o.residual_multiplier = hf.shape.residual_multiplier;
+    o.logits_scaling = hf.shape.logits_scaling;
+    o.attention_multiplier = hf.shape.attention_multiplier;
   }
   config.init_hf_keys = hf.keys;
   for (const std::string& what : hf.ignored) log::warn("--init-from: ignoring " + what);
@@ -449,7 +462,7 @@ int run_accel(const std::vector<std::string>& args, const comm::MpiSession& mpi,
     accel::train::Trainer trainer(config, mpi.rank(), mpi.world_size(), &hooks, &context);
     if (!config.init_from.empty()) {
       const std::filesystem::path dir = config.init_from.substr(3);
-      trainer.start_from_weights(checkpoint::read_hf_weights(dir, shape));
+      trainer.start_from_weights(checkpoint::read_hf_weights(dir, shape, config.init_hf_keys));
       accel::log::info("initial weights from " + dir.string());
     }
     const auto started = [training_started] {

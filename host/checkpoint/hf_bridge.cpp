@@ -15,13 +15,17 @@ const HfBridge& qwen2_moe_bridge();
 const HfBridge& gemma2_bridge();
 const HfBridge& gemma3_bridge();
 const HfBridge& olmo2_bridge();
+const HfBridge& phi3_bridge();
+const HfBridge& smollm3_bridge();
+const HfBridge& granite_bridge();
 }  // namespace bridge
 
 const std::vector<HfBridge>& hf_bridges() {
   static const std::vector<HfBridge> table = {
       bridge::gpt2_bridge(),    bridge::llama_bridge(),   bridge::qwen2_bridge(),     bridge::qwen3_bridge(),
       bridge::mistral_bridge(), bridge::mixtral_bridge(), bridge::qwen2_moe_bridge(), bridge::gemma2_bridge(),
-      bridge::gemma3_bridge(),  bridge::olmo2_bridge(),
+      bridge::gemma3_bridge(),  bridge::olmo2_bridge(),   bridge::phi3_bridge(),      bridge::smollm3_bridge(),
+      bridge::granite_bridge(),
   };
   return table;
 }
@@ -39,6 +43,13 @@ const HfBridge& hf_bridge_for(const model::GptConfig& shape) {
   }
   throw CheckpointError("export-hf: no transformers class computes " + shape.describe() + " (supported model types: " +
                         supported_model_types() + ")");
+}
+
+const HfBridge& hf_bridge_for(const model::GptConfig& shape, const HfConfigKeys& keys) {
+  if (keys.model_type) {
+    if (const HfBridge* named = find_hf_bridge(*keys.model_type); named != nullptr && named->writes(shape)) return *named;
+  }
+  return hf_bridge_for(shape);
 }
 
 std::string supported_model_types() {

@@ -29,6 +29,7 @@ enum class HfWeightNames {
   llama,    // the host's names with "model." (lm_head.weight as is), all [out, in]
   mixtral,  // llama's, the experts one tensor each under block_sparse_moe.experts.{e}.w1/w3/w2
   qwen2_moe,  // llama's, the experts under mlp.experts.{e}.gate_proj/up_proj/down_proj
+  phi3,     // llama's, q/k/v one self_attn.qkv_proj and gate/up one mlp.gate_up_proj (rows stacked)
 };
 
 struct HfBridge {
@@ -54,6 +55,8 @@ const HfBridge* find_hf_bridge(std::string_view model_type);
 // The bridge export-hf writes `shape` with; CheckpointError naming the shape
 // when no transformers class computes it.
 const HfBridge& hf_bridge_for(const model::GptConfig& shape);
+// The bridge of keys.model_type when it writes `shape`, else hf_bridge_for(shape).
+const HfBridge& hf_bridge_for(const model::GptConfig& shape, const HfConfigKeys& keys);
 // "gpt2, llama, ..." for messages.
 std::string supported_model_types();
 

@@ -49,10 +49,12 @@ bool is_mask_buffer(const std::string& host_name) {
 
 // By how the shape's family names its tensors (hf_bridge.h); the families
 // that share a naming share a reader.
-std::shared_ptr<const HfWeightSource> read_hf_weights(const fs::path& dir, const model::GptConfig& shape) {
-  switch (hf_bridge_for(shape).weights) {
+std::shared_ptr<const HfWeightSource> read_hf_weights(const fs::path& dir, const model::GptConfig& shape,
+                                                      const HfConfigKeys& keys) {
+  switch (hf_bridge_for(shape, keys).weights) {
     case HfWeightNames::gpt2: return read_hf_gpt2_weights(dir, shape);
-    case HfWeightNames::llama: return read_hf_llama_weights(dir, shape);
+    case HfWeightNames::llama: return read_hf_llama_weights(dir, shape, /*fused=*/false);
+    case HfWeightNames::phi3: return read_hf_llama_weights(dir, shape, /*fused=*/true);
     case HfWeightNames::mixtral:
     case HfWeightNames::qwen2_moe: return read_hf_moe_weights(dir, shape);
   }
@@ -60,10 +62,12 @@ std::shared_ptr<const HfWeightSource> read_hf_weights(const fs::path& dir, const
 }
 
 std::vector<std::pair<std::string, at::Tensor>> to_hf_tensors(
-    const std::vector<std::pair<std::string, at::Tensor>>& host_tensors, const model::GptConfig& shape) {
-  switch (hf_bridge_for(shape).weights) {
+    const std::vector<std::pair<std::string, at::Tensor>>& host_tensors, const model::GptConfig& shape,
+    const HfConfigKeys& keys) {
+  switch (hf_bridge_for(shape, keys).weights) {
     case HfWeightNames::gpt2: return to_hf_gpt2_tensors(host_tensors);
-    case HfWeightNames::llama: return to_hf_llama_tensors(host_tensors);
+    case HfWeightNames::llama: return to_hf_llama_tensors(host_tensors, /*fused=*/false);
+    case HfWeightNames::phi3: return to_hf_llama_tensors(host_tensors, /*fused=*/true);
     case HfWeightNames::mixtral:
     case HfWeightNames::qwen2_moe: return to_hf_moe_tensors(host_tensors, shape);
   }

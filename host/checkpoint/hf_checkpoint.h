@@ -40,10 +40,14 @@
 namespace accel::checkpoint {
 
 // The same by family: the weights and the host's tensors as transformers
-// names them (below, per family; config.json is hf_config.h's).
-std::shared_ptr<const HfWeightSource> read_hf_weights(const std::filesystem::path& dir, const model::GptConfig& shape);
+// names them (below, per family; config.json is hf_config.h's). The family
+// is hf_bridge_for(shape, keys): keys.model_type where its class computes
+// the shape.
+std::shared_ptr<const HfWeightSource> read_hf_weights(const std::filesystem::path& dir, const model::GptConfig& shape,
+                                                      const HfConfigKeys& keys = {});
 std::vector<std::pair<std::string, at::Tensor>> to_hf_tensors(
-    const std::vector<std::pair<std::string, at::Tensor>>& host_tensors, const model::GptConfig& shape);
+    const std::vector<std::pair<std::string, at::Tensor>>& host_tensors, const model::GptConfig& shape,
+    const HfConfigKeys& keys = {});
 
 // The weights of DIR (model.safetensors, or the shards that
 // model.safetensors.index.json lists) under the host's names and layouts,
@@ -64,11 +68,14 @@ std::vector<std::pair<std::string, at::Tensor>> to_hf_gpt2_tensors(
 // The rotary decoders' weights (Llama, Qwen2, Qwen3, Mistral: model.-prefixed
 // names, no transposes; an inv_freq buffer is skipped; under tied
 // embeddings an lm_head.weight the file holds must equal embed_tokens') and
-// tensors.
+// tensors. `fused`: Phi-3's naming, q, k and v rows of one
+// self_attn.qkv_proj.weight and gate and up rows of one
+// mlp.gate_up_proj.weight (split on reading, each rank reading only the
+// rows its parameters need; joined on writing).
 std::shared_ptr<const HfWeightSource> read_hf_llama_weights(const std::filesystem::path& dir,
-                                                            const model::GptConfig& shape);
+                                                            const model::GptConfig& shape, bool fused);
 std::vector<std::pair<std::string, at::Tensor>> to_hf_llama_tensors(
-    const std::vector<std::pair<std::string, at::Tensor>>& host_tensors);
+    const std::vector<std::pair<std::string, at::Tensor>>& host_tensors, bool fused);
 
 // Mixtral's and Qwen2-MoE's (hf_moe.cpp, by hf_bridge_for): Llama's names for
 // everything but the router and the experts. On disk transformers keeps

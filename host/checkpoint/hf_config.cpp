@@ -64,7 +64,7 @@ HfModelConfig read_hf_config(const fs::path& dir) {
 }
 
 std::string hf_config_json(const model::GptConfig& shape, const HfConfigKeys& keys) {
-  return hf_bridge_for(shape).config_json(shape, keys);
+  return hf_bridge_for(shape, keys).config_json(shape, keys);
 }
 
 }  // namespace accel::checkpoint

@@ -52,6 +52,18 @@ void HfWeightSource::add(const std::string& host_name, size_t file, const Tensor
   located_.insert_or_assign(host_name, std::move(tensor));
 }
 
+void HfWeightSource::add_rows(const std::string& host_name, size_t file, const TensorInfo& info, int64_t row0,
+                              std::vector<int64_t> host_shape) {
+  if (info.shape.size() != 2 || host_shape.size() != 2 || host_shape[1] != info.shape[1] || row0 < 0 ||
+      row0 + host_shape[0] > info.shape[0]) {
+    throw std::logic_error(host_name + ": rows outside " + info.name);
+  }
+  Located tensor = locate(file, info, std::move(host_shape), /*transposed=*/false);
+  tensor.row0 = row0;
+  bytes_stored_ += static_cast<uint64_t>(tensor.shape[0] * tensor.shape[1]) * dtype_size(info.dtype);
+  located_.insert_or_assign(host_name, std::move(tensor));
+}
+
 void HfWeightSource::add_stacked(const std::string& host_name, const std::vector<std::vector<Piece>>& rows,
                                  std::vector<int64_t> host_shape) {
   const auto [matrix_rows, matrix_cols] = model::weight_matrix_shape(host_shape);
@@ -124,7 +136,7 @@ void HfWeightSource::read_located(const Located& tensor, const model::WeightBloc
   // In the file's own row-major layout: `file_rows` rows from `file_row0`,
   // `run` elements of each from column `file_col0`, rows `file_width` apart.
   const int64_t file_width = tensor.transposed ? rows : cols;
-  const int64_t file_row0 = tensor.transposed ? block.col0 : block.row0;
+  const int64_t file_row0 = tensor.row0 + (tensor.transposed ? block.col0 : block.row0);
   const int64_t file_rows = tensor.transposed ? block.cols : block.rows;
   const int64_t file_col0 = tensor.transposed ? block.row0 : block.col0;
   const int64_t run = tensor.transposed ? block.rows : block.cols;

@@ -49,6 +49,11 @@ class HfWeightSource final : public model::WeightSource {
   // rows[e]'s tensors, each flattened in its row-major order (Mixtral's
   // experts: one tensor per expert and projection on disk). The sizes must
   // add up (std::logic_error otherwise); dtypes as add().
+  // Parameter `host_name` (2-D, `host_shape`) is rows [row0, row0 +
+  // host_shape[0]) of the 2-D tensor `info` (Phi-3's fused qkv_proj and
+  // gate_up_proj: one tensor on disk, a parameter per projection here).
+  void add_rows(const std::string& host_name, size_t file, const TensorInfo& info, int64_t row0,
+                std::vector<int64_t> host_shape);
   struct Piece {
     size_t file;
     TensorInfo info;
@@ -85,6 +90,7 @@ class HfWeightSource final : public model::WeightSource {
     std::vector<int64_t> shape;  // the host's
     bool transposed;
     at::ScalarType stored_type;
+    int64_t row0 = 0;  // the file rows before the parameter's first (add_rows)
   };
   Located locate(size_t file, const TensorInfo& info, std::vector<int64_t> host_shape, bool transposed) const;
   void read_located(const Located& tensor, const model::WeightBlock& block, float* dst, int64_t ld) const;

@@ -13,6 +13,7 @@
 #include "host/checkpoint/atomic_dir.h"
 #include "host/checkpoint/block_choices_json.h"
 #include "host/checkpoint/checkpoint_json.h"
+#include "host/checkpoint/rope_json.h"
 #include "host/model/model_limits.h"
 
 namespace accel::checkpoint {
@@ -53,6 +54,17 @@ constexpr int64_t kMaxDimension = model::kMaxModelDimension;
 // Ranks of a saving run: far above any real job, far below int32 overflow.
 constexpr int64_t kMaxWorldSize = int64_t{1} << 24;
 
+// Granite's scalars: written only when not the default (`none`).
+struct ModelScalar {
+  const char* key;
+  double model::GptConfig::*value;
+  double none;
+};
+constexpr ModelScalar kModelScalars[] = {{"embedding_multiplier", &model::GptConfig::embedding_multiplier, 1.0},
+                                         {"residual_multiplier", &model::GptConfig::residual_multiplier, 1.0},
+                                         {"logits_scaling", &model::GptConfig::logits_scaling, 1.0},
+                                         {"attention_multiplier", &model::GptConfig::attention_multiplier, 0.0}};
+
 }  // namespace
 
 std::string trainer_state_json(const TrainerState& state) {
@@ -85,14 +97,13 @@ std::string trainer_state_json(const TrainerState& state) {
   if (state.model.tie_embeddings) j["model"]["tie_embeddings"] = true;
   if (state.model.qk_norm) j["model"]["qk_norm"] = true;
   if (state.model.sliding_window > 0) j["model"]["sliding_window"] = state.model.sliding_window;
-  if (const RopeScaling& r = state.model.rope_scaling; r.kind == RopeScaling::Kind::llama3) {
-    j["model"]["rope_scaling"] = {{"rope_type", "llama3"},
-                                  {"factor", r.factor},
-                                  {"low_freq_factor", r.low_freq_factor},
-                                  {"high_freq_factor", r.high_freq_factor},
-                                  {"original_max_position_embeddings", r.original_max_position}};
-  } else if (r.kind == RopeScaling::Kind::linear) {
-    j["model"]["rope_scaling"] = {{"rope_type", "linear"}, {"factor", r.factor}};
+  if (state.model.rope_scaling.kind != RopeScaling::Kind::none) {
+    j["model"]["rope_scaling"] = rope_scaling_json(state.model.rope_scaling);
+  }
+  if (state.model.partial_rotary_factor != 1.0) j["model"]["partial_rotary_factor"] = state.model.partial_rotary_factor;
+  if (!state.model.nope_layers.empty()) j["model"]["nope_layers"] = state.model.nope_layers;
+  for (const auto& [key, value, none] : kModelScalars) {
+    if (state.model.*value != none) j["model"][key] = state.model.*value;
   }
   if (!state.model.block.is_default()) j["model"]["block"] = block_choices_json(state.model.block);
   if (state.model.has_experts()) {  // a mixture of experts' routing variants (absent: Mixtral's)
@@ -101,6 +112,7 @@ std::string trainer_state_json(const TrainerState& state) {
   }
   if (state.hf.router_aux_loss_coef) j["hf_config"]["router_aux_loss_coef"] = *state.hf.router_aux_loss_coef;
   if (state.hf.intermediate_size) j["hf_config"]["intermediate_size"] = *state.hf.intermediate_size;
+  if (state.hf.model_type) j["hf_config"]["model_type"] = *state.hf.model_type;
   return j.dump(2) + "\n";
 }
 
@@ -137,7 +149,9 @@ static TrainerState read_fields(const json& document, const std::string& where) 
   const JsonFields model = top.object("model");
   model.only({"n_layer", "n_head", "n_embd", "seq_len", "vocab_size", "family", "n_kv_head", "ffn_size", "rope_theta",
               "norm_eps", "n_experts", "experts_per_token", "shared_expert_size", "normalize_top_k", "qkv_bias",
-              "head_dim", "tie_embeddings", "qk_norm", "sliding_window", "rope_scaling", "block"});
+              "head_dim", "tie_embeddings", "qk_norm", "sliding_window", "rope_scaling", "partial_rotary_factor",
+              "nope_layers", "embedding_multiplier", "residual_multiplier", "logits_scaling",
+              "attention_multiplier", "block"});
   s.model.n_layer = model.integer("n_layer", 1, kMaxDimension);
   s.model.n_head = model.integer("n_head", 1, kMaxDimension);
   s.model.n_embd = model.integer("n_embd", 1, kMaxDimension);
@@ -165,23 +179,21 @@ static TrainerState read_fields(const json& document, const std::string& where) 
     if (model.contains("qk_norm")) s.model.qk_norm = model.boolean("qk_norm");
     if (model.contains("sliding_window")) s.model.sliding_window = model.integer("sliding_window", 1, kMaxDimension);
     if (model.contains("rope_scaling")) {
+      // Written resolved (rope_json.h): every parameter present.
       const JsonFields r = model.object("rope_scaling");
       const std::string type = r.string("rope_type");
-      RopeScaling& scaling = s.model.rope_scaling;
-      if (type == "linear") {  // Gemma 3's full layers: the factor alone
-        r.only({"rope_type", "factor"});
-        scaling.kind = RopeScaling::Kind::linear;
-        scaling.factor = r.positive_finite("factor");
-      } else {
-        r.only({"rope_type", "factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"});
-        if (type != "llama3") r.fail("rope_type", "must be \"llama3\" or \"linear\"");
-        scaling.kind = RopeScaling::Kind::llama3;
-        scaling.factor = r.positive_finite("factor");
-        scaling.low_freq_factor = r.positive_finite("low_freq_factor");
-        scaling.high_freq_factor = r.positive_finite("high_freq_factor");
-        if (scaling.high_freq_factor <= scaling.low_freq_factor) r.fail("high_freq_factor", "must exceed low_freq_factor");
-        scaling.original_max_position = r.integer("original_max_position_embeddings", 1, kMaxDimension);
-      }
+      if (type == "default") r.fail("rope_type", "must name a scaling (absent: the default embedding)");
+      const int64_t original =
+          type == "linear" ? 1 : r.integer("original_max_position_embeddings", 1, kMaxDimension);
+      s.model.rope_scaling = read_rope_scaling(r, type, original, std::nullopt, {"rope_type"});
+    }
+    if (model.contains("nope_layers")) s.model.nope_layers = model.integer_array("nope_layers", 0, s.model.n_layer - 1);
+    for (const auto& [key, value, none] : kModelScalars) {
+      if (model.contains(key)) s.model.*value = model.number(key, 0.0, 1e30);
+    }
+    if (model.contains("partial_rotary_factor")) {
+      s.model.partial_rotary_factor = model.number("partial_rotary_factor", 0.0, 1.0);
+      if (s.model.partial_rotary_factor <= 0.0) model.fail("partial_rotary_factor", "must lie in (0, 1]");
     }
     if (model.contains("block")) {
       s.model.block = read_block_choices(model.object("block"));
@@ -202,7 +214,9 @@ static TrainerState read_fields(const json& document, const std::string& where) 
     }
   } else {
     // GPT-2 has none of these: 0 when present ("must be at most 0").
-    for (const char* key : {"head_dim", "tie_embeddings", "qk_norm", "sliding_window", "rope_scaling", "block"}) {
+    for (const char* key : {"head_dim", "tie_embeddings", "qk_norm", "sliding_window", "rope_scaling",
+                            "partial_rotary_factor", "nope_layers", "embedding_multiplier", "residual_multiplier",
+                            "logits_scaling", "attention_multiplier", "block"}) {
       if (model.contains(key)) model.fail(key, "belongs to the llama family; this is a GPT-2");
     }
     for (const char* key : {"n_kv_head", "n_experts", "experts_per_token"}) {
@@ -220,9 +234,10 @@ static TrainerState read_fields(const json& document, const std::string& where) 
   if (top.contains("hf_config")) {
     // A coefficient as --moe-aux-loss-coef takes it (finite, >= 0), a width as the model's.
     const JsonFields hf = top.object("hf_config");
-    hf.only({"router_aux_loss_coef", "intermediate_size"});
+    hf.only({"router_aux_loss_coef", "intermediate_size", "model_type"});
     s.hf.router_aux_loss_coef = hf.optional_number("router_aux_loss_coef", 0.0);
     s.hf.intermediate_size = hf.optional_integer("intermediate_size", 1, kMaxDimension);
+    s.hf.model_type = hf.optional_string("model_type");
   }
   return s;
 }

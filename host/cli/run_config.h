@@ -12,20 +12,39 @@
 
 namespace accel {
 
-// Rotary frequency scaling (transformers' rope_type): none (the default
-// embedding) or Llama 3.1's, whose inverse frequencies transformers'
-// _compute_llama3_parameters gives: wavelengths beyond
-// original_max_position / low_freq_factor divided by factor, those under
-// original_max_position / high_freq_factor kept, the band between blended;
-// or linear (transformers' _compute_linear_scaling_rope_parameters: every
-// inverse frequency divided by factor; Gemma 3's full layers).
+// Rotary frequency scaling (transformers' rope_type, computed as its
+// ROPE_INIT_FUNCTIONS do: model/rotary.h): none (the default embedding);
+// Llama 3.1's (llama3: wavelengths beyond original_max_position /
+// low_freq_factor divided by factor, those under original_max_position /
+// high_freq_factor kept, the band between blended); linear (every
+// frequency divided by factor); dynamic (NTK: the base grows with the
+// sequence beyond original_max_position, here max_position_embeddings);
+// yarn (interpolation blended into extrapolation between beta_fast and
+// beta_slow rotations, cos and sin scaled by attention_factor, given or
+// from mscale); longrope (Phi-3: per-frequency short_factor up to
+// original_max_position positions, long_factor beyond, cos and sin scaled
+// by attention_factor, given or from factor).
 struct RopeScaling {
-  enum class Kind { none, llama3, linear };
+  enum class Kind { none, llama3, linear, dynamic, yarn, longrope };
   Kind kind = Kind::none;
   double factor = 1.0, low_freq_factor = 1.0, high_freq_factor = 1.0;
   int64_t original_max_position = 0;
+  // yarn and longrope: the cos/sin scale as config.json gave it (unset:
+  // derived from factor, mscale and mscale_all_dim as transformers does).
+  std::optional<double> attention_factor;
+  // yarn only (transformers' defaults; mscale 0: unset).
+  double beta_fast = 32.0, beta_slow = 1.0, mscale = 0.0, mscale_all_dim = 0.0;
+  bool truncate = true;
+  // longrope only: one factor per rotary frequency.
+  std::vector<double> short_factor, long_factor;
   bool operator==(const RopeScaling&) const = default;
 };
+
+// transformers' rope_type of `kind`: "default", "llama3", "linear", ...
+inline const char* to_string(RopeScaling::Kind kind) {
+  constexpr const char* kNames[] = {"default", "llama3", "linear", "dynamic", "yarn", "longrope"};
+  return kNames[static_cast<int>(kind)];
+}
 
 struct ModelOverrides {
   std::optional<int64_t> n_layer, n_head, n_embd, seq_len, vocab_size;
@@ -42,6 +61,10 @@ struct ModelOverrides {
   std::optional<int64_t> sliding_window;      // Mistral's: each query sees this many keys (0: all)
   std::optional<RopeScaling> rope_scaling;
   std::optional<BlockChoices> block;         // Gemma's and OLMo 2's choices (block_choices.h)
+  std::optional<double> partial_rotary_factor;  // Phi-3/4's: the fraction of each head that rotates
+  std::optional<std::vector<int64_t>> nope_layers;  // SmolLM3's layers without rotary
+  // Granite's multipliers (model/gpt_config.h).
+  std::optional<double> embedding_multiplier, residual_multiplier, logits_scaling, attention_multiplier;
 };
 
 // How a mixture-of-experts model trains (model/moe.h): capacity and the
@@ -64,6 +87,10 @@ struct HfConfigKeys {
   // Qwen2-MoE: the dense MLP width of mlp_only_layers (none here, so no
   // layer uses it), which the expert width must not replace.
   std::optional<int64_t> intermediate_size;
+  // The model_type to export as when its class computes the shape, though
+  // an earlier bridge would too (Phi-3: a Llama's arithmetic, its own fused
+  // weight names and generation); unset: the first bridge that writes it.
+  std::optional<std::string> model_type;
 
   bool operator==(const HfConfigKeys&) const = default;
 };

@@ -150,7 +150,9 @@ at::Tensor GptModel::embed(const Unit& unit, const at::Tensor& tokens, int64_t o
     } else {
       x = vocab_parallel_embedding(table.value, tokens.t(), table.split.local_offset(table.spec.shape), tensor_group_);
     }
-    return config_.block.scale_embeddings ? scaled_embeddings(x, config_.n_embd) : x;  // Gemma's
+    if (config_.block.scale_embeddings) x = scaled_embeddings(x, config_.n_embd);  // Gemma's
+    // Granite's embedding_multiplier (transformers scales the looked-up rows).
+    return config_.embedding_multiplier == 1.0 ? x : x * config_.embedding_multiplier;
   }
   if (context_group_.active()) return embed_context_part(unit, tokens);
   const at::Tensor positions_first = tokens.t();  // [T, B]

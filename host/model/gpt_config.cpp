@@ -80,6 +80,28 @@ void validate_block(const GptConfig& c) {
   }
 }
 
+// What the rotary frequencies (model/rotary.cpp) need of `scaling` for
+// `rotated` features: longrope one factor per frequency, a positive length.
+void check_rope_scaling(const RopeScaling& r, int64_t rotated) {
+  using Kind = RopeScaling::Kind;
+  if (r.kind == Kind::none) return;
+  if (!(r.factor > 0.0) || (r.kind != Kind::linear && r.original_max_position < 1)) {
+    throw std::invalid_argument(strformat("rope_scaling %s needs factor > 0 and original_max_position_embeddings >= 1",
+                                          to_string(r.kind)));
+  }
+  if (r.kind == Kind::dynamic && rotated < 4) {
+    throw std::invalid_argument("rope_scaling dynamic needs at least 4 rotated features per head");
+  }
+  if (r.kind == Kind::longrope) {
+    const auto half = static_cast<size_t>(rotated / 2);
+    if (r.short_factor.size() != half || r.long_factor.size() != half) {
+      throw std::invalid_argument(strformat("rope_scaling longrope: short_factor and long_factor need %zu entries "
+                                            "(one per rotated frequency), got %zu and %zu",
+                                            half, r.short_factor.size(), r.long_factor.size()));
+    }
+  }
+}
+
 }  // namespace
 
 std::string GptConfig::describe() const {
@@ -102,7 +124,21 @@ std::string GptConfig::describe() const {
                         "original_max_position=%lld)",
                         rope_scaling.factor, rope_scaling.low_freq_factor, rope_scaling.high_freq_factor,
                         static_cast<long long>(rope_scaling.original_max_position));
+    } else if (rope_scaling.kind != RopeScaling::Kind::none) {
+      text += strformat(" rope_scaling=%s(factor=%g,original_max_position=%lld)", to_string(rope_scaling.kind),
+                        rope_scaling.factor, static_cast<long long>(rope_scaling.original_max_position));
     }
+    if (partial_rotary_factor != 1.0) text += strformat(" partial_rotary_factor=%g", partial_rotary_factor);
+    if (!nope_layers.empty()) {
+      text += " nope_layers=";
+      for (size_t i = 0; i < nope_layers.size(); ++i) {
+        text += (i ? "," : "") + std::to_string(nope_layers[i]);
+      }
+    }
+    if (embedding_multiplier != 1.0) text += strformat(" embedding_multiplier=%g", embedding_multiplier);
+    if (residual_multiplier != 1.0) text += strformat(" residual_multiplier=%g", residual_multiplier);
+    if (logits_scaling != 1.0) text += strformat(" logits_scaling=%g", logits_scaling);
+    if (attention_multiplier != 0.0) text += strformat(" attention_multiplier=%g", attention_multiplier);
   }
   if (has_experts()) {
     text += strformat(" n_experts=%lld experts_per_token=%lld", static_cast<long long>(n_experts),
@@ -128,7 +164,8 @@ GptConfig make_gpt_config(const std::string& preset, const ModelOverrides& overr
   } else if (preset == "moe-small") {
     config = GptConfig{8, 12, 768, 1024, 32000, ModelFamily::llama, 4, 1024, 10000.0, 1e-5, 8, 2};
   } else if (preset == "llama3-tiny" || preset == "qwen2-tiny" || preset == "qwen3-tiny" || preset == "mistral-tiny" ||
-             preset == "gemma2-tiny" || preset == "gemma3-tiny" || preset == "olmo2-tiny") {
+             preset == "gemma2-tiny" || preset == "gemma3-tiny" || preset == "olmo2-tiny" || preset == "phi3-tiny" ||
+             preset == "smollm3-tiny" || preset == "granite-tiny") {
     // The families' fast-test shapes: llama-tiny with each family's choices
     // (docs/architectures.md), as the small models of each family have them.
     config = GptConfig{2, 4, 64, 64, 256, ModelFamily::llama, 2, 176, 10000.0, 1e-5};
@@ -169,6 +206,23 @@ GptConfig make_gpt_config(const std::string& preset, const ModelOverrides& overr
     } else if (preset == "olmo2-tiny") {  // OLMo 2 1B: norms after each sub-layer, q/k normed whole
       config.block.norm_placement = BlockChoices::NormPlacement::post;
       config.block.qk_norm_whole = true;
+    } else if (preset == "phi3-tiny") {  // Phi-4-mini: longrope, 3/4 of each head rotated, tied head
+      config.rope_scaling.kind = RopeScaling::Kind::longrope;
+      config.rope_scaling.factor = 4.0;
+      config.rope_scaling.original_max_position = 16;  // training's 64 positions take the long factors
+      config.rope_scaling.short_factor = {1.0, 1.0, 1.25, 1.5, 2.0, 3.0};
+      config.rope_scaling.long_factor = {1.0, 1.5, 2.0, 3.0, 4.0, 6.0};
+      config.partial_rotary_factor = 0.75;
+      config.tie_embeddings = true;
+    } else if (preset == "smollm3-tiny") {  // SmolLM3 3B: the last layer of each group without rotary
+      config.nope_layers = {1};
+      config.rope_theta = 2000000.0;
+      config.tie_embeddings = true;
+    } else if (preset == "granite-tiny") {  // Granite 3.0 2B's multipliers
+      config.embedding_multiplier = 12.0;
+      config.residual_multiplier = 0.22;
+      config.logits_scaling = 8.0;
+      config.attention_multiplier = 0.015625;
     }
   } else {
     throw std::invalid_argument("--model: unknown model '" + preset + "' (expected " + model_preset_list() + ")");
@@ -184,7 +238,9 @@ GptConfig make_gpt_config(const std::string& preset, const ModelOverrides& overr
     throw std::invalid_argument(std::string(flag) + " shapes llama-family models; " + preset + " is GPT-2");
   }
   if (!llama && (overrides.head_dim || overrides.tie_embeddings || overrides.qk_norm || overrides.sliding_window ||
-                 overrides.rope_scaling || overrides.block)) {
+                 overrides.rope_scaling || overrides.block || overrides.partial_rotary_factor ||
+                 overrides.nope_layers || overrides.embedding_multiplier || overrides.residual_multiplier ||
+                 overrides.logits_scaling || overrides.attention_multiplier)) {
     throw std::invalid_argument("head_dim, tie_embeddings, qk_norm, sliding_window, rope_scaling and the block's "
                                 "choices shape "
                                 "llama-family models; " + preset + " is GPT-2");
@@ -195,6 +251,12 @@ GptConfig make_gpt_config(const std::string& preset, const ModelOverrides& overr
   if (overrides.sliding_window) config.sliding_window = *overrides.sliding_window;
   if (overrides.rope_scaling) config.rope_scaling = *overrides.rope_scaling;
   if (overrides.block) config.block = *overrides.block;
+  if (overrides.partial_rotary_factor) config.partial_rotary_factor = *overrides.partial_rotary_factor;
+  if (overrides.nope_layers) config.nope_layers = *overrides.nope_layers;
+  if (overrides.embedding_multiplier) config.embedding_multiplier = *overrides.embedding_multiplier;
+  if (overrides.residual_multiplier) config.residual_multiplier = *overrides.residual_multiplier;
+  if (overrides.logits_scaling) config.logits_scaling = *overrides.logits_scaling;
+  if (overrides.attention_multiplier) config.attention_multiplier = *overrides.attention_multiplier;
   if (overrides.n_experts) config.n_experts = *overrides.n_experts;
   // Experts without a k: Mixtral's top 2 (or every expert when fewer).
   if (overrides.n_experts && !overrides.experts_per_token && config.experts_per_token == 0) {
@@ -255,6 +317,33 @@ GptConfig make_gpt_config(const std::string& preset, const ModelOverrides& overr
     }
     if (config.ffn_size < 1) throw std::invalid_argument("--ffn-size must be >= 1");
     validate_block(config);
+    const int64_t rotated = config.rotary_dim();
+    if (!(config.partial_rotary_factor > 0.0 && config.partial_rotary_factor <= 1.0) || rotated < 2 ||
+        rotated % 2 != 0) {
+      throw std::invalid_argument(strformat("partial_rotary_factor %g must lie in (0, 1] and rotate an even number "
+                                            "(>= 2) of a head's %lld features",
+                                            config.partial_rotary_factor,
+                                            static_cast<long long>(config.attention_head_dim())));
+    }
+    check_rope_scaling(config.rope_scaling, rotated);
+    for (size_t i = 0; i < config.nope_layers.size(); ++i) {
+      const int64_t layer = config.nope_layers[i];
+      if (layer < 0 || layer >= config.n_layer || (i > 0 && layer <= config.nope_layers[i - 1])) {
+        throw std::invalid_argument(strformat("nope_layers must list distinct layers in [0, %lld) in ascending order",
+                                              static_cast<long long>(config.n_layer)));
+      }
+    }
+    for (const auto& [value, name] : {std::pair{config.embedding_multiplier, "embedding_multiplier"},
+                                      std::pair{config.residual_multiplier, "residual_multiplier"},
+                                      std::pair{config.logits_scaling, "logits_scaling"}}) {
+      if (!(value > 0.0 && value < 1e30)) {
+        throw std::invalid_argument(strformat("%s %g must be a positive finite number", name, value));
+      }
+    }
+    if (!(config.attention_multiplier >= 0.0 && config.attention_multiplier < 1e30)) {
+      throw std::invalid_argument(strformat("attention_multiplier %g must be a positive finite number (0: "
+                                            "1 / sqrt(head_dim))", config.attention_multiplier));
+    }
     if (config.has_experts() && (config.experts_per_token < 1 || config.experts_per_token > config.n_experts)) {
       // Name the flag the user gave: a preset's value is no flag of theirs.
       const auto k = static_cast<long long>(config.experts_per_token);

@@ -15,8 +15,10 @@
 // shape is lives outside the model (checkpoint/hf_bridge.h).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "host/cli/run_config.h"
 
@@ -66,10 +68,29 @@ struct GptConfig {
   // GeGLU, embedding scale, softmax scale, soft-capping, per-layer windows
   // and rotary bases (Gemma 2/3, OLMo 2; cli/block_choices.h).
   BlockChoices block{};
+  // Llama only: the fraction of each head's features that rotate, the first
+  // int(head_dim * partial_rotary_factor) of them (Phi-3/4's; 1: all).
+  double partial_rotary_factor = 1.0;
+  // Llama only: the layers (0-based, ascending) whose attention turns
+  // nothing (SmolLM3's no_rope_layers zeros; empty: every layer rotates).
+  std::vector<int64_t> nope_layers;
+  // Llama only, Granite's scalars: the embedding output multiplied by
+  // embedding_multiplier, each sub-layer's output by residual_multiplier
+  // before it joins the residual, the logits divided by logits_scaling, and
+  // the softmax scale attention_multiplier (0: 1 / sqrt(head_dim)).
+  double embedding_multiplier = 1.0, residual_multiplier = 1.0, logits_scaling = 1.0;
+  double attention_multiplier = 0.0;
 
   bool has_experts() const { return n_experts > 0; }
   // The width of one attention head, given or implied.
   int64_t attention_head_dim() const { return head_dim > 0 ? head_dim : n_embd / n_head; }
+  // The rotated features of a head: int(head_dim * partial_rotary_factor), as transformers truncates it.
+  bool rotates_layer(int64_t layer) const {
+    return !std::binary_search(nope_layers.begin(), nope_layers.end(), layer);
+  }
+  int64_t rotary_dim() const {
+    return static_cast<int64_t>(static_cast<double>(attention_head_dim()) * partial_rotary_factor);
+  }
   // GPT-2's head is always tied to wte.
   bool head_tied() const { return family == ModelFamily::gpt2 || tie_embeddings; }
 
@@ -85,7 +106,8 @@ const char* to_string(ModelFamily family);  // "gpt2" | "llama"
 // attention with 4 experts of width 128, top 2; moe-small: llama-small's
 // attention with 8 experts of width 1024, top 2 (about 213M parameters,
 // 99M of them active per token); llama3-tiny, qwen2-tiny, qwen3-tiny,
-// mistral-tiny, gemma2-tiny, gemma3-tiny and olmo2-tiny: llama-tiny with
+// mistral-tiny, gemma2-tiny, gemma3-tiny, olmo2-tiny, phi3-tiny,
+// smollm3-tiny and granite-tiny: llama-tiny with
 // each family's choices (gpt_config.cpp).
 // Throws std::invalid_argument for an unknown preset or inconsistent shapes.
 GptConfig make_gpt_config(const std::string& preset, const ModelOverrides& overrides);

@@ -10,7 +10,8 @@
 //           llama_experts.cpp)
 //   RMSNorm n(x) = w * (x / sqrt(mean(x^2) + eps)), computed in fp32;
 //   rotary: q, k rotated by position * theta^(-2i/d) (the rotate_half form),
-//   the frequencies scaled as Llama 3.1's under rope_scaling llama3;
+//   the frequencies scaled by rope_scaling's type (model/rotary.h), only the
+//   first partial_rotary_factor of each head's features rotated;
 //   grouped-query attention: each of the n_kv_head key/value heads serves
 //   n_head / n_kv_head consecutive query heads, each head_dim wide;
 //   under qk_norm (Qwen3) each head of q and k RMSNormed before rotation;
@@ -28,10 +29,12 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 
 #include "host/model/block_parts.h"
 #include "host/model/capped_attention.h"
 #include "host/model/gpt.h"
+#include "host/model/rotary.h"
 #include "host/model/tensor_parallel.h"
 
 namespace accel::model {
@@ -126,37 +129,6 @@ at::Tensor sliding_window_mask(int64_t T, int64_t keys, int64_t window, at::Devi
 at::Tensor rotate_half(const at::Tensor& x) {
   const int64_t half = x.size(-1) / 2;
   return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
-}
-
-// Llama 3.1's frequencies from the default ones, operation for operation as
-// transformers' _compute_llama3_parameters (Python's `s / t` is
-// t.reciprocal() * s, so the same here), so the bits agree.
-at::Tensor llama3_inverse_frequencies(const at::Tensor& inv_freq, const RopeScaling& r) {
-  const auto old_context = static_cast<double>(r.original_max_position);
-  const double low_freq_wavelen = old_context / r.low_freq_factor;
-  const double high_freq_wavelen = old_context / r.high_freq_factor;
-  const at::Tensor wavelen = inv_freq.reciprocal() * (2.0 * M_PI);
-  at::Tensor scaled = at::where(wavelen > low_freq_wavelen, inv_freq / r.factor, inv_freq);
-  const at::Tensor smooth =
-      (wavelen.reciprocal() * old_context - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
-  const at::Tensor smoothed = (1.0 - smooth) * scaled / r.factor + smooth * scaled;
-  const at::Tensor medium = (wavelen < high_freq_wavelen).logical_not() * (wavelen > low_freq_wavelen).logical_not();
-  return at::where(medium, smoothed, scaled);
-}
-
-// cos and sin [T, head_dim] of `positions` (T of them, fp32), in fp32 as
-// transformers computes them.
-std::pair<at::Tensor, at::Tensor> rotary_angles(const at::Tensor& positions, int64_t head_dim, double theta,
-                                                const RopeScaling& scaling) {
-  const at::Device device = positions.device();
-  const at::Tensor exponents = at::arange(0, head_dim, 2, at::TensorOptions().dtype(at::kLong).device(device))
-                                   .to(at::kFloat) / static_cast<double>(head_dim);
-  at::Tensor inv_freq = 1.0 / at::pow(theta, exponents);
-  if (scaling.kind == RopeScaling::Kind::llama3) inv_freq = llama3_inverse_frequencies(inv_freq, scaling);
-  if (scaling.kind == RopeScaling::Kind::linear) inv_freq = inv_freq / scaling.factor;  // transformers' `/=`
-  const at::Tensor freqs = at::outer(positions, inv_freq);  // [T, head_dim / 2]
-  const at::Tensor angles = at::cat({freqs, freqs}, -1);
-  return {angles.cos(), angles.sin()};
 }
 
 }  // namespace
@@ -267,8 +239,17 @@ at::Tensor GptModel::llama_block(const Unit& unit, const at::Tensor& x, KvCache*
   const at::Tensor positions = context_group_.active()
                                    ? context_group_.positions(T * context_group_.size, x.device()).to(at::kFloat)
                                    : at::arange(offset, offset + T, f32);
-  const auto [cos32, sin32] = rotary_angles(positions, D, local_rope ? choices.rope_local_theta : config_.rope_theta,
-                                            local_rope ? RopeScaling{} : config_.rope_scaling);
+  // The longest sequence so far (the largest position + 1): dynamic and
+  // longrope scaling depend on it, as transformers' rotary update does.
+  const int64_t seen = context_group_.active() ? T * context_group_.size : offset + T;
+  // SmolLM3's layers without rotary (units_ begin with the embedding).
+  const bool rotates = config_.rotates_layer(unit_index - 1);
+  at::Tensor cos32, sin32;
+  if (rotates) {
+    std::tie(cos32, sin32) =
+        rotary_angles(positions, config_.rotary_dim(), local_rope ? choices.rope_local_theta : config_.rope_theta,
+                      local_rope ? RopeScaling{} : config_.rope_scaling, seen);
+  }
   // Qwen3 and Gemma 3: each head of q and k normed over its D features (the
   // weights' [D] broadcast over the heads) before the rotation; OLMo 2: the
   // whole projection normed (its statistics over every head).
@@ -282,8 +263,12 @@ at::Tensor GptModel::llama_block(const Unit& unit, const at::Tensor& x, KvCache*
     if (choices.qk_norm_whole) return normed(projected);
     return normed(projected.view({T, B, heads, D})).view({T, B, heads * D});
   };
-  at::Tensor q = rotated_heads(qk_normed(linear(h, L.q, L.q_bias), H, L.q_norm), H, cos32, sin32),
-             k = rotated_heads(qk_normed(linear(h, L.k, L.k_bias), KV, L.k_norm), KV, cos32, sin32),
+  auto turned = [&](const at::Tensor& projected, int64_t heads) {
+    if (rotates) return rotated_heads(projected, heads, cos32, sin32);
+    return projected.view({T, B, heads, D}).permute({1, 2, 0, 3});
+  };
+  at::Tensor q = turned(qk_normed(linear(h, L.q, L.q_bias), H, L.q_norm), H),
+             k = turned(qk_normed(linear(h, L.k, L.k_bias), KV, L.k_norm), KV),
              v = linear(h, L.v, L.v_bias).view({T, B, KV, D}).permute({1, 2, 0, 3});
   bool causal = true;
   std::optional<at::Tensor> mask;
@@ -298,20 +283,29 @@ at::Tensor GptModel::llama_block(const Unit& unit, const at::Tensor& x, KvCache*
     k = k.repeat_interleave(H / KV, 1);
     v = v.repeat_interleave(H / KV, 1);
   }
-  // Gemma's softmax scale; capped logits need the scores themselves.
-  const std::optional<double> scale =
-      choices.query_pre_attn_scalar > 0 ? std::optional(std::pow(choices.query_pre_attn_scalar, -0.5)) : std::nullopt;
+  // Gemma's softmax scale (query_pre_attn_scalar^-0.5) or Granite's
+  // (attention_multiplier); capped logits need the scores themselves.
+  std::optional<double> scale;
+  if (choices.query_pre_attn_scalar > 0) {
+    scale = std::pow(choices.query_pre_attn_scalar, -0.5);
+  } else if (config_.attention_multiplier > 0.0) {
+    scale = config_.attention_multiplier;
+  }
   at::Tensor y = choices.attn_logit_softcap > 0
                      ? softcapped_attention(q, k, v, mask, causal, scale.value_or(std::pow(static_cast<double>(D), -0.5)),
                                             choices.attn_logit_softcap)
                      : attention(q, k, v, mask, causal, scale);
   y = y.permute({2, 0, 1, 3}).reshape({T, B, H * D});
+  // Granite's residual_multiplier scales each sub-layer's output.
+  auto residual = [&](const at::Tensor& out) {
+    return config_.residual_multiplier == 1.0 ? out : out * config_.residual_multiplier;
+  };
   // The experts take each token whole: no tensor region (a tensor group is
   // refused with experts, runtime/tensor_parallel_plan.cpp), and their
   // router the norm in fp32, as before the fused path.
   if (config_.has_experts()) {
-    const at::Tensor out = x + row(y, L.o);
-    return out + llama_experts(unit, rms_norm(out, p[L.mlp_norm].value, config_.norm_eps));
+    const at::Tensor out = x + residual(row(y, L.o));
+    return out + residual(llama_experts(unit, rms_norm(out, p[L.mlp_norm].value, config_.norm_eps)));
   }
   auto mlp = [&](const at::Tensor& in) {
     const at::Tensor gate = linear(in, L.gate), up = linear(in, L.up);
@@ -320,15 +314,15 @@ at::Tensor GptModel::llama_block(const Unit& unit, const at::Tensor& x, KvCache*
     return row(fused_mlp ? fused::swiglu(gate, up) : at::silu(gate) * up, L.down);
   };
   if (placement == BlockChoices::NormPlacement::pre) {
-    const fused::AddNorm attended = add_norm(x, row(y, L.o), p[L.mlp_norm].value);
-    return attended.sum + mlp(enter(attended.normed));
+    const fused::AddNorm attended = add_norm(x, residual(row(y, L.o)), p[L.mlp_norm].value);
+    return attended.sum + residual(mlp(enter(attended.normed)));
   }
   // Sandwich (Gemma) and post (OLMo 2): each sub-layer's output normed
   // before it joins the residual; the sandwich norms the MLP's input too.
-  const at::Tensor attended = x + norm(row(y, L.o), L.mlp_norm);
+  const at::Tensor attended = x + residual(norm(row(y, L.o), L.mlp_norm));
   const at::Tensor m = enter(placement == BlockChoices::NormPlacement::sandwich ? norm(attended, L.pre_ffn_norm)
                                                                                : attended);
-  return attended + norm(mlp(m), L.post_ffn_norm);
+  return attended + residual(norm(mlp(m), L.post_ffn_norm));
 }
 
 at::Tensor GptModel::rotated_heads(const at::Tensor& projected, int64_t heads, const at::Tensor& cos32,
@@ -341,7 +335,12 @@ at::Tensor GptModel::rotated_heads(const at::Tensor& projected, int64_t heads, c
   // transformers' order: the angles rounded to the activations' dtype first.
   const at::Tensor x = by_position.permute({1, 2, 0, 3});  // [B, heads, T, D]
   const at::Tensor cos = cos32.to(x.scalar_type()), sin = sin32.to(x.scalar_type());
-  return x * cos + rotate_half(x) * sin;
+  const int64_t rotated = cos32.size(-1);
+  if (rotated == D) return x * cos + rotate_half(x) * sin;
+  // Partial rotary (Phi-3's partial_rotary_factor): the first `rotated`
+  // features turn, the rest pass through.
+  const at::Tensor turned = x.narrow(-1, 0, rotated);
+  return at::cat({turned * cos + rotate_half(turned) * sin, x.narrow(-1, rotated, D - rotated)}, -1);
 }
 
 at::Tensor GptModel::llama_head(const Unit& unit, const at::Tensor& x) const {
@@ -352,7 +351,9 @@ at::Tensor GptModel::llama_head(const Unit& unit, const at::Tensor& x) const {
   const at::Tensor all = tp.sequence_split() ? gather_from_sequence_region(h, tp) : copy_to_tensor_region(h, tp);
   const Param& table =
       config_.tie_embeddings ? units_.front().param("embed_tokens.weight") : unit.param("lm_head.weight");
-  const at::Tensor logits = vocab_projection(all, table.value);
+  at::Tensor logits = vocab_projection(all, table.value);
+  // Granite divides the logits (transformers: `logits / logits_scaling`).
+  if (config_.logits_scaling != 1.0) logits = logits / config_.logits_scaling;
   // Gemma 2's final_logit_softcapping, as transformers: divide, tanh, multiply.
   const double cap = config_.block.final_logit_softcap;
   return cap > 0 ? at::tanh(logits / cap) * cap : logits;

@@ -48,7 +48,18 @@ std::vector<int64_t> sample_continuation(const GptModel& model, const std::vecto
   // The prompt in one pass, then one position per new token.
   at::Tensor input = at::tensor(prompt, at::kLong).unsqueeze(0).to(model.device());
   std::vector<int64_t> continuation;
+  const RopeScaling& rope = shape.rope_scaling;
   while (static_cast<int64_t>(continuation.size()) < options.max_new_tokens) {
+    if (rope.kind == RopeScaling::Kind::longrope && cache.length > 0 && cache.length <= rope.original_max_position &&
+        cache.length + input.size(1) > rope.original_max_position) {
+      // longrope's long factors from here on: the cached keys were turned by
+      // the short ones, so the whole sequence is computed again (transformers'
+      // Phi3ForCausalLM.prepare_inputs_for_generation).
+      std::vector<int64_t> all = prompt;
+      all.insert(all.end(), continuation.begin(), continuation.end());
+      input = at::tensor(all, at::kLong).unsqueeze(0).to(model.device());
+      cache = GptModel::KvCache{};
+    }
     const at::Tensor logits = model.forward_cached(input, cache);  // [T, 1, V]
     const int64_t next = pick(logits.select(0, logits.size(0) - 1).select(0, 0).cpu(), options, generator);
     continuation.push_back(next);

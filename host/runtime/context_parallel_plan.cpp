@@ -156,6 +156,11 @@ void resolve_context_parallel_plan(HostContext& context) {
                                        "attention logits); run without a context group",
                                        config.block.attn_logit_softcap));
   }
+  if (config.attention_multiplier > 0.0) {
+    throw std::runtime_error(strformat("context parallelism does not serve attention_multiplier %g (Granite's "
+                                       "softmax scale); run without a context group",
+                                       config.attention_multiplier));
+  }
   // This rank's heads once the tensor-parallel splits resolved.
   const int64_t tensor = context.tensor_parallel_size;
   const int64_t heads = config.n_head / tensor;

@@ -339,6 +339,117 @@ TEST(HfConfig, GemmaAndOlmo2SetTheBlocksChoices) {
   expect_refused(error_of(j), "\"head_dim\" is missing", "gemma2 without head_dim");
 }
 
+// The rope types of issue 51 on a Llama (head_dim 16: 8 frequencies), and
+// transformers 5.23's Phi3Config (longrope, partial rotary, its own
+// original_max_position_embeddings), SmolLM3Config and GraniteConfig as
+// save_pretrained writes them.
+json llama_rope_json(json rope) {
+  json j = llama_json();
+  rope["rope_theta"] = 10000.0;
+  j["rope_parameters"] = rope;
+  return j;
+}
+std::vector<json> rope_type_jsons() {
+  const std::vector<double> factors = {1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5};
+  return {llama_rope_json({{"rope_type", "linear"}, {"factor", 4.0}}),
+          llama_rope_json({{"rope_type", "dynamic"}, {"factor", 2.0}}),
+          llama_rope_json({{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 16},
+                           {"beta_fast", 16.0}, {"mscale", 0.5}, {"mscale_all_dim", 1.0}, {"truncate", false}}),
+          llama_rope_json({{"rope_type", "longrope"}, {"short_factor", factors}, {"long_factor", factors},
+                           {"original_max_position_embeddings", 16}, {"attention_factor", 1.25}})};
+}
+json phi3_json() {
+  json j = llama_json();
+  for (const char* key : {"attention_bias", "mlp_bias", "pretraining_tp", "head_dim"}) j.erase(key);
+  j["architectures"] = {"Phi3ForCausalLM"};
+  j["model_type"] = "phi3";
+  j["original_max_position_embeddings"] = 16;
+  j["resid_pdrop"] = 0.0;
+  j["embd_pdrop"] = 0.0;
+  j["sliding_window"] = nullptr;
+  j["tie_word_embeddings"] = true;
+  j["rope_parameters"] = {{"rope_type", "longrope"}, {"rope_theta", 10000.0}, {"partial_rotary_factor", 0.75},
+                          {"short_factor", {1.0, 1.5, 2.0, 2.5, 3.0, 3.5}},
+                          {"long_factor", {2.0, 3.0, 4.0, 5.0, 6.0, 7.0}}};
+  return j;
+}
+json smollm3_json() {
+  json j = llama_json();
+  j["architectures"] = {"SmolLM3ForCausalLM"};
+  j["model_type"] = "smollm3";
+  j["num_hidden_layers"] = 4;
+  j["no_rope_layers"] = {1, 1, 1, 0};
+  j["no_rope_layer_interval"] = 4;
+  j["use_sliding_window"] = false;
+  j["sliding_window"] = nullptr;
+  j["layer_types"] = {"full_attention", "full_attention", "full_attention", "full_attention"};
+  j["tie_word_embeddings"] = true;
+  j.erase("pretraining_tp");
+  return j;
+}
+json granite_json() {
+  json j = llama_json();
+  j["architectures"] = {"GraniteForCausalLM"};
+  j["model_type"] = "granite";
+  j["embedding_multiplier"] = 12.0;
+  j["residual_multiplier"] = 0.22;
+  j["logits_scaling"] = 8.0;
+  j["attention_multiplier"] = 0.015625;
+  j.erase("pretraining_tp");
+  j.erase("head_dim");
+  return j;
+}
+
+TEST(HfConfig, Issue51sFamiliesAndRopeTypesSetTheirFields) {
+  const std::vector<json> ropes = rope_type_jsons();
+  const RopeScaling::Kind kinds[] = {RopeScaling::Kind::linear, RopeScaling::Kind::dynamic, RopeScaling::Kind::yarn,
+                                     RopeScaling::Kind::longrope};
+  for (size_t i = 0; i < ropes.size(); ++i) {
+    const model::GptConfig shape = parse_hf_config(ropes[i].dump(), kWhere).shape;
+    EXPECT_EQ(shape.rope_scaling.kind, kinds[i]) << ropes[i].dump();
+    EXPECT_STREQ(hf_bridge_for(shape).model_type, "llama");
+  }
+  // dynamic scales from max_position_embeddings; longrope's factor is the
+  // ratio of the two lengths when the file gives none.
+  EXPECT_EQ(parse_hf_config(ropes[1].dump(), kWhere).shape.rope_scaling.original_max_position, 64);
+  const HfModelConfig phi3 = parse_hf_config(phi3_json().dump(), kWhere);
+  EXPECT_EQ(phi3.shape.partial_rotary_factor, 0.75);
+  EXPECT_EQ(phi3.shape.rotary_dim(), 12);
+  EXPECT_EQ(phi3.shape.rope_scaling.original_max_position, 16);
+  EXPECT_EQ(phi3.shape.rope_scaling.factor, 4.0);
+  EXPECT_EQ(phi3.keys.model_type, "phi3");
+  EXPECT_STREQ(hf_bridge_for(phi3.shape, phi3.keys).model_type, "phi3");
+  const model::GptConfig smollm3 = parse_hf_config(smollm3_json().dump(), kWhere).shape;
+  EXPECT_EQ(smollm3.nope_layers, std::vector<int64_t>{3});
+  EXPECT_STREQ(hf_bridge_for(smollm3).model_type, "smollm3");
+  json defaulted = smollm3_json();
+  for (const char* key : {"no_rope_layers", "rope_parameters", "tie_word_embeddings"}) defaulted.erase(key);
+  const model::GptConfig smollm3_defaults = parse_hf_config(defaulted.dump(), kWhere).shape;
+  EXPECT_EQ(smollm3_defaults.nope_layers, std::vector<int64_t>{3});  // every 4th layer
+  EXPECT_EQ(smollm3_defaults.rope_theta, 2000000.0);
+  EXPECT_TRUE(smollm3_defaults.tie_embeddings);
+  const model::GptConfig granite = parse_hf_config(granite_json().dump(), kWhere).shape;
+  EXPECT_EQ(granite.embedding_multiplier, 12.0);
+  EXPECT_EQ(granite.residual_multiplier, 0.22);
+  EXPECT_EQ(granite.logits_scaling, 8.0);
+  EXPECT_EQ(granite.attention_multiplier, 0.015625);
+  EXPECT_STREQ(hf_bridge_for(granite).model_type, "granite");
+  // What each family does not build is refused by name.
+  const std::pair<json, const char*> refused[] = {
+      {json{{"model_type", "phi3"}, {"rope_parameters", {{"rope_type", "yarn"}, {"factor", 2.0}}}},
+       "\"rope_parameters.rope_type\" is \"yarn\""},
+      {json{{"model_type", "smollm3"}, {"use_sliding_window", true}}, "\"use_sliding_window\""},
+      {json{{"model_type", "smollm3"}, {"no_rope_layers", {1, 0}}}, "\"no_rope_layers\" holds 2 entries"},
+      {json{{"model_type", "granite"}, {"logits_scaling", 0}}, "\"logits_scaling\""},
+  };
+  for (const auto& [changes, fragment] : refused) {
+    const std::string type = changes["model_type"];
+    json j = type == "phi3" ? phi3_json() : type == "smollm3" ? smollm3_json() : granite_json();
+    j.update(changes);
+    expect_refused(error_of(j), fragment, changes.dump());
+  }
+}
+
 TEST(HfConfig, EachBridgeSetsItsFields) {
   const model::GptConfig llama3 = parse_hf_config(llama3_json().dump(), kWhere).shape;
   EXPECT_EQ(llama3.rope_scaling.kind, RopeScaling::Kind::llama3);
@@ -365,9 +476,14 @@ TEST(HfConfig, EachBridgeSetsItsFields) {
   EXPECT_EQ(parse_hf_config(j.dump(), kWhere).shape.sliding_window, 0);
   // What changes the arithmetic and is not built is refused by name.
   const std::pair<json, const char*> refused[] = {
-      {json{{"rope_parameters", {{"rope_type", "yarn"}, {"factor", 4.0}}}}, "\"rope_parameters.rope_type\" is \"yarn\""},
+      {json{{"rope_parameters", {{"rope_type", "su"}, {"factor", 4.0}}}}, "\"rope_parameters.rope_type\" is \"su\""},
       {json{{"rope_parameters", {{"rope_type", "llama3"}, {"factor", 4.0}}}}, "\"rope_parameters.low_freq_factor\""},
       {json{{"rope_scaling", {{"type", "linear"}, {"factor", 4.0}}}}, "\"rope_scaling\""},
+      {json{{"rope_parameters", {{"rope_type", "linear"}, {"factor", 4.0}, {"beta_fast", 2.0}}}},
+       "\"rope_parameters.beta_fast\" is not supported with rope_type linear"},
+      {json{{"rope_parameters", {{"rope_type", "longrope"}, {"short_factor", {1.0}}, {"long_factor", {1.0}}}}},
+       "short_factor and long_factor need 12 entries"},
+      {json{{"partial_rotary_factor", 0.5}}, "\"partial_rotary_factor\" is 0.5"},
       {json{{"attention_bias", true}}, "\"attention_bias\""},
       {json{{"head_dim", 23}}, "\"head_dim\""},
   };
@@ -385,12 +501,16 @@ TEST(HfConfig, EachBridgeSetsItsFields) {
   j = llama_json();
   j["model_type"] = "falcon";
   expect_refused(error_of(j), "\"model_type\" is \"falcon\", which is not supported (supported: gpt2, llama, qwen2, "
-                              "qwen3, mistral, mixtral, qwen2_moe, gemma2, gemma3_text, olmo2)", "falcon");
+                              "qwen3, mistral, mixtral, qwen2_moe, gemma2, gemma3_text, olmo2, phi3, smollm3, "
+                              "granite)", "falcon");
 }
 
 TEST(HfConfig, WhatExportWritesParsesBack) {
-  for (const json& j : {gpt2_json(), llama_json(), mixtral_json(), qwen2_json(), qwen2_moe_json(), qwen3_json(),
-                        mistral_json(), llama3_json(), gemma2_json(), gemma3_json(), olmo2_json()}) {
+  std::vector<json> all = {gpt2_json(),   llama_json(),   mixtral_json(), qwen2_json(),  qwen2_moe_json(),
+                           qwen3_json(),  mistral_json(), llama3_json(),  gemma2_json(), gemma3_json(),
+                           olmo2_json(),  phi3_json(),    smollm3_json(), granite_json()};
+  for (const json& rope : rope_type_jsons()) all.push_back(rope);
+  for (const json& j : all) {
     const HfModelConfig config = parse_hf_config(j.dump(), kWhere);
     const HfModelConfig again = parse_hf_config(hf_config_json(config.shape, config.keys), kWhere);
     EXPECT_EQ(again.shape, config.shape) << config.shape.describe();

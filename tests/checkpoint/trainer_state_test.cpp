@@ -117,7 +117,7 @@ TEST(TrainerState, TheDecodersChoicesParseBackAndDefaultsAreNotWritten) {
   chosen.model.rope_scaling = RopeScaling{RopeScaling::Kind::llama3, 32.0, 1.0, 4.0, 8192};
   EXPECT_EQ(parse_trainer_state(trainer_state_json(chosen), "x").model, chosen.model);
   json j = json::parse(trainer_state_json(chosen));
-  j["model"]["rope_scaling"]["rope_type"] = "yarn";
+  j["model"]["rope_scaling"]["rope_type"] = "su";
   EXPECT_NE(error_of(j).find("rope_type"), std::string::npos) << error_of(j);
   j = json::parse(trainer_state_json(chosen));
   j["model"]["head_dim"] = 23;
@@ -165,6 +165,54 @@ TEST(TrainerState, TheBlocksChoicesParseBackAndDefaultsAreNotWritten) {
   j = json::parse(trainer_state_json(sample_state()));
   j["model"]["block"] = json::object();
   EXPECT_NE(error_of(j).find("block"), std::string::npos) << error_of(j);
+}
+
+// Issue 51's rope types, partial rotary, layers without rotary and
+// Granite's scalars: absent at their defaults, read back exactly.
+TEST(TrainerState, RopeTypesAndTheNewFieldsParseBackAndDefaultsAreNotWritten) {
+  TrainerState llama = sample_state();
+  llama.model = model::GptConfig{4, 4, 64, 32, 256, model::ModelFamily::llama, 2, 176, 5e5, 1e-5};
+  const json plain = json::parse(trainer_state_json(llama))["model"];
+  for (const char* key : {"partial_rotary_factor", "nope_layers", "embedding_multiplier", "residual_multiplier",
+                          "logits_scaling", "attention_multiplier"}) {
+    EXPECT_FALSE(plain.contains(key)) << key;
+  }
+  std::vector<RopeScaling> ropes(4);
+  ropes[0].kind = RopeScaling::Kind::linear;
+  ropes[0].factor = 4.0;
+  ropes[1].kind = RopeScaling::Kind::dynamic;
+  ropes[1].factor = 2.0;
+  ropes[1].original_max_position = 16;
+  ropes[2].kind = RopeScaling::Kind::yarn;
+  ropes[2].factor = 4.0;
+  ropes[2].original_max_position = 16;
+  ropes[2].beta_fast = 8.0;
+  ropes[2].mscale = 0.5;
+  ropes[2].mscale_all_dim = 1.0;
+  ropes[2].truncate = false;
+  ropes[3].kind = RopeScaling::Kind::longrope;
+  ropes[3].factor = 2.0;
+  ropes[3].original_max_position = 16;
+  ropes[3].attention_factor = 1.5;
+  ropes[3].short_factor = {1.0, 1.5, 2.0, 2.5, 3.0, 3.5};
+  ropes[3].long_factor = {2.0, 3.0, 4.0, 5.0, 6.0, 7.0};
+  for (const RopeScaling& rope : ropes) {
+    TrainerState chosen = llama;
+    chosen.model.rope_scaling = rope;
+    chosen.model.partial_rotary_factor = 0.75;
+    chosen.model.nope_layers = {1, 3};
+    chosen.model.embedding_multiplier = 12.0;
+    chosen.model.residual_multiplier = 0.22;
+    chosen.model.logits_scaling = 8.0;
+    chosen.model.attention_multiplier = 0.015625;
+    EXPECT_EQ(parse_trainer_state(trainer_state_json(chosen), "x").model, chosen.model) << to_string(rope.kind);
+  }
+  TrainerState phi3 = llama;
+  phi3.hf.model_type = "phi3";
+  EXPECT_EQ(parse_trainer_state(trainer_state_json(phi3), "x").hf, phi3.hf);
+  json j = json::parse(trainer_state_json(llama));
+  j["model"]["nope_layers"] = {7};
+  EXPECT_NE(error_of(j).find("nope_layers"), std::string::npos) << error_of(j);
 }
 
 TEST(TrainerState, AMixtureOfExpertsParsesBackAndAFileFromBeforeItIsDense) {

@@ -331,3 +331,36 @@ TEST(HfWeightSourceStacked, EveryFlatRangeIsTheStackedTensorsBitForBit) {
   EXPECT_THROW(weights->add_stacked("short", rows, {E, 2 * F + 1, C}), std::logic_error);
   fs::remove_all(dir);
 }
+
+// Phi-3's fused projections (issue 51): a parameter that is a band of rows
+// of one stored tensor holds exactly those rows, converted, and a slice of
+// it reads only its own bytes.
+TEST_F(HfWeightSourceTest, ABandOfRowsOfAFusedTensorIsThatBandAndReadsOnlyItself) {
+  auto weights = std::make_shared<HfWeightSource>("hf:" + dir_.string());
+  const size_t f = weights->add_file(SafetensorsFile::open(dir_ / "model.safetensors"));
+  const size_t b = 2;  // "b": bf16 [9, 11], split 4 + 2 + 3 rows as q, k, v
+  const std::vector<std::pair<int64_t, int64_t>> bands = {{0, 4}, {4, 2}, {6, 3}};
+  for (size_t part = 0; part < bands.size(); ++part) {
+    weights->add_rows("part" + std::to_string(part), f, *weights->file(f).find("b"), bands[part].first,
+                      {bands[part].second, 11});
+  }
+  const ParamInit init(0, std::shared_ptr<const model::WeightSource>(weights));
+  for (size_t part = 0; part < bands.size(); ++part) {
+    const auto [row0, rows] = bands[part];
+    const at::Tensor ref = whole(b).narrow(0, row0, rows).contiguous();
+    ParamSpec s;
+    s.name = "part" + std::to_string(part);
+    s.shape = {rows, 11};
+    std::vector<float> got(static_cast<size_t>(rows * 11), -1.0f);
+    const uint64_t before = weights->bytes_read();
+    init.fill(s, 0, rows * 11, got.data());
+    EXPECT_TRUE(same_bits(got.data(), ref.const_data_ptr<float>(), rows * 11)) << s.name;
+    EXPECT_EQ(weights->bytes_read() - before, static_cast<uint64_t>(rows * 11 * element_bytes(b))) << s.name;
+    std::vector<float> one(3, -1.0f);  // a slice inside the band: row 1's columns 2..4 when it has one
+    if (rows > 1) {
+      init.fill(s, 11 + 2, 3, one.data());
+      EXPECT_TRUE(same_bits(one.data(), ref.const_data_ptr<float>() + 13, 3)) << s.name;
+    }
+  }
+  EXPECT_THROW(weights->add_rows("past", f, *weights->file(f).find("b"), 7, {3, 11}), std::logic_error);
+}

@@ -6,7 +6,10 @@ a head_dim of its own), Mistral (a sliding window shorter than the
 sequence), Gemma 2 and 3 (sandwich 1 + w norms, GeGLU, scaled embeddings,
 a softmax scale of their own, per-layer windows; Gemma 2's capped logits,
 Gemma 3's per-head norms and two rotary bases) and OLMo 2 (post-norms, q/k
-normed over the whole projection). Each: the first step's loss within 1e-6 of transformers', 20
+normed over the whole projection); the rope types linear, dynamic, yarn
+and longrope on a Llama; Phi-3/4 (fused projections on disk, longrope,
+partial rotary), SmolLM3 (layers without rotary) and Granite (its four
+multipliers). Each: the first step's loss within 1e-6 of transformers', 20
 steps under torch.optim.AdamW within 1e-5 each, export-hf loads back as
 the same class with the same logits, greedy generation equal token for
 token; one parallel layout each; what a strategy cannot serve is refused
@@ -213,6 +216,148 @@ class Olmo2FromTransformers(Architecture):
     def test_tensor_parallelism_refuses_the_whole_projection_norms(self):
         self.assert_refused_on_every_rank(["--plugin", "megatron", "--megatron.tp_degree", 2],
                                           "tensor parallelism does not serve qk_norm_whole")
+DEFAULT_ROPE = {"rope_type": "default", "rope_theta": 10000.0}
+
+
+class RopeMovesTheLoss:
+    """The rope type changes transformers' loss, so parity shows it is built."""
+
+    def test_the_scaling_changes_the_rotation(self):
+        self.assert_moves_the_loss("rope_parameters", dict(self.CONFIG["rope_parameters"]), DEFAULT_ROPE)
+
+
+class LlamaLinearRopeFromTransformers(RopeMovesTheLoss, Architecture):
+    """rope_type linear: every frequency divided by the factor."""
+    CONFIG = dict(rope_parameters={"rope_type": "linear", "rope_theta": 10000.0, "factor": 4.0},
+                  initializer_range=0.05)
+
+
+class LlamaDynamicRopeFromTransformers(RopeMovesTheLoss, Architecture):
+    """rope_type dynamic: 32-position windows of a model of 16 positions
+    (--seq-len 32), so the base grows with the sequence as transformers'
+    dynamic update grows it, in training and token by token in generation."""
+    CONFIG = dict(rope_parameters={"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 8.0},
+                  max_position_embeddings=16, initializer_range=0.1)
+
+    def host_args(self, save_dir, metrics):
+        return super().host_args(save_dir, metrics) + ["--seq-len", SHAPE["max_position_embeddings"]]
+
+
+class LlamaYarnRopeFromTransformers(RopeMovesTheLoss, Architecture):
+    """rope_type yarn: the ramp between beta_fast and beta_slow rotations
+    and the cos/sin scale from the factor (mscale)."""
+    CONFIG = dict(rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                                   "original_max_position_embeddings": 2048, "beta_fast": 32.0, "beta_slow": 1.0},
+                  initializer_range=0.05)
+
+
+class LlamaLongRopeFromTransformers(RopeMovesTheLoss, Architecture):
+    """rope_type longrope on a Llama: training's 32 positions pass the
+    original 28 (the long factors), generation's 24 stay within (the short)."""
+    CONFIG = dict(rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0, "factor": 2.0,
+                                   "original_max_position_embeddings": 28,
+                                   "short_factor": [1.0, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0],
+                                   "long_factor": [1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 10.0, 12.0]},
+                  initializer_range=0.05)
+
+
+# Phi-4-mini's choices at test size: longrope (its original length 16 under
+# the 32 positions, so training takes the long factors and generation
+# switches at position 17), 3/4 of each 16-wide head rotated (6 factors).
+PHI3_ROPE = {"rope_type": "longrope", "rope_theta": 10000.0, "factor": 2.0, "original_max_position_embeddings": 16,
+             "partial_rotary_factor": 0.75, "short_factor": [1.0, 1.0, 1.25, 1.5, 2.0, 3.0],
+             "long_factor": [1.0, 1.5, 2.0, 3.0, 4.0, 6.0]}
+
+
+class Phi3FromTransformers(Architecture):
+    """Phi-3/4: fused qkv_proj and gate_up_proj on disk (split on loading,
+    joined by export), longrope with a partial rotation and a tied head,
+    under megatron's tensor parallelism (q, k, v split by heads)."""
+    FAMILY = "Phi3"
+    # pad_token_id: Phi3Config's 32000 lies outside the test's vocabulary.
+    CONFIG = dict(rope_parameters=PHI3_ROPE, original_max_position_embeddings=16, tie_word_embeddings=True,
+                  pad_token_id=None, initializer_range=0.1)
+    PARALLEL = ["--plugin", "megatron", "--megatron.tp_degree", 2]
+
+    def test_the_partial_rotation_and_the_factors_change_the_loss(self):
+        self.assert_moves_the_loss("rope_parameters", PHI3_ROPE, {**PHI3_ROPE, "partial_rotary_factor": 1.0,
+                                                                  "short_factor": [1.0] * 8, "long_factor": [1.0] * 8})
+        self.assert_moves_the_loss("rope_parameters", PHI3_ROPE, {**PHI3_ROPE, "long_factor": PHI3_ROPE["short_factor"]})
+
+    def test_generation_computes_again_where_longrope_switches(self):
+        # From the loaded weights (a step of lr 1e-20 leaves them), 4 + 20
+        # tokens pass the original 16 positions: transformers' Phi-3 computes
+        # the whole sequence again with the long factors there; keeping the
+        # cached keys (short factors) gives other tokens on this model.
+        run = self.path("loaded")
+        run_host("--init-from", "hf:" + self.hf_dir, "--data", "tokens:" + self.tokens_path, "--steps", 1,
+                 "--batch-size", 2, "--lr", 1e-20, "--min-lr", 0, "--warmup-steps", 0, "--save", run, "--threads", 1)
+        prompt = [5, 17, 200, 3]
+        model = self.model_class().from_pretrained(self.hf_dir, attn_implementation="eager").eval()
+        with torch.no_grad():
+            expected = model.generate(torch.tensor([prompt]), max_new_tokens=20, min_new_tokens=20, do_sample=False,
+                                      pad_token_id=0)[0, len(prompt):].tolist()
+        got = run_host("generate", run, "--prompt-ids", " ".join(map(str, prompt)), "--max-new-tokens", 20,
+                       "--temperature", 0).stdout.split()
+        self.assertEqual([int(i) for i in got], expected)
+
+    def test_the_weights_stay_fused_on_disk(self):
+        from safetensors import safe_open
+        run = self.path("fused")
+        run_host("--init-from", "hf:" + self.hf_dir, "--data", "tokens:" + self.tokens_path, "--steps", 1,
+                 "--batch-size", 2, "--save", run, "--threads", 1)
+        out = self.path("fused_hf")
+        run_host("export-hf", run, out)
+        with safe_open(os.path.join(out, "model.safetensors"), "pt") as f:
+            names = set(f.keys())
+        self.assertIn("model.layers.0.self_attn.qkv_proj.weight", names)
+        self.assertIn("model.layers.1.mlp.gate_up_proj.weight", names)
+        self.assertFalse([n for n in names if "q_proj" in n or "gate_proj" in n], names)
+
+    @unittest.skipUnless(MPIRUN, "mpirun not found")
+    def test_its_sliding_window_is_mistrals(self):
+        # Read as Mistral's window: context parallelism refuses it by name.
+        self.assert_moves_the_loss("sliding_window", 8, None)
+        path = os.path.join(self.hf_dir, "config.json")
+        with open(path) as f:
+            config = json.load(f)
+        config["sliding_window"] = 8
+        with open(path, "w") as f:
+            json.dump(config, f)
+        self.assert_refused_on_every_rank(["--plugin", "megatron", "--megatron.cp_degree", 2],
+                                          "context parallelism does not serve sliding_window 8")
+
+
+class SmolLM3FromTransformers(Architecture):
+    """SmolLM3: its second layer attends without rotary positions (NoPE),
+    rope_theta 2e6 and a tied head by default; under fsdp."""
+    FAMILY = "SmolLM3"
+    CONFIG = dict(no_rope_layers=[1, 0], pad_token_id=None, initializer_range=0.1)
+    PARALLEL = ["--plugin", "fsdp"]
+
+    def test_the_layer_without_rotary_changes_the_loss(self):
+        self.assert_moves_the_loss("no_rope_layers", [1, 0], [1, 1])
+
+
+class GraniteFromTransformers(Architecture):
+    """Granite 3: embeddings, residual branches, logits and the softmax
+    scaled by its four multipliers; under ZeRO-3."""
+    FAMILY = "Granite"
+    CONFIG = dict(embedding_multiplier=4.0, residual_multiplier=0.5, logits_scaling=2.0, attention_multiplier=0.125,
+                  initializer_range=0.1)
+    PARALLEL = ["--plugin", "deepspeed_zero", "--deepspeed_zero.zero_stage", 3]
+
+    def test_each_multiplier_changes_the_loss(self):
+        for key, value in self.CONFIG.items():
+            if key == "initializer_range":
+                continue
+            with self.subTest(key):
+                self.assert_moves_the_loss(key, value, 1.0)
+
+    @unittest.skipUnless(MPIRUN, "mpirun not found")
+    def test_context_parallelism_refuses_the_softmax_scale(self):
+        self.assert_refused_on_every_rank(["--plugin", "megatron", "--megatron.cp_degree", 2],
+                                          "context parallelism does not serve attention_multiplier 0.125")
 
 
 class ArchitecturePresets(TempDirMixin, unittest.TestCase):
@@ -229,6 +374,9 @@ class ArchitecturePresets(TempDirMixin, unittest.TestCase):
         "gemma2-tiny": ["--plugin", "megatron", "--megatron.tp_degree", 2, "--megatron.sequence_parallelism", "true"],
         "gemma3-tiny": ["--plugin", "deepspeed_zero", "--deepspeed_zero.zero_stage", 3],
         "olmo2-tiny": ["--plugin", "megatron", "--megatron.pp_degree", 2],
+        "phi3-tiny": ["--plugin", "megatron", "--megatron.tp_degree", 2],
+        "smollm3-tiny": ["--plugin", "fsdp"],
+        "granite-tiny": ["--plugin", "deepspeed_zero", "--deepspeed_zero.zero_stage", 3],
     }
 
     def losses(self, preset, *extra, ranks=1, steps=8):

@@ -25,7 +25,9 @@ TINY = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_la
             num_local_experts=4, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64,
             shared_expert_intermediate_size=64,
             # Gemma's softmax scale follows head_dim
-            query_pre_attn_scalar=16)
+            query_pre_attn_scalar=16,
+            # token ids inside the tiny vocabulary (inert keys either way)
+            pad_token_id=None, bos_token_id=None, eos_token_id=None)
 
 
 class EveryConfigKeyIsReadOrInert(TempDirMixin, unittest.TestCase):

@@ -247,7 +247,10 @@ class LlamaBadInput(TempDirMixin, unittest.TestCase):
 
     def test_each_unsupported_setting_is_named(self):
         cases = [
-            (dict(rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}), ["rope_type", "linear"]),
+            (dict(rope_parameters={"rope_type": "su", "factor": 2.0, "rope_theta": 10000.0}), ["rope_type", "su"]),
+            (dict(rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0, "beta_fast": 8.0}),
+             ["rope_parameters.beta_fast", "rope_type linear"]),
+            (dict(partial_rotary_factor=0.5), ["partial_rotary_factor", "0.5"]),
             (dict(rope_scaling={"type": "dynamic", "factor": 2.0}), ["rope_scaling"]),
             (dict(rope_parameters={"rope_type": "llama3", "factor": 8.0, "rope_theta": 10000.0}),
              ["rope_parameters.low_freq_factor"]),

@@ -4,6 +4,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "host/checkpoint/rope_json.h"
 #include "host/model/model_limits.h"
 #include "host/util/strformat.h"
 
@@ -13,34 +14,43 @@ namespace {
 using nlohmann::json;
 using sdk::describe;
 
-// The rotary scaling types the model computes (model/llama.cpp).
-constexpr const char* kRopeTypes = "accel-host builds the default and llama3 rotary embeddings";
+// One rope object ("rope_parameters", or the older "rope_scaling" whose type
+// may sit under "type"): its type and parameters (checkpoint/rope_json.h),
+// the base and, where the family rotates part of each head, the fraction.
+// Every other key is refused by name.
+RopeScaling read_rope_object(const JsonFields& rope, const JsonFields& config, const RotaryDecoderKeys& keys,
+                             int64_t max_position, std::optional<double>& theta, std::optional<double>& partial) {
+  const char* type_key = rope.has_value("rope_type") || !rope.has_value("type") ? "rope_type" : "type";
+  const std::string type = rope.has_value(type_key) ? rope.string(type_key) : "default";
+  if (keys.phi3_rope) {
+    require_string(rope, type_key, {"default", "longrope"},
+                   std::string("accel-host's ") + keys.family + " builds the default and longrope rotary embeddings");
+  }
+  // Phi-3 keeps the pretraining length beside the object; it wins there.
+  std::optional<int64_t> original;
+  if (keys.phi3_rope && type == "longrope") {
+    // Phi3Config's default when the file has none.
+    original = config.optional_integer("original_max_position_embeddings", 1, model::kMaxModelDimension).value_or(4096);
+  }
+  RopeScaling scaling =
+      keys.partial_rotary
+          ? read_rope_scaling(rope, type, max_position, original, {"rope_type", "type", "rope_theta", "partial_rotary_factor"})
+          : read_rope_scaling(rope, type, max_position, original, {"rope_type", "type", "rope_theta"});
+  if (rope.has_value("rope_theta")) theta = rope.positive_finite("rope_theta");
+  if (rope.has_value("partial_rotary_factor")) partial = rope.optional_number("partial_rotary_factor", 0.0, 1.0);
+  return scaling;
+}
 
 }  // namespace
 
 RopeScaling read_rope_object(const JsonFields& rope, std::optional<double>& theta) {
   const char* type_key = rope.has_value("rope_type") || !rope.has_value("type") ? "rope_type" : "type";
-  require_string(rope, type_key, {"default", "llama3"}, kRopeTypes);
-  const bool llama3 = rope.has_value(type_key) && rope.string(type_key) == "llama3";
-  for (const auto& item : rope.json().items()) {
-    const std::string& key = item.key();
-    const bool known = key == "rope_type" || key == "type" || key == "rope_theta" ||
-                       (llama3 && (key == "factor" || key == "low_freq_factor" || key == "high_freq_factor" ||
-                                   key == "original_max_position_embeddings"));
-    if (!known) rope.fail(key, std::string("is not supported (") + kRopeTypes + ")");
-  }
+  require_string(rope, type_key, {"default", "llama3", "linear"},
+                 "accel-host builds the default, llama3 and linear rotary embeddings here");
+  const std::string type = rope.has_value(type_key) ? rope.string(type_key) : "default";
+  // None of the three reads a sequence length.
+  RopeScaling scaling = read_rope_scaling(rope, type, /*max_position=*/1, std::nullopt, {"rope_type", "type", "rope_theta"});
   if (rope.has_value("rope_theta")) theta = rope.positive_finite("rope_theta");
-  RopeScaling scaling;
-  if (!llama3) return scaling;
-  scaling.kind = RopeScaling::Kind::llama3;
-  scaling.factor = rope.positive_finite("factor");
-  scaling.low_freq_factor = rope.positive_finite("low_freq_factor");
-  scaling.high_freq_factor = rope.positive_finite("high_freq_factor");
-  if (scaling.high_freq_factor <= scaling.low_freq_factor) {
-    rope.fail("high_freq_factor", strformat("(%g) must exceed \"low_freq_factor\" (%g)", scaling.high_freq_factor,
-                                            scaling.low_freq_factor));
-  }
-  scaling.original_max_position = rope.integer("original_max_position_embeddings", 1, model::kMaxModelDimension);
   return scaling;
 }
 
@@ -151,13 +161,41 @@ ModelOverrides rotary_decoder_shape(const JsonFields& config, const RotaryDecode
   require_heads_divide(config, "num_attention_heads", *o.n_head, "num_key_value_heads", *o.n_kv_head);
   o.ffn_size = dimension(config, "intermediate_size");
   // Rotary: transformers 5's rope_parameters, or 4's rope_theta and rope_scaling.
-  if (!keys.own_rope) read_rotary_keys(config, o);
-  o.norm_eps = config.has_value("rms_norm_eps") ? config.positive_finite("rms_norm_eps") : 1e-6;
+  std::optional<double> theta, partial;
+  if (!keys.own_rope && config.has_value("rope_theta")) theta = config.positive_finite("rope_theta");
+  RopeScaling scaling;
+  if (keys.own_rope) {
+    // the caller reads the rotary keys (Gemma 3's per layer type)
+  } else if (config.has_value("rope_parameters")) {
+    if (config.has_value("rope_scaling")) {
+      config.fail("rope_scaling", "is " + describe(config.value("rope_scaling")) +
+                                      " beside \"rope_parameters\"; give one of them");
+    }
+    scaling = read_rope_object(config.object("rope_parameters"), config, keys, *o.seq_len, theta, partial);
+  } else if (config.has_value("rope_scaling")) {
+    scaling = read_rope_object(config.object("rope_scaling"), config, keys, *o.seq_len, theta, partial);
+  }
+  if (!keys.own_rope) {
+    o.rope_theta = theta.value_or(keys.default_theta);
+    o.rope_scaling = scaling;
+  }
+  // The object's partial_rotary_factor first, then config.json's own key
+  // (transformers' convert_rope_params_to_dict).
+  if (!partial) partial = config.optional_number("partial_rotary_factor", 0.0, 1.0);
+  if (partial && *partial != 1.0) {
+    if (!keys.partial_rotary) {
+      config.fail("partial_rotary_factor", strformat("is %g; accel-host's %s rotates every feature of a head",
+                                                     *partial, family.c_str()));
+    }
+    o.partial_rotary_factor = *partial;
+  }
+  o.norm_eps = config.has_value("rms_norm_eps") ? config.positive_finite("rms_norm_eps") : keys.default_eps;
   if (!keys.own_activation) require_string(config, "hidden_act", {"silu"}, "accel-host's " + family + " uses silu");
   require_boolean(config, "attention_bias", false, "accel-host's " + family + " has no attention biases");
   require_boolean(config, "mlp_bias", false, "accel-host's " + family + " has no MLP biases");
   if (keys.tied) {
-    o.tie_embeddings = config.has_value("tie_word_embeddings") && config.boolean("tie_word_embeddings");
+    o.tie_embeddings =
+        config.has_value("tie_word_embeddings") ? config.boolean("tie_word_embeddings") : keys.tied_by_default;
   } else {
     require_boolean(config, "tie_word_embeddings", false, "accel-host's " + family + " keeps an untied lm_head");
   }
@@ -168,35 +206,13 @@ ModelOverrides rotary_decoder_shape(const JsonFields& config, const RotaryDecode
   return o;
 }
 
-void read_rotary_keys(const JsonFields& config, ModelOverrides& o) {
-  std::optional<double> theta;
-  if (config.has_value("rope_theta")) theta = config.positive_finite("rope_theta");
-  RopeScaling scaling;
-  if (config.has_value("rope_parameters")) {
-    if (config.has_value("rope_scaling")) {
-      config.fail("rope_scaling", "is " + describe(config.value("rope_scaling")) +
-                                      " beside \"rope_parameters\"; give one of them");
-    }
-    scaling = read_rope_object(config.object("rope_parameters"), theta);
-  } else if (config.has_value("rope_scaling")) {
-    scaling = read_rope_object(config.object("rope_scaling"), theta);
-  }
-  o.rope_theta = theta.value_or(10000.0);
-  o.rope_scaling = scaling;
-}
-
 json rope_parameters_json(const model::GptConfig& shape) {
-  const RopeScaling& r = shape.rope_scaling;
-  if (r.kind == RopeScaling::Kind::linear) {
-    return {{"rope_theta", shape.rope_theta}, {"rope_type", "linear"}, {"factor", r.factor}};
-  }
-  if (r.kind != RopeScaling::Kind::llama3) return {{"rope_theta", shape.rope_theta}, {"rope_type", "default"}};
-  return {{"rope_theta", shape.rope_theta},
-          {"rope_type", "llama3"},
-          {"factor", r.factor},
-          {"low_freq_factor", r.low_freq_factor},
-          {"high_freq_factor", r.high_freq_factor},
-          {"original_max_position_embeddings", r.original_max_position}};
+  json rope = rope_scaling_json(shape.rope_scaling);
+  rope["rope_theta"] = shape.rope_theta;
+  // transformers' dynamic reads its length from max_position_embeddings.
+  if (shape.rope_scaling.kind == RopeScaling::Kind::dynamic) rope.erase("original_max_position_embeddings");
+  if (shape.partial_rotary_factor != 1.0) rope["partial_rotary_factor"] = shape.partial_rotary_factor;
+  return rope;
 }
 
 json rotary_decoder_json(const model::GptConfig& shape, const HfBridge& bridge) {
@@ -204,7 +220,10 @@ json rotary_decoder_json(const model::GptConfig& shape, const HfBridge& bridge) 
       {"architectures", {bridge.architecture}},
       {"model_type", bridge.model_type},
       {"vocab_size", shape.vocab_size},
-      {"max_position_embeddings", shape.seq_len},
+      // dynamic scaling starts beyond max_position_embeddings: the length it had.
+      {"max_position_embeddings", shape.rope_scaling.kind == RopeScaling::Kind::dynamic
+                                      ? shape.rope_scaling.original_max_position
+                                      : shape.seq_len},
       {"hidden_size", shape.n_embd},
       {"intermediate_size", shape.ffn_size},
       {"num_hidden_layers", shape.n_layer},
@@ -238,7 +257,11 @@ bool dense_rotary_decoder_with(const model::GptConfig& shape, const DenseChoices
   if (shape.family != model::ModelFamily::llama || shape.has_experts()) return false;
   return (allowed.qkv_bias || !shape.qkv_bias) && (allowed.head_dim || shape.head_dim == 0) &&
          (allowed.tied || !shape.tie_embeddings) && (allowed.qk_norm || !shape.qk_norm) &&
-         (allowed.sliding_window || shape.sliding_window == 0) && (allowed.block || shape.block.is_default());
+         (allowed.sliding_window || shape.sliding_window == 0) && (allowed.block || shape.block.is_default()) &&
+         (allowed.partial_rotary || shape.partial_rotary_factor == 1.0) &&
+         (allowed.nope_layers || shape.nope_layers.empty()) &&
+         (allowed.multipliers || (shape.embedding_multiplier == 1.0 && shape.residual_multiplier == 1.0 &&
+                                  shape.logits_scaling == 1.0 && shape.attention_multiplier == 0.0));
 }
 
 }  // namespace accel::checkpoint::bridge

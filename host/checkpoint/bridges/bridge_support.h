@@ -51,19 +51,26 @@ struct RotaryDecoderKeys {
   bool tied = false;         // "tie_word_embeddings" may be true
   bool own_activation = false;  // the caller reads the activation (Gemma's "hidden_activation")
   bool own_rope = false;        // the caller reads the rotary keys (Gemma 3's per layer type)
+  bool partial_rotary = false;  // "partial_rotary_factor" may be below 1 (Phi-3/4)
+  // Phi-3's rope: default or longrope only, its top-level
+  // original_max_position_embeddings winning over the object's.
+  bool phi3_rope = false;
+  // The family's config class defaults, for a file without the key.
+  double default_theta = 10000.0;
+  bool tied_by_default = false;
+  double default_eps = 1e-6;
 };
 // One rope object ("rope_parameters", or the older "rope_scaling" whose type
-// may sit under "type"): its scaling (default or llama3), its "rope_theta"
-// into `theta` when present; every other key refused by name.
+// may sit under "type") of a type that needs no sequence length (default,
+// llama3, linear: Gemma 3's per layer type), its "rope_theta" into `theta`
+// when present; every other type and key refused by name.
 RopeScaling read_rope_object(const JsonFields& rope, std::optional<double>& theta);
 // The keys every rotary decoder shares: vocabulary, positions, width, layers,
 // heads and key/value heads, MLP width, rms_norm_eps, the rotary embedding
 // ("rope_theta", transformers 5's "rope_parameters" or the older
-// "rope_scaling": default or llama3), activation, biases, tying.
+// "rope_scaling": every type of checkpoint/rope_json.h), activation,
+// biases, tying.
 ModelOverrides rotary_decoder_shape(const JsonFields& config, const RotaryDecoderKeys& keys);
-// Its rotary part alone: "rope_theta" (default 10000), "rope_parameters" or
-// "rope_scaling" into o.rope_theta and o.rope_scaling.
-void read_rotary_keys(const JsonFields& config, ModelOverrides& o);
 
 // config.json's keys for those fields (the caller adds its family's own).
 nlohmann::json rotary_decoder_json(const model::GptConfig& shape, const HfBridge& bridge);
@@ -80,6 +87,7 @@ nlohmann::json rope_parameters_json(const model::GptConfig& shape);
 struct DenseChoices {
   bool qkv_bias = false, head_dim = false, tied = false, qk_norm = false, sliding_window = false;
   bool block = false;  // BlockChoices other than Llama's (the caller checks which)
+  bool partial_rotary = false, nope_layers = false, multipliers = false;
 };
 bool dense_rotary_decoder_with(const model::GptConfig& shape, const DenseChoices& allowed);
 
