@@ -1,0 +1,135 @@
+// Unicode classes and UTF-8 conversions of the tokenizer (see unicode.h).
+#include "host/tokenizer/unicode.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace accel::tokenizer {
+namespace {
+
+struct CodeRange {
+  char32_t first, last;
+};
+
+#include "host/tokenizer/unicode_ranges.inc"
+
+template <size_t N>
+bool in_ranges(const CodeRange (&ranges)[N], char32_t c) {
+  const auto* it = std::upper_bound(std::begin(ranges), std::end(ranges), c,
+                                    [](char32_t value, const CodeRange& r) { return value < r.first; });
+  return it != std::begin(ranges) && c <= (it - 1)->last;
+}
+
+// The length of the well-formed UTF-8 sequence at bytes[pos], or the length
+// of its maximal invalid prefix as a negative number (at least 1 byte):
+// Unicode's table 3-7 of well-formed byte sequences.
+int sequence_length(std::string_view bytes, size_t pos, char32_t& value) {
+  const auto byte = [&](size_t i) { return static_cast<unsigned char>(bytes[i]); };
+  const unsigned char lead = byte(pos);
+  if (lead < 0x80) {
+    value = lead;
+    return 1;
+  }
+  int length;
+  unsigned char low = 0x80, high = 0xBF;
+  if (lead >= 0xC2 && lead <= 0xDF) {
+    length = 2;
+    value = lead & 0x1F;
+  } else if (lead >= 0xE0 && lead <= 0xEF) {
+    length = 3;
+    value = lead & 0x0F;
+    if (lead == 0xE0) low = 0xA0;
+    if (lead == 0xED) high = 0x9F;
+  } else if (lead >= 0xF0 && lead <= 0xF4) {
+    length = 4;
+    value = lead & 0x07;
+    if (lead == 0xF0) low = 0x90;
+    if (lead == 0xF4) high = 0x8F;
+  } else {
+    return -1;
+  }
+  for (int i = 1; i < length; ++i) {
+    if (pos + i >= bytes.size()) return -i;
+    const unsigned char next = byte(pos + i);
+    if (next < (i == 1 ? low : 0x80) || next > (i == 1 ? high : 0xBF)) return -i;
+    value = (value << 6) | (next & 0x3F);
+  }
+  return length;
+}
+
+}  // namespace
+
+bool is_letter(char32_t c) { return in_ranges(kLetterRanges, c); }
+bool is_number(char32_t c) { return in_ranges(kNumberRanges, c); }
+
+bool is_whitespace(char32_t c) {
+  return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
+std::u32string utf8_to_u32(std::string_view text) {
+  std::u32string out;
+  out.reserve(text.size());
+  for (size_t pos = 0; pos < text.size();) {
+    char32_t value = 0;
+    const int length = sequence_length(text, pos, value);
+    if (length < 0) throw std::invalid_argument("invalid UTF-8 at byte " + std::to_string(pos));
+    out.push_back(value);
+    pos += static_cast<size_t>(length);
+  }
+  return out;
+}
+
+void append_utf8(std::string& out, char32_t c) {
+  if (c < 0x80) {
+    out.push_back(static_cast<char>(c));
+  } else if (c < 0x800) {
+    out.push_back(static_cast<char>(0xC0 | (c >> 6)));
+    out.push_back(static_cast<char>(0x80 | (c & 0x3F)));
+  } else if (c < 0x10000) {
+    out.push_back(static_cast<char>(0xE0 | (c >> 12)));
+    out.push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | (c & 0x3F)));
+  } else {
+    out.push_back(static_cast<char>(0xF0 | (c >> 18)));
+    out.push_back(static_cast<char>(0x80 | ((c >> 12) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | (c & 0x3F)));
+  }
+}
+
+std::string u32_to_utf8(std::u32string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char32_t c : text) append_utf8(out, c);
+  return out;
+}
+
+std::string utf8_lossy(std::string_view bytes) {
+  std::string out;
+  out.reserve(bytes.size());
+  for (size_t pos = 0; pos < bytes.size();) {
+    char32_t value = 0;
+    const int length = sequence_length(bytes, pos, value);
+    if (length > 0) {
+      out.append(bytes.substr(pos, static_cast<size_t>(length)));
+      pos += static_cast<size_t>(length);
+    } else {
+      out += "\xEF\xBF\xBD";
+      pos += static_cast<size_t>(-length);
+    }
+  }
+  return out;
+}
+
+bool is_valid_utf8(std::string_view bytes) {
+  for (size_t pos = 0; pos < bytes.size();) {
+    char32_t value = 0;
+    const int length = sequence_length(bytes, pos, value);
+    if (length < 0) return false;
+    pos += static_cast<size_t>(length);
+  }
+  return true;
+}
+
+}  // namespace accel::tokenizer
