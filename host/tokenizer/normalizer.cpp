@@ -1,5 +1,5 @@
 // The tokenizer's normalizers (see normalizer.h), as `tokenizers`'
-// normalizers/prepend.rs and replace.rs apply them.
+// normalizers/unicode.rs, prepend.rs and replace.rs apply them.
 #include "host/tokenizer/normalizer.h"
 
 #include <stdexcept>
@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "host/tokenizer/json_fields.h"
+#include "host/tokenizer/nfc.h"
 #include "host/tokenizer/unicode.h"
 
 namespace accel::tokenizer {
@@ -31,6 +32,8 @@ void Normalizer::add(const nlohmann::json& config) {
   const std::string type = type_of(config, "normalizer");
   if (type == "Sequence") {
     for (const auto& step : array_field(config, "normalizers", "normalizer")) add(step);
+  } else if (type == "NFC") {
+    steps_.push_back({Step::Nfc, {}, {}});
   } else if (type == "Prepend") {
     steps_.push_back({Step::Prepend, {}, utf8_to_u32(string_field(config, "prepend", "normalizer Prepend"))});
   } else if (type == "Replace") {
@@ -38,13 +41,15 @@ void Normalizer::add(const nlohmann::json& config) {
                       utf8_to_u32(string_field(config, "content", "normalizer Replace"))});
   } else {
     throw std::invalid_argument("the normalizer " + type +
-                                " is not supported (accel-host reads Prepend, Replace of a string and Sequence)");
+                                " is not supported (accel-host reads NFC, Prepend, Replace of a string and Sequence)");
   }
 }
 
 std::u32string Normalizer::normalize(std::u32string text) const {
   for (const Step& step : steps_) {
-    if (step.kind == Step::Prepend) {
+    if (step.kind == Step::Nfc) {
+      text = nfc(text);
+    } else if (step.kind == Step::Prepend) {
       if (!text.empty()) text = step.content + text;
     } else {
       text = replace_all(std::move(text), step.pattern, step.content);

@@ -1,8 +1,8 @@
-// The normalizers of a tokenizer.json that SentencePiece-style BPE files
-// use: Prepend (Llama 2's "▁" before the text), Replace of a string (" " by
-// "▁"), and a Sequence of them; null is none. Any other normalizer (NFC,
-// NFKC, Lowercase, BertNormalizer, a Replace by regex, ...) is refused by
-// name (std::invalid_argument).
+// The normalizers of today's BPE tokenizer.json files: NFC (Qwen2, Qwen2.5,
+// Qwen3), Prepend (Llama 2's "▁" before the text), Replace of a string
+// (" " by "▁"), and a Sequence of them; null is none. Any other normalizer
+// (NFKC, NFD, Lowercase, BertNormalizer, a Replace by regex, ...) is
+// refused by name (std::invalid_argument).
 #pragma once
 
 #include <string>
@@ -21,7 +21,7 @@ class Normalizer {
 
  private:
   struct Step {
-    enum Kind { Prepend, Replace } kind;
+    enum Kind { Nfc, Prepend, Replace } kind;
     std::u32string pattern, content;
   };
   void add(const nlohmann::json& config);

@@ -6,7 +6,7 @@
 // `tokenizers`' own: added tokens split out, normalizer, pre-tokenizer,
 // model, post-processor (TemplateProcessing's single sequence, ByteLevel);
 // decoding maps ids to tokens and runs the decoder. Any part this does not
-// implement (a WordPiece or Unigram model, an NFC normalizer, a regex
+// implement (a WordPiece or Unigram model, an NFKC normalizer, a regex
 // outside split_regex.h's subset, ...) is refused when the file is read:
 // std::invalid_argument, one line naming the file and the part.
 #pragma once

@@ -1,7 +1,7 @@
 // Unicode for the tokenizer: UTF-8 to code points and back (with Rust's
 // String::from_utf8_lossy replacement, which the `tokenizers` package's
 // decoders use), and the character classes its pre-tokenizer regexes and
-// Digits use: \p{L}, \p{N} (tables from scripts/gen_unicode_ranges.py) and
+// Digits use: \p{L}, \p{N} (tables from scripts/gen_unicode_tables.py) and
 // \s (Unicode White_Space, as Oniguruma, the `tokenizers` regex engine,
 // matches it).
 #pragma once

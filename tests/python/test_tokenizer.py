@@ -1,6 +1,6 @@
 """The C++ tokenizer.json reader (host/tokenizer/) against the `tokenizers`
 package: tokenizers of each family's kind (tokenizer_files.py: byte-level
-BPE as GPT-2, Llama 3, Qwen2 and Granite configure it; SentencePiece-style
+BPE as GPT-2, Llama 3, Qwen2 (NFC) and Granite configure it; SentencePiece-style
 BPE with byte fallback as Llama 2, Mistral and Gemma do), the same ids for
 varied text (accents, CJK, emoji, digit runs, newlines, runs of spaces,
 contractions, special tokens inside the text, added tokens that strip
@@ -27,6 +27,7 @@ TEXTS = [
     "Hello world", "The quick brown fox.", " leading space", "trailing spaces   ", "   ", "", "a",
     "It's 2024; they're here, I'LL go, WE'VE won, you'd, she'd've. 'ſ",
     "café naïve élève crème brûlée Straße", "e\u0301 composed vs \u00e9",
+    "한국어 \u1112\u1161\u11ab\u1100\u1173\u11af A\u030a \u212b a\u0323\u0302 q\u0307\u0323 \u0344 \u0958 \u0301x",
     "日本語のテキスト, 中文字符", "👋🏽 hi 🇯🇵 flags 🧑‍💻 emoji",
     "1234567890 3.14159 007 1,000,000 ١٢٣ Ⅻ", "line one\nline two\n\n\nline five\r\nwindows\r\n",
     "multiple    spaces   here\t\ttabs \t mixed", "code() { return x + y; }  // comment\n    indented",
@@ -53,11 +54,11 @@ class TokenizerMatchesTokenizers(TempDirMixin, unittest.TestCase):
         tokenizer.save(path)
         return path
 
-    def compare(self, name, tokenizer):
+    def compare(self, name, tokenizer, texts=TEXTS):
         path = self.save(name, tokenizer)
-        answers, err = probe(path, TEXTS)
+        answers, err = probe(path, texts)
         self.assertIsNotNone(answers, err)
-        for text, got in zip(TEXTS, answers):
+        for text, got in zip(texts, answers):
             with self.subTest(family=name, text=text):
                 ids = tokenizer.encode(text, add_special_tokens=False).ids
                 special = tokenizer.encode(text).ids
@@ -78,6 +79,17 @@ class TokenizerMatchesTokenizers(TempDirMixin, unittest.TestCase):
     def test_each_family_encodes_and_decodes_as_tokenizers_does(self):
         for name, tokenizer in tokenizer_files.families().items():
             self.compare(name, tokenizer)
+
+    def test_nfc_composes_as_tokenizers_does(self):
+        # Qwen2's NFC on random runs of letters, combining marks of several
+        # classes, Hangul jamo and syllables, precomposed letters, singletons
+        # (U+212B, U+2126) and characters excluded from composition (U+0958).
+        pool = ("aAeEoOuUnNcsqzkK \u00e9\u00c5\u1ea1\u0300\u0301\u0302\u0303\u0308\u030a\u0323\u0327"
+                "\u0328\u0345\u0344\u0340\u05b0\u05b8\u0591\u1100\u1161\u11a8\u11ab\uac00\ud55c"
+                "\u212b\u2126\u0958\u0915\u093c\u0f73\u1e0b\u1e9b\u03d2\u0301\u1f00\u0345\u3099\u304b")
+        rng = random.Random(3)
+        texts = ["".join(rng.choice(pool) for _ in range(rng.randrange(1, 16))) for _ in range(400)]
+        self.compare("qwen2_nfc", tokenizer_files.families()["qwen2"], texts)
 
     def test_added_tokens_that_strip_whitespace_or_are_normalized(self):
         for name in ("gpt2", "llama2"):

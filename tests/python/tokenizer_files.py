@@ -28,8 +28,9 @@ def _train(tokenizer, vocab_size, special, **kwargs):
     return tokenizer
 
 
-def _byte_level(pre_tokenizer, special, ignore_merges=False, bos=None):
+def _byte_level(pre_tokenizer, special, ignore_merges=False, bos=None, normalizer=None):
     tokenizer = Tokenizer(models.BPE(ignore_merges=ignore_merges))
+    tokenizer.normalizer = normalizer
     tokenizer.pre_tokenizer = pre_tokenizer
     tokenizer.decoder = decoders.ByteLevel()
     _train(tokenizer, 600, special, initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
@@ -78,7 +79,7 @@ def families():
                               ["<|begin_of_text|>", "<|end_of_text|>"], ignore_merges=True, bos="<|begin_of_text|>"),
         "qwen2": _byte_level(pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(QWEN2_PATTERN), "isolated"),
                                                       byte_level]),
-                             ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]),
+                             ["<|endoftext|>", "<|im_start|>", "<|im_end|>"], normalizer=normalizers.NFC()),
         "granite": _byte_level(pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
                                                         pre_tokenizers.ByteLevel(add_prefix_space=False)]),
                                ["<|end_of_text|>"]),
