@@ -70,7 +70,6 @@ class SplitRegex::Parser {
     const char32_t c = peek();
     if (c == '?' || c == '+' || c == '*' || c == '{') {
       if (atom.kind == Atom::NegativeLookahead) refuse("a quantified lookahead");
-      if (atom.kind == Atom::Group) refuse("a quantified group");
       ++pos_;
       if (c == '?') atom.min = 0, atom.max = 1;
       if (c == '+') atom.min = 1, atom.max = kUnbounded;
@@ -148,16 +147,32 @@ class SplitRegex::Parser {
     return atom;
   }
 
-  // After a backslash: a class (\p{L}, \p{N}, \s, \S) or one character.
+  // The general categories \p{name} names: a major class or one category.
+  CategorySet categories(const std::string& name) const {
+    using G = GeneralCategory;
+    static const std::pair<const char*, G> kNames[] = {{"Lu", G::Lu}, {"Ll", G::Ll}, {"Lt", G::Lt}, {"Lm", G::Lm},
+                                                       {"Lo", G::Lo}, {"Mn", G::Mn}, {"Mc", G::Mc}, {"Me", G::Me},
+                                                       {"Nd", G::Nd}, {"Nl", G::Nl}, {"No", G::No}};
+    CategorySet set = 0;
+    for (const auto& [category_name, category] : kNames) {
+      if (name == category_name || (name.size() == 1 && name[0] == category_name[0])) set |= category_bit(category);
+    }
+    if (set == 0) refuse("the class '\\p{" + name + "}'");
+    return set;
+  }
+
+  // After a backslash: a class (\p{...}, \s, \S) or one character.
   ClassItem parse_escape() {
     if (at_end()) refuse("a trailing '\\'");
     const char32_t c = text_[pos_++];
     ClassItem item{ClassItem::Range};
     if (c == 'p') {
-      if (text_.compare(pos_, 3, U"{L}") == 0) item.kind = ClassItem::Letter;
-      else if (text_.compare(pos_, 3, U"{N}") == 0) item.kind = ClassItem::Number;
-      else refuse("the class '\\p" + u32_to_utf8(text_.substr(pos_, text_.find(U'}', pos_) + 1 - pos_)) + "'");
-      pos_ += 3;
+      const size_t close = text_.find(U'}', pos_);
+      if (pos_ >= text_.size() || peek() != '{' || close == std::u32string::npos) refuse("a '\\p' without {NAME}");
+      const std::string name = u32_to_utf8(text_.substr(pos_ + 1, close - pos_ - 1));
+      item.kind = ClassItem::Categories;
+      item.categories = categories(name);
+      pos_ = close + 1;
       return item;
     }
     if (c == 's') item.kind = ClassItem::Space;
@@ -226,7 +241,7 @@ class SplitRegex::Matcher {
       if (alternation(atom.group, pos, [](size_t) { return true; })) return false;
       return rest(pos);
     }
-    if (atom.kind == Atom::Group) return alternation(atom.group, pos, rest);
+    if (atom.kind == Atom::Group) return repeat(atom, 0, pos, rest);
     size_t count = 0;
     while (count < atom.max && pos + count < text_.size() && regex_.matches_char(atom, text_[pos + count])) ++count;
     if (count < atom.min) return false;
@@ -234,6 +249,17 @@ class SplitRegex::Matcher {
       if (rest(pos + taken)) return true;
       if (taken == atom.min) return false;
     }
+  }
+
+  // A quantified group, greedily: one more repetition first, then the rest
+  // (a repetition that consumes nothing ends the loop, as Oniguruma's does).
+  bool repeat(const Atom& atom, size_t count, size_t pos, const Continuation& rest) const {
+    if (count < atom.max && alternation(atom.group, pos, [&](size_t at) {
+          return at != pos && repeat(atom, count + 1, at, rest);
+        })) {
+      return true;
+    }
+    return count >= atom.min && rest(pos);
   }
 
   const SplitRegex& regex_;
@@ -259,8 +285,7 @@ bool SplitRegex::matches_char(const Atom& atom, char32_t c) const {
         found = atom.fold_case ? (fold(c) >= fold(item.low) && fold(c) <= fold(item.high)) || (c >= item.low && c <= item.high)
                                : c >= item.low && c <= item.high;
         break;
-      case ClassItem::Letter: found = is_letter(c); break;
-      case ClassItem::Number: found = is_number(c); break;
+      case ClassItem::Categories: found = in_categories(c, item.categories); break;
       case ClassItem::Space: found = is_whitespace(c); break;
       case ClassItem::NotSpace: found = !is_whitespace(c); break;
     }

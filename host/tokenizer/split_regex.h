@@ -2,18 +2,24 @@
 // pre-tokenizer's "Regex", ByteLevel's GPT-2 pattern), matched over code
 // points the way Oniguruma, the `tokenizers` package's engine, matches them
 // (leftmost start, first alternative that succeeds, greedy backtracking).
-// Only the subset those files use: literals, alternation, groups (?:...)
-// and (?i:...) (ASCII case folding, plus U+017F and U+212A as Unicode folds
-// them), classes [...] and [^...] of characters, ranges, \p{L}, \p{N}, \s,
-// \S, \r, \n, \t; the quantifiers ? + * {m,n}; the lookahead (?!...). Any
-// other construct is refused by name (std::invalid_argument), so a file
-// whose pattern this cannot match exactly is never tokenized differently.
+// Only the subset those files use (GPT-2's, Llama 3's and cl100k's, Qwen2's,
+// o200k's and Tekken's patterns): literals, alternation, groups (?:...) and
+// (?i:...) (ASCII case folding, plus U+017F and U+212A as Unicode folds
+// them), classes [...] and [^...] of characters, ranges, the general
+// categories of letters, marks and numbers (\p{L}, \p{Lu}, \p{Ll}, \p{Lt},
+// \p{Lm}, \p{Lo}, \p{M}, \p{Mn}, \p{Mc}, \p{Me}, \p{N}, \p{Nd}, \p{Nl},
+// \p{No}), \s, \S, \r, \n, \t; the greedy quantifiers ? + * {m,n}, on
+// groups too; the lookahead (?!...). Any other construct is refused by name
+// (std::invalid_argument), so a file whose pattern this cannot match
+// exactly is never tokenized differently.
 #pragma once
 
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
+
+#include "host/tokenizer/unicode.h"
 
 namespace accel::tokenizer {
 
@@ -27,8 +33,9 @@ class SplitRegex {
 
  private:
   struct ClassItem {
-    enum Kind { Range, Letter, Number, Space, NotSpace } kind;
+    enum Kind { Range, Categories, Space, NotSpace } kind;
     char32_t low = 0, high = 0;
+    CategorySet categories = 0;
   };
   struct Atom {
     enum Kind { Literal, Class, Group, NegativeLookahead } kind = Literal;

@@ -7,18 +7,12 @@
 namespace accel::tokenizer {
 namespace {
 
-struct CodeRange {
+struct CategoryRange {
   char32_t first, last;
+  uint8_t category;
 };
 
 #include "host/tokenizer/unicode_ranges.inc"
-
-template <size_t N>
-bool in_ranges(const CodeRange (&ranges)[N], char32_t c) {
-  const auto* it = std::upper_bound(std::begin(ranges), std::end(ranges), c,
-                                    [](char32_t value, const CodeRange& r) { return value < r.first; });
-  return it != std::begin(ranges) && c <= (it - 1)->last;
-}
 
 // The length of the well-formed UTF-8 sequence at bytes[pos], or the length
 // of its maximal invalid prefix as a negative number (at least 1 byte):
@@ -59,8 +53,22 @@ int sequence_length(std::string_view bytes, size_t pos, char32_t& value) {
 
 }  // namespace
 
-bool is_letter(char32_t c) { return in_ranges(kLetterRanges, c); }
-bool is_number(char32_t c) { return in_ranges(kNumberRanges, c); }
+GeneralCategory general_category(char32_t c) {
+  const auto* it = std::upper_bound(std::begin(kCategoryRanges), std::end(kCategoryRanges), c,
+                                    [](char32_t value, const CategoryRange& r) { return value < r.first; });
+  if (it == std::begin(kCategoryRanges) || c > (it - 1)->last) return GeneralCategory::None;
+  return static_cast<GeneralCategory>((it - 1)->category);
+}
+
+bool is_letter(char32_t c) {
+  const GeneralCategory category = general_category(c);
+  return category >= GeneralCategory::Lu && category <= GeneralCategory::Lo;
+}
+
+bool is_number(char32_t c) {
+  const GeneralCategory category = general_category(c);
+  return category >= GeneralCategory::Nd && category <= GeneralCategory::No;
+}
 
 bool is_whitespace(char32_t c) {
   return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||

@@ -1,6 +1,7 @@
 """The C++ tokenizer.json reader (host/tokenizer/) against the `tokenizers`
 package: tokenizers of each family's kind (tokenizer_files.py: byte-level
-BPE as GPT-2, Llama 3, Qwen2 (NFC) and Granite configure it; SentencePiece-style
+BPE as GPT-2, Llama 3, Qwen2 (NFC), GPT-4o (o200k), Mistral's Tekken and
+Granite configure it; SentencePiece-style
 BPE with byte fallback as Llama 2, Mistral and Gemma do), the same ids for
 varied text (accents, CJK, emoji, digit runs, newlines, runs of spaces,
 contractions, special tokens inside the text, added tokens that strip
@@ -33,7 +34,7 @@ TEXTS = [
     "multiple    spaces   here\t\ttabs \t mixed", "code() { return x + y; }  // comment\n    indented",
     "\u00a0non-breaking\u2009thin\u3000ideographic", "<|endoftext|>start and end<|endoftext|>",
     "mid<|endoftext|>dle <s> x </s>y<eos><bos>", "<|begin_of_text|>Hi<|im_start|>user\nhey<|im_end|>",
-    "unseen: ЖЩЮ αβγ ※ ∑∫ ﬁ", "<start_of_turn>user\nHello<end_of_turn>\n", "x" * 300,
+    "unseen: ЖЩЮ αβγ ※ ∑∫ ﬁ", "CamelCaseWords HTTPServer iPhone ǅemal x'LL ÉCOLE naïve\u0308s path/to/file\n", "<start_of_turn>user\nHello<end_of_turn>\n", "x" * 300,
 ]
 
 

@@ -10,6 +10,11 @@ GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|
 LLAMA3_PATTERN = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
                   r"""|\s*[\r\n]+|\s+(?!\S)|\s+""")
 QWEN2_PATTERN = LLAMA3_PATTERN.replace(r"\p{N}{1,3}", r"\p{N}")
+_WORDS = (r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+{s}"""
+          r"""|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*{s}""")
+_REST = r"""| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+O200K_PATTERN = _WORDS.replace("{s}", r"(?i:'s|'t|'re|'ve|'m|'ll|'d)?") + r"|\p{N}{1,3}" + _REST  # GPT-4o's
+TEKKEN_PATTERN = _WORDS.replace("{s}", "") + r"|\p{N}" + _REST  # Mistral Nemo's, Ministral's
 SPACE = "\u2581"
 
 CORPUS = """The quick brown fox jumps over the lazy dog. It's 2024, and they're testing tokenizers!
@@ -80,6 +85,10 @@ def families():
         "qwen2": _byte_level(pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(QWEN2_PATTERN), "isolated"),
                                                       byte_level]),
                              ["<|endoftext|>", "<|im_start|>", "<|im_end|>"], normalizer=normalizers.NFC()),
+        "o200k": _byte_level(pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(O200K_PATTERN), "isolated"),
+                                                      byte_level]), ["<|endoftext|>"]),
+        "tekken": _byte_level(pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(TEKKEN_PATTERN), "isolated"),
+                                                       byte_level]), ["<unk>", "<s>", "</s>"], bos="<s>"),
         "granite": _byte_level(pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
                                                         pre_tokenizers.ByteLevel(add_prefix_space=False)]),
                                ["<|end_of_text|>"]),
