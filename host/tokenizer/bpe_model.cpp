@@ -73,6 +73,7 @@ BpeModel::BpeModel(const nlohmann::json& model) {
   if (merges == model.end() || !merges->is_array()) refuse("BPE merges is not a list");
   int64_t rank = 0;
   for (const auto& merge : *merges) {
+    if (merge.is_string() != merges->front().is_string()) refuse("BPE merges mix \"a b\" strings and [a, b] pairs");
     const auto [left, right] = merge_parts(merge);
     const auto a = vocab_.find(left), b = vocab_.find(right), joined = vocab_.find(left + right);
     if (a == vocab_.end() || b == vocab_.end() || joined == vocab_.end()) {

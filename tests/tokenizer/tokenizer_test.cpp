@@ -36,7 +36,7 @@ nlohmann::json sentencepiece_file() {
                                                        {{"type", "ByteFallback"}}, {{"type", "Fuse"}},
                                                        {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}}}}},
       {"model", {{"type", "BPE"}, {"unk_token", "<unk>"}, {"fuse_unk", true}, {"byte_fallback", true},
-                 {"vocab", vocab}, {"merges", {"a b", {"b", "c"}, "ab c", "\xE2\x96\x81 a"}}}}};
+                 {"vocab", vocab}, {"merges", {"a b", "b c", "ab c", "\xE2\x96\x81 a"}}}}};
 }
 
 Tokenizer load(const nlohmann::json& file) { return Tokenizer::from_json(file.dump(), "test.json"); }
@@ -48,6 +48,11 @@ TEST(Tokenizer, MergesTheLowestRankFirst) {
   // "▁bca": b c (1) first, then nothing joins ▁ bc a.
   EXPECT_EQ(tokenizer.encode("bca", false), (Ids{5, 10, 2}));
   EXPECT_EQ(tokenizer.encode("a", false), (Ids{12}));
+  nlohmann::json pairs = sentencepiece_file();
+  using Json = nlohmann::json;
+  pairs["model"]["merges"] = Json::array({Json::array({"a", "b"}), Json::array({"b", "c"}), Json::array({"ab", "c"}),
+                                          Json::array({"\xE2\x96\x81", "a"})});
+  EXPECT_EQ(load(pairs).encode("abc bca", false), tokenizer.encode("abc bca", false));
 }
 
 TEST(Tokenizer, BytesFallBackAndUnknownsFuse) {
@@ -109,6 +114,9 @@ TEST(Tokenizer, RefusesWhatItDoesNotImplementByName) {
   file = sentencepiece_file();
   file["model"]["merges"].push_back("a z");
   EXPECT_NE(refusal(file).find("the merge 'a z' names a token outside the vocabulary"), std::string::npos);
+  file = sentencepiece_file();
+  file["model"]["merges"].push_back(nlohmann::json::array({"b", "c"}));
+  EXPECT_NE(refusal(file).find("mix \"a b\" strings and [a, b] pairs"), std::string::npos);
   EXPECT_NE(refusal(nlohmann::json::array()).find("test.json: not a tokenizer.json"), std::string::npos);
 }
 
