@@ -51,6 +51,21 @@ int sequence_length(std::string_view bytes, size_t pos, char32_t& value) {
   return length;
 }
 
+// Walks bytes sequence by sequence: valid(value, begin, length) for each
+// well-formed one, invalid(begin, length) for each maximal invalid subpart;
+// either returning false stops the walk (and the result is false).
+template <typename Valid, typename Invalid>
+bool walk_utf8(std::string_view bytes, Valid valid, Invalid invalid) {
+  for (size_t pos = 0; pos < bytes.size();) {
+    char32_t value = 0;
+    const int length = sequence_length(bytes, pos, value);
+    const size_t size = static_cast<size_t>(length > 0 ? length : -length);
+    if (!(length > 0 ? valid(value, pos, size) : invalid(pos, size))) return false;
+    pos += size;
+  }
+  return true;
+}
+
 }  // namespace
 
 GeneralCategory general_category(char32_t c) {
@@ -78,13 +93,9 @@ bool is_whitespace(char32_t c) {
 std::u32string utf8_to_u32(std::string_view text) {
   std::u32string out;
   out.reserve(text.size());
-  for (size_t pos = 0; pos < text.size();) {
-    char32_t value = 0;
-    const int length = sequence_length(text, pos, value);
-    if (length < 0) throw std::invalid_argument("invalid UTF-8 at byte " + std::to_string(pos));
-    out.push_back(value);
-    pos += static_cast<size_t>(length);
-  }
+  walk_utf8(
+      text, [&](char32_t value, size_t, size_t) { return out.push_back(value), true; },
+      [](size_t pos, size_t) -> bool { throw std::invalid_argument("invalid UTF-8 at byte " + std::to_string(pos)); });
   return out;
 }
 
@@ -116,28 +127,15 @@ std::string u32_to_utf8(std::u32string_view text) {
 std::string utf8_lossy(std::string_view bytes) {
   std::string out;
   out.reserve(bytes.size());
-  for (size_t pos = 0; pos < bytes.size();) {
-    char32_t value = 0;
-    const int length = sequence_length(bytes, pos, value);
-    if (length > 0) {
-      out.append(bytes.substr(pos, static_cast<size_t>(length)));
-      pos += static_cast<size_t>(length);
-    } else {
-      out += "\xEF\xBF\xBD";
-      pos += static_cast<size_t>(-length);
-    }
-  }
+  walk_utf8(
+      bytes, [&](char32_t, size_t pos, size_t length) { return out.append(bytes.substr(pos, length)), true; },
+      [&](size_t, size_t) { return out += "\xEF\xBF\xBD", true; });
   return out;
 }
 
 bool is_valid_utf8(std::string_view bytes) {
-  for (size_t pos = 0; pos < bytes.size();) {
-    char32_t value = 0;
-    const int length = sequence_length(bytes, pos, value);
-    if (length < 0) return false;
-    pos += static_cast<size_t>(length);
-  }
-  return true;
+  return walk_utf8(
+      bytes, [](char32_t, size_t, size_t) { return true; }, [](size_t, size_t) { return false; });
 }
 
 }  // namespace accel::tokenizer

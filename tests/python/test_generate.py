@@ -38,6 +38,16 @@ class Generate(TempDirMixin, unittest.TestCase):
     def generate(self, checkpoint, *args, check=True):
         return run_host("generate", checkpoint, *args, check=check)
 
+    def assert_usage_errors(self, checkpoint, cases):
+        """Each (args, message): exit 2 and one error line holding message."""
+        for args, message in cases.items():
+            with self.subTest(args=args):
+                proc = self.generate(checkpoint, *args, check=False)
+                self.assertEqual(proc.returncode, 2, proc.stderr)
+                errors = error_lines(proc.stderr)
+                self.assertEqual(len(errors), 1, proc.stderr)
+                self.assertIn(message, errors[0])
+
     def transformers_greedy(self, checkpoint, prompt_ids, new_tokens):
         out = self.path("hf")
         run_host("export-hf", checkpoint, out)
@@ -137,13 +147,7 @@ class Generate(TempDirMixin, unittest.TestCase):
             ("--tokenizer", self.path("words.json"), "--prompt", "a"): "the model WordLevel is not supported",
             ("--tokenizer", self.path("nowhere"), "--prompt", "a"): "cannot be read",
         }
-        for args, message in cases.items():
-            with self.subTest(args=args):
-                proc = self.generate(checkpoint, *args, check=False)
-                self.assertEqual(proc.returncode, 2, proc.stderr)
-                errors = error_lines(proc.stderr)
-                self.assertEqual(len(errors), 1, proc.stderr)
-                self.assertIn(message, errors[0])
+        self.assert_usage_errors(checkpoint, cases)
 
     def test_bad_arguments_are_one_line(self):
         checkpoint = self.byte_model()
@@ -164,13 +168,7 @@ class Generate(TempDirMixin, unittest.TestCase):
             ("--prompt", "a", "--beam", "2"): "unknown option '--beam'",
             ("--prompt",): "--prompt needs a value",
         }
-        for args, message in cases.items():
-            with self.subTest(args=args):
-                proc = self.generate(checkpoint, *args, check=False)
-                self.assertEqual(proc.returncode, 2, proc.stderr)
-                errors = error_lines(proc.stderr)
-                self.assertEqual(len(errors), 1, proc.stderr)
-                self.assertIn(message, errors[0])
+        self.assert_usage_errors(checkpoint, cases)
         proc = self.generate(self.path("nowhere"), "--prompt", "a", check=False)
         self.assertEqual(proc.returncode, 1, proc.stderr)
         self.assertEqual(len(error_lines(proc.stderr)), 1, proc.stderr)

@@ -33,7 +33,7 @@ TEXTS = [
     "1234567890 3.14159 007 1,000,000 ١٢٣ Ⅻ", "line one\nline two\n\n\nline five\r\nwindows\r\n",
     "multiple    spaces   here\t\ttabs \t mixed", "code() { return x + y; }  // comment\n    indented",
     "\u00a0non-breaking\u2009thin\u3000ideographic", "<|endoftext|>start and end<|endoftext|>",
-    "mid<|endoftext|>dle <s> x </s>y<eos><bos>", "<|begin_of_text|>Hi<|im_start|>user\nhey<|im_end|>",
+    "mid<|endoftext|>dle <s> x </s>y<eos><bos>", "<s>Hello </s> world", "<|end|> spaced <|end|>x", "<|begin_of_text|>Hi<|im_start|>user\nhey<|im_end|>",
     "unseen: ЖЩЮ αβγ ※ ∑∫ ﬁ", "CamelCaseWords HTTPServer iPhone ǅemal x'LL ÉCOLE naïve\u0308s path/to/file\n", "<start_of_turn>user\nHello<end_of_turn>\n", "x" * 300,
 ]
 
