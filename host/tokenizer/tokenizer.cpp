@@ -73,12 +73,31 @@ struct Tokenizer::Parts {
         added(root.value("added_tokens", nlohmann::json()), normalizer),
         decoder(root.value("decoder", nlohmann::json())) {
     post.add(root.value("post_processor", nlohmann::json()));
-    for (const char* key : {"truncation", "padding"}) {
-      if (root.contains(key) && !root[key].is_null()) {
-        throw std::invalid_argument(std::string(key) + " is set; accel-host encodes without " + key);
-      }
+    read_truncation(root.value("truncation", nlohmann::json()));
+    const nlohmann::json padding = root.value("padding", nlohmann::json());
+    // Padding to the batch's longest sequence leaves one sequence as it is;
+    // a fixed length or a multiple would pad it.
+    if (!padding.is_null() && (padding.value("strategy", nlohmann::json()) != "BatchLongest" ||
+                               !padding.value("pad_to_multiple_of", nlohmann::json()).is_null())) {
+      throw std::invalid_argument("padding " + padding.dump() + " is not supported (only BatchLongest)");
     }
   }
+
+  // Truncation keeps max_length ids (less the post-processor's) from the
+  // start ("Right") or the end ("Left"), as `tokenizers` truncates one sequence.
+  void read_truncation(const nlohmann::json& config) {
+    if (config.is_null()) return;
+    max_length = int_field(config, "max_length", "truncation");
+    if (max_length < 0) throw std::invalid_argument("truncation's max_length is negative");
+    const auto direction = config.value("direction", std::string("Right"));
+    if (direction != "Right" && direction != "Left") {
+      throw std::invalid_argument("truncation's direction '" + direction + "' is neither Right nor Left");
+    }
+    truncate_left = direction == "Left";
+  }
+
+  std::optional<int64_t> max_length;
+  bool truncate_left = false;
 
   static const nlohmann::json& checked_model(const nlohmann::json& root) {
     if (!root.is_object() || !root.contains("model")) throw std::invalid_argument("no \"model\"");
@@ -119,7 +138,6 @@ Tokenizer Tokenizer::from_file(const std::filesystem::path& file_or_dir) {
 std::vector<int64_t> Tokenizer::encode(std::string_view text, bool add_special_tokens) const {
   const Parts& p = *parts_;
   std::vector<int64_t> ids;
-  if (add_special_tokens) ids = p.post.before;
   std::vector<Piece> pieces;
   for (Segment& segment : p.added.extract_and_normalize(utf8_to_u32(text), p.normalizer)) {
     if (segment.id) {
@@ -130,7 +148,19 @@ std::vector<int64_t> Tokenizer::encode(std::string_view text, bool add_special_t
     p.pre_tokenizer.pre_tokenize(pieces);
     for (const Piece& piece : pieces) p.model.tokenize(u32_to_utf8(piece.text), ids);
   }
-  if (add_special_tokens) ids.insert(ids.end(), p.post.after.begin(), p.post.after.end());
+  if (p.max_length) {
+    const int64_t added = add_special_tokens ? static_cast<int64_t>(p.post.before.size() + p.post.after.size()) : 0;
+    if (*p.max_length < added) {
+      throw std::invalid_argument("truncation's max_length is smaller than the post-processor's special tokens");
+    }
+    const auto keep = static_cast<size_t>(*p.max_length - added);
+    if (ids.size() > keep) ids.erase(p.truncate_left ? ids.begin() : ids.begin() + static_cast<std::ptrdiff_t>(keep),
+                                     p.truncate_left ? ids.end() - static_cast<std::ptrdiff_t>(keep) : ids.end());
+  }
+  if (add_special_tokens) {
+    ids.insert(ids.begin(), p.post.before.begin(), p.post.before.end());
+    ids.insert(ids.end(), p.post.after.begin(), p.post.after.end());
+  }
   return ids;
 }
 

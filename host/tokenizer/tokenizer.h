@@ -4,7 +4,8 @@
 // Qwen2/2.5/3, OLMo 2, SmolLM3, Granite) and SentencePiece-style BPE with
 // byte fallback (Llama 2, Mistral, Gemma, Phi-3); the pipeline is
 // `tokenizers`' own: added tokens split out, normalizer, pre-tokenizer,
-// model, post-processor (TemplateProcessing's single sequence, ByteLevel);
+// model, truncation, post-processor (TemplateProcessing's single sequence,
+// ByteLevel);
 // decoding maps ids to tokens and runs the decoder. Any part this does not
 // implement (a WordPiece or Unigram model, an NFKC normalizer, a regex
 // outside split_regex.h's subset, ...) is refused when the file is read:

@@ -99,6 +99,13 @@ class TokenizerMatchesTokenizers(TempDirMixin, unittest.TestCase):
             tokenizer.add_tokens([AddedToken("crème", normalized=True), AddedToken("ab c", normalized=False)])
             self.compare(name + "_added", tokenizer)
 
+    def test_truncation_and_batch_padding_as_tokenizers_applies_them(self):
+        for name, direction in (("llama3", "right"), ("llama2", "left")):
+            tokenizer = tokenizer_files.families()[name]
+            tokenizer.enable_truncation(max_length=7, direction=direction)
+            tokenizer.enable_padding()  # to the batch's longest: one sequence stays as it is
+            self.compare(f"{name}_truncated", tokenizer)
+
     def test_what_it_cannot_read_is_refused_in_one_line(self):
         tokenizer = tokenizer_files.families()["gpt2"]
         tokenizer.normalizer = normalizers.NFKC()
