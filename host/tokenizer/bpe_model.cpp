@@ -3,6 +3,7 @@
 // quirks included: byte-fallback tokens go in before a pending unknown.
 #include "host/tokenizer/bpe_model.h"
 
+#include <algorithm>
 #include <queue>
 #include <stdexcept>
 
@@ -66,8 +67,8 @@ BpeModel::BpeModel(const nlohmann::json& model) {
     if (!id.is_number_unsigned() || id.get<uint64_t>() >= (1ULL << 31)) refuse("the id of '" + token + "' is not an id");
     const auto value = id.get<int64_t>();
     vocab_[token] = value;
-    if (static_cast<size_t>(value) >= tokens_.size()) tokens_.resize(static_cast<size_t>(value) + 1);
-    tokens_[static_cast<size_t>(value)] = token;
+    tokens_[value] = token;
+    max_id_ = std::max(max_id_, value);
   }
   const auto merges = model.find("merges");
   if (merges == model.end() || !merges->is_array()) refuse("BPE merges is not a list");
@@ -90,8 +91,8 @@ std::optional<int64_t> BpeModel::token_to_id(const std::string& token) const {
 }
 
 const std::string* BpeModel::id_to_token(int64_t id) const {
-  if (id < 0 || id > max_id() || tokens_[static_cast<size_t>(id)].empty()) return nullptr;
-  return &tokens_[static_cast<size_t>(id)];
+  const auto it = tokens_.find(id);
+  return it == tokens_.end() ? nullptr : &it->second;
 }
 
 void BpeModel::tokenize(const std::string& word, std::vector<int64_t>& ids) const {

@@ -30,13 +30,14 @@ class BpeModel {
 
   std::optional<int64_t> token_to_id(const std::string& token) const;
   const std::string* id_to_token(int64_t id) const;
-  int64_t max_id() const { return static_cast<int64_t>(tokens_.size()) - 1; }
+  int64_t max_id() const { return max_id_; }
 
  private:
   void merge_all(std::vector<int64_t>& ids, std::vector<size_t>& lengths) const;
 
   std::unordered_map<std::string, int64_t> vocab_;
-  std::vector<std::string> tokens_;  // by id ("" where no token has the id)
+  std::unordered_map<int64_t, std::string> tokens_;  // by id (a map: a file's ids need not be dense)
+  int64_t max_id_ = -1;
   std::unordered_map<uint64_t, std::pair<int64_t, int64_t>> merges_;  // (left, right) -> (rank, new id)
   std::optional<std::string> unk_token_;
   bool fuse_unk_ = false;

@@ -76,6 +76,9 @@ class SplitRegex::Parser {
       if (c == '*') atom.min = 0, atom.max = kUnbounded;
       if (c == '{') parse_counts(atom);
       if (!at_end() && (peek() == '?' || peek() == '+')) refuse("a lazy or possessive quantifier");
+      // One optional group (o200k's contractions) at most: deeper repetition
+      // would recurse once per repetition over the whole prompt.
+      if (atom.kind == Atom::Group && atom.max > 1) refuse("a group repeated more than once");
     }
     return atom;
   }
@@ -251,8 +254,9 @@ class SplitRegex::Matcher {
     }
   }
 
-  // A quantified group, greedily: one more repetition first, then the rest
-  // (a repetition that consumes nothing ends the loop, as Oniguruma's does).
+  // A quantified group (at most once: the parser's rule), greedily: one
+  // more repetition first, then the rest (a repetition that consumes
+  // nothing ends the loop, as Oniguruma's does).
   bool repeat(const Atom& atom, size_t count, size_t pos, const Continuation& rest) const {
     if (count < atom.max && alternation(atom.group, pos, [&](size_t at) {
           return at != pos && repeat(atom, count + 1, at, rest);

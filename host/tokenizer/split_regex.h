@@ -8,8 +8,8 @@
 // them), classes [...] and [^...] of characters, ranges, the general
 // categories of letters, marks and numbers (\p{L}, \p{Lu}, \p{Ll}, \p{Lt},
 // \p{Lm}, \p{Lo}, \p{M}, \p{Mn}, \p{Mc}, \p{Me}, \p{N}, \p{Nd}, \p{Nl},
-// \p{No}), \s, \S, \r, \n, \t; the greedy quantifiers ? + * {m,n}, on
-// groups too; the lookahead (?!...). Any other construct is refused by name
+// \p{No}), \s, \S, \r, \n, \t; the greedy quantifiers ? + * {m,n} (a
+// group's only ? or {0,1}); the lookahead (?!...). Any other construct is refused by name
 // (std::invalid_argument), so a file whose pattern this cannot match
 // exactly is never tokenized differently.
 #pragma once

@@ -62,6 +62,7 @@ TEST(SplitRegex, RefusesConstructsOutsideTheSubsetByName) {
   EXPECT_NE(refusal(R"(a+?)").find("lazy"), std::string::npos);
   EXPECT_NE(refusal(R"((?=a))").find("(?="), std::string::npos);
   EXPECT_NE(refusal(R"((?!a)+)").find("quantified lookahead"), std::string::npos);
+  EXPECT_NE(refusal(R"((?:ab)*)").find("a group repeated more than once"), std::string::npos);
   EXPECT_NE(refusal(R"([abc)").find("unclosed"), std::string::npos);
 }
 

@@ -70,6 +70,10 @@ TEST(Tokenizer, SpecialTokensSplitOutAndThePostProcessorAddsThem) {
   EXPECT_EQ(tokenizer.decode({1, 12, 5, 2}, true), "a a");
   EXPECT_EQ(tokenizer.decode({1, 12}, false), "<s> a");
   EXPECT_EQ(tokenizer.vocab_size(), 13);
+  nlohmann::json sparse = sentencepiece_file();
+  sparse["model"]["vocab"]["z"] = 2'000'000'000;  // ids need not be dense, nor cost memory up to the largest
+  EXPECT_EQ(load(sparse).vocab_size(), 2'000'000'001);
+  EXPECT_EQ(load(sparse).decode({2'000'000'000, 2}, false), "za");
 }
 
 TEST(Tokenizer, ByteLevelAlphabet) {
