@@ -81,6 +81,17 @@ class TokenizerMatchesTokenizers(TempDirMixin, unittest.TestCase):
         for name, tokenizer in tokenizer_files.families().items():
             self.compare(name, tokenizer)
 
+    def test_random_text_encodes_and_decodes_as_tokenizers_does(self):
+        # Runs drawn from every kind of character the files treat apart,
+        # special tokens and their fragments, "▁" itself and contractions.
+        pool = ["a", "Z", "é", "ß", "ǅ", "ж", "日", "한", "👋", "🏽", "\u200d", "\u0301", "0", "7", "٣", "Ⅻ", "½",
+                " ", "  ", "\n", "\r\n", "\t", "\u00a0", "\u3000", "\u2581", "'s", "'LL", "'t", "!", "...", "/", "_",
+                "<s>", "</s>", "<|endoftext|>", "<|end_of_text|>", "<eos>", "<", "|>", "\x00", "\x7f", "\ufeff"]
+        rng = random.Random(11)
+        texts = ["".join(rng.choice(pool) for _ in range(rng.randrange(1, 24))) for _ in range(150)]
+        for name, tokenizer in tokenizer_files.families().items():
+            self.compare(name + "_random", tokenizer, texts)
+
     def test_nfc_composes_as_tokenizers_does(self):
         # Qwen2's NFC on random runs of letters, combining marks of several
         # classes, Hangul jamo and syllables, precomposed letters, singletons
