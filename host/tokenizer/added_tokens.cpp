@@ -26,7 +26,8 @@ AddedTokens::AddedTokens(const nlohmann::json& list, const Normalizer& normalize
     token.normalized = bool_field(entry, "normalized", false, part);
     token.special = bool_field(entry, "special", false, part);
     if (bool_field(entry, "single_word", false, part)) {
-      throw std::invalid_argument("the added token '" + u32_to_utf8(token.content) + "' has single_word: true, which is not supported");
+      throw std::invalid_argument("the added token '" + u32_to_utf8(token.content) +
+                                  "' has single_word: true, which is not supported");
     }
     by_id_[token.id] = tokens_.size();
     max_id_ = std::max(max_id_, token.id);
@@ -88,7 +89,8 @@ std::vector<Segment> AddedTokens::split(const Piece& piece, const std::vector<Pa
   return out;
 }
 
-std::vector<Segment> AddedTokens::extract_and_normalize(const std::u32string& text, const Normalizer& normalizer) const {
+std::vector<Segment> AddedTokens::extract_and_normalize(const std::u32string& text,
+                                                        const Normalizer& normalizer) const {
   std::vector<Segment> out;
   for (Segment& raw : split({text, true}, raw_)) {
     if (raw.id) {

@@ -64,7 +64,8 @@ BpeModel::BpeModel(const nlohmann::json& model) {
   const auto vocab = model.find("vocab");
   if (vocab == model.end() || !vocab->is_object()) refuse("BPE vocab is not an object of token: id");
   for (const auto& [token, id] : vocab->items()) {
-    if (!id.is_number_unsigned() || id.get<uint64_t>() >= (1ULL << 31)) refuse("the id of '" + token + "' is not an id");
+    if (!id.is_number_unsigned() || id.get<uint64_t>() >= (1ULL << 31))
+      refuse("the id of '" + token + "' is not an id");
     const auto value = id.get<int64_t>();
     vocab_[token] = value;
     tokens_[value] = token;
@@ -187,7 +188,8 @@ void BpeModel::merge_all(std::vector<int64_t>& ids, std::vector<size_t>& lengths
     current.next = right.next;
     symbols[next_pos].length = 0;
     if (right.next >= 0) symbols[static_cast<size_t>(right.next)].prev = static_cast<int64_t>(top.pos);
-    if (current.prev >= 0) candidate(static_cast<size_t>(current.prev), symbols[static_cast<size_t>(current.prev)].id, current.id);
+    if (current.prev >= 0)
+      candidate(static_cast<size_t>(current.prev), symbols[static_cast<size_t>(current.prev)].id, current.id);
     if (current.next >= 0) candidate(top.pos, current.id, symbols[static_cast<size_t>(current.next)].id);
   }
   ids.clear();

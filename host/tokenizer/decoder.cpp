@@ -20,7 +20,10 @@ std::optional<unsigned char> byte_token(const std::string& token) {
   if (token.size() != 6 || token.compare(0, 3, "<0x") != 0 || token[5] != '>') return std::nullopt;
   unsigned value = 0;
   for (char c : token.substr(3, 2)) {
-    const int digit = (c >= '0' && c <= '9') ? c - '0' : (c >= 'a' && c <= 'f') ? c - 'a' + 10 : (c >= 'A' && c <= 'F') ? c - 'A' + 10 : -1;
+    const int digit = (c >= '0' && c <= '9')   ? c - '0'
+                      : (c >= 'a' && c <= 'f') ? c - 'a' + 10
+                      : (c >= 'A' && c <= 'F') ? c - 'A' + 10
+                                               : -1;
     if (digit < 0) return std::nullopt;
     value = value * 16 + static_cast<unsigned>(digit);
   }
@@ -48,8 +51,9 @@ void Decoder::add(const nlohmann::json& config) {
     step.kind = Step::Metaspace;
     step.pattern = utf8_to_u32(string_field(config, "replacement", part));
     const auto scheme = config.find("prepend_scheme");
-    step.prepend = (scheme == config.end() || scheme->is_null()) ? bool_field(config, "add_prefix_space", true, part)
-                                                                 : string_field(config, "prepend_scheme", part) != "never";
+    step.prepend = (scheme == config.end() || scheme->is_null())
+                       ? bool_field(config, "add_prefix_space", true, part)
+                       : string_field(config, "prepend_scheme", part) != "never";
   } else if (type == "Replace") {
     step.kind = Step::Replace;
     step.pattern = string_pattern(config, part);
@@ -115,7 +119,8 @@ std::vector<std::string> Decoder::apply(const Step& step, std::vector<std::strin
       }
       break;
     case Step::Replace:
-      for (const std::string& token : tokens) out.push_back(u32_to_utf8(replace_all(utf8_to_u32(token), step.pattern, step.content)));
+      for (const std::string& token : tokens)
+        out.push_back(u32_to_utf8(replace_all(utf8_to_u32(token), step.pattern, step.content)));
       break;
     case Step::ByteFallback: {
       std::string pending;

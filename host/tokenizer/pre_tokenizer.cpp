@@ -68,7 +68,8 @@ void PreTokenizer::add(const nlohmann::json& config) {
     if (bool_field(config, "use_regex", true, part)) step.regex = std::make_shared<SplitRegex>(kGpt2Pattern);
   } else if (type == "Split") {
     step.kind = Step::Split;
-    if (bool_field(config, "invert", false, part)) throw std::invalid_argument(part + " with invert: true is not supported");
+    if (bool_field(config, "invert", false, part))
+      throw std::invalid_argument(part + " with invert: true is not supported");
     const nlohmann::json& pattern = config.at("pattern");
     if (pattern.is_object() && pattern.contains("Regex") && pattern["Regex"].is_string()) {
       step.regex = std::make_shared<SplitRegex>(pattern["Regex"].get<std::string>());
@@ -101,8 +102,9 @@ void PreTokenizer::add(const nlohmann::json& config) {
     step.kind = Step::Digits;
     step.flag = bool_field(config, "individual_digits", false, part);
   } else {
-    throw std::invalid_argument("the pre_tokenizer " + type +
-                                " is not supported (accel-host reads ByteLevel, Split, Metaspace, Digits and Sequence)");
+    throw std::invalid_argument(
+        "the pre_tokenizer " + type +
+        " is not supported (accel-host reads ByteLevel, Split, Metaspace, Digits and Sequence)");
   }
   steps_.push_back(std::move(step));
 }

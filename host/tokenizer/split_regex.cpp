@@ -85,7 +85,8 @@ class SplitRegex::Parser {
 
   size_t parse_count() {
     size_t value = 0, digits = 0;
-    while (!at_end() && peek() >= '0' && peek() <= '9' && digits < 6) value = value * 10 + (text_[pos_++] - '0'), ++digits;
+    while (!at_end() && peek() >= '0' && peek() <= '9' && digits < 6)
+      value = value * 10 + (text_[pos_++] - '0'), ++digits;
     if (digits == 0) refuse("a '{' that is not a count {m,n}");
     return value;
   }
@@ -286,8 +287,9 @@ bool SplitRegex::matches_char(const Atom& atom, char32_t c) const {
   for (const ClassItem& item : atom.items) {
     switch (item.kind) {
       case ClassItem::Range:
-        found = atom.fold_case ? (fold(c) >= fold(item.low) && fold(c) <= fold(item.high)) || (c >= item.low && c <= item.high)
-                               : c >= item.low && c <= item.high;
+        found = atom.fold_case
+                    ? (fold(c) >= fold(item.low) && fold(c) <= fold(item.high)) || (c >= item.low && c <= item.high)
+                    : c >= item.low && c <= item.high;
         break;
       case ClassItem::Categories: found = in_categories(c, item.categories); break;
       case ClassItem::Space: found = is_whitespace(c); break;

@@ -41,12 +41,14 @@ struct PostProcessor {
           seen_sequence = true;
         } else if (item.contains("SpecialToken")) {
           const std::string name = string_field(item["SpecialToken"], "id", part);
-          if (!special.contains(name)) throw std::invalid_argument(part + ": the special token '" + name + "' has no ids");
+          if (!special.contains(name))
+            throw std::invalid_argument(part + ": the special token '" + name + "' has no ids");
           for (const auto& id : array_field(special[name], "ids", part)) {
             (seen_sequence ? after : before).push_back(id.get<int64_t>());
           }
         } else {
-          throw std::invalid_argument(part + ": a template item " + item.dump() + " is neither Sequence nor SpecialToken");
+          throw std::invalid_argument(part + ": a template item " + item.dump() +
+                                      " is neither Sequence nor SpecialToken");
         }
       }
     } else if (type != "ByteLevel") {
@@ -129,7 +131,8 @@ Tokenizer Tokenizer::from_file(const std::filesystem::path& file_or_dir) {
   const std::filesystem::path file =
       std::filesystem::is_directory(file_or_dir) ? file_or_dir / "tokenizer.json" : file_or_dir;
   std::ifstream in(file, std::ios::binary);
-  if (!in) throw std::invalid_argument(file.string() + ": cannot be read (a tokenizer.json, or a directory holding one)");
+  if (!in)
+    throw std::invalid_argument(file.string() + ": cannot be read (a tokenizer.json, or a directory holding one)");
   std::ostringstream text;
   text << in.rdbuf();
   return from_json(text.str(), file.string());

@@ -13,12 +13,14 @@ namespace {
 
 const char* kGpt2 = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 const char* kLlama3 =
-    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*)"
+    R"(|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
 std::vector<std::string> split(const char* pattern, const std::string& text) {
   const std::u32string chars = utf8_to_u32(text);
   std::vector<std::string> parts;
-  for (const auto& [begin, end] : SplitRegex(pattern).find_all(chars)) parts.push_back(u32_to_utf8(chars.substr(begin, end - begin)));
+  for (const auto& [begin, end] : SplitRegex(pattern).find_all(chars))
+    parts.push_back(u32_to_utf8(chars.substr(begin, end - begin)));
   return parts;
 }
 
@@ -28,8 +30,9 @@ TEST(SplitRegex, Gpt2KeepsTheLastSpaceOfARunForTheNextWord) {
 }
 
 TEST(SplitRegex, Llama3FoldsCaseInContractionsAndGroupsThreeDigits) {
-  EXPECT_EQ(split(kLlama3, "I'LL pay 1234567 \xC3\xA9t\xC3\xA9.\n\nOk"),
-            (std::vector<std::string>{"I", "'LL", " pay", " ", "123", "456", "7", " \xC3\xA9t\xC3\xA9", ".\n\n", "Ok"}));
+  EXPECT_EQ(
+      split(kLlama3, "I'LL pay 1234567 \xC3\xA9t\xC3\xA9.\n\nOk"),
+      (std::vector<std::string>{"I", "'LL", " pay", " ", "123", "456", "7", " \xC3\xA9t\xC3\xA9", ".\n\n", "Ok"}));
   EXPECT_EQ(split(kLlama3, "'\xC5\xBF"), (std::vector<std::string>{"'\xC5\xBF"}));  // U+017F folds to s
 }
 

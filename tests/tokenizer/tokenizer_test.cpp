@@ -23,20 +23,33 @@ nlohmann::json sentencepiece_file() {
   nlohmann::json vocab = {{"<unk>", 0}, {"<s>", 1}, {"a", 2}, {"b", 3}, {"c", 4}, {"\xE2\x96\x81", 5},
                           {"<0x0A>", 6}, {"<0xC3>", 7}, {"<0xA9>", 8}, {"ab", 9}, {"bc", 10}, {"abc", 11},
                           {"\xE2\x96\x81" "a", 12}};
-  return {
-      {"version", "1.0"},
-      {"added_tokens", {{{"id", 1}, {"content", "<s>"}, {"special", true}, {"normalized", false}}}},
-      {"normalizer", {{"type", "Sequence"}, {"normalizers", {{{"type", "Prepend"}, {"prepend", "\xE2\x96\x81"}},
-                                                             {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\xE2\x96\x81"}}}}}},
-      {"pre_tokenizer", nullptr},
-      {"post_processor", {{"type", "TemplateProcessing"},
-                          {"single", {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}}, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
-                          {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {1}}, {"tokens", {"<s>"}}}}}}}},
-      {"decoder", {{"type", "Sequence"}, {"decoders", {{{"type", "Replace"}, {"pattern", {{"String", "\xE2\x96\x81"}}}, {"content", " "}},
-                                                       {{"type", "ByteFallback"}}, {{"type", "Fuse"}},
-                                                       {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}}}}},
-      {"model", {{"type", "BPE"}, {"unk_token", "<unk>"}, {"fuse_unk", true}, {"byte_fallback", true},
-                 {"vocab", vocab}, {"merges", {"a b", "b c", "ab c", "\xE2\x96\x81 a"}}}}};
+  return {{"version", "1.0"},
+          {"added_tokens", {{{"id", 1}, {"content", "<s>"}, {"special", true}, {"normalized", false}}}},
+          {"normalizer",
+           {{"type", "Sequence"},
+            {"normalizers",
+             {{{"type", "Prepend"}, {"prepend", "\xE2\x96\x81"}},
+              {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\xE2\x96\x81"}}}}}},
+          {"pre_tokenizer", nullptr},
+          {"post_processor",
+           {{"type", "TemplateProcessing"},
+            {"single",
+             {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}}, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+            {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {1}}, {"tokens", {"<s>"}}}}}}}},
+          {"decoder",
+           {{"type", "Sequence"},
+            {"decoders",
+             {{{"type", "Replace"}, {"pattern", {{"String", "\xE2\x96\x81"}}}, {"content", " "}},
+              {{"type", "ByteFallback"}},
+              {{"type", "Fuse"}},
+              {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}}}}},
+          {"model",
+           {{"type", "BPE"},
+            {"unk_token", "<unk>"},
+            {"fuse_unk", true},
+            {"byte_fallback", true},
+            {"vocab", vocab},
+            {"merges", {"a b", "b c", "ab c", "\xE2\x96\x81 a"}}}}};
 }
 
 Tokenizer load(const nlohmann::json& file) { return Tokenizer::from_json(file.dump(), "test.json"); }
@@ -113,7 +126,8 @@ TEST(Tokenizer, RefusesWhatItDoesNotImplementByName) {
   file["decoder"] = {{"type", "WordPiece"}};
   EXPECT_NE(refusal(file).find("the decoder WordPiece is not supported"), std::string::npos);
   file = sentencepiece_file();
-  file["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "\\p{P}+"}}}, {"behavior", "Isolated"}, {"invert", false}};
+  file["pre_tokenizer"] = {
+      {"type", "Split"}, {"pattern", {{"Regex", "\\p{P}+"}}}, {"behavior", "Isolated"}, {"invert", false}};
   EXPECT_NE(refusal(file).find("'\\p{P}'"), std::string::npos);
   file = sentencepiece_file();
   file["model"]["merges"].push_back("a z");
