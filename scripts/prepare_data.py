@@ -8,7 +8,10 @@ Each input file is one document, encoded whole with the tokenizer's own
 rules (a Hugging Face tokenizer.json: GPT-2's byte-level BPE, Llama's
 SentencePiece-style BPE, or any other the `tokenizers` package reads; no
 hub download ever happens), and preceded by the end-of-text token, as
-llm.c's data scripts do, so the model sees where documents start. The
+llm.c's data scripts do, so the model sees where documents start. Without
+--eot that token is the one the model directory names (tokenizer_config.json's
+eos_token, else config.json's eos_token_id: Gemma's <eos>, Mistral's </s>),
+else the first of <|endoftext|>, <|end_of_text|>, </s> the tokenizer has. The
 token stream goes to DIR/train.bin, its last --val-fraction to DIR/val.bin
 (for accel-host's --eval-data), in llm.c's format: a header of 256
 little-endian int32 (magic, version, token count) then the tokens, uint16
@@ -22,6 +25,7 @@ that cannot be written, an output too large for llm.c's int32 token count); ever
 place, so an interrupted run leaves no half-written token file.
 """
 import argparse
+import json
 import os
 import sys
 
@@ -30,7 +34,8 @@ import numpy as np
 HEADER_INTS = 256
 LAYOUTS = {2: (20240520, 1, "<u2"), 4: (20240801, 7, "<u4")}  # bytes per token -> magic, version, dtype
 MAX_TOKENS = 2**31 - 1  # the header's count is an int32
-# Tried in order when --eot is not given: GPT-2's, Llama 3's, Llama 2's.
+# Tried in order when --eot is not given and the model directory names no
+# eos token: GPT-2's, Llama 3's, Llama 2's.
 EOT_CANDIDATES = ("<|endoftext|>", "<|end_of_text|>", "</s>")
 
 
@@ -52,9 +57,52 @@ def load_tokenizer(path):
         raise UsageError(f"--tokenizer: cannot read '{file}': {str(e).splitlines()[0]}") from e
 
 
-def end_of_text_id(tokenizer, requested):
+def read_json(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError) as e:
+        raise UsageError(f"--tokenizer: cannot read '{path}': {e}") from e
+
+
+def model_eos_id(tokenizer, path):
+    """The end-of-sequence id a model directory names, or None: its
+    tokenizer_config.json's eos_token (a string, or an AddedToken's
+    {"content": ...}), else its config.json's eos_token_id (the first of a
+    list)."""
+    if not os.path.isdir(path):
+        return None
+    config_file = os.path.join(path, "tokenizer_config.json")
+    if os.path.isfile(config_file):
+        token = read_json(config_file).get("eos_token")
+        if isinstance(token, dict):
+            token = token.get("content")
+        if isinstance(token, str):
+            token_id = tokenizer.token_to_id(token)
+            if token_id is None:
+                raise UsageError(f"--eot: {config_file} names the eos_token '{token}', which is not in the "
+                                 "tokenizer's vocabulary; name the end-of-text token with --eot")
+            return token_id
+    config_file = os.path.join(path, "config.json")
+    if os.path.isfile(config_file):
+        token_id = read_json(config_file).get("eos_token_id")
+        if isinstance(token_id, list) and token_id:
+            token_id = token_id[0]
+        if isinstance(token_id, int) and not isinstance(token_id, bool):
+            if not 0 <= token_id < tokenizer.get_vocab_size(with_added_tokens=True):
+                raise UsageError(f"--eot: {config_file}'s eos_token_id {token_id} is not an id of the tokenizer; "
+                                 "name the end-of-text token with --eot")
+            return token_id
+    return None
+
+
+def end_of_text_id(tokenizer, requested, path):
     if requested == "none":
         return None
+    if not requested:
+        token_id = model_eos_id(tokenizer, path)
+        if token_id is not None:
+            return token_id
     names = [requested] if requested else EOT_CANDIDATES
     for name in names:
         token_id = tokenizer.token_to_id(name)
@@ -106,14 +154,15 @@ def main(argv=None):
     parser.add_argument("--val-fraction", type=float, default=0.1,
                         help="share of the token stream, from its end, written to val.bin (0: none)")
     parser.add_argument("--eot", default=None,
-                        help="end-of-text token put before each document (default: the tokenizer's "
+                        help="end-of-text token put before each document (default: the eos token the model "
+                             "directory's tokenizer_config.json or config.json names, else the tokenizer's "
                              "<|endoftext|>, <|end_of_text|> or </s>; 'none' for no separator)")
     args = parser.parse_args(argv)
     try:
         if not 0.0 <= args.val_fraction < 1.0:
             raise UsageError(f"--val-fraction must be in [0, 1), got {args.val_fraction}")
         tokenizer = load_tokenizer(args.tokenizer)
-        eot = end_of_text_id(tokenizer, args.eot)
+        eot = end_of_text_id(tokenizer, args.eot, args.tokenizer)
         documents = list(encode_documents(tokenizer, args.inputs, eot))
         stream = np.concatenate(documents) if documents else np.zeros(0, dtype=np.int64)
         val_count = int(len(stream) * args.val_fraction)

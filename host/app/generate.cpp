@@ -11,6 +11,7 @@
 #include "host/checkpoint/trainer_state.h"
 #include "host/cli/options.h"
 #include "host/model/sampling.h"
+#include "host/tokenizer/tokenizer.h"
 #include "host/util/log.h"
 #include "host/util/strformat.h"
 
@@ -22,19 +23,25 @@ const std::string kCommand = "generate";
 constexpr const char* kUsage =
     "usage: accel-host generate CHECKPOINT_DIR (--prompt TEXT | --prompt-ids IDS) [options]\n"
     "  Samples what follows the prompt from any Accel checkpoint, through a key/value cache,\n"
-    "  and writes only the continuation to stdout.\n"
-    "  --prompt TEXT        UTF-8 bytes as tokens (a model trained on --data text:PATH)\n"
+    "  and writes only the continuation to stdout (once it is complete).\n"
+    "  --prompt TEXT        UTF-8 bytes as tokens (a model trained on --data text:PATH), or with\n"
+    "                       --tokenizer the tokenizer's ids of TEXT\n"
     "  --prompt-ids IDS     token ids, separated by spaces or commas (a token-trained model)\n"
+    "  --tokenizer PATH     a Hugging Face tokenizer.json or a model directory holding one (BPE:\n"
+    "                       GPT-2, Llama, Qwen, Mistral, Gemma, ...): --prompt is encoded with its\n"
+    "                       special tokens (Llama's <s>) and the continuation decoded to text\n"
     "  --max-new-tokens N   at most N new tokens (default 64); prompt + N <= the model's seq_len\n"
     "  --temperature T      0: greedy (argmax); else softmax(logits / T) is sampled (default 1)\n"
     "  --top-k K            sample among the K most likely tokens only (default 0: all)\n"
     "  --seed S             the same seed and options give the same tokens (default 1234)\n"
     "  --eos-id ID          stop once ID is generated (it is written)\n"
-    "  --output text|ids    bytes (default with --prompt) or ids (default with --prompt-ids)\n";
+    "  --output text|ids    text (default with --prompt or --tokenizer) or ids (default with\n"
+    "                       --prompt-ids alone); text is bytes, or the tokenizer's decoding\n";
 
 struct GenerateArgs {
   std::string checkpoint;
   std::vector<int64_t> prompt;
+  std::optional<tokenizer::Tokenizer> tokenizer;
   bool text_output = true;
   model::SamplingOptions sampling;
 };
@@ -68,7 +75,7 @@ std::vector<int64_t> parse_ids(const std::string& text) {
 // nullopt for --help.
 std::optional<GenerateArgs> parse(const std::vector<std::string>& args) {
   GenerateArgs parsed;
-  std::optional<std::string> output;
+  std::optional<std::string> output, tokenizer_path, text;
   bool have_text = false, have_ids = false;
   for (size_t i = 0; i < args.size(); ++i) {
     std::string name = args[i], value;
@@ -89,7 +96,10 @@ std::optional<GenerateArgs> parse(const std::vector<std::string>& args) {
     if (name == "--prompt") {
       parsed.prompt.assign(value.begin(), value.end());
       for (int64_t& byte : parsed.prompt) byte = static_cast<unsigned char>(byte);
+      text = value;
       have_text = true;
+    } else if (name == "--tokenizer") {
+      tokenizer_path = value;
     } else if (name == "--prompt-ids") {
       parsed.prompt = parse_ids(value);
       have_ids = true;
@@ -117,11 +127,26 @@ std::optional<GenerateArgs> parse(const std::vector<std::string>& args) {
   if (parsed.checkpoint.empty()) usage_error("expected CHECKPOINT_DIR");
   if (have_text == have_ids) usage_error("give one of --prompt TEXT and --prompt-ids IDS");
   if (parsed.prompt.empty()) usage_error(have_text ? "--prompt is empty" : "--prompt-ids holds no id");
-  parsed.text_output = output ? *output == "text" : have_text;
+  if (tokenizer_path) {
+    try {
+      parsed.tokenizer = tokenizer::Tokenizer::from_file(*tokenizer_path);
+      if (text) parsed.prompt = parsed.tokenizer->encode(*text, true);
+    } catch (const std::invalid_argument& e) {
+      usage_error(std::string(text && parsed.tokenizer ? "--prompt: " : "--tokenizer: ") + e.what());
+    }
+    if (parsed.prompt.empty()) usage_error("--prompt encodes to no token");
+  }
+  parsed.text_output = output ? *output == "text" : have_text || tokenizer_path;
   return parsed;
 }
 
-void write_continuation(const std::vector<int64_t>& tokens, bool text) {
+void write_continuation(const std::vector<int64_t>& tokens, bool text, const tokenizer::Tokenizer* tokenizer) {
+  if (text && tokenizer) {
+    const std::string out = tokenizer->decode(tokens, false);  // special tokens written, as transformers decodes
+    std::fwrite(out.data(), 1, out.size(), stdout);
+    std::fflush(stdout);
+    return;
+  }
   std::string out;
   int64_t beyond_bytes = 0;
   for (int64_t id : tokens) {
@@ -159,6 +184,11 @@ int generate_command(const std::vector<std::string>& args, const comm::MpiSessio
   }
   const std::filesystem::path checkpoint = resolve_checkpoint(parsed->checkpoint, kCommand);
   const model::GptConfig shape = checkpoint::read_trainer_state(checkpoint).model;
+  if (parsed->tokenizer && parsed->tokenizer->vocab_size() > shape.vocab_size) {
+    usage_error(strformat("--tokenizer: its ids reach %lld, beyond %s's vocabulary of %lld (not this model's tokenizer?)",
+                          static_cast<long long>(parsed->tokenizer->vocab_size() - 1), checkpoint.string().c_str(),
+                          static_cast<long long>(shape.vocab_size)));
+  }
   const NamedTensors tensors = read_whole_model(checkpoint, kCommand);
   auto weights = std::make_shared<model::NamedWeights>(tensors.begin(), tensors.end());
   model::GptModel model(shape);
@@ -177,7 +207,7 @@ int generate_command(const std::vector<std::string>& args, const comm::MpiSessio
     usage_error(e.what());
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  write_continuation(continuation, parsed->text_output);
+  write_continuation(continuation, parsed->text_output, parsed->tokenizer ? &*parsed->tokenizer : nullptr);
   log::info(strformat("generated %zu tokens after a %zu-token prompt in %.3f s (%s)", continuation.size(),
                       parsed->prompt.size(), seconds, shape.describe().c_str()));
   return 0;

@@ -549,7 +549,7 @@ ParsedCommandLine parse_command_line(const std::vector<std::string>& args,
         << "  check-plugin PATH [options]        check a plugin .so against the ABI contract on a tiny model\n"
         << "  merge-weights CHECKPOINT OUTPUT    one model.safetensors from a sharded checkpoint\n"
         << "  export-hf CHECKPOINT OUTPUT_DIR    a Hugging Face model directory from a checkpoint\n"
-        << "  generate CHECKPOINT --prompt TEXT  sample a continuation from a checkpoint\n\n"
+        << "  generate CHECKPOINT --prompt TEXT  sample a continuation from a checkpoint (--tokenizer DIR: as text)\n\n"
         << description;
     parsed.action = Action::help;
     parsed.help_text = out.str();

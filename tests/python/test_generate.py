@@ -1,7 +1,8 @@
 """accel-host generate: greedy decoding through the key/value cache equals
 transformers' greedy generate of the exported model token for token (byte
 prompts and id prompts), sampling repeats under a seed, a token-trained model
-round-trips text through a tokenizer, bad arguments get one line."""
+round-trips text through a tokenizer (in Python, and through --tokenizer's
+tokenizer.json in accel-host), bad arguments get one line."""
 import os
 import unittest
 
@@ -36,6 +37,16 @@ class Generate(TempDirMixin, unittest.TestCase):
 
     def generate(self, checkpoint, *args, check=True):
         return run_host("generate", checkpoint, *args, check=check)
+
+    def assert_usage_errors(self, checkpoint, cases):
+        """Each (args, message): exit 2 and one error line holding message."""
+        for args, message in cases.items():
+            with self.subTest(args=args):
+                proc = self.generate(checkpoint, *args, check=False)
+                self.assertEqual(proc.returncode, 2, proc.stderr)
+                errors = error_lines(proc.stderr)
+                self.assertEqual(len(errors), 1, proc.stderr)
+                self.assertIn(message, errors[0])
 
     def transformers_greedy(self, checkpoint, prompt_ids, new_tokens):
         out = self.path("hf")
@@ -96,6 +107,48 @@ class Generate(TempDirMixin, unittest.TestCase):
         self.assertEqual(len(text.split()), 12)  # every id is a word of the vocabulary
         self.assertTrue(set(text.split()) <= set(words), text)
 
+    def test_tokenizer_encodes_the_prompt_and_decodes_the_continuation(self):
+        try:
+            import tokenizer_files
+        except ImportError:
+            self.skipTest("the tokenizers package is not installed (requirements-tools.txt)")
+        prompt = "it was the age of"
+        for family in ("gpt2", "llama2"):  # byte-level BPE; SentencePiece-style with <s> before the prompt
+            with self.subTest(family=family):
+                tokenizer = tokenizer_files.families()[family]
+                os.makedirs(self.path(family))
+                tokenizer.save(os.path.join(self.path(family), "tokenizer.json"))
+                data = self.path(family + ".bin")
+                np.asarray(tokenizer.encode(TEXT, add_special_tokens=False).ids, dtype="<u2").tofile(data)
+                checkpoint = self.train("tokens:" + data, vocab=640, steps=30)
+                args = ["--max-new-tokens", 16, "--temperature", 0]
+                ids = tokenizer.encode(prompt).ids
+                expected = self.generate(checkpoint, "--prompt-ids", " ".join(map(str, ids)), *args).stdout.split()
+                got = self.generate(checkpoint, "--tokenizer", self.path(family), "--prompt", prompt, *args,
+                                    "--output", "ids").stdout.split()
+                self.assertEqual(got, expected)
+                text = self.generate(checkpoint, "--tokenizer", self.path(family), "--prompt", prompt, *args).stdout
+                self.assertEqual(text, tokenizer.decode([int(i) for i in expected], skip_special_tokens=False))
+                self.assertTrue(text.strip())
+
+    def test_a_tokenizer_the_checkpoint_cannot_embed_or_read_is_one_line(self):
+        try:
+            import tokenizer_files
+            from tokenizers import Tokenizer, models
+        except ImportError:
+            self.skipTest("the tokenizers package is not installed (requirements-tools.txt)")
+        checkpoint = self.byte_model()
+        bpe = tokenizer_files.families()["gpt2"]
+        bpe.save(self.path("bpe.json"))
+        Tokenizer(models.WordLevel({"[UNK]": 0, "a": 1}, unk_token="[UNK]")).save(self.path("words.json"))
+        cases = {
+            ("--tokenizer", self.path("bpe.json"), "--prompt", "it was"):
+                f"--tokenizer: its ids reach {bpe.get_vocab_size(with_added_tokens=True) - 1}, beyond",
+            ("--tokenizer", self.path("words.json"), "--prompt", "a"): "the model WordLevel is not supported",
+            ("--tokenizer", self.path("nowhere"), "--prompt", "a"): "cannot be read",
+        }
+        self.assert_usage_errors(checkpoint, cases)
+
     def test_bad_arguments_are_one_line(self):
         checkpoint = self.byte_model()
         cases = {
@@ -115,13 +168,7 @@ class Generate(TempDirMixin, unittest.TestCase):
             ("--prompt", "a", "--beam", "2"): "unknown option '--beam'",
             ("--prompt",): "--prompt needs a value",
         }
-        for args, message in cases.items():
-            with self.subTest(args=args):
-                proc = self.generate(checkpoint, *args, check=False)
-                self.assertEqual(proc.returncode, 2, proc.stderr)
-                errors = error_lines(proc.stderr)
-                self.assertEqual(len(errors), 1, proc.stderr)
-                self.assertIn(message, errors[0])
+        self.assert_usage_errors(checkpoint, cases)
         proc = self.generate(self.path("nowhere"), "--prompt", "a", check=False)
         self.assertEqual(proc.returncode, 1, proc.stderr)
         self.assertEqual(len(error_lines(proc.stderr)), 1, proc.stderr)

@@ -1,7 +1,7 @@
 """The house's floors, checked on every include (docs/architecture.md):
 
     plugins -> sdk -> abi
-    host: cli, comm, util -> model, data -> checkpoint -> runtime -> plugin
+    host: cli, comm, util -> model, data, tokenizer -> checkpoint -> runtime -> plugin
           -> train -> app
 
 A file may include its own floor and the floors below, never one above, and
@@ -14,7 +14,7 @@ import unittest
 
 SOURCE_DIR = os.environ.get("ACCEL_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "../.."))
 
-HOST_FLOORS = {"cli": 0, "comm": 0, "util": 0, "model": 1, "data": 1, "checkpoint": 2, "runtime": 3,
+HOST_FLOORS = {"cli": 0, "comm": 0, "util": 0, "model": 1, "data": 1, "tokenizer": 1, "checkpoint": 2, "runtime": 3,
                "plugin": 4, "train": 5, "app": 6}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 SOURCE_SUFFIXES = (".h", ".hpp", ".c", ".cc", ".cpp")

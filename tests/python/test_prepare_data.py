@@ -2,7 +2,9 @@
 (the `tokenizers` package, nothing from a hub) become llm.c token files that
 hold exactly the tokenizer's ids, documents separated by the end-of-text
 token; a vocabulary beyond 65536 gives uint32 files; accel-host trains and
-evaluates on them, and refuses ids its vocabulary cannot embed in one line."""
+evaluates on them, and refuses ids its vocabulary cannot embed in one line;
+the eos token a model directory names is the separator."""
+import json
 import os
 import subprocess
 import sys
@@ -51,12 +53,12 @@ class PrepareData(TempDirMixin, unittest.TestCase):
                 f.write(prose(i, words))
         return paths
 
-    def byte_level_bpe(self, vocab=300):
+    def byte_level_bpe(self, vocab=300, special=("<|endoftext|>",)):
         """A GPT-2-style byte-level BPE, trained here on the documents' words."""
         tokenizer = Tokenizer(models.BPE())
         tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         tokenizer.decoder = decoders.ByteLevel()
-        trainer = trainers.BpeTrainer(vocab_size=vocab, special_tokens=["<|endoftext|>"],
+        trainer = trainers.BpeTrainer(vocab_size=vocab, special_tokens=list(special),
                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
         tokenizer.train_from_iterator([prose(s, 2000) for s in range(5)], trainer)
         directory = self.path("bpe")
@@ -88,6 +90,37 @@ class PrepareData(TempDirMixin, unittest.TestCase):
                  "--data", "tokens:" + os.path.join(out, "train.bin"), "--eval-every", 2, "--eval-steps", 2,
                  "--eval-data", "tokens:" + os.path.join(out, "val.bin"), "--metrics-file", metrics)
         self.assertEqual([l["step"] for l in read_metrics(metrics) if "eval_loss" in l], [2, 4])
+
+    def first_tokens(self, directory, docs, *args):
+        out = self.path("out")
+        self.prepare("--tokenizer", directory, "--out", out, "--val-fraction", 0, *args, *docs)
+        return list(read_llmc(os.path.join(out, "train.bin"))[3][:1])
+
+    def test_the_eos_token_the_model_directory_names_separates_documents(self):
+        tokenizer, directory = self.byte_level_bpe(special=["<|endoftext|>", "<eos>", "</s>"])
+        docs = self.documents(count=1, words=100)
+        eos, end_of_text, s = (tokenizer.token_to_id(t) for t in ("<eos>", "<|endoftext|>", "</s>"))
+        self.assertEqual(self.first_tokens(directory, docs), [end_of_text])  # no config: the candidates
+        config = os.path.join(directory, "config.json")
+        with open(config, "w") as f:
+            json.dump({"model_type": "mistral", "eos_token_id": [s, eos]}, f)
+        self.assertEqual(self.first_tokens(directory, docs), [s])  # config.json's eos_token_id (a list's first)
+        tokenizer_config = os.path.join(directory, "tokenizer_config.json")
+        for eos_token in ("<eos>", {"content": "<eos>", "special": True, "__type": "AddedToken"}):
+            with self.subTest(eos_token=eos_token):
+                with open(tokenizer_config, "w") as f:
+                    json.dump({"eos_token": eos_token, "bos_token": "<|endoftext|>"}, f)
+                self.assertEqual(self.first_tokens(directory, docs), [eos])  # Gemma's <eos> before config.json's
+                self.assertEqual(self.first_tokens(directory, docs, "--eot", "</s>"), [s])  # --eot still wins
+        with open(tokenizer_config, "w") as f:
+            json.dump({"eos_token": "<|im_end|>"}, f)
+        self.one_line_refusal(("--tokenizer", directory, "--out", self.path("o"), *docs),
+                              "names the eos_token '<|im_end|>', which is not in the tokenizer's vocabulary")
+        os.remove(tokenizer_config)
+        with open(config, "w") as f:
+            json.dump({"eos_token_id": 100_000}, f)
+        self.one_line_refusal(("--tokenizer", directory, "--out", self.path("o"), *docs),
+                              "eos_token_id 100000 is not an id of the tokenizer")
 
     def test_a_vocabulary_beyond_65536_writes_uint32_that_accel_host_reads(self):
         vocab = {"<|endoftext|>": 0, "[UNK]": 1, **{f"w{i}": i for i in range(2, 70_000)}}
