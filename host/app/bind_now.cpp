@@ -15,7 +15,9 @@
 // start costs only the loader's own work (~2 ms of relocation). It is skipped
 // when LD_BIND_NOW is already non-empty, for set-uid execution (the loader
 // drops LD_* there, so it would loop), and when /proc/self/exe cannot be run
-// (then the process goes on, lazily bound, as before).
+// (then the process goes on, lazily bound, as before). The second start
+// takes LD_BIND_NOW back out of its environment, so the programs it starts
+// load as they would have.
 #include <sys/auxv.h>
 #include <unistd.h>
 
@@ -25,26 +27,47 @@
 namespace {
 
 constexpr char kBindNow[] = "LD_BIND_NOW=";
-constexpr size_t kBindNowLength = sizeof(kBindNow) - 1;
+// Marks the second start: its LD_BIND_NOW is ours, not the user's.
+constexpr char kStartedAgain[] = "ACCEL_STARTED_BOUND_NOW=";
 
-bool is_bind_now_entry(const char* entry) { return std::strncmp(entry, kBindNow, kBindNowLength) == 0; }
+bool has_prefix(const char* entry, const char* prefix) { return std::strncmp(entry, prefix, std::strlen(prefix)) == 0; }
+
+// The second start: the loader has read LD_BIND_NOW (it keeps binding
+// whatever this process dlopens at load), so both variables leave the
+// environment before anything runs: the programs accel-host starts (srun,
+// mpirun, a rank) must load as the user's environment says. Slurm's srun,
+// for one, dlopens plugins that only resolve lazily. The array is edited in
+// place: environ is this same array once libc starts.
+void forget_our_variables(char** envp) {
+  char** out = envp;
+  for (char** entry = envp; *entry != nullptr; ++entry) {
+    if (!has_prefix(*entry, kBindNow) && !has_prefix(*entry, kStartedAgain)) *out++ = *entry;
+  }
+  *out = nullptr;
+}
 
 void start_again_bound_now(int /*argc*/, char** argv, char** envp) {
   if (envp == nullptr || argv == nullptr || getauxval(AT_SECURE) != 0) return;
+  for (char** entry = envp; *entry != nullptr; ++entry) {
+    if (has_prefix(*entry, kStartedAgain)) return forget_our_variables(envp);
+  }
   size_t count = 0;
   for (char** entry = envp; *entry != nullptr; ++entry) {
-    // The loader binds now for any non-empty value; an empty one is replaced.
-    if (is_bind_now_entry(*entry) && (*entry)[kBindNowLength] != '\0') return;
+    // The loader binds now for any non-empty value: the user's own choice
+    // stays (and reaches what accel-host starts). An empty one is replaced.
+    if (has_prefix(*entry, kBindNow) && (*entry)[sizeof(kBindNow) - 1] != '\0') return;
     ++count;
   }
-  char** bound_env = static_cast<char**>(std::malloc((count + 2) * sizeof(char*)));
+  char** bound_env = static_cast<char**>(std::malloc((count + 3) * sizeof(char*)));
   if (bound_env == nullptr) return;
   size_t kept = 0;
   for (char** entry = envp; *entry != nullptr; ++entry) {
-    if (!is_bind_now_entry(*entry)) bound_env[kept++] = *entry;
+    if (!has_prefix(*entry, kBindNow)) bound_env[kept++] = *entry;
   }
   static char bind_now[] = "LD_BIND_NOW=1";
+  static char started_again[] = "ACCEL_STARTED_BOUND_NOW=1";
   bound_env[kept++] = bind_now;
+  bound_env[kept++] = started_again;
   bound_env[kept] = nullptr;
   execve("/proc/self/exe", argv, bound_env);
   std::free(bound_env);  // exec failed: go on as started

@@ -12,7 +12,7 @@ namespace accel {
 inline constexpr const char* kModelPresets[] = {
     "gpt-tiny",    "gpt-small",  "llama-tiny", "llama-small",  "moe-tiny",
     "moe-small",   "llama3-tiny", "qwen2-tiny", "qwen3-tiny", "mistral-tiny",
-    "gemma2-tiny", "gemma3-tiny", "olmo2-tiny",  "phi3-tiny",  "smollm3-tiny", "granite-tiny"};
+    "gemma2-tiny", "gemma3-tiny", "olmo2-tiny",  "olmo3-tiny", "phi3-tiny",  "smollm3-tiny", "granite-tiny"};
 
 inline bool is_model_preset(const std::string& name) {
   return std::find(std::begin(kModelPresets), std::end(kModelPresets), name) != std::end(kModelPresets);

@@ -164,7 +164,7 @@ GptConfig make_gpt_config(const std::string& preset, const ModelOverrides& overr
   } else if (preset == "moe-small") {
     config = GptConfig{8, 12, 768, 1024, 32000, ModelFamily::llama, 4, 1024, 10000.0, 1e-5, 8, 2};
   } else if (preset == "llama3-tiny" || preset == "qwen2-tiny" || preset == "qwen3-tiny" || preset == "mistral-tiny" ||
-             preset == "gemma2-tiny" || preset == "gemma3-tiny" || preset == "olmo2-tiny" || preset == "phi3-tiny" ||
+             preset == "gemma2-tiny" || preset == "gemma3-tiny" || preset == "olmo2-tiny" || preset == "olmo3-tiny" || preset == "phi3-tiny" ||
              preset == "smollm3-tiny" || preset == "granite-tiny") {
     // The families' fast-test shapes: llama-tiny with each family's choices
     // (docs/architectures.md), as the small models of each family have them.
@@ -203,6 +203,18 @@ GptConfig make_gpt_config(const std::string& preset, const ModelOverrides& overr
         config.rope_theta = 1e6;
         b.rope_local_theta = 10000.0;
       }
+    } else if (preset == "olmo3-tiny") {
+      // OLMo 3 7B: OLMo 2's block, a window on three layers of four (here
+      // the first of two), the full layers' rotation extended by yarn.
+      config.block.norm_placement = BlockChoices::NormPlacement::post;
+      config.block.qk_norm_whole = true;
+      config.block.sliding_layers = {true, false};
+      config.block.rope_local_theta = 500000.0;
+      config.sliding_window = 16;
+      config.rope_theta = 500000.0;
+      config.rope_scaling.kind = RopeScaling::Kind::yarn;
+      config.rope_scaling.factor = 4.0;
+      config.rope_scaling.original_max_position = 16;
     } else if (preset == "olmo2-tiny") {  // OLMo 2 1B: norms after each sub-layer, q/k normed whole
       config.block.norm_placement = BlockChoices::NormPlacement::post;
       config.block.qk_norm_whole = true;

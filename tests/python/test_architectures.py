@@ -216,6 +216,28 @@ class Olmo2FromTransformers(Architecture):
     def test_tensor_parallelism_refuses_the_whole_projection_norms(self):
         self.assert_refused_on_every_rank(["--plugin", "megatron", "--megatron.tp_degree", 2],
                                           "tensor parallelism does not serve qk_norm_whole")
+
+
+# OLMo 3's rotation by layer kind: the sliding layers by the default
+# embedding, the full ones by yarn (its long-context extension).
+OLMO3_ROPE = {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+              "full_attention": {"rope_type": "yarn", "rope_theta": 500.0, "factor": 4.0,
+                                 "original_max_position_embeddings": 16, "beta_fast": 32.0, "beta_slow": 1.0}}
+
+
+class Olmo3FromTransformers(Architecture):
+    """OLMo 3: OLMo 2's block with a window on the first layer (layer_types)
+    and each layer kind rotated by its own rope_parameters; fsdp shards it."""
+    FAMILY = "Olmo3"
+    CONFIG = dict(sliding_window=8, layer_types=GEMMA2_LAYERS, rope_parameters=OLMO3_ROPE, pad_token_id=None,
+                  eos_token_id=None, initializer_range=0.1)
+
+    def test_each_key_changes_the_loss(self):
+        unscaled = {**OLMO3_ROPE, "full_attention": {"rope_type": "default", "rope_theta": 500.0}}
+        for key, value, default in (("rope_parameters", OLMO3_ROPE, unscaled),
+                                    ("layer_types", GEMMA2_LAYERS, ["full_attention"] * 2)):
+            with self.subTest(key):
+                self.assert_moves_the_loss(key, value, default)
 DEFAULT_ROPE = {"rope_type": "default", "rope_theta": 10000.0}
 
 
@@ -374,6 +396,7 @@ class ArchitecturePresets(TempDirMixin, unittest.TestCase):
         "gemma2-tiny": ["--plugin", "megatron", "--megatron.tp_degree", 2, "--megatron.sequence_parallelism", "true"],
         "gemma3-tiny": ["--plugin", "deepspeed_zero", "--deepspeed_zero.zero_stage", 3],
         "olmo2-tiny": ["--plugin", "megatron", "--megatron.pp_degree", 2],
+        "olmo3-tiny": ["--plugin", "fsdp"],
         "phi3-tiny": ["--plugin", "megatron", "--megatron.tp_degree", 2],
         "smollm3-tiny": ["--plugin", "fsdp"],
         "granite-tiny": ["--plugin", "deepspeed_zero", "--deepspeed_zero.zero_stage", 3],

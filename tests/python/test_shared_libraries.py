@@ -4,7 +4,9 @@ process break NCCL communicators and CUDA contexts in ways that only show
 on a GPU machine, so this is checked here, where there is none."""
 import os
 import re
+import stat
 import subprocess
+import tempfile
 import unittest
 
 from accel_testing import ACCEL_HOST
@@ -96,3 +98,24 @@ class EverySymbolIsBoundAtLoad(unittest.TestCase):
     def test_an_empty_ld_bind_now_is_replaced(self):
         late = self.bindings_after_start(dict(os.environ, LD_DEBUG="bindings", LD_BIND_NOW=""))
         self.assertNotIn("libopen-pal", " ".join(late))
+
+    def test_what_accel_host_starts_loads_as_the_user_said(self):
+        # srun dlopens Slurm plugins that resolve only lazily: LD_BIND_NOW
+        # must not reach the programs accel-host starts unless the user set it.
+        with tempfile.TemporaryDirectory() as tmp:
+            fake = os.path.join(tmp, "mpirun")
+            with open(fake, "w") as f:
+                f.write("#!/bin/sh\nenv > \"$(dirname \"$0\")/env.txt\"\n")
+            os.chmod(fake, stat.S_IRWXU)
+            for user_value, expected in ((None, None), ("1", "1")):
+                env = dict(os.environ, PATH=tmp + os.pathsep + os.environ["PATH"])
+                env.pop("LD_BIND_NOW", None)
+                if user_value:
+                    env["LD_BIND_NOW"] = user_value
+                run = subprocess.run([ACCEL_HOST, "launch", "--num_processes", "2", "--", "--model", "gpt-tiny"],
+                                     capture_output=True, text=True, env=env, timeout=60)
+                self.assertEqual(run.returncode, 0, run.stderr[-2000:])
+                with open(os.path.join(tmp, "env.txt")) as f:
+                    seen = dict(line.split("=", 1) for line in f.read().splitlines() if "=" in line)
+                self.assertEqual(seen.get("LD_BIND_NOW"), expected, user_value)
+                self.assertNotIn("ACCEL_STARTED_BOUND_NOW", seen)

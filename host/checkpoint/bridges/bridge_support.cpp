@@ -114,6 +114,28 @@ void require_full_attention(const JsonFields& config) {
   }
 }
 
+std::vector<bool> read_sliding_layers(const JsonFields& config, int64_t layers, int64_t pattern,
+                                      const std::string& family) {
+  std::vector<bool> sliding;
+  if (!config.has_value("layer_types")) {
+    for (int64_t i = 0; i < layers; ++i) sliding.push_back((i + 1) % pattern != 0);
+    return sliding;
+  }
+  const json& types = config.array("layer_types");
+  if (static_cast<int64_t>(types.size()) != layers) {
+    config.fail("layer_types", strformat("names %zu layers; num_hidden_layers is %lld", types.size(),
+                                         static_cast<long long>(layers)));
+  }
+  for (const json& type : types) {
+    if (type != "sliding_attention" && type != "full_attention") {
+      config.fail("layer_types", "holds " + describe(type) + "; accel-host's " + family +
+                                     " layers are sliding_attention or full_attention");
+    }
+    sliding.push_back(type == "sliding_attention");
+  }
+  return sliding;
+}
+
 void read_router_aux_loss_coef(const JsonFields& config, HfModelConfig& out) {
   // A training setting, not the model's: the run's own --moe-aux-loss-coef
   // decides, but the value is kept for export-hf to write back.

@@ -36,6 +36,11 @@ void require_heads_divide(const JsonFields& config, const char* width_key, int64
 // Sliding-window attention off (Qwen2's and Qwen3's use_sliding_window,
 // layer_types all full_attention).
 void require_full_attention(const JsonFields& config);
+// transformers' layer_types ("sliding_attention" / "full_attention", one per
+// layer) as BlockChoices::sliding_layers; without the key, every
+// `pattern`-th layer full and the others sliding (Gemma's and OLMo 3's rule).
+std::vector<bool> read_sliding_layers(const JsonFields& config, int64_t layers, int64_t pattern,
+                                      const std::string& family);
 // router_aux_loss_coef: kept in out.keys for export-hf, and noted as ignored
 // when output_router_logits asks for it (the run's --moe-aux-loss-coef decides).
 void read_router_aux_loss_coef(const JsonFields& config, HfModelConfig& out);

@@ -45,28 +45,12 @@ ModelOverrides read_gemma_shape(const JsonFields& config, const GemmaDefaults& d
   o.sliding_window = !config.contains("sliding_window")
                          ? 4096
                          : config.optional_integer("sliding_window", 1, model::kMaxModelDimension).value_or(0);
-  const int64_t layers = *o.n_layer;
-  if (config.has_value("layer_types")) {
-    const json& types = config.array("layer_types");
-    if (static_cast<int64_t>(types.size()) != layers) {
-      config.fail("layer_types", strformat("names %zu layers; num_hidden_layers is %lld", types.size(),
-                                           static_cast<long long>(layers)));
-    }
-    for (const json& type : types) {
-      if (type != "sliding_attention" && type != "full_attention") {
-        config.fail("layer_types", "holds " + sdk::describe(type) + "; accel-host's " + family +
-                                       " layers are sliding_attention or full_attention");
-      }
-      b.sliding_layers.push_back(type == "sliding_attention");
-    }
-  } else {
-    // The configs' own rule: every pattern-th layer attends fully.
-    const int64_t pattern =
-        d.reads_pattern ? config.optional_integer("sliding_window_pattern", 1, model::kMaxModelDimension)
-                              .value_or(d.sliding_pattern)
-                        : d.sliding_pattern;
-    for (int64_t i = 0; i < layers; ++i) b.sliding_layers.push_back((i + 1) % pattern != 0);
-  }
+  // The configs' own rule without layer_types: every pattern-th layer attends fully.
+  const int64_t pattern =
+      d.reads_pattern
+          ? config.optional_integer("sliding_window_pattern", 1, model::kMaxModelDimension).value_or(d.sliding_pattern)
+          : d.sliding_pattern;
+  b.sliding_layers = read_sliding_layers(config, *o.n_layer, pattern, family);
   bool any_sliding = false;
   for (const bool sliding : b.sliding_layers) any_sliding = any_sliding || sliding;
   if (any_sliding && *o.sliding_window == 0) {
