@@ -18,6 +18,7 @@
 // (then the process goes on, lazily bound, as before). The second start
 // takes LD_BIND_NOW back out of its environment, so the programs it starts
 // load as they would have.
+#include <limits.h>
 #include <sys/auxv.h>
 #include <unistd.h>
 
@@ -69,6 +70,15 @@ void start_again_bound_now(int /*argc*/, char** argv, char** envp) {
   bound_env[kept++] = bind_now;
   bound_env[kept++] = started_again;
   bound_env[kept] = nullptr;
+  // The file's own path, not /proc/self/exe: the kernel names the process
+  // after the path's last part, and ps, pkill and top must still see
+  // "accel-host", not "exe".
+  char self[PATH_MAX];
+  const ssize_t length = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (length > 0) {
+    self[length] = '\0';
+    execve(self, argv, bound_env);
+  }
   execve("/proc/self/exe", argv, bound_env);
   std::free(bound_env);  // exec failed: go on as started
 }

@@ -7,6 +7,7 @@ import re
 import stat
 import subprocess
 import tempfile
+import time
 import unittest
 
 from accel_testing import ACCEL_HOST
@@ -119,3 +120,25 @@ class EverySymbolIsBoundAtLoad(unittest.TestCase):
                     seen = dict(line.split("=", 1) for line in f.read().splitlines() if "=" in line)
                 self.assertEqual(seen.get("LD_BIND_NOW"), expected, user_value)
                 self.assertNotIn("ACCEL_STARTED_BOUND_NOW", seen)
+
+    def test_the_process_keeps_its_name(self):
+        # ps, pkill and the multinode test find ranks by their name: the
+        # second start runs the file's own path, not /proc/self/exe ("exe").
+        proc = subprocess.Popen([ACCEL_HOST, "--model", "gpt-tiny", "--steps", "100000", "--log-level", "warn"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 30
+            name = ""
+            while time.monotonic() < deadline:
+                with open(f"/proc/{proc.pid}/environ", "rb") as f:
+                    started_again = b"ACCEL_STARTED_BOUND_NOW=1" in f.read()
+                with open(f"/proc/{proc.pid}/comm") as f:
+                    name = f.read().strip()
+                if started_again:
+                    break
+                time.sleep(0.05)
+            self.assertTrue(started_again, "the second start never came")
+            self.assertEqual(name, os.path.basename(ACCEL_HOST))
+        finally:
+            proc.kill()
+            proc.wait()
