@@ -360,6 +360,7 @@ void take_shape_from_init_checkpoint(RunConfig& config) {
     o.residual_multiplier = hf.shape.residual_multiplier;
     o.logits_scaling = hf.shape.logits_scaling;
     o.attention_multiplier = hf.shape.attention_multiplier;
+    o.query_position_scale_beta = hf.shape.query_position_scale_beta;
   }
   config.init_hf_keys = hf.keys;
   for (const std::string& what : hf.ignored) log::warn("--init-from: ignoring " + what);

@@ -16,6 +16,7 @@ const HfBridge& gemma2_bridge();
 const HfBridge& gemma3_bridge();
 const HfBridge& olmo2_bridge();
 const HfBridge& olmo3_bridge();
+const HfBridge& ministral3_bridge();
 const HfBridge& phi3_bridge();
 const HfBridge& smollm3_bridge();
 const HfBridge& granite_bridge();
@@ -26,7 +27,7 @@ const std::vector<HfBridge>& hf_bridges() {
       bridge::gpt2_bridge(),    bridge::llama_bridge(),   bridge::qwen2_bridge(),     bridge::qwen3_bridge(),
       bridge::mistral_bridge(), bridge::mixtral_bridge(), bridge::qwen2_moe_bridge(), bridge::gemma2_bridge(),
       bridge::gemma3_bridge(),  bridge::olmo2_bridge(),   bridge::olmo3_bridge(),     bridge::phi3_bridge(),      bridge::smollm3_bridge(),
-      bridge::granite_bridge(),
+      bridge::granite_bridge(),  bridge::ministral3_bridge(),
   };
   return table;
 }

@@ -63,7 +63,9 @@ struct ModelScalar {
 constexpr ModelScalar kModelScalars[] = {{"embedding_multiplier", &model::GptConfig::embedding_multiplier, 1.0},
                                          {"residual_multiplier", &model::GptConfig::residual_multiplier, 1.0},
                                          {"logits_scaling", &model::GptConfig::logits_scaling, 1.0},
-                                         {"attention_multiplier", &model::GptConfig::attention_multiplier, 0.0}};
+                                         {"attention_multiplier", &model::GptConfig::attention_multiplier, 0.0},
+                                         {"query_position_scale_beta", &model::GptConfig::query_position_scale_beta,
+                                          0.0}};
 
 }  // namespace
 
@@ -151,7 +153,7 @@ static TrainerState read_fields(const json& document, const std::string& where) 
               "norm_eps", "n_experts", "experts_per_token", "shared_expert_size", "normalize_top_k", "qkv_bias",
               "head_dim", "tie_embeddings", "qk_norm", "sliding_window", "rope_scaling", "partial_rotary_factor",
               "nope_layers", "embedding_multiplier", "residual_multiplier", "logits_scaling",
-              "attention_multiplier", "block"});
+              "attention_multiplier", "query_position_scale_beta", "block"});
   s.model.n_layer = model.integer("n_layer", 1, kMaxDimension);
   s.model.n_head = model.integer("n_head", 1, kMaxDimension);
   s.model.n_embd = model.integer("n_embd", 1, kMaxDimension);
@@ -216,7 +218,7 @@ static TrainerState read_fields(const json& document, const std::string& where) 
     // GPT-2 has none of these: 0 when present ("must be at most 0").
     for (const char* key : {"head_dim", "tie_embeddings", "qk_norm", "sliding_window", "rope_scaling",
                             "partial_rotary_factor", "nope_layers", "embedding_multiplier", "residual_multiplier",
-                            "logits_scaling", "attention_multiplier", "block"}) {
+                            "logits_scaling", "attention_multiplier", "query_position_scale_beta", "block"}) {
       if (model.contains(key)) model.fail(key, "belongs to the llama family; this is a GPT-2");
     }
     for (const char* key : {"n_kv_head", "n_experts", "experts_per_token"}) {

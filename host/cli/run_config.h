@@ -65,6 +65,7 @@ struct ModelOverrides {
   std::optional<std::vector<int64_t>> nope_layers;  // SmolLM3's layers without rotary
   // Granite's multipliers (model/gpt_config.h).
   std::optional<double> embedding_multiplier, residual_multiplier, logits_scaling, attention_multiplier;
+  std::optional<double> query_position_scale_beta;  // Ministral 3's (model/gpt_config.h)
 };
 
 // How a mixture-of-experts model trains (model/moe.h): capacity and the

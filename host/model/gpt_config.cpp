@@ -136,6 +136,9 @@ std::string GptConfig::describe() const {
       }
     }
     if (embedding_multiplier != 1.0) text += strformat(" embedding_multiplier=%g", embedding_multiplier);
+    if (query_position_scale_beta != 0.0) {
+      text += strformat(" query_position_scale_beta=%g", query_position_scale_beta);
+    }
     if (residual_multiplier != 1.0) text += strformat(" residual_multiplier=%g", residual_multiplier);
     if (logits_scaling != 1.0) text += strformat(" logits_scaling=%g", logits_scaling);
     if (attention_multiplier != 0.0) text += strformat(" attention_multiplier=%g", attention_multiplier);
@@ -252,7 +255,7 @@ GptConfig make_gpt_config(const std::string& preset, const ModelOverrides& overr
   if (!llama && (overrides.head_dim || overrides.tie_embeddings || overrides.qk_norm || overrides.sliding_window ||
                  overrides.rope_scaling || overrides.block || overrides.partial_rotary_factor ||
                  overrides.nope_layers || overrides.embedding_multiplier || overrides.residual_multiplier ||
-                 overrides.logits_scaling || overrides.attention_multiplier)) {
+                 overrides.logits_scaling || overrides.attention_multiplier || overrides.query_position_scale_beta)) {
     throw std::invalid_argument("head_dim, tie_embeddings, qk_norm, sliding_window, rope_scaling and the block's "
                                 "choices shape "
                                 "llama-family models; " + preset + " is GPT-2");
@@ -269,6 +272,7 @@ GptConfig make_gpt_config(const std::string& preset, const ModelOverrides& overr
   if (overrides.residual_multiplier) config.residual_multiplier = *overrides.residual_multiplier;
   if (overrides.logits_scaling) config.logits_scaling = *overrides.logits_scaling;
   if (overrides.attention_multiplier) config.attention_multiplier = *overrides.attention_multiplier;
+  if (overrides.query_position_scale_beta) config.query_position_scale_beta = *overrides.query_position_scale_beta;
   if (overrides.n_experts) config.n_experts = *overrides.n_experts;
   // Experts without a k: Mixtral's top 2 (or every expert when fewer).
   if (overrides.n_experts && !overrides.experts_per_token && config.experts_per_token == 0) {
@@ -351,6 +355,13 @@ GptConfig make_gpt_config(const std::string& preset, const ModelOverrides& overr
       if (!(value > 0.0 && value < 1e30)) {
         throw std::invalid_argument(strformat("%s %g must be a positive finite number", name, value));
       }
+    }
+    if (!(config.query_position_scale_beta >= 0.0 && config.query_position_scale_beta < 1e30)) {
+      throw std::invalid_argument(strformat("query_position_scale_beta %g must be a finite number >= 0",
+                                            config.query_position_scale_beta));
+    }
+    if (config.query_position_scale_beta > 0.0 && config.rope_scaling.original_max_position < 1) {
+      throw std::invalid_argument("query_position_scale_beta needs a rope_scaling with original_max_position_embeddings");
     }
     if (!(config.attention_multiplier >= 0.0 && config.attention_multiplier < 1e30)) {
       throw std::invalid_argument(strformat("attention_multiplier %g must be a positive finite number (0: "

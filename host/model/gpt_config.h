@@ -80,6 +80,10 @@ struct GptConfig {
   // the softmax scale attention_multiplier (0: 1 / sqrt(head_dim)).
   double embedding_multiplier = 1.0, residual_multiplier = 1.0, logits_scaling = 1.0;
   double attention_multiplier = 0.0;
+  // Llama only, Ministral 3's (transformers' llama_4_scaling_beta): after the
+  // rotation each query is multiplied by 1 + beta * log(1 + floor(position /
+  // rope_scaling.original_max_position)) (0: none).
+  double query_position_scale_beta = 0.0;
 
   bool has_experts() const { return n_experts > 0; }
   // The width of one attention head, given or implied.

@@ -267,7 +267,16 @@ at::Tensor GptModel::llama_block(const Unit& unit, const at::Tensor& x, KvCache*
     if (rotates) return rotated_heads(projected, heads, cos32, sin32);
     return projected.view({T, B, heads, D}).permute({1, 2, 0, 3});
   };
-  at::Tensor q = turned(qk_normed(linear(h, L.q, L.q_bias), H, L.q_norm), H),
+  // Ministral 3: each query scaled by its position, after the rotation, as
+  // transformers' get_llama_4_attn_scale (positions as fp32, cast to q's dtype).
+  auto scaled_by_position = [&](const at::Tensor& query, const at::Tensor& at_positions) {
+    const double beta = config_.query_position_scale_beta;
+    if (beta == 0.0) return query;
+    const auto original = static_cast<double>(config_.rope_scaling.original_max_position);
+    const at::Tensor scale = at::log(at::floor(at_positions / original) + 1.0) * beta + 1.0;
+    return query * scale.view({1, 1, -1, 1}).to(query.scalar_type());
+  };
+  at::Tensor q = scaled_by_position(turned(qk_normed(linear(h, L.q, L.q_bias), H, L.q_norm), H), positions),
              k = turned(qk_normed(linear(h, L.k, L.k_bias), KV, L.k_norm), KV),
              v = linear(h, L.v, L.v_bias).view({T, B, KV, D}).permute({1, 2, 0, 3});
   bool causal = true;

@@ -501,8 +501,37 @@ TEST(HfConfig, EachBridgeSetsItsFields) {
   j = llama_json();
   j["model_type"] = "falcon";
   expect_refused(error_of(j), "\"model_type\" is \"falcon\", which is not supported (supported: gpt2, llama, qwen2, "
-                              "qwen3, mistral, mixtral, qwen2_moe, gemma2, gemma3_text, olmo2, phi3, smollm3, "
-                              "granite)", "falcon");
+                              "qwen3, mistral, mixtral, qwen2_moe, gemma2, gemma3_text, olmo2, olmo3, phi3, "
+                              "smollm3, granite, ministral3)", "falcon");
+}
+
+// transformers 5.23's Ministral3Config: yarn and llama_4_scaling_beta in
+// rope_parameters, or the class's own rotation when the file has none.
+TEST(HfConfig, Ministral3ScalesItsQueriesByPosition) {
+  const json given = json::parse(R"({"architectures": ["Ministral3ForCausalLM"], "model_type": "ministral3",
+    "vocab_size": 256, "max_position_embeddings": 32, "hidden_size": 64, "intermediate_size": 176,
+    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "hidden_act": "silu",
+    "rms_norm_eps": 1e-05, "sliding_window": null, "tie_word_embeddings": false, "attention_dropout": 0.0,
+    "rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 2.0,
+      "original_max_position_embeddings": 16, "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0,
+      "mscale_all_dim": 1.0, "llama_4_scaling_beta": 0.5}})");
+  const HfModelConfig config = parse_hf_config(given.dump(), kWhere);
+  EXPECT_EQ(config.shape.query_position_scale_beta, 0.5);
+  EXPECT_EQ(config.shape.rope_scaling.kind, RopeScaling::Kind::yarn);
+  EXPECT_EQ(config.shape.rope_scaling.original_max_position, 16);
+  EXPECT_STREQ(hf_bridge_for(config.shape).model_type, "ministral3");
+  EXPECT_EQ(parse_hf_config(hf_config_json(config.shape, config.keys), kWhere).shape, config.shape);
+  json defaulted = given;
+  defaulted.erase("rope_parameters");
+  const model::GptConfig class_default = parse_hf_config(defaulted.dump(), kWhere).shape;
+  EXPECT_EQ(class_default.query_position_scale_beta, 0.1);
+  EXPECT_EQ(class_default.rope_scaling.original_max_position, 16384);
+  EXPECT_EQ(class_default.rope_theta, 1e6);
+  // No other family computes the scale: a Llama-shaped run with it exports as Ministral 3 only.
+  model::GptConfig llama_with_scale = parse_hf_config(llama_json().dump(), kWhere).shape;
+  llama_with_scale.query_position_scale_beta = 0.5;
+  llama_with_scale.rope_scaling = config.shape.rope_scaling;
+  EXPECT_STREQ(hf_bridge_for(llama_with_scale).model_type, "ministral3");
 }
 
 TEST(HfConfig, WhatExportWritesParsesBack) {

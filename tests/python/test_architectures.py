@@ -382,6 +382,25 @@ class GraniteFromTransformers(Architecture):
                                           "context parallelism does not serve attention_multiplier 0.125")
 
 
+# Ministral 3's rotation at test size: yarn over an original length of 16,
+# so positions 16..31 of training's 32 take a query scale of 1 + beta * log 2.
+MINISTRAL3_ROPE = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 2.0, "original_max_position_embeddings": 16,
+                   "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0,
+                   "llama_4_scaling_beta": 4.0}
+
+
+class Ministral3FromTransformers(Architecture):
+    """Ministral 3: Mistral's block rotated by yarn, each query scaled by its
+    position (llama_4_scaling_beta); tensor parallelism splits the heads."""
+    FAMILY = "Ministral3"
+    CONFIG = dict(rope_parameters=MINISTRAL3_ROPE, sliding_window=None, pad_token_id=None, bos_token_id=None,
+                  eos_token_id=None, initializer_range=0.1)
+    PARALLEL = ["--plugin", "megatron", "--megatron.tp_degree", 2]
+
+    def test_the_query_scale_changes_the_loss(self):
+        self.assert_moves_the_loss("rope_parameters", MINISTRAL3_ROPE, {**MINISTRAL3_ROPE, "llama_4_scaling_beta": 0.0})
+
+
 class ArchitecturePresets(TempDirMixin, unittest.TestCase):
     """The families' presets (--model llama3-tiny, ...): resume bit for bit,
     and train under each family's parallel layout as one process, resuming

@@ -283,7 +283,8 @@ bool dense_rotary_decoder_with(const model::GptConfig& shape, const DenseChoices
          (allowed.partial_rotary || shape.partial_rotary_factor == 1.0) &&
          (allowed.nope_layers || shape.nope_layers.empty()) &&
          (allowed.multipliers || (shape.embedding_multiplier == 1.0 && shape.residual_multiplier == 1.0 &&
-                                  shape.logits_scaling == 1.0 && shape.attention_multiplier == 0.0));
+                                  shape.logits_scaling == 1.0 && shape.attention_multiplier == 0.0)) &&
+         (allowed.query_position_scale || shape.query_position_scale_beta == 0.0);
 }
 
 }  // namespace accel::checkpoint::bridge

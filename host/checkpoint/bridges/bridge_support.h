@@ -93,6 +93,7 @@ struct DenseChoices {
   bool qkv_bias = false, head_dim = false, tied = false, qk_norm = false, sliding_window = false;
   bool block = false;  // BlockChoices other than Llama's (the caller checks which)
   bool partial_rotary = false, nope_layers = false, multipliers = false;
+  bool query_position_scale = false;  // Ministral 3's llama_4_scaling_beta
 };
 bool dense_rotary_decoder_with(const model::GptConfig& shape, const DenseChoices& allowed);
 
