@@ -114,6 +114,30 @@ void require_full_attention(const JsonFields& config) {
   }
 }
 
+RopeScaling read_rope_by_layer_type(const JsonFields& config, const std::string& family,
+                                    const FullRopeReader& read_full, std::optional<double>& full_theta,
+                                    std::optional<double>& local_theta) {
+  if (!config.has_value("rope_parameters")) {
+    return config.has_value("rope_scaling") ? read_full(config.object("rope_scaling"), full_theta) : RopeScaling{};
+  }
+  if (config.has_value("rope_scaling")) {
+    config.fail("rope_scaling",
+                "is " + describe(config.value("rope_scaling")) + " beside \"rope_parameters\"; give one of them");
+  }
+  const JsonFields by_type = config.object("rope_parameters");
+  by_type.only({"sliding_attention", "full_attention"});
+  RopeScaling scaling;
+  if (by_type.has_value("full_attention")) scaling = read_full(by_type.object("full_attention"), full_theta);
+  if (by_type.has_value("sliding_attention")) {
+    const JsonFields sliding = by_type.object("sliding_attention");
+    if (read_rope_object(sliding, local_theta).kind != RopeScaling::Kind::none) {
+      sliding.fail("rope_type", "scales the sliding layers' rotation; accel-host's " + family +
+                                    " scales full layers only");
+    }
+  }
+  return scaling;
+}
+
 std::vector<bool> read_sliding_layers(const JsonFields& config, int64_t layers, int64_t pattern,
                                       const std::string& family) {
   std::vector<bool> sliding;

@@ -7,7 +7,9 @@
 #include <accel/sdk/json_input.hpp>
 #include <nlohmann/json.hpp>
 
+#include <functional>
 #include <initializer_list>
+#include <optional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -36,6 +38,15 @@ void require_heads_divide(const JsonFields& config, const char* width_key, int64
 // Sliding-window attention off (Qwen2's and Qwen3's use_sliding_window,
 // layer_types all full_attention).
 void require_full_attention(const JsonFields& config);
+// transformers 5's rope_parameters keyed by layer type (Gemma 3, OLMo 3):
+// the full layers' object read by `read_full` (its base into `full_theta`),
+// the sliding layers' by read_rope_object (its base into `local_theta`) and
+// refused when scaled; the older rope_scaling key, which the config classes
+// merge into the full layers' parameters, read by `read_full` too.
+using FullRopeReader = std::function<RopeScaling(const JsonFields& rope, std::optional<double>& theta)>;
+RopeScaling read_rope_by_layer_type(const JsonFields& config, const std::string& family,
+                                    const FullRopeReader& read_full, std::optional<double>& full_theta,
+                                    std::optional<double>& local_theta);
 // transformers' layer_types ("sliding_attention" / "full_attention", one per
 // layer) as BlockChoices::sliding_layers; without the key, every
 // `pattern`-th layer full and the others sliding (Gemma's and OLMo 3's rule).

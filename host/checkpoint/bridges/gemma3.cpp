@@ -39,25 +39,7 @@ RopeScaling read_full_rope(const JsonFields& rope, std::optional<double>& theta)
 // The two rotary bases and the full layers' scaling into `o`.
 void read_rotary(const JsonFields& config, ModelOverrides& o) {
   std::optional<double> full_theta, local_theta;
-  RopeScaling scaling;
-  if (config.has_value("rope_parameters")) {
-    if (config.has_value("rope_scaling")) {
-      config.fail("rope_scaling", "is " + sdk::describe(config.value("rope_scaling")) +
-                                      " beside \"rope_parameters\"; give one of them");
-    }
-    const JsonFields by_type = config.object("rope_parameters");
-    by_type.only({"sliding_attention", "full_attention"});
-    if (by_type.has_value("full_attention")) scaling = read_full_rope(by_type.object("full_attention"), full_theta);
-    if (by_type.has_value("sliding_attention")) {
-      const JsonFields sliding = by_type.object("sliding_attention");
-      if (read_rope_object(sliding, local_theta).kind != RopeScaling::Kind::none) {
-        sliding.fail("rope_type", "scales the sliding layers' rotation; accel-host's Gemma3 scales full layers only");
-      }
-    }
-  } else if (config.has_value("rope_scaling")) {
-    // transformers merges the older key into the full layers' parameters.
-    scaling = read_full_rope(config.object("rope_scaling"), full_theta);
-  }
+  const RopeScaling scaling = read_rope_by_layer_type(config, "Gemma3", read_full_rope, full_theta, local_theta);
   if (!full_theta && config.has_value("rope_theta")) full_theta = config.positive_finite("rope_theta");
   if (!local_theta && config.has_value("rope_local_base_freq")) {
     local_theta = config.positive_finite("rope_local_base_freq");

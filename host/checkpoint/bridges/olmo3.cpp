@@ -30,26 +30,12 @@ RopeScaling read_full_rope(const JsonFields& rope, int64_t max_position, std::op
 void read_rotary(const JsonFields& config, int64_t max_position, ModelOverrides& o, BlockChoices& b) {
   std::optional<double> full_theta, local_theta;
   if (config.has_value("rope_theta")) full_theta = local_theta = config.positive_finite("rope_theta");
-  RopeScaling scaling;
-  if (config.has_value("rope_parameters")) {
-    if (config.has_value("rope_scaling")) {
-      config.fail("rope_scaling", "is " + sdk::describe(config.value("rope_scaling")) +
-                                      " beside \"rope_parameters\"; give one of them");
-    }
-    const JsonFields by_type = config.object("rope_parameters");
-    by_type.only({"sliding_attention", "full_attention"});
-    if (by_type.has_value("full_attention")) {
-      scaling = read_full_rope(by_type.object("full_attention"), max_position, full_theta);
-    }
-    if (by_type.has_value("sliding_attention")) {
-      const JsonFields sliding = by_type.object("sliding_attention");
-      if (read_rope_object(sliding, local_theta).kind != RopeScaling::Kind::none) {
-        sliding.fail("rope_type", "scales the sliding layers' rotation; accel-host's Olmo3 scales full layers only");
-      }
-    }
-  } else if (config.has_value("rope_scaling")) {
-    scaling = read_full_rope(config.object("rope_scaling"), max_position, full_theta);
-  }
+  const RopeScaling scaling = read_rope_by_layer_type(
+      config, "Olmo3",
+      [max_position](const JsonFields& rope, std::optional<double>& theta) {
+        return read_full_rope(rope, max_position, theta);
+      },
+      full_theta, local_theta);
   o.rope_theta = full_theta.value_or(kDefaultTheta);
   o.rope_scaling = scaling;
   b.rope_local_theta = local_theta.value_or(kDefaultTheta);
